@@ -1,0 +1,159 @@
+"""Front end: from a Python function object to its parsed source and the names it can see.
+
+Handles module functions, nested functions and closures (cell values resolved), lambdas (also
+one of several on a line), functions defined through ``exec`` whose source is registered in
+``linecache``, and bound methods (``self`` becomes a value the function closes over).
+
+>>> def cube(x):
+...     return x * x * x
+>>> info = parse_function(cube)
+>>> info.name, [a.id for a in info.node.args.args]
+('cube', ['x'])
+"""
+
+from __future__ import annotations
+
+import builtins
+import inspect
+import linecache
+import textwrap
+from dataclasses import dataclass, field
+
+import gast
+
+from .errors import SourceUnavailableError, UnsupportedSyntaxError
+
+
+@dataclass
+class FunctionInfo:
+    """A parsed user function and the environment its free names resolve in."""
+
+    fn: object
+    name: str
+    node: gast.FunctionDef
+    filename: str
+    line_offset: int  # add to a node's lineno to get the line in `filename`
+    globals: dict
+    closure: dict = field(default_factory=dict)
+    module_name: str | None = None
+
+    def file_line(self, node):
+        """The line in the user's file where `node` starts (None when unknown)."""
+        lineno = getattr(node, "lineno", None)
+        return None if lineno is None else lineno + self.line_offset
+
+    def source_line(self, node):
+        """The text of the user's line where `node` starts, stripped."""
+        lineno = self.file_line(node)
+        if lineno is None:
+            return ""
+        return linecache.getline(self.filename, lineno).strip()
+
+    def lookup(self, name):
+        """The value a free name refers to: closure cell, then module global, then builtin.
+
+        Raises KeyError when the name is not bound anywhere.
+        """
+        if name in self.closure:
+            return self.closure[name]
+        if name in self.globals:
+            return self.globals[name]
+        if hasattr(builtins, name):
+            return getattr(builtins, name)
+        raise KeyError(name)
+
+    def error(self, cls, message, node, hint=None):
+        """Build an error of class `cls` located at `node` in the user's source."""
+        return cls(message, filename=self.filename, lineno=self.file_line(node),
+                   code=self.source_line(node) or None, hint=hint)
+
+
+def _closure_values(fn):
+    values = {}
+    code = fn.__code__
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        try:
+            values[name] = cell.cell_contents
+        except ValueError:  # an empty cell: the variable is assigned after the function
+            continue
+    return values
+
+
+def _lambda_matches(node, code, snippet_offset, first_line):
+    """Whether the lambda `node` (parsed from a snippet) compiled to `code`."""
+    positions = [p for p in code.co_positions() if p[0] is not None]
+    if not positions:
+        return False
+    line, col = positions[0][0], positions[0][2]
+    start = (node.lineno + snippet_offset, node.col_offset)
+    end = (node.end_lineno + snippet_offset, node.end_col_offset)
+    return start <= (line, col) <= end
+
+
+def parse_function(fn):
+    """Parse `fn` into a :class:`FunctionInfo` whose node is a ``gast.FunctionDef``.
+
+    >>> info = parse_function(lambda x, y: x * y + 1.0)
+    >>> info.name
+    'lambda'
+    """
+    bound_self = None
+    if inspect.ismethod(fn):
+        bound_self, fn = fn.__self__, fn.__func__
+    if not inspect.isfunction(fn):
+        raise SourceUnavailableError(
+            f"cannot read the source of {fn!r}: it is not a Python function",
+            hint="pass a function defined with def or lambda, or register a derivative rule")
+    try:
+        lines, first_line = inspect.getsourcelines(fn)
+    except (OSError, TypeError) as exc:
+        raise SourceUnavailableError(
+            f"cannot read the source of {fn.__qualname__}: {exc}",
+            filename=fn.__code__.co_filename, lineno=fn.__code__.co_firstlineno,
+            hint="define the function in a file, or in exec() with its source registered in "
+                 "linecache") from None
+    filename = fn.__code__.co_filename
+    snippet = textwrap.dedent("".join(lines))
+    try:
+        tree = gast.parse(snippet)
+    except SyntaxError:
+        # A lambda in the middle of an expression: parse its line(s) as an expression body.
+        tree = gast.parse("(" + snippet.strip().rstrip(",") + ")")
+    offset = first_line - 1
+    if fn.__name__ == "<lambda>":
+        candidates = [n for n in gast.walk(tree) if isinstance(n, gast.Lambda)]
+        matches = [n for n in candidates if _lambda_matches(n, fn.__code__, offset, first_line)]
+        if len(matches) != 1 and candidates:
+            # Columns can shift after dedent; fall back to matching the parameter names.
+            params = fn.__code__.co_varnames[:fn.__code__.co_argcount]
+            matches = [n for n in candidates if tuple(a.id for a in n.args.args) == params]
+        if not matches:
+            raise SourceUnavailableError(f"cannot find the source of {fn!r}", filename=filename,
+                                         lineno=first_line)
+        lam = matches[0]
+        node = gast.FunctionDef(
+            name="lambda", args=lam.args, body=[gast.Return(value=lam.body)],
+            decorator_list=[], returns=None, type_comment=None, type_params=[])
+        for stmt in node.body:
+            gast.copy_location(stmt, lam)
+        gast.copy_location(node, lam)
+        name = "lambda"
+    else:
+        defs = [n for n in tree.body if isinstance(n, (gast.FunctionDef, gast.AsyncFunctionDef))]
+        if not defs:
+            raise SourceUnavailableError(f"cannot find the definition of {fn.__qualname__}",
+                                         filename=filename, lineno=first_line)
+        node = defs[0]
+        if isinstance(node, gast.AsyncFunctionDef):
+            raise UnsupportedSyntaxError(
+                "async functions cannot be differentiated", filename=filename,
+                lineno=first_line, code=lines[0], hint="differentiate a plain def")
+        node.decorator_list = []
+        name = fn.__name__
+    closure = _closure_values(fn)
+    if bound_self is not None:
+        first = node.args.args.pop(0)
+        closure[first.id] = bound_self
+    return FunctionInfo(fn=fn, name=name, node=node, filename=filename, line_offset=offset,
+                        globals=fn.__globals__, closure=closure,
+                        module_name=fn.__module__)

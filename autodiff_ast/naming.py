@@ -1,0 +1,77 @@
+"""Deterministic, readable names for generated variables and functions.
+
+Names come from the user's names (``x_bar`` for the adjoint of ``x``, ``x_dot`` for its
+tangent) or from what a temporary holds (``tanh``, ``dot_inputs``); a counter suffix is added
+only on a clash. No random or global state: the same input always gives the same names.
+
+>>> namer = Namer(taken={"x", "np"})
+>>> namer.fresh("x"), namer.fresh("x"), namer.fresh("tanh")
+('x_2', 'x_3', 'tanh')
+>>> namer.adjoint("x"), namer.adjoint("x")
+('x_bar', 'x_bar')
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+
+_RESERVED = {"np", "numpy", "math", "numba", "len", "range", "float", "int", "abs", "min", "max",
+             "sum", "print", "None", "True", "False", "sorted", "list", "tuple", "dict", "zip",
+             "enumerate", "map", "round", "pow", "divmod", "isinstance", "type", "object",
+             "bool", "str", "slice", "iter", "next", "reversed", "all", "any", "id"}
+
+
+def sanitize(text):
+    """Turn any text into a valid, lower-case-friendly identifier.
+
+    >>> sanitize("W-1"), sanitize("0"), sanitize("lambda")
+    ('W_1', '_0', 'lambda_')
+    """
+    name = re.sub(r"\W", "_", str(text))
+    if not name or name[0].isdigit():
+        name = "_" + name
+    if keyword.iskeyword(name):
+        name += "_"
+    return name
+
+
+class Namer:
+    """Hands out names unique within one scope, derived from a readable base."""
+
+    def __init__(self, taken=()):
+        self.taken = set(taken) | _RESERVED
+        self._derived = {}
+
+    def reserve(self, name):
+        """Mark `name` as used without handing it out."""
+        self.taken.add(name)
+
+    def fresh(self, base):
+        """A new name from `base`: `base` itself if free, else `base_2`, `base_3`..."""
+        base = sanitize(base)
+        if base not in self.taken:
+            self.taken.add(base)
+            return base
+        stem = re.sub(r"_\d+$", "", base) or base
+        k = 2
+        while f"{stem}_{k}" in self.taken:
+            k += 1
+        name = f"{stem}_{k}"
+        self.taken.add(name)
+        return name
+
+    def derived(self, name, suffix):
+        """The one name derived from `name` with `suffix` (same answer every time)."""
+        key = (name, suffix)
+        if key not in self._derived:
+            self._derived[key] = self.fresh(f"{name}_{suffix}")
+        return self._derived[key]
+
+    def adjoint(self, name):
+        """The adjoint (cotangent) of `name`: ``name_bar``."""
+        return self.derived(name, "bar")
+
+    def tangent(self, name):
+        """The tangent of `name`: ``name_dot``."""
+        return self.derived(name, "dot")

@@ -1,0 +1,888 @@
+"""Normalization: a parsed user function becomes the core form the transformations read.
+
+Core form is straight Python in which every statement applies one primitive to names and
+constants (``div = x / 2.0``; ``tanh = np.tanh(div)``), so a derivative rule never sees a nested
+expression. Along the way we resolve every free name statically (numpy under any alias, ``math``,
+module constants, module data, the user's other functions), infer an abstract type for every
+name (:mod:`autodiff_ast.types`), give re-assigned names fresh versions (``x``, ``x_2``) so each
+value keeps its own name, turn pytree arguments into flat leaves (``params['W']`` becomes
+``params_W``), and call the user's helper functions as calls to their own core functions.
+
+Each core statement carries ``stmt.prim`` (what it computes, for the rules) and
+``stmt.origin`` (the user's statement it came from, for comments and error messages).
+
+>>> import numpy as np
+>>> from autodiff_ast.frontend import parse_function
+>>> def f(x):
+...     return np.sum(np.tanh(x) * 2.0)
+>>> core = normalize(parse_function(f), {"x": T.array((T.N,))})
+>>> [unparse(s) for s in core.body]
+['tanh = np.tanh(x)', 'mul = tanh * 2.0', 'sum_ = np.sum(mul)']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+import types as pytypes
+from dataclasses import dataclass, field
+
+import gast
+import numpy as np
+
+from . import rules
+from . import types as T
+from .errors import MissingRuleError, UnsupportedSyntaxError
+from .frontend import FunctionInfo, parse_function
+from .naming import Namer, sanitize
+from .rules import PrimCall
+from .templates import assign, fill, name, to_expr, unparse
+
+BINOPS = {gast.Add: "add", gast.Sub: "subtract", gast.Mult: "multiply", gast.Div: "divide",
+          gast.Pow: "power", gast.MatMult: "matmul", gast.Mod: "remainder",
+          gast.FloorDiv: "floor_divide"}
+TEMP_BASE = {"add": "add", "subtract": "sub", "multiply": "mul", "divide": "div",
+             "power": "pow", "matmul": "matmul", "negative": "neg", "T": "transposed",
+             "getitem": "item", "sum": "sum_", "max": "max_", "min": "min_", "len": "n",
+             "float": "value", "int": "count", "remainder": "rem", "floor_divide": "quot"}
+METHODS = {"sum": np.sum, "mean": np.mean, "prod": np.prod, "max": np.max, "min": np.min,
+           "var": np.var, "std": np.std, "cumsum": np.cumsum, "dot": np.dot,
+           "reshape": np.reshape, "transpose": np.transpose, "copy": np.copy, "ravel": np.ravel,
+           "flatten": np.ravel, "squeeze": np.squeeze, "clip": np.clip,
+           "swapaxes": np.swapaxes, "argmax": np.argmax, "argmin": np.argmin,
+           "round": np.round, "trace": np.trace, "diagonal": np.diagonal, "any": np.any,
+           "all": np.all, "argsort": np.argsort}
+VARARG_METHODS = {"reshape": "shape", "transpose": "axes"}
+
+
+# ---------------------------------------------------------------- pytree specs
+@dataclass(frozen=True)
+class TreeSpec:
+    """The structure of a pytree argument: its kind and children (key -> TreeSpec | AType)."""
+
+    kind: str
+    children: tuple  # ((key, spec), ...) in flattening order
+    fields: tuple = ()  # NamedTuple/dataclass field names, for attribute access
+
+    def child(self, key):
+        for k, spec in self.children:
+            if k == key:
+                return spec
+        if self.kind == "namedtuple" and isinstance(key, int) and key < len(self.children):
+            return self.children[key][1]
+        raise KeyError(key)
+
+    def leaves(self, base):
+        """[(flat name, AType)] in flattening order."""
+        out = []
+        for key, spec in self.children:
+            flat = sanitize(f"{base}_{key}")
+            if isinstance(spec, TreeSpec):
+                out.extend(spec.leaves(flat))
+            else:
+                out.append((flat, spec))
+        return out
+
+
+def spec_of(value):
+    """The TreeSpec (containers) or AType (leaves) describing a runtime argument.
+
+    >>> spec_of({"b": 1.0, "W": np.ones(2)}).children[0][0]
+    'W'
+    """
+    from . import pytrees
+    if isinstance(value, dict):
+        return TreeSpec("dict", tuple((k, spec_of(value[k])) for k in sorted(value)))
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return TreeSpec("namedtuple", tuple((f, spec_of(getattr(value, f)))
+                                            for f in value._fields), tuple(value._fields))
+    if isinstance(value, (list, tuple)):
+        return TreeSpec(type(value).__name__, tuple((i, spec_of(v)) for i, v in enumerate(value)))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = tuple(f.name for f in dataclasses.fields(value))
+        return TreeSpec("dataclass", tuple((f, spec_of(getattr(value, f))) for f in names), names)
+    custom = pytrees.custom_children(value) if hasattr(pytrees, "custom_children") else None
+    if custom is not None:
+        return TreeSpec("custom", tuple((i, spec_of(c)) for i, c in enumerate(custom)))
+    return T.abstract_of(value)
+
+
+@dataclass(frozen=True)
+class TreeRef:
+    """A compile-time reference to a (part of a) pytree argument."""
+
+    spec: TreeSpec
+    base: str  # the flat-name prefix of this subtree
+
+
+@dataclass(frozen=True)
+class Static:
+    """A compile-time Python object: a module, a callable, a container of constants."""
+
+    value: object
+
+
+# ---------------------------------------------------------------- core program
+@dataclass
+class Prim:
+    """What one core statement computes."""
+
+    kind: str  # 'rule', 'user', 'copy', 'unpack', 'nondiff'
+    rule: object = None
+    call: PrimCall | None = None
+    callee: object = None  # CoreFunction for 'user'
+    args: list = field(default_factory=list)  # atoms read (for activity analysis)
+
+
+@dataclass
+class CoreFunction:
+    info: FunctionInfo
+    name: str
+    params: list  # flat parameter names
+    body: list
+    types: dict
+    returns: object  # atom or gast.Tuple of atoms
+    return_node: object
+    namer: Namer
+    arg_specs: dict
+
+    @property
+    def return_type(self):
+        if isinstance(self.returns, gast.Tuple):
+            return T.AType("tuple", elts=tuple(atom_type(e, self.types)
+                                               for e in self.returns.elts))
+        return atom_type(self.returns, self.types)
+
+
+class Program:
+    """Everything one generated module needs: core functions, module data, imports."""
+
+    def __init__(self, reserved=()):
+        self.functions = {}  # key -> CoreFunction
+        self.data = {}  # emitted name -> (module name or None, attribute, value)
+        self.module_names = Namer(reserved)
+        self.order = []
+
+    def data_name(self, value, preferred, module):
+        for emitted, (_, _, v) in self.data.items():
+            if v is value:
+                return emitted
+        emitted = self.module_names.fresh(preferred)
+        self.data[emitted] = (module, preferred, value)
+        return emitted
+
+
+def atom_type(atom, types):
+    if isinstance(atom, gast.Name):
+        return types.get(atom.id, T.UNKNOWN)
+    if isinstance(atom, gast.Constant):
+        return T.const(atom.value)
+    if isinstance(atom, (gast.Tuple, gast.List)):
+        elts = tuple(atom_type(e, types) for e in atom.elts)
+        values = tuple(e.value for e in elts)
+        const = values if all(v is not None for v in values) else None
+        return T.AType("tuple", elts=elts, value=const)
+    if isinstance(atom, gast.UnaryOp):
+        value = atom_type(atom.operand, types)
+        if value.value is not None and isinstance(value.value, (int, float)):
+            return T.const(-value.value)
+        return value
+    if isinstance(atom, gast.Slice):
+        return T.AType("object")
+    return T.UNKNOWN
+
+
+def names_in(node):
+    return [n.id for n in gast.walk(node) if isinstance(n, gast.Name)]
+
+
+# ---------------------------------------------------------------- the normalizer
+class Normalizer:
+    def __init__(self, info, arg_specs, program, core_name):
+        self.info = info
+        self.program = program
+        self.body = []
+        self.types = {}
+        self.env = {}  # user name -> core name | TreeRef
+        taken = set(names_in(info.node)) | set(program.module_names.taken)
+        self.namer = Namer(taken)
+        self.origin = None
+        self.params = []
+        self.core_name = core_name
+        self.arg_specs = arg_specs
+
+    # -- errors
+    def unsupported(self, message, node, hint=None):
+        return self.info.error(UnsupportedSyntaxError, message, node, hint)
+
+    # -- entry point
+    def run(self):
+        node = self.info.node
+        args = node.args
+        if args.vararg or args.kwarg:
+            raise self.unsupported("functions taking *args or **kwargs cannot be differentiated",
+                                   node, "list the parameters explicitly")
+        for arg in list(args.posonlyargs) + list(args.args) + list(args.kwonlyargs):
+            spec = self.arg_specs.get(arg.id, T.UNKNOWN)
+            if isinstance(spec, TreeSpec):
+                self.env[arg.id] = TreeRef(spec, arg.id)
+                for flat, leaf in spec.leaves(arg.id):
+                    self.namer.reserve(flat)
+                    self.params.append(flat)
+                    self.types[flat] = leaf
+            elif isinstance(spec, Static):
+                self.env[arg.id] = spec
+            else:
+                self.env[arg.id] = arg.id
+                self.params.append(arg.id)
+                self.types[arg.id] = spec
+        returns, return_node = None, None
+        for stmt in node.body:
+            self.origin = stmt
+            if isinstance(stmt, gast.Return):
+                return_node = stmt
+                returns = self.visit_return(stmt)
+                break
+            self.visit_stmt(stmt)
+        if return_node is None:
+            returns = gast.Constant(value=None, kind=None)
+            return_node = node
+        return CoreFunction(self.info, self.core_name, self.params, self.body, self.types,
+                            returns, return_node, self.namer, self.arg_specs)
+
+    # -- statements
+    def visit_stmt(self, stmt):
+        if isinstance(stmt, gast.Assign):
+            for target in stmt.targets:
+                self.assign_to(target, stmt.value)
+        elif isinstance(stmt, gast.AnnAssign):
+            if stmt.value is not None:
+                self.assign_to(stmt.target, stmt.value)
+        elif isinstance(stmt, gast.AugAssign):
+            if not isinstance(stmt.target, gast.Name):
+                raise self.unsupported("augmented assignment to an element or attribute is not "
+                                       "supported here", stmt,
+                                       "write `y = y + v` on whole arrays, or build a new array")
+            value = gast.BinOp(left=gast.Name(id=stmt.target.id, ctx=gast.Load(),
+                                              annotation=None, type_comment=None),
+                               op=stmt.op, right=stmt.value)
+            gast.copy_location(value, stmt)
+            self.assign_to(stmt.target, value)
+        elif isinstance(stmt, gast.Expr):
+            if isinstance(stmt.value, gast.Constant):
+                return  # a docstring or a bare constant
+            raise self.unsupported("expression statements (calls kept for their side effects, "
+                                   "such as print) are not supported", stmt,
+                                   "remove the statement, or move it outside the function")
+        elif isinstance(stmt, (gast.Pass, gast.Assert)):
+            return
+        else:
+            what = type(stmt).__name__
+            readable = {"If": "if statements", "For": "for loops", "While": "while loops",
+                        "With": "with blocks", "Try": "try/except", "TryStar": "try/except*",
+                        "Raise": "raise", "Global": "global declarations",
+                        "Nonlocal": "nonlocal declarations", "ClassDef": "class definitions",
+                        "FunctionDef": "nested function definitions", "Import": "imports",
+                        "ImportFrom": "imports", "Delete": "del", "Match": "match statements",
+                        "AsyncFor": "async for", "AsyncWith": "async with"}.get(what, what)
+            raise self.unsupported(f"{readable} are not supported in differentiated code yet",
+                                   stmt, _HINTS.get(what, "rewrite the function without it"))
+
+    def assign_to(self, target, value):
+        if isinstance(target, gast.Name):
+            resolved = self.expr(value, target=target.id)
+            if isinstance(resolved, (TreeRef, Static)):
+                self.env[target.id] = resolved
+            return
+        if isinstance(target, (gast.Tuple, gast.List)):
+            names = target.elts
+            if isinstance(value, (gast.Tuple, gast.List)) and len(value.elts) == len(names):
+                atoms = [self.expr(v) for v in value.elts]
+                for t, a in zip(names, atoms):
+                    self.bind_value(t, a)
+                return
+            atom = self.expr(value)
+            if isinstance(atom, TreeRef):
+                for i, t in enumerate(names):
+                    self.bind_value(t, self.tree_child(atom, i, value))
+                return
+            if isinstance(atom, Static):
+                for t, v in zip(names, atom.value):
+                    self.bind_value(t, self.static(v, value, None))
+                return
+            typ = atom_type(atom, self.types)
+            if typ.kind != "tuple" or typ.elts is None or len(typ.elts) != len(names):
+                raise self.unsupported("can only unpack tuples whose length is known", target)
+            if not all(isinstance(t, gast.Name) for t in names):
+                raise self.unsupported("nested unpacking is not supported", target)
+            out = [self.define(t.id) for t in names]
+            for n, t in zip(out, typ.elts):
+                self.types[n] = t
+            stmt = assign(out, atom)
+            self.append(stmt, Prim("unpack", args=[atom]))
+            return
+        if isinstance(target, gast.Subscript):
+            raise self.unsupported("assignment to an element or slice (an in-place write) is "
+                                   "not supported yet", target,
+                                   "build the new array with np.where or np.concatenate")
+        raise self.unsupported(f"cannot assign to {type(target).__name__}", target)
+
+    def bind_value(self, target, atom):
+        if not isinstance(target, gast.Name):
+            raise self.unsupported("nested unpacking is not supported", target)
+        if isinstance(atom, (TreeRef, Static)):
+            self.env[target.id] = atom
+            return
+        out = self.define(target.id)
+        self.types[out] = atom_type(atom, self.types)
+        self.append(assign(out, atom), Prim("copy", args=[atom]))
+
+    def visit_return(self, stmt):
+        if stmt.value is None:
+            return gast.Constant(value=None, kind=None)
+        if isinstance(stmt.value, gast.Tuple):
+            return gast.Tuple(elts=[self.runtime(self.expr(e), e) for e in stmt.value.elts],
+                              ctx=gast.Load())
+        return self.runtime(self.expr(stmt.value), stmt.value)
+
+    # -- names
+    def define(self, user_name):
+        """The core name for a new value of `user_name`: itself the first time, then versions."""
+        current = self.env.get(user_name)
+        if current is None and user_name not in self.types:
+            core = user_name
+            self.namer.reserve(core)
+        else:
+            core = self.namer.fresh(user_name)
+        self.env[user_name] = core
+        return core
+
+    def append(self, stmt, prim):
+        stmt.prim = prim
+        stmt.origin = self.origin
+        stmt.info = self.info
+        gast.copy_location(stmt, self.origin)
+        self.body.append(stmt)
+
+    def emit(self, value, typ, prim, target, base):
+        out = self.define(target) if target is not None else self.namer.fresh(base)
+        self.types[out] = typ
+        if prim.call is not None:
+            prim.call.out = out
+        self.append(assign(out, value), prim)
+        return name(out)
+
+    def runtime(self, atom, node):
+        if isinstance(atom, TreeRef):
+            raise self.unsupported("returning a whole pytree argument is not supported", node,
+                                   "return its leaves")
+        if isinstance(atom, Static):
+            return self.static_to_atom(atom.value, node)
+        return atom
+
+    # -- expressions
+    def expr(self, node, target=None):
+        """Normalize `node`; returns an atom (Name/Constant/display), a TreeRef or a Static."""
+        method = getattr(self, "expr_" + type(node).__name__, None)
+        if method is None:
+            raise self.unsupported(f"{_describe(node)} is not supported in differentiated code",
+                                   node, _HINTS.get(type(node).__name__))
+        result = method(node, target)
+        if target is not None and isinstance(result, (gast.Name, gast.Constant, gast.UnaryOp)) \
+                and not (isinstance(result, gast.Name) and result.id == self.env.get(target)):
+            out = self.define(target)
+            self.types[out] = atom_type(result, self.types)
+            self.append(assign(out, result), Prim("copy", args=[result]))
+            return name(out)
+        if target is not None and isinstance(result, (gast.Tuple, gast.List)):
+            typ = atom_type(result, self.types)
+            return self.emit(result, typ, Prim("nondiff" if not any(
+                t.is_float and t.kind != "unknown" for t in typ.elts) else "tuple",
+                args=list(result.elts)), target, "tup")
+        return result
+
+    def atom(self, node):
+        result = self.expr(node)
+        return self.runtime(result, node)
+
+    def expr_Constant(self, node, target):
+        return gast.Constant(value=node.value, kind=None)
+
+    def expr_Name(self, node, target):
+        if node.id in self.env:
+            bound = self.env[node.id]
+            return bound if isinstance(bound, (TreeRef, Static)) else name(bound)
+        try:
+            value = self.info.lookup(node.id)
+        except KeyError:
+            raise self.unsupported(f"name {node.id!r} is not defined", node,
+                                   "define it before the function, or pass it as an argument") \
+                from None
+        return self.static(value, node, node.id)
+
+    def static(self, value, node, preferred):
+        """A compile-time value: constants become atoms, arrays become module data."""
+        if isinstance(value, (bool, int, float, str)) or value is None:
+            return gast.Constant(value=value, kind=None)
+        if isinstance(value, (np.floating, np.integer, np.bool_)):
+            return gast.Constant(value=value.item(), kind=None)
+        if isinstance(value, np.ndarray):
+            module = getattr(self.info.fn, "__module__", None)
+            emitted = self.program.data_name(value, preferred or "data", module
+                                             if preferred else None)
+            self.types[emitted] = T.abstract_of(value)
+            return name(emitted)
+        return Static(value)
+
+    def static_to_atom(self, value, node):
+        atom = self.static(value, node, None)
+        if isinstance(atom, Static):
+            raise self.unsupported(f"{type(value).__name__} values cannot be used here", node)
+        return atom
+
+    def expr_Attribute(self, node, target):
+        base = self.expr(node.value)
+        if isinstance(base, Static):
+            try:
+                value = getattr(base.value, node.attr)
+            except AttributeError:
+                raise self.unsupported(f"{unparse(node)} does not exist", node) from None
+            preferred = node.attr if isinstance(value, np.ndarray) else None
+            return self.static(value, node, preferred)
+        if isinstance(base, TreeRef):
+            return self.tree_child(base, node.attr, node)
+        typ = atom_type(base, self.types)
+        if node.attr == "T":
+            return self.apply_rule(rules.by_name("T"), {"x": base}, node, target,
+                                   value=gast.Attribute(value=base, attr="T", ctx=gast.Load()))
+        if node.attr in ("shape", "size", "ndim", "dtype"):
+            if node.attr == "ndim" and typ.ndim is not None:
+                return gast.Constant(value=typ.ndim, kind=None)
+            if node.attr == "shape":
+                out = T.AType("tuple", elts=tuple(T.INT for _ in range(typ.ndim))) \
+                    if typ.ndim is not None else T.AType("tuple")
+            else:
+                out = T.INT if node.attr != "dtype" else T.AType("object")
+            value = gast.Attribute(value=base, attr=node.attr, ctx=gast.Load())
+            return self.emit(value, out, Prim("nondiff", args=[base]), target, node.attr)
+        if node.attr == "real" and typ.is_float:
+            return base
+        raise self.unsupported(f"the attribute .{node.attr} is not supported", node)
+
+    def tree_child(self, ref, key, node):
+        try:
+            spec = ref.spec.child(key)
+        except KeyError:
+            raise self.unsupported(f"the argument has no entry {key!r}", node) from None
+        if isinstance(key, int) and ref.spec.kind == "namedtuple":
+            key = ref.spec.children[key][0]
+        flat = sanitize(f"{ref.base}_{key}")
+        if isinstance(spec, TreeSpec):
+            return TreeRef(spec, flat)
+        return name(flat)
+
+    def expr_Subscript(self, node, target):
+        base = self.expr(node.value)
+        if isinstance(base, (TreeRef, Static)):
+            key = self.expr(node.slice)
+            if not isinstance(key, gast.Constant):
+                raise self.unsupported("pytree entries must be selected with a constant key",
+                                       node, "write params['W'], not params[name]")
+            if isinstance(base, TreeRef):
+                return self.tree_child(base, key.value, node)
+            try:
+                value = base.value[key.value]
+            except (KeyError, IndexError, TypeError):
+                raise self.unsupported(f"{unparse(node)} cannot be evaluated", node) from None
+            return self.static(value, node, sanitize(f"{unparse(node.value)}_{key.value}"))
+        index = self.index(node.slice)
+        typ = atom_type(base, self.types)
+        if typ.kind == "tuple":
+            if isinstance(index, gast.Constant) and typ.elts is not None:
+                out = typ.elts[index.value]
+            else:
+                out = T.UNKNOWN
+            value = gast.Subscript(value=base, slice=index, ctx=gast.Load())
+            kind = "tuple_get" if out.is_float else "nondiff"
+            return self.emit(value, out, Prim(kind, args=[base], rule=index), target, "item")
+        out = index_type(typ, index, self.types)
+        value = gast.Subscript(value=base, slice=index, ctx=gast.Load())
+        call = PrimCall(rules.by_name("getitem"), {"x": base, "index": index},
+                        {"x": typ, "index": atom_type(index, self.types)}, None, out)
+        return self.emit(value, out, Prim("rule", rules.by_name("getitem"), call,
+                                          args=[base]), target, "item")
+
+    def index(self, node):
+        if isinstance(node, gast.Slice):
+            return gast.Slice(lower=self.opt_atom(node.lower), upper=self.opt_atom(node.upper),
+                              step=self.opt_atom(node.step))
+        if isinstance(node, gast.Tuple):
+            return gast.Tuple(elts=[self.index(e) for e in node.elts], ctx=gast.Load())
+        return self.atom(node)
+
+    def opt_atom(self, node):
+        return None if node is None else self.atom(node)
+
+    def expr_BinOp(self, node, target):
+        left, right = self.atom(node.left), self.atom(node.right)
+        rule = rules.by_name(BINOPS[type(node.op)])
+        value = gast.BinOp(left=left, op=node.op, right=right)
+        return self.apply_rule(rule, {"a": left, "b": right}, node, target, value=value)
+
+    def expr_UnaryOp(self, node, target):
+        operand = self.atom(node.operand)
+        if isinstance(node.op, gast.UAdd):
+            return operand
+        if isinstance(node.op, gast.USub):
+            if isinstance(operand, gast.Constant) and isinstance(operand.value, (int, float)):
+                return gast.Constant(value=-operand.value, kind=None)
+            value = gast.UnaryOp(op=gast.USub(), operand=operand)
+            return self.apply_rule(rules.by_name("negative"), {"x": operand}, node, target,
+                                   value=value)
+        value = gast.UnaryOp(op=node.op, operand=operand)
+        typ = T.BOOL if isinstance(node.op, gast.Not) else atom_type(operand, self.types)
+        return self.emit(value, typ, Prim("nondiff", args=[operand]), target, "flag")
+
+    def expr_Compare(self, node, target):
+        left = self.atom(node.left)
+        parts = []
+        for op, comparator in zip(node.ops, node.comparators):
+            right = self.atom(comparator)
+            parts.append(gast.Compare(left=left, ops=[op], comparators=[right]))
+            left = right
+        value = parts[0] if len(parts) == 1 else gast.BoolOp(op=gast.And(), values=parts)
+        types_ = [atom_type(a, self.types) for p in parts for a in (p.left, p.comparators[0])]
+        typ = T.broadcast(*types_)
+        typ = T.array(typ.dims, "bool") if typ.kind == "array" else T.BOOL
+        return self.emit(value, typ, Prim("nondiff"), target, "cond")
+
+    def expr_BoolOp(self, node, target):
+        values = [self.atom(v) for v in node.values]
+        return self.emit(gast.BoolOp(op=node.op, values=values), T.BOOL, Prim("nondiff"),
+                         target, "cond")
+
+    def expr_Tuple(self, node, target):
+        return gast.Tuple(elts=[self.atom(e) for e in node.elts], ctx=gast.Load())
+
+    def expr_List(self, node, target):
+        return gast.List(elts=[self.atom(e) for e in node.elts], ctx=gast.Load())
+
+    # -- calls
+    def expr_Call(self, node, target):
+        if any(isinstance(a, gast.Starred) for a in node.args) or any(
+                k.arg is None for k in node.keywords):
+            raise self.unsupported("calls with *args or **kwargs splats are not supported", node,
+                                   "pass the arguments one by one")
+        func = node.func
+        receiver = None
+        if isinstance(func, gast.Attribute):
+            base = self.expr(func.value)
+            if isinstance(base, (Static, TreeRef)):
+                callee = self.expr(func)
+            else:
+                receiver, callee = base, None
+        else:
+            callee = self.expr(func)
+        if receiver is not None:
+            return self.method_call(receiver, func.attr, node, target)
+        if not isinstance(callee, Static):
+            raise self.unsupported(f"cannot call {unparse(func)}", node)
+        fn = callee.value
+        rule = rules.lookup(fn)
+        if fn in (max, min) and len(node.args) != 2:
+            rule = None
+        if rule is not None:
+            return self.call_rule(rule, node.args, node.keywords, node, target)
+        if inspect.isfunction(fn) or inspect.ismethod(fn):
+            return self.call_user(fn, node, target)
+        raise self.info.error(
+            MissingRuleError, f"{_callable_name(fn)} has no derivative rule", node,
+            "write it with supported NumPy functions, or register a rule for it "
+            "(see docs/adding-a-rule.md)")
+
+    def method_call(self, receiver, attr, node, target):
+        if attr == "astype":
+            rule = rules.by_name("astype")
+            dtype = self.expr(node.args[0]) if node.args else None
+            value = gast.Call(func=gast.Attribute(value=receiver, attr="astype", ctx=gast.Load()),
+                              args=[_dtype_atom(dtype, node.args[0], self)], keywords=[])
+            return self.apply_rule(rule, {"x": receiver, "dtype": value.args[0]}, node, target,
+                                   value=value)
+        if attr == "copy" and not node.args:
+            return self.call_rule(rules.lookup(np.copy), [], [], node, target,
+                                  first=receiver)
+        fn = METHODS.get(attr)
+        if fn is None:
+            raise self.info.error(MissingRuleError, f"the method .{attr}() has no derivative "
+                                  "rule", node, "call the NumPy function instead")
+        args = list(node.args)
+        if attr in VARARG_METHODS and len(args) > 1:
+            args = [gast.Tuple(elts=args, ctx=gast.Load())]
+        return self.call_rule(rules.lookup(fn), args, node.keywords, node, target,
+                              first=receiver)
+
+    def call_rule(self, rule, args, keywords, node, target, first=None):
+        bound, kws = {}, []
+        params = list(rule.params)
+        atoms = [first] if first is not None else []
+        atoms += [self.expr(a) for a in args]
+        atoms = [self.static_to_atom(a.value, node) if isinstance(a, Static) and
+                 isinstance(a.value, (tuple,)) else a for a in atoms]
+        for a, src in zip(atoms, ([None] if first is not None else []) + list(args)):
+            if isinstance(a, (TreeRef, Static)) and not _is_dtype(a):
+                raise self.unsupported("a pytree or Python object cannot be passed to "
+                                       f"{rule.emit or rule.name}", src or node)
+        if rule.varargs:
+            k = params.index(rule.varargs)
+            if len(atoms) > k:
+                atoms = atoms[:k] + [gast.Tuple(elts=atoms[k:], ctx=gast.Load())]
+        if len(atoms) > len(params):
+            raise self.unsupported(f"too many arguments for {rule.emit}", node)
+        for p, a in zip(params, atoms):
+            bound[p] = a
+        for kw in keywords:
+            if kw.arg not in params:
+                raise self.unsupported(f"the keyword {kw.arg}= of {rule.emit} is not supported",
+                                       node)
+            value = self.expr(kw.value)
+            bound[kw.arg] = value
+            kws.append(kw.arg)
+        for p, a in list(bound.items()):
+            if isinstance(a, Static):
+                bound[p] = _dtype_atom(a, node, self)
+        value = _emit_call(rule, bound, kws)
+        return self.apply_rule(rule, bound, node, target, value=value, keywords=kws)
+
+    def apply_rule(self, rule, bound, node, target, value, keywords=()):
+        types_ = {p: atom_type(a, self.types) for p, a in bound.items()}
+        call = PrimCall(rule, bound, types_, None, None, keywords)
+        try:
+            out = rule.infer(call)
+        except Exception as exc:  # a type rule that cannot handle these operands
+            raise self.unsupported(f"cannot infer the type of {unparse(node)} ({exc})",
+                                   node) from None
+        call.out_type = out
+        kind = "nondiff" if rule.nondiff_output or not rule.diff else "rule"
+        reads = [a for p, a in bound.items() if p in rule.diff]
+        base = TEMP_BASE.get(rule.name.split("@")[0], rule.name.split("@")[0])
+        return self.emit(value, out, Prim(kind, rule, call, args=reads), target, base)
+
+    def call_user(self, fn, node, target):
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError):
+            raise self.info.error(MissingRuleError, f"cannot read the signature of "
+                                  f"{_callable_name(fn)}", node) from None
+        atoms = [self.expr(a) for a in node.args]
+        kw = {k.arg: self.expr(k.value) for k in node.keywords}
+        try:
+            bound = sig.bind(*atoms, **kw)
+        except TypeError as exc:
+            raise self.unsupported(f"bad call to {fn.__name__}: {exc}", node) from None
+        bound.apply_defaults()
+        specs, flat_args = {}, []
+        for pname, value in bound.arguments.items():
+            param = sig.parameters[pname]
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise self.unsupported(f"{fn.__name__} takes *args/**kwargs", node)
+            if isinstance(value, TreeRef):
+                specs[pname] = value.spec
+                flat_args.extend(name(flat) for flat, _ in value.spec.leaves(value.base))
+            elif isinstance(value, Static):
+                specs[pname] = value
+            elif isinstance(value, gast.AST):
+                specs[pname] = atom_type(value, self.types)
+                flat_args.append(value)
+            else:  # a default value
+                atom = self.static(value, node, pname)
+                if isinstance(atom, Static):
+                    specs[pname] = atom
+                else:
+                    specs[pname] = atom_type(atom, self.types)
+                    flat_args.append(atom)
+        callee = normalize_into(self.program, parse_callee(fn), specs)
+        value = gast.Call(func=name(callee.name), args=flat_args, keywords=[])
+        prim = Prim("user", callee=callee, args=flat_args)
+        base = f"{fn.__name__}_out" if fn.__name__ != "<lambda>" else "out"
+        return self.emit(value, callee.return_type, prim, target, base)
+
+    # -- unsupported expression kinds give specific errors
+    def expr_IfExp(self, node, target):
+        raise self.unsupported("conditional expressions are not supported yet", node,
+                               "use np.where(condition, a, b)")
+
+    def expr_Lambda(self, node, target):
+        raise self.unsupported("lambda expressions inside a differentiated function are not "
+                               "supported", node, "define the helper with def outside")
+
+
+_HINTS = {
+    "Try": "move error handling outside the differentiated function",
+    "Global": "pass the value as an argument instead",
+    "Nonlocal": "pass the value as an argument and return the new one",
+    "ClassDef": "define classes outside the function",
+    "Yield": "return a list or an array instead of yielding",
+    "YieldFrom": "return a list or an array instead of yielding",
+    "Await": "differentiate synchronous code",
+    "ListComp": "use a for loop, or a vectorized NumPy expression",
+    "GeneratorExp": "use a for loop, or a vectorized NumPy expression",
+    "DictComp": "build the dict outside the function",
+    "SetComp": "sets are not differentiable containers",
+    "JoinedStr": "format strings outside the differentiated function",
+    "NamedExpr": "assign the value in its own statement",
+    "Starred": "pass the arguments one by one",
+    "Dict": "build dicts outside the function and pass them as pytree arguments",
+    "Set": "sets are not differentiable containers",
+    "Import": "import at module level",
+    "ImportFrom": "import at module level",
+}
+
+
+def _describe(node):
+    names = {"ListComp": "a list comprehension", "GeneratorExp": "a generator expression",
+             "DictComp": "a dict comprehension", "SetComp": "a set comprehension",
+             "JoinedStr": "an f-string", "NamedExpr": "the walrus operator :=",
+             "Yield": "yield", "YieldFrom": "yield from", "Await": "await",
+             "Starred": "a starred expression", "Dict": "a dict display", "Set": "a set display"}
+    return names.get(type(node).__name__, type(node).__name__)
+
+
+def _callable_name(fn):
+    module = getattr(fn, "__module__", None) or ""
+    qual = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
+    if module.startswith("numpy"):
+        return f"np.{qual}" if module in ("numpy", "numpy._core.fromnumeric") else \
+            f"{module.replace('numpy', 'np')}.{qual}"
+    return f"{module}.{qual}" if module and module != "builtins" else qual
+
+
+def _is_dtype(atom):
+    return isinstance(atom, Static) and (isinstance(atom.value, (type, np.dtype)) and (
+        atom.value in (float, int, bool) or isinstance(atom.value, np.dtype) or
+        issubclass(atom.value, np.generic)))
+
+
+def _dtype_atom(atom, node, normalizer):
+    if isinstance(atom, Static):
+        value = atom.value
+        if value in (float, int, bool):
+            return gast.Name(id=value.__name__, ctx=gast.Load(), annotation=None,
+                             type_comment=None)
+        try:
+            dtype = np.dtype(value)
+        except TypeError:
+            raise normalizer.unsupported("only dtypes and constants may be passed here",
+                                         node) from None
+        return fill(f"np.{dtype.name}")
+    return atom
+
+
+def _emit_call(rule, bound, keywords):
+    args, kws = [], []
+    for p in rule.params:
+        if p not in bound:
+            continue
+        value = bound[p]
+        if p == rule.varargs and isinstance(value, gast.Tuple):
+            args.extend(value.elts)
+        elif p in keywords:
+            kws.append(gast.keyword(arg=p, value=value))
+        else:
+            args.append(value)
+    return gast.Call(func=fill(rule.emit), args=args, keywords=kws)
+
+
+# ---------------------------------------------------------------- indexing types
+def index_type(base, index, types):
+    """Abstract type of base[index] for basic and integer-array indexing."""
+    if base.kind != "array" or base.dims is None:
+        return T.AType("array", base.dtype, None) if base.kind == "array" else T.UNKNOWN
+    parts = index.elts if isinstance(index, gast.Tuple) else [index]
+    dims = list(base.dims)
+    out, axis = [], 0
+    advanced = []
+    n_consumed = sum(1 for p in parts if not (isinstance(p, gast.Constant) and
+                                                (p.value is None or p.value is Ellipsis)))
+    for p in parts:
+        if isinstance(p, gast.Slice):
+            out.append(dims[axis] if axis < len(dims) else T.N)
+            axis += 1
+        elif isinstance(p, gast.Constant) and p.value is None:
+            out.append(1)
+        elif isinstance(p, gast.Constant) and p.value is Ellipsis:
+            skip = len(dims) - n_consumed
+            out.extend(dims[axis:axis + skip])
+            axis += skip
+        else:
+            t = atom_type(p, types)
+            if t.kind in ("int", "bool"):
+                axis += 1
+            elif t.kind == "array" and t.dtype == "bool":
+                advanced.append((len(out), (T.N,)))
+                axis += len(t.dims or (1,))
+            elif t.kind == "array":
+                advanced.append((len(out), t.dims))
+                axis += 1
+            else:
+                return T.AType("array", base.dtype, None)
+    out.extend(dims[axis:])
+    if advanced:
+        adv_dims = T.broadcast(*(T.array(d) for _, d in advanced)).dims or ()
+        at = advanced[0][0] if all(pos == advanced[0][0] for pos, _ in advanced) else 0
+        out[at:at] = list(adv_dims)
+    return T.array(tuple(out), base.dtype or "float64")
+
+
+# ---------------------------------------------------------------- getitem rule
+def _getitem_vjp(call, g):
+    return {"x": ("scatter", call.args["index"])}
+
+
+def _getitem_jvp(call, dots):
+    return gast.Subscript(value=to_expr(dots["x"]), slice=to_expr(call.args["index"]),
+                          ctx=gast.Load())
+
+
+rules.register(rules.Rule("getitem", None, ("x", "index"), {}, ("x",), lambda call:
+                          call.out_type, _getitem_vjp, _getitem_jvp, linear=True))
+
+
+# ---------------------------------------------------------------- entry points
+_CALLEES = {}
+
+
+def parse_callee(fn):
+    if fn not in _CALLEES:
+        _CALLEES[fn] = parse_function(fn)
+    return _CALLEES[fn]
+
+
+def _spec_key(specs):
+    return tuple(sorted((k, v if not isinstance(v, Static) else ("static", id(v.value)))
+                        for k, v in specs.items()))
+
+
+def normalize_into(program, info, specs, core_name=None):
+    """Normalize `info` for these argument specs into `program` (memoized per signature)."""
+    key = (info.fn, _spec_key(specs))
+    if key in program.functions:
+        return program.functions[key]
+    base = core_name or info.name
+    emitted = program.module_names.fresh(base)
+    placeholder = CoreFunction(info, emitted, [], [], {}, None, None, None, specs)
+    program.functions[key] = placeholder  # recursion guard
+    core = Normalizer(info, specs, program, emitted).run()
+    program.functions[key] = core
+    program.order.append(key)
+    return core
+
+
+def normalize(info, specs, program=None):
+    """Normalize one function (and, through `program`, the helpers it calls)."""
+    program = program or Program()
+    return normalize_into(program, info, specs)
+
+
+__all__ = ["normalize", "normalize_into", "Program", "CoreFunction", "TreeSpec", "spec_of",
+           "Static", "TreeRef", "Prim", "math", "pytypes"]

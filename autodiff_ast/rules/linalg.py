@@ -1,0 +1,278 @@
+"""Linear algebra primitives: products (dot, matmul, outer, inner, einsum), trace, diag, and
+``np.linalg`` (norm, solve, inv, det, slogdet).
+
+Products are bilinear: the forward rule is ``f(a_dot, b) + f(a, b_dot)``; the reverse rules
+depend on the operands' ranks, which static inference knows.
+
+>>> from autodiff_ast.rules import by_name
+>>> by_name("dot").params
+('a', 'b')
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import types as T
+from ..templates import fill, to_expr
+from . import Rule, register
+from .structural import emit_call
+
+
+def _infer_dot(call):
+    a, b = call.types["a"], call.types["b"]
+    dtype = T.result_dtype(a, b)
+    if a.ndim is None or b.ndim is None:
+        return T.AType("array", dtype, None)
+    if a.ndim == 0 or b.ndim == 0:
+        return T.broadcast(a, b)
+    if call.rule.name in ("matmul",) and (a.ndim > 2 or b.ndim > 2):
+        batch = T.broadcast(T.array(a.dims[:-2] or (1,)), T.array(b.dims[:-2] or (1,)))
+        lead = batch.dims if (a.ndim > 2 or b.ndim > 2) else ()
+        tail = (a.dims[-2] if a.ndim >= 2 else None, b.dims[-1] if b.ndim >= 2 else None)
+        return T.array(tuple(lead) + tuple(d for d in tail if d is not None), dtype)
+    dims = tuple(a.dims[:-1]) + tuple(b.dims[:-2] + b.dims[-1:] if b.ndim >= 2 else ())
+    return T.array(dims, dtype)
+
+
+def _dot_vjp(call, g):
+    a, b = call.args["a"], call.args["b"]
+    ta, tb = call.types["a"], call.types["b"]
+    ra, rb = ta.ndim, tb.ndim
+    if ra == 0 or rb == 0:
+        return {"a": (fill("g * b", g=g, b=b), call.out_type),
+                "b": (fill("g * a", g=g, a=a), call.out_type)}
+    if call.rule.name == "matmul" and (ra > 2 or rb > 2):
+        ga = fill("np.matmul(g, np.swapaxes(b, -1, -2))", g=g, b=b) if rb >= 2 else \
+            fill("np.expand_dims(g, -1) * b", g=g, b=b)
+        gb = fill("np.matmul(np.swapaxes(a, -1, -2), g)", g=g, a=a) if rb >= 2 else \
+            fill("np.sum(a * np.expand_dims(g, -1), axis=tuple(range(a.ndim - 1)))", g=g, a=a)
+        return {"a": (ga, T.AType("array", ta.dtype, None)),
+                "b": (gb, T.AType("array", tb.dtype, None))}
+    table = {
+        (1, 1): ("g * b", "g * a"),
+        (2, 1): ("np.outer(g, b)", "np.dot(a.T, g)"),
+        (1, 2): ("np.dot(b, g)", "np.outer(a, g)"),
+        (2, 2): ("np.dot(g, b.T)", "np.dot(a.T, g)"),
+    }
+    if (ra, rb) not in table:
+        return None
+    ta_expr, tb_expr = table[(ra, rb)]
+    return {"a": (fill(ta_expr, g=g, a=a, b=b), ta), "b": (fill(tb_expr, g=g, a=a, b=b), tb)}
+
+
+def _bilinear_jvp(call, dots):
+    terms = []
+    for param in call.rule.diff:
+        if param in dots:
+            args = dict(call.args)
+            args[param] = dots[param]
+            terms.append(emit_call(call.rule, args, call.keywords))
+    if not terms:
+        return None
+    return terms[0] if len(terms) == 1 else fill("p + q", p=terms[0], q=terms[1])
+
+
+register(Rule("dot", "np.dot", ("a", "b"), {}, ("a", "b"), _infer_dot, _dot_vjp, _bilinear_jvp),
+         np.dot)
+register(Rule("matmul", "np.matmul", ("a", "b"), {}, ("a", "b"), _infer_dot, _dot_vjp,
+              _bilinear_jvp), np.matmul)
+register(Rule("inner", "np.inner", ("a", "b"), {}, ("a", "b"), _infer_dot, _dot_vjp,
+              _bilinear_jvp), np.inner)
+register(Rule("vdot", "np.vdot", ("a", "b"), {}, ("a", "b"), lambda call: T.FLOAT,
+              lambda call, g: {"a": (fill("g * b", g=g, b=call.args["b"]), call.types["a"]),
+                               "b": (fill("g * a", g=g, a=call.args["a"]), call.types["b"])},
+              _bilinear_jvp), np.vdot)
+register(Rule("outer", "np.outer", ("a", "b"), {}, ("a", "b"),
+              lambda call: T.array((T.N, T.N), T.result_dtype(call.types["a"], call.types["b"])),
+              lambda call, g: {"a": (fill("np.dot(g, b)", g=g, b=call.args["b"]),
+                                     call.types["a"]),
+                               "b": (fill("np.dot(a, g)", g=g, a=call.args["a"]),
+                                     call.types["b"])},
+              _bilinear_jvp), np.outer)
+
+
+# ---------------------------------------------------------------- einsum
+def parse_subscripts(spec, count):
+    """('ij,jk', 'ik') from 'ij,jk->ik'; implicit output as NumPy defines it.
+
+    >>> parse_subscripts("ij,jk->ik", 2)
+    (['ij', 'jk'], 'ik')
+    >>> parse_subscripts("ij,jk", 2)
+    (['ij', 'jk'], 'ik')
+    """
+    spec = spec.replace(" ", "")
+    if "->" in spec:
+        ins, out = spec.split("->")
+    else:
+        ins = spec
+        letters = ins.replace(",", "")
+        out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    parts = ins.split(",")
+    if len(parts) != count or "." in spec:
+        raise ValueError(f"unsupported einsum subscripts {spec!r}")
+    return parts, out
+
+
+def _infer_einsum(call):
+    spec = call.const("subscripts")
+    operands = call.types["operands"].elts or ()
+    try:
+        ins, out = parse_subscripts(spec, len(operands))
+    except (ValueError, AttributeError):
+        return T.AType("array", "float64", None)
+    sizes = {}
+    for sub, t in zip(ins, operands):
+        for letter, d in zip(sub, t.dims or ()):
+            sizes[letter] = T.N if sizes.get(letter) == T.N or d == T.N else d
+    return T.array(tuple(sizes.get(c, T.N) for c in out), T.result_dtype(*operands))
+
+
+def _einsum_call(spec, operands):
+    import gast
+    return gast.Call(func=fill("np.einsum"), args=[to_expr(spec)] + [to_expr(o) for o in operands],
+                     keywords=[])
+
+
+def _einsum_vjp(call, g):
+    spec = call.const("subscripts")
+    pieces = call.args["operands"].elts
+    types = call.types["operands"].elts
+    ins, out = parse_subscripts(spec, len(pieces))
+    result = {}
+    for k, sub in enumerate(ins):
+        if len(set(sub)) != len(sub):
+            return None  # a repeated index inside one operand (a trace): no template
+        others = [(ins[j], pieces[j]) for j in range(len(pieces)) if j != k]
+        subs = [out] + [s for s, _ in others]
+        ops = [g] + [p for _, p in others]
+        if not set(sub) <= set("".join(subs)):
+            subs.append(sub)
+            ops.append(fill("np.ones_like(x)", x=pieces[k]))
+        result[("operands", k)] = (_einsum_call(",".join(subs) + "->" + sub, ops), types[k])
+    return result
+
+
+def _einsum_jvp(call, dots):
+    spec = call.const("subscripts")
+    pieces = call.args["operands"].elts
+    total = None
+    for k in range(len(pieces)):
+        if ("operands", k) in dots:
+            ops = list(pieces)
+            ops[k] = dots[("operands", k)]
+            term = _einsum_call(spec, ops)
+            total = term if total is None else fill("p + q", p=total, q=term)
+    return total
+
+
+register(Rule("einsum", "np.einsum", ("subscripts", "operands"), {}, ("operands",),
+              _infer_einsum, _einsum_vjp, _einsum_jvp, varargs="operands"), np.einsum)
+
+
+# ---------------------------------------------------------------- trace and diagonals
+register(Rule("trace", "np.trace", ("x",), {}, ("x",), lambda call: T.FLOAT,
+              lambda call, g: {"x": (fill("g * np.eye(x.shape[0], x.shape[1])", g=g,
+                                          x=call.args["x"]), call.types["x"])},
+              lambda call, dots: fill("np.trace(d)", d=dots["x"]), linear=True), np.trace)
+
+
+def _infer_diag(call):
+    x = call.types["x"]
+    return T.array((T.N, T.N) if x.ndim == 1 else (T.N,), x.dtype or "float64")
+
+
+register(Rule("diag", "np.diag", ("x",), {}, ("x",), _infer_diag,
+              lambda call, g: {"x": (fill("np.diag(g)", g=g), call.types["x"])},
+              lambda call, dots: fill("np.diag(d)", d=dots["x"]), linear=True), np.diag)
+register(Rule("diagonal", "np.diagonal", ("x",), {}, ("x",), lambda call: T.array((T.N,)),
+              lambda call, g: {"x": (fill("np.diag(g)", g=g), call.types["x"])},
+              lambda call, dots: fill("np.diagonal(d)", d=dots["x"]), linear=True),
+         np.diagonal)
+
+
+# ---------------------------------------------------------------- np.linalg
+def _infer_norm(call):
+    x = call.types["x"]
+    if call.const("axis") is None:
+        return T.FLOAT
+    return T.array(tuple(d for i, d in enumerate(x.dims) if i != call.axis()), x.dtype)
+
+
+def _norm_check(call):
+    if call.const("ord") is not None:
+        return False
+    return True
+
+
+def _norm_vjp(call, g):
+    if not _norm_check(call):
+        return None
+    x = call.args["x"]
+    axis = call.axis()
+    if axis is None:
+        return {"x": (fill("g * x / y", g=g, x=x, y=call.out), call.types["x"])}
+    return {"x": (fill("np.expand_dims(g / y, a) * x", g=g, y=call.out, a=axis, x=x),
+                  call.types["x"])}
+
+
+def _norm_jvp(call, dots):
+    x = call.args["x"]
+    axis = call.axis()
+    if axis is None:
+        return fill("np.sum(x * d) / y", x=x, d=dots["x"], y=call.out)
+    return fill("np.sum(x * d, axis=a) / y", x=x, d=dots["x"], a=axis, y=call.out)
+
+
+register(Rule("norm", "np.linalg.norm", ("x", "ord", "axis"), {"ord": None, "axis": None},
+              ("x",), _infer_norm, _norm_vjp, _norm_jvp), np.linalg.norm)
+
+
+def _solve_vjp(call, g):
+    a, x = call.args["a"], call.out
+    # `solve_bar` is a local the reverse pass binds once and both contributions read.
+    a_bar = "-np.outer(solve_bar, x)" if call.types["b"].ndim == 1 else "-np.dot(solve_bar, x.T)"
+    return {"__let__": [("solve_bar", fill("np.linalg.solve(a.T, g)", a=a, g=g))],
+            "a": (fill(a_bar, x=x), call.types["a"]),
+            "b": (fill("solve_bar"), call.types["b"])}
+
+
+def _solve_jvp(call, dots):
+    a, x = call.args["a"], call.out
+    rhs = dots.get("b")
+    if "a" in dots:
+        term = fill("np.dot(da, x)", da=dots["a"], x=x)
+        rhs = fill("-t", t=term) if rhs is None else fill("r - t", r=rhs, t=term)
+    return fill("np.linalg.solve(a, r)", a=a, r=rhs)
+
+
+register(Rule("solve", "np.linalg.solve", ("a", "b"), {}, ("a", "b"),
+              lambda call: call.types["b"], _solve_vjp, _solve_jvp), np.linalg.solve)
+register(Rule("inv", "np.linalg.inv", ("a",), {}, ("a",), lambda call: call.types["a"],
+              lambda call, g: {"a": (fill("-np.dot(np.dot(y.T, g), y.T)", y=call.out, g=g),
+                                     call.types["a"])},
+              lambda call, dots: fill("-np.dot(np.dot(y, d), y)", y=call.out, d=dots["a"])),
+         np.linalg.inv)
+register(Rule("det", "np.linalg.det", ("a",), {}, ("a",), lambda call: T.FLOAT,
+              lambda call, g: {"a": (fill("g * y * np.linalg.inv(a).T", g=g, y=call.out,
+                                          a=call.args["a"]), call.types["a"])},
+              lambda call, dots: fill("y * np.trace(np.linalg.solve(a, d))", y=call.out,
+                                      a=call.args["a"], d=dots["a"])), np.linalg.det)
+
+
+def _slogdet_vjp(call, g):
+    # g is (sign cotangent, logdet cotangent); the sign carries no derivative.
+    g_logdet = g[1]
+    if g_logdet is None:
+        return {}
+    return {"a": (fill("g * np.linalg.inv(a).T", g=g_logdet, a=call.args["a"]),
+                  call.types["a"])}
+
+
+def _slogdet_jvp(call, dots):
+    return (None, fill("np.trace(np.linalg.solve(a, d))", a=call.args["a"], d=dots["a"]))
+
+
+register(Rule("slogdet", "np.linalg.slogdet", ("a",), {}, ("a",),
+              lambda call: T.AType("tuple", elts=(T.FLOAT, T.FLOAT)), _slogdet_vjp,
+              _slogdet_jvp), np.linalg.slogdet)

@@ -1,0 +1,614 @@
+"""Structural primitives: reductions, shape functions, indexing, creators, and functions
+whose outputs carry no derivative. Each is a short hand-written template.
+
+>>> from autodiff_ast.rules import by_name
+>>> by_name("sum").linear
+True
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import types as T
+from ..templates import fill, to_expr
+from . import Rule, register
+
+
+def _dims_without(dims, axis, keepdims):
+    if dims is None:
+        return None
+    axes = set(range(len(dims))) if axis is None else (
+        set(axis) if isinstance(axis, tuple) else {axis})
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(dims))
+    return tuple(d for i, d in enumerate(dims) if i not in axes)
+
+
+def _infer_reduction(call):
+    x = call.types["x"]
+    dtype = "float64" if x.dtype in (None, "float64") else x.dtype
+    if call.rule.name in ("sum", "prod", "cumsum", "max", "min") and x.dtype and \
+            x.dtype.startswith(("int", "bool")):
+        dtype = "int64"
+    if x.kind == "float" or x.kind == "int":
+        return T.array((), dtype)
+    if x.kind != "array" or x.dims is None:
+        return T.AType("array", dtype, None) if call.const("axis") is not None else T.FLOAT
+    dims = _dims_without(x.dims, call.axis(), bool(call.const("keepdims", False)))
+    return T.array(dims, dtype)
+
+
+def expand_like_input(call, value):
+    """`value`, a reduced result or its cotangent, with the reduced axes put back as size 1.
+
+    Returns the expression and its abstract type (broadcastable against the input).
+    """
+    x = call.types["x"]
+    axis = call.axis()
+    keepdims = bool(call.const("keepdims", False))
+    if x.kind != "array" or x.dims is None:
+        return to_expr(value), call.out_type
+    if axis is None:
+        return to_expr(value), call.out_type if keepdims else T.FLOAT
+    axes = sorted(axis) if isinstance(axis, tuple) else [axis]
+    expr = to_expr(value)
+    if not keepdims:
+        for a in axes:
+            expr = fill("np.expand_dims(v, a)", v=expr, a=a)
+    dims = tuple(1 if i in axes else d for i, d in enumerate(x.dims))
+    return expr, T.array(dims, call.out_type.dtype)
+
+
+def _count(call):
+    x = call.args["x"]
+    axis = call.axis()
+    if axis is None:
+        return fill("x.size", x=x)
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    total = fill("x.shape[a]", x=x, a=axes[0])
+    for a in axes[1:]:
+        total = fill("t * x.shape[a]", t=total, x=x, a=a)
+    return total
+
+
+def _relinear(call, dots, param="x"):
+    """Forward rule of a function linear in `param`: the same call on the tangent."""
+    args = dict(call.args)
+    args[param] = dots[param]
+    return emit_call(call.rule, args, call.keywords)
+
+
+def emit_call(rule, args, keywords=()):
+    """The primal call written with `args` (param -> expr): positionals, then keywords."""
+    import gast
+    positional, kw = [], []
+    for p in rule.params:
+        if p not in args:
+            continue
+        if p in keywords or (kw and p not in keywords):
+            kw.append(gast.keyword(arg=p, value=to_expr(args[p])))
+        else:
+            positional.append(to_expr(args[p]))
+    func = fill(rule.emit)
+    return gast.Call(func=func, args=positional, keywords=kw)
+
+
+def _sum_vjp(call, g):
+    expr, typ = expand_like_input(call, g)
+    return {"x": (expr, typ)}
+
+
+def _mean_vjp(call, g):
+    expr, typ = expand_like_input(call, g)
+    return {"x": (fill("e / n", e=expr, n=_count(call)), typ)}
+
+
+def _prod_vjp(call, g):
+    ge, typ = expand_like_input(call, g)
+    ye, _ = expand_like_input(call, call.out)
+    return {"x": (fill("ge * ye / x", ge=ge, ye=ye, x=call.args["x"]), call.types["x"])}
+
+
+def _chooser_vjp(call, g):
+    """max/min: the cotangent is shared equally between the tied winners (JAX's rule)."""
+    ge, _ = expand_like_input(call, g)
+    ye, _ = expand_like_input(call, call.out)
+    x = call.args["x"]
+    mask = fill("x == ye", x=x, ye=ye)
+    axis = call.axis()
+    if axis is None:
+        count = fill("np.sum(m)", m=mask)
+    else:
+        count, _ = expand_like_input(call, fill("np.sum(m, axis=a)", m=mask, a=axis))
+    return {"x": (fill("ge * m / c", ge=ge, m=mask, c=count), call.types["x"])}
+
+
+def _chooser_jvp(call, dots):
+    ye, _ = expand_like_input(call, call.out)
+    mask = fill("x == ye", x=call.args["x"], ye=ye)
+    axis = call.axis()
+    if axis is None:
+        return fill("np.sum(d * m) / np.sum(m)", d=dots["x"], m=mask)
+    return fill("np.sum(d * m, axis=a) / np.sum(m, axis=a)", d=dots["x"], m=mask, a=axis)
+
+
+def _centered(call):
+    x = call.args["x"]
+    axis = call.axis()
+    if axis is None:
+        return fill("x - np.mean(x)", x=x)
+    mean, _ = expand_like_input(call, fill("np.mean(x, axis=a)", x=x, a=axis))
+    return fill("x - m", x=x, m=mean)
+
+
+def _var_vjp(call, g):
+    ge, _ = expand_like_input(call, g)
+    ddof = call.const("ddof", 0) or 0
+    n = _count(call) if not ddof else fill("n - d", n=_count(call), d=ddof)
+    return {"x": (fill("ge * 2.0 * c / n", ge=ge, c=_centered(call), n=n), call.types["x"])}
+
+
+def _var_jvp(call, dots):
+    ddof = call.const("ddof", 0) or 0
+    n = _count(call) if not ddof else fill("n - d", n=_count(call), d=ddof)
+    axis = call.axis()
+    prod = fill("2.0 * c * d", c=_centered(call), d=dots["x"])
+    total = fill("np.sum(p)", p=prod) if axis is None else fill("np.sum(p, axis=a)", p=prod,
+                                                                  a=axis)
+    return fill("t / n", t=total, n=n)
+
+
+def _std_vjp(call, g):
+    ge, _ = expand_like_input(call, g)
+    ye, _ = expand_like_input(call, call.out)
+    ddof = call.const("ddof", 0) or 0
+    n = _count(call) if not ddof else fill("n - d", n=_count(call), d=ddof)
+    return {"x": (fill("ge * c / (n * ye)", ge=ge, c=_centered(call), n=n, ye=ye),
+                  call.types["x"])}
+
+
+def _std_jvp(call, dots):
+    return fill("v / (2.0 * y)", v=_var_jvp(call, dots), y=call.out)
+
+
+def _cumsum_vjp(call, g):
+    axis = call.axis()
+    x = call.types["x"]
+    if axis is None:
+        expr = fill("np.cumsum(g[::-1])[::-1]", g=g)
+        if x.ndim != 1:
+            expr = fill("e.reshape(x.shape)", e=expr, x=call.args["x"])
+        return {"x": (expr, x)}
+    return {"x": (fill("np.flip(np.cumsum(np.flip(g, a), axis=a), a)", g=g, a=axis), x)}
+
+
+_REDUCTION = ("x", "axis", "dtype", "out", "keepdims")
+register(Rule("sum", "np.sum", _REDUCTION, {"axis": None, "keepdims": False}, ("x",),
+              _infer_reduction, _sum_vjp, _relinear, linear=True), np.sum)
+register(Rule("mean", "np.mean", _REDUCTION, {"axis": None, "keepdims": False}, ("x",),
+              _infer_reduction, _mean_vjp, _relinear, linear=True), np.mean)
+register(Rule("prod", "np.prod", _REDUCTION, {"axis": None, "keepdims": False}, ("x",),
+              _infer_reduction, _prod_vjp,
+              lambda call, dots: fill("np.sum(y * d / x)", y=call.out, d=dots["x"],
+                                      x=call.args["x"]) if call.axis() is None else
+              fill("np.sum(ye * d / x, axis=a)", ye=expand_like_input(call, call.out)[0],
+                   d=dots["x"], x=call.args["x"], a=call.axis())), np.prod)
+_CHOOSER = ("x", "axis", "out", "keepdims")
+register(Rule("max", "np.max", _CHOOSER, {"axis": None, "keepdims": False}, ("x",),
+              _infer_reduction, _chooser_vjp, _chooser_jvp), np.max, np.amax)
+register(Rule("min", "np.min", _CHOOSER, {"axis": None, "keepdims": False}, ("x",),
+              _infer_reduction, _chooser_vjp, _chooser_jvp), np.min, np.amin)
+_VAR = ("x", "axis", "dtype", "out", "ddof", "keepdims")
+register(Rule("var", "np.var", _VAR, {"axis": None, "ddof": 0, "keepdims": False}, ("x",),
+              _infer_reduction, _var_vjp, _var_jvp), np.var)
+register(Rule("std", "np.std", _VAR, {"axis": None, "ddof": 0, "keepdims": False}, ("x",),
+              _infer_reduction, _std_vjp, _std_jvp), np.std)
+
+
+def _infer_cumsum(call):
+    x = call.types["x"]
+    if call.const("axis") is None:
+        return T.array((T.N,), x.dtype or "float64")
+    return x
+
+
+register(Rule("cumsum", "np.cumsum", ("x", "axis", "dtype", "out"), {"axis": None}, ("x",),
+              _infer_cumsum, _cumsum_vjp, _relinear, linear=True), np.cumsum)
+
+
+# ---------------------------------------------------------------- shape functions
+def _shape_dims(call, param):
+    """Axes of an array whose shape is given by argument `param` (an int or a tuple)."""
+    t = call.types.get(param)
+    if t is None:
+        return None
+    if t.kind == "int":
+        return (1,) if t.value == 1 else (T.N,)
+    if t.kind == "tuple" and t.elts is not None:
+        return tuple(1 if e.value == 1 else T.N for e in t.elts)
+    return None
+
+
+def _back_to_shape(call, g):
+    return {"x": (fill("g.reshape(x.shape)", g=g, x=call.args["x"]), call.types["x"])}
+
+
+def _infer_reshape(call):
+    x = call.types["x"]
+    dims = _shape_dims(call, "shape")
+    return T.array(dims, x.dtype or "float64") if dims is not None else T.AType(
+        "array", x.dtype, None)
+
+
+register(Rule("reshape", "np.reshape", ("x", "shape"), {}, ("x",), _infer_reshape,
+              _back_to_shape, _relinear, linear=True), np.reshape)
+
+
+def _infer_ravel(call):
+    return T.array((T.N,), call.types["x"].dtype or "float64")
+
+
+register(Rule("ravel", "np.ravel", ("x",), {}, ("x",), _infer_ravel, _back_to_shape,
+              _relinear, linear=True), np.ravel)
+
+
+def _infer_squeeze(call):
+    x = call.types["x"]
+    if x.dims is None:
+        return x
+    axis = call.axis()
+    if axis is None:
+        return T.array(tuple(d for d in x.dims if d != 1), x.dtype)
+    axes = set(axis) if isinstance(axis, tuple) else {axis}
+    return T.array(tuple(d for i, d in enumerate(x.dims) if i not in axes), x.dtype)
+
+
+register(Rule("squeeze", "np.squeeze", ("x", "axis"), {"axis": None}, ("x",), _infer_squeeze,
+              _back_to_shape, _relinear, linear=True), np.squeeze)
+
+
+def _infer_expand_dims(call):
+    x = call.types["x"]
+    if x.ndim is None:
+        return T.AType("array", x.dtype, None)
+    axis = call.const("axis")
+    rank = x.ndim + (len(axis) if isinstance(axis, tuple) else 1)
+    axes = {a % rank for a in (axis if isinstance(axis, tuple) else (axis,))}
+    dims, rest = [], list(x.dims or ())
+    for i in range(rank):
+        dims.append(1 if i in axes else rest.pop(0))
+    return T.array(tuple(dims), x.dtype or "float64")
+
+
+register(Rule("expand_dims", "np.expand_dims", ("x", "axis"), {}, ("x",), _infer_expand_dims,
+              _back_to_shape, _relinear, linear=True), np.expand_dims)
+
+
+def _perm(call):
+    x = call.types["x"]
+    axes = call.const("axes")
+    if axes is None:
+        return None if x.ndim is None else tuple(reversed(range(x.ndim)))
+    return tuple(a % x.ndim for a in axes)
+
+
+def _infer_transpose(call):
+    x = call.types["x"]
+    if x.kind != "array" or x.dims is None:
+        return x
+    perm = _perm(call)
+    return T.array(tuple(x.dims[p] for p in perm), x.dtype)
+
+
+def _transpose_vjp(call, g):
+    axes = call.const("axes")
+    x = call.types["x"]
+    if x.kind != "array":
+        return {"x": (to_expr(g), x)}
+    if axes is None:
+        return {"x": (fill("g.T", g=g), x)}
+    inverse = tuple(int(i) for i in np.argsort(_perm(call)))
+    return {"x": (fill("np.transpose(g, p)", g=g, p=inverse), x)}
+
+
+register(Rule("transpose", "np.transpose", ("x", "axes"), {"axes": None}, ("x",),
+              _infer_transpose, _transpose_vjp, _relinear, linear=True), np.transpose)
+# `x.T` is kept as written; its rule differs only in how the primal is emitted.
+register(Rule("T", None, ("x",), {}, ("x",), _infer_transpose, _transpose_vjp,
+              lambda call, dots: fill("d.T", d=dots["x"]), linear=True))
+
+
+def _infer_swapaxes(call):
+    x = call.types["x"]
+    if x.dims is None:
+        return x
+    dims = list(x.dims)
+    a, b = call.const("axis1") % len(dims), call.const("axis2") % len(dims)
+    dims[a], dims[b] = dims[b], dims[a]
+    return T.array(tuple(dims), x.dtype)
+
+
+register(Rule("swapaxes", "np.swapaxes", ("x", "axis1", "axis2"), {}, ("x",), _infer_swapaxes,
+              lambda call, g: {"x": (fill("np.swapaxes(g, a, b)", g=g, a=call.args["axis1"],
+                                          b=call.args["axis2"]), call.types["x"])},
+              _relinear, linear=True), np.swapaxes)
+
+
+def _infer_moveaxis(call):
+    x = call.types["x"]
+    if x.dims is None:
+        return x
+    order = [i for i in range(len(x.dims))]
+    s, d = call.const("source") % len(order), call.const("destination") % len(order)
+    order.insert(d, order.pop(s))
+    return T.array(tuple(x.dims[i] for i in order), x.dtype)
+
+
+register(Rule("moveaxis", "np.moveaxis", ("x", "source", "destination"), {}, ("x",),
+              _infer_moveaxis,
+              lambda call, g: {"x": (fill("np.moveaxis(g, d, s)", g=g,
+                                          s=call.args["source"], d=call.args["destination"]),
+                                     call.types["x"])},
+              _relinear, linear=True), np.moveaxis)
+
+
+def _infer_flip(call):
+    return call.types["x"]
+
+
+register(Rule("flip", "np.flip", ("x", "axis"), {"axis": None}, ("x",), _infer_flip,
+              lambda call, g: {"x": ((fill("np.flip(g)", g=g) if "axis" not in call.args
+                                      else fill("np.flip(g, a)", g=g, a=call.args["axis"])),
+                                     call.types["x"])},
+              _relinear, linear=True), np.flip)
+
+register(Rule("roll", "np.roll", ("x", "shift", "axis"), {"axis": None}, ("x",), _infer_flip,
+              lambda call, g: {"x": ((fill("np.roll(g, -s)", g=g, s=call.args["shift"])
+                                      if "axis" not in call.args else
+                                      fill("np.roll(g, -s, a)", g=g, s=call.args["shift"],
+                                           a=call.args["axis"])), call.types["x"])},
+              _relinear, linear=True), np.roll)
+
+
+def _infer_broadcast_to(call):
+    dims = _shape_dims(call, "shape")
+    x = call.types["x"]
+    return T.array(dims, x.dtype or "float64") if dims is not None else T.AType(
+        "array", x.dtype, None)
+
+
+register(Rule("broadcast_to", "np.broadcast_to", ("x", "shape"), {}, ("x",),
+              _infer_broadcast_to, lambda call, g: {"x": (to_expr(g), call.out_type)},
+              _relinear, linear=True), np.broadcast_to)
+
+
+def _infer_tile(call):
+    x = call.types["x"]
+    reps = call.const("reps")
+    if x.dims is None or reps is None:
+        return T.AType("array", x.dtype, None)
+    reps = reps if isinstance(reps, tuple) else (reps,)
+    rank = max(len(reps), len(x.dims))
+    dims = (1,) * (rank - len(x.dims)) + tuple(x.dims)
+    reps = (1,) * (rank - len(reps)) + reps
+    return T.array(tuple(1 if d == 1 and r == 1 else T.N for d, r in zip(dims, reps)),
+                   x.dtype)
+
+
+def _tile_vjp(call, g):
+    x = call.types["x"]
+    reps = call.const("reps")
+    reps = reps if isinstance(reps, tuple) else (reps,)
+    rank = max(len(reps), x.ndim)
+    reps = (1,) * (rank - len(reps)) + tuple(reps)
+    pieces = []
+    xe = call.args["x"]
+    for i in range(rank):
+        j = i - (rank - x.ndim)
+        pieces += [reps[i], 1 if j < 0 else fill("x.shape[j]", x=xe, j=j)]
+    expr = fill("g.reshape(s)", g=g, s=tuple(0 for _ in pieces))
+    expr.args[0].elts = [to_expr(p) for p in pieces]
+    for axis in reversed(range(0, 2 * rank, 2)):
+        expr = fill("np.sum(e, axis=a)", e=expr, a=axis)
+    if rank != x.ndim:
+        expr = fill("e.reshape(x.shape)", e=expr, x=xe)
+    return {"x": (expr, x)}
+
+
+register(Rule("tile", "np.tile", ("x", "reps"), {}, ("x",), _infer_tile, _tile_vjp, _relinear,
+              linear=True), np.tile)
+
+
+def _identity_vjp(call, g):
+    return {"x": (to_expr(g), call.types["x"])}
+
+
+def _infer_same(call):
+    x = call.types["x"]
+    dtype = call.const("dtype")
+    if dtype is not None and x.kind == "array":
+        return T.array(x.dims, np.dtype(dtype).name)
+    return x
+
+
+register(Rule("copy", "np.copy", ("x",), {}, ("x",), _infer_same, _identity_vjp, _relinear,
+              linear=True), np.copy)
+register(Rule("asarray", "np.asarray", ("x", "dtype"), {}, ("x",), _infer_same, _identity_vjp,
+              _relinear, linear=True), np.asarray, np.ascontiguousarray)
+register(Rule("float", "float", ("x",), {}, ("x",), lambda call: T.FLOAT, _identity_vjp,
+              _relinear, linear=True), float)
+# Methods with no function twin are written as methods: `x.astype(dtype)`, `x.copy()`.
+register(Rule("astype", None, ("x", "dtype"), {}, ("x",), _infer_same, _identity_vjp,
+              lambda call, dots: fill("d.astype(t)", d=dots["x"], t=call.args["dtype"]),
+              linear=True))
+
+
+# ---------------------------------------------------------------- joining arrays
+def _join_axis(call):
+    """(axis, stacked): the axis of the result the pieces are laid along."""
+    name = call.rule.name
+    first = call.types["arrays"].elts[0] if call.types["arrays"].elts else T.UNKNOWN
+    if name == "hstack":
+        return (0 if first.ndim == 1 else 1), False
+    if name == "vstack":
+        return 0, first.ndim == 1
+    axis = call.const("axis", 0)
+    if name == "stack":
+        return axis % ((first.ndim or 0) + 1), True
+    return axis % (first.ndim or 1), False
+
+
+def _infer_join(call):
+    elts = call.types["arrays"].elts or ()
+    if not elts or any(e.ndim is None for e in elts):
+        return T.AType("array", "float64", None)
+    axis, stacked = _join_axis(call)
+    dims = list(T.broadcast(*elts).dims or ())
+    if stacked:
+        dims.insert(axis, T.N)
+    else:
+        dims[axis] = T.N
+    return T.array(tuple(dims), T.result_dtype(*elts))
+
+
+def _index_at(axis, key):
+    import gast
+    parts = [gast.Slice(lower=None, upper=None, step=None) for _ in range(axis)] + [key]
+    return parts[0] if len(parts) == 1 else gast.Tuple(elts=parts, ctx=gast.Load())
+
+
+def _join_vjp(call, g):
+    import gast
+    axis, stacked = _join_axis(call)
+    pieces = call.args["arrays"].elts
+    out = {}
+    offset = None
+    for i, piece in enumerate(pieces):
+        if stacked:
+            key = to_expr(i)
+        else:
+            size = fill("p.shape[a]", p=piece, a=axis)
+            upper = size if offset is None else fill("o + s", o=offset, s=size)
+            key = gast.Slice(lower=offset, upper=upper, step=None)
+            offset = upper
+        contrib = gast.Subscript(value=to_expr(g), slice=_index_at(axis, key), ctx=gast.Load())
+        out[("arrays", i)] = (contrib, call.types["arrays"].elts[i])
+    return out
+
+
+def _join_jvp(call, dots):
+    import gast
+    pieces = []
+    for i, piece in enumerate(call.args["arrays"].elts):
+        pieces.append(dots.get(("arrays", i), fill("np.zeros_like(p)", p=piece)))
+    args = dict(call.args)
+    args["arrays"] = gast.List(elts=pieces, ctx=gast.Load())
+    return emit_call(call.rule, args, call.keywords)
+
+
+for _name, _fn in (("concatenate", np.concatenate), ("stack", np.stack), ("hstack", np.hstack),
+                   ("vstack", np.vstack)):
+    register(Rule(_name, f"np.{_name}", ("arrays", "axis"), {"axis": 0}, ("arrays",),
+                  _infer_join, _join_vjp, _join_jvp, linear=True), _fn)
+
+
+# ---------------------------------------------------------------- creators and non-differentiable
+def _dtype_of(call, default="float64"):
+    dtype = call.const("dtype")
+    if dtype is None:
+        return default
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        return default
+
+
+def _infer_creator(call):
+    return T.array(_shape_dims(call, "shape"), _dtype_of(call))
+
+
+def _infer_like(call):
+    x = call.types["x"]
+    return T.array(x.dims, _dtype_of(call, x.dtype or "float64")) if x.kind == "array" \
+        else T.FLOAT
+
+
+for _name in ("zeros", "ones", "empty"):
+    register(Rule(_name, f"np.{_name}", ("shape", "dtype"), {}, (), _infer_creator,
+                  nondiff_output=True), getattr(np, _name))
+for _name in ("zeros_like", "ones_like", "empty_like"):
+    register(Rule(_name, f"np.{_name}", ("x", "dtype"), {}, (), _infer_like,
+                  nondiff_output=True), getattr(np, _name))
+
+
+def _infer_full(call):
+    dtype = _dtype_of(call, "float64")
+    return T.array(_shape_dims(call, "shape"), dtype)
+
+
+def _full_vjp(call, g):
+    return {"fill_value": (to_expr(g), call.out_type)}
+
+
+register(Rule("full", "np.full", ("shape", "fill_value", "dtype"), {}, ("fill_value",),
+              _infer_full, _full_vjp, lambda call, dots: fill(
+                  "np.full(s, d)", s=call.args["shape"], d=dots["fill_value"])), np.full)
+register(Rule("full_like", "np.full_like", ("x", "fill_value", "dtype"), {}, ("fill_value",),
+              _infer_like, _full_vjp, lambda call, dots: fill(
+                  "np.full_like(x, d)", x=call.args["x"], d=dots["fill_value"])), np.full_like)
+
+
+def _infer_arange(call):
+    kinds = [call.types[p].kind for p in ("start", "stop", "step") if p in call.types]
+    floaty = "float" in kinds or call.const("dtype") is not None
+    return T.array((T.N,), _dtype_of(call, "float64") if floaty else "int64")
+
+
+register(Rule("arange", "np.arange", ("start", "stop", "step", "dtype"), {}, (), _infer_arange,
+              nondiff_output=True), np.arange)
+register(Rule("linspace", "np.linspace", ("start", "stop", "num"), {}, (),
+              lambda call: T.array((T.N,)), nondiff_output=True), np.linspace)
+register(Rule("eye", "np.eye", ("N", "M", "k", "dtype"), {}, (),
+              lambda call: T.array((T.N, T.N), _dtype_of(call)), nondiff_output=True), np.eye)
+register(Rule("identity", "np.identity", ("n", "dtype"), {}, (),
+              lambda call: T.array((T.N, T.N), _dtype_of(call)), nondiff_output=True),
+         np.identity)
+
+
+def _infer_index_of(call):
+    x = call.types["x"]
+    if call.const("axis") is None:
+        return T.INT
+    return T.array(_dims_without(x.dims, call.axis(), False), "int64")
+
+
+for _name in ("argmax", "argmin"):
+    register(Rule(_name, f"np.{_name}", ("x", "axis"), {"axis": None}, (), _infer_index_of,
+                  nondiff_output=True), getattr(np, _name))
+register(Rule("argsort", "np.argsort", ("x", "axis"), {"axis": -1}, (),
+              lambda call: T.array(call.types["x"].dims, "int64"), nondiff_output=True),
+         np.argsort)
+register(Rule("shape", "np.shape", ("x",), {}, (),
+          lambda call: T.AType("tuple", elts=tuple(T.INT for _ in range(call.ndim("x") or 0)))
+          if call.ndim("x") is not None else T.AType("tuple"), nondiff_output=True), np.shape)
+register(Rule("size", "np.size", ("x",), {}, (), lambda call: T.INT, nondiff_output=True),
+         np.size)
+register(Rule("ndim", "np.ndim", ("x",), {}, (), lambda call: T.AType(
+    "int", "int64", value=call.ndim("x")), nondiff_output=True), np.ndim)
+register(Rule("len", "len", ("x",), {}, (), lambda call: T.INT, nondiff_output=True), len)
+register(Rule("int", "int", ("x",), {}, (), lambda call: T.INT, nondiff_output=True), int)
+for _name in ("isclose", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
+              "logical_and", "logical_or", "logical_xor"):
+    register(Rule(_name, f"np.{_name}", ("a", "b"), {}, (),
+                  lambda call: T.array(T.broadcast(call.types["a"], call.types["b"]).dims,
+                                       "bool") if T.broadcast(call.types["a"], call.types["b"])
+                  .kind == "array" else T.BOOL, nondiff_output=True), getattr(np, _name))
+register(Rule("logical_not", "np.logical_not", ("x",), {}, (),
+              lambda call: T.array(call.types["x"].dims, "bool") if call.types["x"].kind ==
+              "array" else T.BOOL, nondiff_output=True), np.logical_not)
+for _name in ("allclose", "any", "all", "array_equal"):
+    register(Rule(_name, f"np.{_name}", ("a", "b"), {}, (), lambda call: T.BOOL,
+                  nondiff_output=True), getattr(np, _name))
+register(Rule("count_nonzero", "np.count_nonzero", ("x",), {}, (), lambda call: T.INT,
+              nondiff_output=True), np.count_nonzero)

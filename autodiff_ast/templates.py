@@ -1,0 +1,181 @@
+"""Source templates: derivative code written as Python text with placeholder names.
+
+A rule says ``"g * (1.0 - y * y)"``; :func:`fill` parses it once and substitutes the
+placeholders (``g`` the output's cotangent, ``y`` the output, the primal's parameter names)
+with the names or expressions of one call site. :func:`simplify` then removes the noise that
+mechanical substitution leaves (``1.0 * a``, ``a * (1.0 / b)``, ``--a``).
+
+>>> import gast
+>>> print(gast.unparse(fill("g * (1.0 - y * y)", g=1.0, y="t")).strip())
+1.0 - t * t
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+
+import gast
+
+
+@functools.lru_cache(maxsize=None)
+def _parse(template):
+    return gast.parse(template, mode="eval").body
+
+
+def to_expr(value):
+    """A gast expression for a name (str), a number or an existing expression."""
+    if isinstance(value, gast.AST):
+        return copy.deepcopy(value)
+    if isinstance(value, str):
+        return gast.Name(id=value, ctx=gast.Load(), annotation=None, type_comment=None)
+    if isinstance(value, (bool, int, float)) or value is None:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+            return gast.UnaryOp(op=gast.USub(), operand=gast.Constant(value=-value, kind=None))
+        return gast.Constant(value=value, kind=None)
+    if isinstance(value, tuple):
+        return gast.Tuple(elts=[to_expr(v) for v in value], ctx=gast.Load())
+    raise TypeError(f"cannot turn {value!r} into an expression")
+
+
+class _Substitute(gast.NodeTransformer):
+    def __init__(self, subs):
+        self.subs = subs
+
+    def visit_Name(self, node):
+        if node.id in self.subs:
+            return to_expr(self.subs[node.id])
+        return node
+
+
+def fill(template, **subs):
+    """Parse `template` and replace its placeholder names; returns a simplified expression."""
+    tree = copy.deepcopy(_parse(template))
+    tree = _Substitute(subs).visit(tree)
+    return simplify(tree)
+
+
+def name(identifier, store=False):
+    """A gast Name node."""
+    return gast.Name(id=identifier, ctx=gast.Store() if store else gast.Load(),
+                     annotation=None, type_comment=None)
+
+
+def assign(target, value):
+    """``target = value`` as a gast statement; target is a name or a list of names."""
+    if isinstance(target, (list, tuple)):
+        tgt = gast.Tuple(elts=[name(t, store=True) for t in target], ctx=gast.Store())
+    elif isinstance(target, str):
+        tgt = name(target, store=True)
+    else:
+        tgt = target
+    return gast.Assign(targets=[tgt], value=to_expr(value), type_comment=None)
+
+
+def is_const(node, value=None):
+    """Whether `node` is a numeric constant (equal to `value` when given), sign included."""
+    v = const_value(node)
+    if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    return value is None or v == value
+
+
+def const_value(node):
+    """The value of a numeric constant expression such as ``2.0`` or ``-1``, else None."""
+    if isinstance(node, gast.Constant):
+        return node.value
+    if isinstance(node, gast.UnaryOp) and isinstance(node.op, gast.USub):
+        inner = const_value(node.operand)
+        if isinstance(inner, (int, float)) and not isinstance(inner, bool):
+            return -inner
+    return None
+
+
+def _num(value):
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
+        return to_expr(float(value))
+    return to_expr(value)
+
+
+class _Simplify(gast.NodeTransformer):
+    """Local algebraic clean-ups that keep the arithmetic exactly equal."""
+
+    def visit_UnaryOp(self, node):
+        self.generic_visit(node)
+        if isinstance(node.op, gast.USub):
+            inner = node.operand
+            if isinstance(inner, gast.UnaryOp) and isinstance(inner.op, gast.USub):
+                return inner.operand
+            v = const_value(inner)
+            if v is not None and not isinstance(v, bool) and isinstance(v, (int, float)):
+                return _num(-v)
+        if isinstance(node.op, gast.UAdd):
+            return node.operand
+        return node
+
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        left, right, op = node.left, node.right, node.op
+        lv, rv = const_value(left), const_value(right)
+        numeric = (int, float)
+        if (isinstance(lv, numeric) and isinstance(rv, numeric) and not isinstance(lv, bool)
+                and not isinstance(rv, bool)):
+            try:
+                folded = {gast.Add: lambda: lv + rv, gast.Sub: lambda: lv - rv,
+                          gast.Mult: lambda: lv * rv, gast.Pow: lambda: lv ** rv,
+                          gast.Div: lambda: lv / rv if rv else None}[type(op)]()
+            except (KeyError, OverflowError, ZeroDivisionError):
+                folded = None
+            if folded is not None:
+                return _num(folded)
+        if isinstance(op, gast.Mult):
+            if is_const(left, 1):
+                return right
+            if is_const(right, 1):
+                return left
+            if is_const(left, -1):
+                return self.visit(gast.UnaryOp(op=gast.USub(), operand=right))
+            if is_const(right, -1):
+                return self.visit(gast.UnaryOp(op=gast.USub(), operand=left))
+            # g * (1.0 / b) -> g / b ; (1.0 / b) * g -> g / b
+            for a, b in ((left, right), (right, left)):
+                if isinstance(b, gast.BinOp) and isinstance(b.op, gast.Div) and is_const(b.left, 1):
+                    return gast.BinOp(left=a, op=gast.Div(), right=b.right)
+            # g * -a -> -(g * a)
+            if isinstance(right, gast.UnaryOp) and isinstance(right.op, gast.USub):
+                return gast.UnaryOp(op=gast.USub(), operand=self.visit(
+                    gast.BinOp(left=left, op=gast.Mult(), right=right.operand)))
+        if isinstance(op, gast.Div) and is_const(right, 1):
+            return left
+        if isinstance(op, gast.Add):
+            if is_const(left, 0):
+                return right
+            if is_const(right, 0):
+                return left
+            if isinstance(right, gast.UnaryOp) and isinstance(right.op, gast.USub):
+                return gast.BinOp(left=left, op=gast.Sub(), right=right.operand)
+        if isinstance(op, gast.Sub) and is_const(right, 0):
+            return left
+        if isinstance(op, gast.Pow) and is_const(right, 1):
+            return left
+        return node
+
+
+def simplify(expr):
+    """Apply the clean-ups until nothing changes.
+
+    >>> print(gast.unparse(simplify(fill("g * (1.0 / b)", g="y_bar", b="w"))).strip())
+    y_bar / w
+    """
+    before = None
+    while True:
+        expr = _Simplify().visit(expr)
+        text = gast.dump(expr)
+        if text == before:
+            return expr
+        before = text
+
+
+def unparse(node):
+    """Source text of a gast node (via the standard library's unparser)."""
+    return gast.unparse(node).strip()

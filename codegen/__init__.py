@@ -1,0 +1,1 @@
+"""Emission, loading and the compile targets for generated source."""
