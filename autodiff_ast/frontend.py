@@ -16,6 +16,7 @@ from __future__ import annotations
 import builtins
 import inspect
 import linecache
+import re
 import textwrap
 from dataclasses import dataclass, field
 
@@ -79,15 +80,31 @@ def _closure_values(fn):
     return values
 
 
-def _lambda_matches(node, code, snippet_offset, first_line):
-    """Whether the lambda `node` (parsed from a snippet) compiled to `code`."""
-    positions = [p for p in code.co_positions() if p[0] is not None]
-    if not positions:
+def _lambda_candidates(snippet):
+    """Every lambda expression in `snippet`, parsed on its own (longest prefix that parses)."""
+    found = []
+    for match in re.finditer(r"\blambda\b", snippet):
+        rest = snippet[match.start():]
+        for end in range(len(rest), 6, -1):
+            try:
+                node = gast.parse(rest[:end].strip(), mode="eval").body
+            except SyntaxError:
+                continue
+            if isinstance(node, gast.Lambda):
+                found.append((node, rest[:end].strip()))
+                break
+    return found
+
+
+def _same_code(text, code):
+    """Whether compiling the lambda `text` gives the same bytecode as `code`."""
+    try:
+        outer = compile(text, "<lambda>", "eval")
+    except SyntaxError:
         return False
-    line, col = positions[0][0], positions[0][2]
-    start = (node.lineno + snippet_offset, node.col_offset)
-    end = (node.end_lineno + snippet_offset, node.end_col_offset)
-    return start <= (line, col) <= end
+    inner = [c for c in outer.co_consts if isinstance(c, type(code))]
+    return bool(inner) and inner[0].co_code == code.co_code and \
+        inner[0].co_names == code.co_names and inner[0].co_varnames == code.co_varnames
 
 
 def parse_function(fn):
@@ -95,7 +112,7 @@ def parse_function(fn):
 
     >>> info = parse_function(lambda x, y: x * y + 1.0)
     >>> info.name
-    'lambda'
+    'lambda_fn'
     """
     bound_self = None
     if inspect.ismethod(fn):
@@ -114,31 +131,30 @@ def parse_function(fn):
                  "linecache") from None
     filename = fn.__code__.co_filename
     snippet = textwrap.dedent("".join(lines))
-    try:
-        tree = gast.parse(snippet)
-    except SyntaxError:
-        # A lambda in the middle of an expression: parse its line(s) as an expression body.
-        tree = gast.parse("(" + snippet.strip().rstrip(",") + ")")
     offset = first_line - 1
     if fn.__name__ == "<lambda>":
-        candidates = [n for n in gast.walk(tree) if isinstance(n, gast.Lambda)]
-        matches = [n for n in candidates if _lambda_matches(n, fn.__code__, offset, first_line)]
-        if len(matches) != 1 and candidates:
-            # Columns can shift after dedent; fall back to matching the parameter names.
+        candidates = _lambda_candidates(snippet)
+        matches = [n for n, text in candidates if _same_code(text, fn.__code__)]
+        if not matches:
             params = fn.__code__.co_varnames[:fn.__code__.co_argcount]
-            matches = [n for n in candidates if tuple(a.id for a in n.args.args) == params]
+            matches = [n for n, _ in candidates if tuple(a.id for a in n.args.args) == params]
         if not matches:
             raise SourceUnavailableError(f"cannot find the source of {fn!r}", filename=filename,
                                          lineno=first_line)
+        for node in gast.walk(matches[0]):
+            if hasattr(node, "lineno"):
+                node.lineno = 1
+        offset = fn.__code__.co_firstlineno - 1
         lam = matches[0]
         node = gast.FunctionDef(
-            name="lambda", args=lam.args, body=[gast.Return(value=lam.body)],
+            name="lambda_fn", args=lam.args, body=[gast.Return(value=lam.body)],
             decorator_list=[], returns=None, type_comment=None, type_params=[])
         for stmt in node.body:
             gast.copy_location(stmt, lam)
         gast.copy_location(node, lam)
-        name = "lambda"
+        name = "lambda_fn"
     else:
+        tree = gast.parse(snippet)
         defs = [n for n in tree.body if isinstance(n, (gast.FunctionDef, gast.AsyncFunctionDef))]
         if not defs:
             raise SourceUnavailableError(f"cannot find the definition of {fn.__qualname__}",

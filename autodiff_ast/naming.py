@@ -42,6 +42,7 @@ class Namer:
     def __init__(self, taken=()):
         self.taken = set(taken) | _RESERVED
         self._derived = {}
+        self.temps = set()  # names of temporaries that tidying may inline away
 
     def reserve(self, name):
         """Mark `name` as used without handing it out."""
@@ -61,11 +62,19 @@ class Namer:
         self.taken.add(name)
         return name
 
+    def temp(self, base):
+        """A fresh name for a temporary (the tidy pass may inline it into its one use)."""
+        name = self.fresh(base)
+        self.temps.add(name)
+        return name
+
     def derived(self, name, suffix):
         """The one name derived from `name` with `suffix` (same answer every time)."""
         key = (name, suffix)
         if key not in self._derived:
             self._derived[key] = self.fresh(f"{name}_{suffix}")
+            if name in self.temps:
+                self.temps.add(self._derived[key])
         return self._derived[key]
 
     def adjoint(self, name):

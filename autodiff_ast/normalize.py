@@ -69,7 +69,7 @@ class TreeSpec:
         for k, spec in self.children:
             if k == key:
                 return spec
-        if self.kind == "namedtuple" and isinstance(key, int) and key < len(self.children):
+        if self.fields and isinstance(key, int) and key < len(self.children):
             return self.children[key][1]
         raise KeyError(key)
 
@@ -80,32 +80,38 @@ class TreeSpec:
             flat = sanitize(f"{base}_{key}")
             if isinstance(spec, TreeSpec):
                 out.extend(spec.leaves(flat))
-            else:
+            elif not isinstance(spec, Static):
                 out.append((flat, spec))
         return out
+
+
+_KIND_NAMES = {"namedtuple": "namedtuple", "dataclass": "dataclass"}
 
 
 def spec_of(value):
     """The TreeSpec (containers) or AType (leaves) describing a runtime argument.
 
+    Containers are the pytree nodes of :mod:`autodiff_ast.pytrees` (dicts, lists, tuples,
+    NamedTuples, dataclasses, registered classes), in the same leaf order.
+
     >>> spec_of({"b": 1.0, "W": np.ones(2)}).children[0][0]
     'W'
     """
     from . import pytrees
-    if isinstance(value, dict):
-        return TreeSpec("dict", tuple((k, spec_of(value[k])) for k in sorted(value)))
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return TreeSpec("namedtuple", tuple((f, spec_of(getattr(value, f)))
-                                            for f in value._fields), tuple(value._fields))
-    if isinstance(value, (list, tuple)):
-        return TreeSpec(type(value).__name__, tuple((i, spec_of(v)) for i, v in enumerate(value)))
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        names = tuple(f.name for f in dataclasses.fields(value))
-        return TreeSpec("dataclass", tuple((f, spec_of(getattr(value, f))) for f in names), names)
-    custom = pytrees.custom_children(value) if hasattr(pytrees, "custom_children") else None
-    if custom is not None:
-        return TreeSpec("custom", tuple((i, spec_of(c)) for i, c in enumerate(custom)))
-    return T.abstract_of(value)
+    node = pytrees._open_node(value)
+    if node is None:
+        return T.abstract_of(value)
+    if value is None:
+        return Static(None)
+    kind = str(node.kind)
+    fields = tuple(node.keys) if kind in ("namedtuple", "dataclass") or hasattr(
+        value, "_fields") or dataclasses.is_dataclass(value) else ()
+    if hasattr(value, "_fields"):
+        kind = "namedtuple"
+    elif dataclasses.is_dataclass(value):
+        kind = "dataclass"
+    return TreeSpec(kind, tuple((k, spec_of(c)) for k, c in zip(node.keys, node.children)),
+                    fields)
 
 
 @dataclass(frozen=True)
@@ -366,7 +372,7 @@ class Normalizer:
         self.body.append(stmt)
 
     def emit(self, value, typ, prim, target, base):
-        out = self.define(target) if target is not None else self.namer.fresh(base)
+        out = self.define(target) if target is not None else self.namer.temp(base)
         self.types[out] = typ
         if prim.call is not None:
             prim.call.out = out
@@ -428,9 +434,10 @@ class Normalizer:
         if isinstance(value, (np.floating, np.integer, np.bool_)):
             return gast.Constant(value=value.item(), kind=None)
         if isinstance(value, np.ndarray):
-            module = getattr(self.info.fn, "__module__", None)
-            emitted = self.program.data_name(value, preferred or "data", module
-                                             if preferred else None)
+            is_global = preferred is not None and preferred not in self.info.closure and \
+                self.info.globals.get(preferred) is value
+            module = self.info.globals.get("__name__") if is_global else None
+            emitted = self.program.data_name(value, preferred or "data", module)
             self.types[emitted] = T.abstract_of(value)
             return name(emitted)
         return Static(value)
@@ -475,11 +482,13 @@ class Normalizer:
             spec = ref.spec.child(key)
         except KeyError:
             raise self.unsupported(f"the argument has no entry {key!r}", node) from None
-        if isinstance(key, int) and ref.spec.kind == "namedtuple":
+        if isinstance(key, int) and ref.spec.fields:
             key = ref.spec.children[key][0]
         flat = sanitize(f"{ref.base}_{key}")
         if isinstance(spec, TreeSpec):
             return TreeRef(spec, flat)
+        if isinstance(spec, Static):
+            return self.static(spec.value, node, None)
         return name(flat)
 
     def expr_Subscript(self, node, target):

@@ -6,12 +6,13 @@ with the names or expressions of one call site. :func:`simplify` then removes th
 mechanical substitution leaves (``1.0 * a``, ``a * (1.0 / b)``, ``--a``).
 
 >>> import gast
->>> print(gast.unparse(fill("g * (1.0 - y * y)", g=1.0, y="t")).strip())
+>>> print(unparse(fill("g * (1.0 - y * y)", g=1.0, y="t")))
 1.0 - t * t
 """
 
 from __future__ import annotations
 
+import ast
 import copy
 import functools
 
@@ -148,6 +149,9 @@ class _Simplify(gast.NodeTransformer):
         if isinstance(op, gast.Div) and is_const(right, 1):
             return left
         if isinstance(op, gast.Add):
+            if isinstance(left, gast.UnaryOp) and isinstance(left.op, gast.USub) and not (
+                    isinstance(right, gast.UnaryOp) and isinstance(right.op, gast.USub)):
+                return gast.BinOp(left=right, op=gast.Sub(), right=left.operand)
             if is_const(left, 0):
                 return right
             if is_const(right, 0):
@@ -164,7 +168,7 @@ class _Simplify(gast.NodeTransformer):
 def simplify(expr):
     """Apply the clean-ups until nothing changes.
 
-    >>> print(gast.unparse(simplify(fill("g * (1.0 / b)", g="y_bar", b="w"))).strip())
+    >>> print(unparse(simplify(fill("g * (1.0 / b)", g="y_bar", b="w"))))
     y_bar / w
     """
     before = None
@@ -178,4 +182,5 @@ def simplify(expr):
 
 def unparse(node):
     """Source text of a gast node (via the standard library's unparser)."""
-    return gast.unparse(node).strip()
+    tree = ast.fix_missing_locations(gast.gast_to_ast(node))
+    return ast.unparse(tree).strip()

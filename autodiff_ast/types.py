@@ -37,7 +37,7 @@ class AType:
 
     @property
     def ndim(self):
-        if self.kind == "float":
+        if self.kind in ("float", "int", "bool"):
             return 0
         if self.kind == "array" and self.dims is not None:
             return len(self.dims)

@@ -126,7 +126,8 @@ def _make_vjp(partials):
         result = {}
         for param, partial in zip(call.rule.params, partials):
             if param in call.rule.diff:
-                result[param] = (fill(f"g * ({partial})", g=g, **subs), call.out_type)
+                # None: the reverse pass infers the type from the names the expression reads.
+                result[param] = (fill(f"g * ({partial})", g=g, **subs), None)
         return result
     return vjp
 
@@ -200,7 +201,7 @@ def _power_partials(call):
 
 def _power_vjp(call, g):
     partials = _power_partials(call)
-    return {p: (fill("g * d", g=g, d=partials[p]), call.out_type)
+    return {p: (fill("g * d", g=g, d=partials[p]), None)
             for p in ("a", "b") if partials[p] is not None}
 
 
@@ -230,8 +231,8 @@ register(Rule("power@math.pow", "math.pow", ("a", "b"), diff=("a", "b"), infer=_
 def _where_vjp(call, g):
     c = call.args["condition"]
     return {
-        "a": (fill("np.where(c, g, 0.0)", c=c, g=g), call.out_type),
-        "b": (fill("np.where(c, 0.0, g)", c=c, g=g), call.out_type),
+        "a": (fill("np.where(c, g, 0.0)", c=c, g=g), None),
+        "b": (fill("np.where(c, 0.0, g)", c=c, g=g), None),
     }
 
 
@@ -267,11 +268,11 @@ def _clip_masks(call):
 
 def _clip_vjp(call, g):
     inside, below, above = _clip_masks(call)
-    out = {"a": (fill("np.where(m, g, 0.0)", m=inside, g=g), call.out_type)}
+    out = {"a": (fill("np.where(m, g, 0.0)", m=inside, g=g), None)}
     if below is not None:
-        out["a_min"] = (fill("np.where(m, g, 0.0)", m=below, g=g), call.out_type)
+        out["a_min"] = (fill("np.where(m, g, 0.0)", m=below, g=g), None)
     if above is not None:
-        out["a_max"] = (fill("np.where(m, g, 0.0)", m=above, g=g), call.out_type)
+        out["a_max"] = (fill("np.where(m, g, 0.0)", m=above, g=g), None)
     return out
 
 

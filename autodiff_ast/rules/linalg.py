@@ -130,8 +130,8 @@ def _infer_einsum(call):
 
 def _einsum_call(spec, operands):
     import gast
-    return gast.Call(func=fill("np.einsum"), args=[to_expr(spec)] + [to_expr(o) for o in operands],
-                     keywords=[])
+    return gast.Call(func=fill("np.einsum"), args=[gast.Constant(value=spec, kind=None)] +
+                     [to_expr(o) for o in operands], keywords=[])
 
 
 def _einsum_vjp(call, g):

@@ -421,11 +421,11 @@ register(Rule("tile", "np.tile", ("x", "reps"), {}, ("x",), _infer_tile, _tile_v
 
 
 def _identity_vjp(call, g):
-    return {"x": (to_expr(g), call.types["x"])}
+    return {"x": (to_expr(g), None)}  # None: the cotangent's own type (it may be lazy)
 
 
 def _infer_same(call):
-    x = call.types["x"]
+    x = call.types.get("x", call.types.get("arrays"))
     dtype = call.const("dtype")
     if dtype is not None and x.kind == "array":
         return T.array(x.dims, np.dtype(dtype).name)
@@ -449,6 +449,8 @@ def _join_axis(call):
     """(axis, stacked): the axis of the result the pieces are laid along."""
     name = call.rule.name
     first = call.types["arrays"].elts[0] if call.types["arrays"].elts else T.UNKNOWN
+    if name == "array":
+        return 0, True
     if name == "hstack":
         return (0 if first.ndim == 1 else 1), False
     if name == "vstack":
@@ -511,6 +513,29 @@ for _name, _fn in (("concatenate", np.concatenate), ("stack", np.stack), ("hstac
                    ("vstack", np.vstack)):
     register(Rule(_name, f"np.{_name}", ("arrays", "axis"), {"axis": 0}, ("arrays",),
                   _infer_join, _join_vjp, _join_jvp, linear=True), _fn)
+
+
+def _infer_array(call):
+    if call.types["arrays"].kind == "array":  # np.array(x) of an array: a copy
+        return _infer_same(call)
+    out = _infer_join(call)
+    dtype = call.const("dtype")
+    if dtype is not None and out.kind == "array":
+        return T.array(out.dims, np.dtype(dtype).name)
+    return out
+
+
+def _array_vjp(call, g):
+    if call.types["arrays"].kind == "array":
+        return {"arrays": (to_expr(g), None)}
+    return _join_vjp(call, g)
+
+
+# np.array([a, b, c]) of same-shaped values stacks them along a new first axis.
+register(Rule("array", "np.array", ("arrays", "dtype"), {"axis": 0}, ("arrays",), _infer_array,
+              _array_vjp, lambda call, dots: _relinear(call, dots, "arrays")
+              if call.types["arrays"].kind == "array" else _join_jvp(call, dots), linear=True),
+         np.array)
 
 
 # ---------------------------------------------------------------- creators and non-differentiable

@@ -1,0 +1,40 @@
+"""autodiff-ast: source-to-source automatic differentiation for Python and NumPy.
+
+JAX's transformations, written as readable Python source instead of traced graphs::
+
+    >>> import numpy as np
+    >>> import autodiff_ast as ad
+    >>> df = ad.grad(lambda x: np.sum(np.tanh(x)))
+    >>> df(np.zeros(2))
+    array([1., 1.])
+"""
+
+from .api import grad, source, value_and_grad, vjp
+from .checks import check_grads
+from .errors import (
+    ArgnumsError,
+    AutodiffError,
+    MissingRuleError,
+    NonFloatInputError,
+    NonScalarOutputError,
+    SourceUnavailableError,
+    UnsupportedSyntaxError,
+)
+from .pytrees import (
+    register_pytree_node,
+    tree_flatten,
+    tree_leaves,
+    tree_map,
+    tree_structure,
+    tree_unflatten,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "grad", "value_and_grad", "vjp", "source", "check_grads",
+    "AutodiffError", "ArgnumsError", "MissingRuleError", "NonFloatInputError",
+    "NonScalarOutputError", "SourceUnavailableError", "UnsupportedSyntaxError",
+    "register_pytree_node", "tree_flatten", "tree_unflatten", "tree_map", "tree_leaves",
+    "tree_structure",
+]

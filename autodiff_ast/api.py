@@ -1,0 +1,339 @@
+"""The public transformations: JAX's names and semantics, with generated source you can read.
+
+Each transformation returns a callable object. On a call it takes the abstract signature of the
+arguments (dtype, rank, which axes have size one, pytree structure; never sizes), generates one
+module per signature, loads it from a content-hashed file (so tracebacks, ``inspect`` and pdb see
+the generated lines) and calls it. ``.source`` is the text of the last generated module.
+
+>>> import numpy as np
+>>> df = grad(lambda x: np.sum(np.sin(x)))
+>>> np.allclose(df(np.array([0.0, 1.0])), np.cos([0.0, 1.0]))
+True
+>>> "np.cos(x)" in df.source
+True
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import linecache
+import os
+
+import numpy as np
+
+from codegen.loader import load_source
+
+from . import pytrees
+from . import types as T
+from .build import build_reverse, build_vjp, param_names
+from .errors import ArgnumsError, SourceUnavailableError
+from .frontend import parse_function
+from .naming import sanitize
+from .normalize import Static, TreeSpec, spec_of
+from .rules import lookup
+
+
+# ---------------------------------------------------------------- functions without source
+_PRIMITIVE_WRAPPERS = {}
+
+
+def _as_python_function(fun):
+    """A Python function we can read: `fun` itself, or a one-line wrapper of a primitive."""
+    if inspect.isfunction(fun) or inspect.ismethod(fun):
+        return fun
+    rule = lookup(fun)
+    if rule is None:
+        raise SourceUnavailableError(
+            f"cannot differentiate {fun!r}: it is not a Python function and has no rule",
+            hint="pass a function defined with def or lambda")
+    if fun in _PRIMITIVE_WRAPPERS:
+        return _PRIMITIVE_WRAPPERS[fun]
+    nargs = max(1, len(rule.diff))
+    params = ", ".join(rule.params[:nargs])
+    fname = sanitize(rule.name.split("@")[0])
+    module = "math" if (rule.emit or "").startswith("math.") else "np"
+    call = rule.emit or f"{module}.{fname}"
+    source = f"def {fname}({params}):\n    return {call}({params})\n"
+    filename = f"<autodiff-ast primitive {rule.name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {"np": np, "math": __import__("math")}
+    exec(compile(source, filename, "exec"), namespace)
+    wrapper = namespace[fname]
+    _PRIMITIVE_WRAPPERS[fun] = wrapper
+    return wrapper
+
+
+# ---------------------------------------------------------------- argument handling
+def _bind(fun, args, kwargs):
+    """Positional values of every parameter (keyword arguments placed by name)."""
+    target = fun.__func__ if inspect.ismethod(fun) else fun
+    sig = inspect.signature(target)
+    if inspect.ismethod(fun):
+        bound = sig.bind(fun.__self__, *args, **kwargs)
+        bound.apply_defaults()
+        values = list(bound.arguments.values())[1:]
+        names = list(bound.arguments)[1:]
+    else:
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        names, values = list(bound.arguments), list(bound.arguments.values())
+    return names, values
+
+
+def _spec_key(specs):
+    items = []
+    for k, v in specs.items():
+        items.append((k, ("static", id(v.value)) if isinstance(v, Static) else v))
+    return tuple(items)
+
+
+def _flat_values(specs, names, values):
+    flat = []
+    for pname, value in zip(names, values):
+        spec = specs[pname]
+        if isinstance(spec, TreeSpec):
+            flat.extend(pytrees.tree_leaves(value))
+        elif not isinstance(spec, Static):
+            flat.append(_prepare_leaf(value))
+    return flat
+
+
+def _prepare_leaf(value):
+    if isinstance(value, np.ndarray) and not value.flags.c_contiguous:
+        return np.ascontiguousarray(value)
+    return value
+
+
+def _match_leaf(grad_value, like):
+    """Give a gradient the dtype (and scalar-ness) of the input it belongs to."""
+    if isinstance(like, np.ndarray):
+        out = np.asarray(grad_value)
+        if out.shape != like.shape:
+            out = np.broadcast_to(out, like.shape).copy()
+        return out.astype(like.dtype, copy=False) if out.dtype != like.dtype else out
+    if isinstance(like, np.floating):
+        return like.dtype.type(grad_value)
+    return np.float64(grad_value) if np.ndim(grad_value) == 0 else grad_value
+
+
+def _rebuild(value, leaves):
+    """`leaves` arranged like the pytree `value`."""
+    treedef = pytrees.tree_structure(value)
+    like = pytrees.tree_leaves(value)
+    return pytrees.tree_unflatten(treedef, [_match_leaf(g, v) for g, v in zip(leaves, like)])
+
+
+def _normalize_argnums(argnums, nparams, info):
+    single = isinstance(argnums, int)
+    nums = (argnums,) if single else tuple(argnums)
+    for i in nums:
+        if not isinstance(i, int):
+            raise ArgnumsError(f"argnums must be an int or a tuple of ints, got {argnums!r}",
+                               filename=info.filename, lineno=info.file_line(info.node))
+    resolved = tuple(i % nparams if -nparams <= i < 0 else i for i in nums)
+    return single, resolved
+
+
+class _Transformed:
+    """A transformed function: call it like the original; `.source` shows the generated code."""
+
+    kind = "transform"
+
+    def __init__(self, fun, verbose=False):
+        self.fun = fun
+        self.py_fun = _as_python_function(fun)
+        self.verbose = verbose
+        self._modules = {}
+        self._last = None
+        functools.update_wrapper(self, self.py_fun, updated=())
+
+    @property
+    def source(self):
+        """The generated module (for the most recent call's signature) as text."""
+        if self._last is None:
+            raise AttributeError(
+                f"{self.kind}({getattr(self.py_fun, '__name__', 'f')}).source is written on the "
+                "first call, for the argument types of that call: call it once, or use "
+                "autodiff_ast.source(f, *example_args)")
+        return self._last[0].source
+
+    def _module_for(self, key, build):
+        if key not in self._modules:
+            generated = build()
+            module = load_source(generated.source, sanitize(f"{generated.entry}"))
+            for n, v in generated.injected.items():
+                setattr(module, n, v)
+            self._modules[key] = (generated, module)
+            if self.verbose:
+                print(generated.source)
+        self._last = self._modules[key]
+        return self._last
+
+    def _specs(self, args, kwargs):
+        names, values = _bind(self.py_fun, args, kwargs)
+        specs = {n: spec_of(v) for n, v in zip(names, values)}
+        return names, values, specs
+
+
+class _ReverseTransform(_Transformed):
+    def __init__(self, fun, argnums=0, has_aux=False, with_value=False, verbose=False):
+        super().__init__(fun, verbose)
+        self.argnums = argnums
+        self.has_aux = has_aux
+        self.with_value = with_value
+        self.kind = "value_and_grad" if with_value else "grad"
+
+    def __call__(self, *args, **kwargs):
+        names, values, specs = self._specs(args, kwargs)
+        info = parse_function(self.py_fun)
+        single, argnums = _normalize_argnums(self.argnums, len(names), info)
+        key = (_spec_key(specs), argnums)
+        generated, module = self._module_for(key, lambda: build_reverse(
+            self.py_fun, specs, argnums=argnums, has_aux=self.has_aux,
+            with_value=self.with_value, argnums_text=self.argnums))
+        flat = _flat_values(specs, names, values)
+        result = getattr(module, generated.entry)(*flat)
+        layout = generated.layout
+        n_extra = int(layout["value"]) + int(layout["aux"])
+        groups = layout["groups"]
+        n_bars = sum(len(g) for g in groups)
+        if not isinstance(result, tuple) or n_extra + n_bars == 1:
+            result = (result,)
+        extra, bars = result[:n_extra], list(result[n_extra:])
+        grads = []
+        for i, group in zip(argnums, groups):
+            leaf_grads, bars = bars[:len(group)], bars[len(group):]
+            grads.append(_rebuild(values[i], leaf_grads))
+        grads = grads[0] if single else tuple(grads)
+        value = extra[0] if self.with_value else None
+        aux = extra[-1] if self.has_aux else None
+        if self.with_value and self.has_aux:
+            return (value, aux), grads
+        if self.with_value:
+            return value, grads
+        if self.has_aux:
+            return grads, aux
+        return grads
+
+
+def grad(fun, argnums=0, has_aux=False, verbose=False):
+    """Gradient of a scalar-output function, as generated source (JAX's ``grad``).
+
+    argnums picks the differentiated positional argument(s) (an int or a tuple); with
+    has_aux=True, `fun` returns ``(output, aux)`` and the result is ``(gradient, aux)``.
+    verbose=True prints the generated module when it is written.
+
+    >>> import numpy as np
+    >>> grad(lambda x, y: x * y, argnums=(0, 1))(2.0, 3.0)
+    (np.float64(3.0), np.float64(2.0))
+    """
+    return _ReverseTransform(fun, argnums, has_aux, with_value=False, verbose=verbose)
+
+
+def value_and_grad(fun, argnums=0, has_aux=False, verbose=False):
+    """``(value, gradient)`` in one pass; ``((value, aux), gradient)`` with has_aux.
+
+    >>> value_and_grad(lambda x: x ** 3)(2.0)
+    (8.0, np.float64(12.0))
+    """
+    return _ReverseTransform(fun, argnums, has_aux, with_value=True, verbose=verbose)
+
+
+class _Pullback:
+    """The cotangent function returned by :func:`vjp`; `.source` shows the backward code."""
+
+    def __init__(self, generated, module, residuals, flat_params, values, n_seeds, tuple_out):
+        self.generated = generated
+        self.module = module
+        self.residuals = residuals
+        self.flat_params = flat_params
+        self.values = values
+        self.n_seeds = n_seeds
+        self.tuple_out = tuple_out
+        self.source = generated.source
+
+    def __call__(self, cotangent):
+        layout = self.generated.layout
+        cts = list(cotangent) if self.tuple_out else [cotangent]
+        cts = [np.asarray(c, dtype=float) if np.ndim(c) else float(c) for c in cts]
+        bwd = getattr(self.module, self.generated.extra["bwd"])
+        result = bwd(*self.flat_params, *self.residuals, *cts[:self.n_seeds])
+        n_bars = sum(len(g) for g in layout["groups"])
+        if n_bars == 1 or not isinstance(result, tuple):
+            result = (result,)
+        bars = list(result)
+        out = []
+        for value, group in zip(self.values, layout["groups"]):
+            leaf_grads, bars = bars[:len(group)], bars[len(group):]
+            leaves = pytrees.tree_leaves(value)
+            if len(leaf_grads) != len(leaves):  # integer leaves get zero cotangents
+                it = iter(leaf_grads)
+                leaf_grads = [next(it) if _is_float_leaf(v) else np.zeros(np.shape(v))
+                              for v in leaves]
+            out.append(_rebuild(value, leaf_grads))
+        return tuple(out)
+
+
+def _is_float_leaf(value):
+    return T.abstract_of(value).is_float
+
+
+class _VjpBuilder(_Transformed):
+    kind = "vjp"
+
+    def __init__(self, fun, has_aux=False):
+        super().__init__(fun)
+        self.has_aux = has_aux
+
+    def __call__(self, *primals):
+        names, values, specs = self._specs(primals, {})
+        key = _spec_key(specs)
+        generated, module = self._module_for(key, lambda: build_vjp(
+            self.py_fun, specs, has_aux=self.has_aux))
+        flat = _flat_values(specs, names, values)
+        result = getattr(module, generated.entry)(*flat)
+        layout = generated.layout
+        if not isinstance(result, tuple):
+            result = (result,)
+        n_out = 2 if self.has_aux else 1
+        out, residuals = result[:n_out], result[n_out:]
+        params = layout["params"]
+        by_name = dict(zip(params, flat))
+        bwd_params = [by_name[p] for p in layout["bwd_params"]]
+        pullback = _Pullback(generated, module, residuals, bwd_params, values,
+                             layout["n_seeds"], layout["tuple_out"])
+        if self.has_aux:
+            return out[0], pullback, out[1]
+        return out[0], pullback
+
+
+def vjp(fun, *primals, has_aux=False):
+    """``(output, pullback)``: pullback maps an output cotangent to input cotangents.
+
+    >>> import numpy as np
+    >>> out, pullback = vjp(lambda x: np.sin(x), np.array([0.0]))
+    >>> pullback(np.array([2.0]))
+    (array([2.]),)
+    """
+    return _VjpBuilder(fun, has_aux)(*primals)
+
+
+def source(fun, *example_args, **example_kwargs):
+    """The generated source of a transformed function.
+
+    With example arguments, generates it for their signature first.
+
+    >>> import numpy as np
+    >>> print(source(grad(lambda x: x * x), 1.0).splitlines()[-2].strip())
+    x_bar = x + x
+    """
+    if example_args or example_kwargs:
+        fun(*example_args, **example_kwargs)
+    text = getattr(fun, "source", None)
+    if text is None:
+        raise TypeError(f"{fun!r} is not a function transformed by autodiff_ast")
+    return text
+
+
+__all__ = ["grad", "value_and_grad", "vjp", "source", "os"]

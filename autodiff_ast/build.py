@@ -1,0 +1,338 @@
+"""Building generated modules: from a user function and an abstract signature to source text.
+
+This is where the passes meet: parse (frontend) -> normalize -> reverse -> tidy -> emit.
+:func:`build_reverse` writes the module for ``grad``/``value_and_grad`` (one combined function)
+or for ``vjp`` (a forward function that keeps residuals and a backward function).
+
+>>> import numpy as np
+>>> from autodiff_ast.normalize import spec_of
+>>> def f(x):
+...     return np.sum(x * x)
+>>> mod = build_reverse(f, {"x": spec_of(np.ones(3))}, argnums=(0,))
+>>> print(mod.source.split("\\n\\n\\n")[1], end="")
+def grad_f(x):
+    # return np.sum(x * x)
+    x_bar = x + x
+    return x_bar
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+
+import gast
+
+from codegen.emit import blank, comment, function, is_marker, render_module
+from codegen.helpers import helper_source
+
+from . import types as T
+from .errors import ArgnumsError, NonFloatInputError, UnsupportedSyntaxError
+from .frontend import parse_function
+from .normalize import Program, TreeSpec, normalize_into
+from .reverse import SplitRegistry, _returned_names, reverse
+from .templates import fill, name, to_expr, unparse
+from .tidy import free_names, tidy_block
+
+
+@dataclass
+class Generated:
+    """A generated module's source and how to call it."""
+
+    source: str
+    entry: str  # the main function's name
+    injected: dict = field(default_factory=dict)  # names the loader must define in the module
+    layout: dict = field(default_factory=dict)  # what the entry function returns
+    extra: dict = field(default_factory=dict)
+
+
+def param_names(info):
+    args = info.node.args
+    return [a.id for a in list(args.posonlyargs) + list(args.args) + list(args.kwonlyargs)]
+
+
+def _leaves(pname, spec):
+    if isinstance(spec, TreeSpec):
+        return [flat for flat, _ in spec.leaves(pname)]
+    return [pname]
+
+
+def active_leaves(info, specs, argnums):
+    """Flat names of the differentiated leaves, per argnum; checks argnums and float inputs."""
+    params = param_names(info)
+    result = []
+    for i in argnums:
+        if not isinstance(i, int) or not -len(params) <= i < len(params):
+            raise ArgnumsError(
+                f"argnums {argnums!r} names argument {i}, but {info.name} takes "
+                f"{len(params)} argument(s): {', '.join(params) or 'none'}",
+                filename=info.filename, lineno=info.file_line(info.node),
+                hint=f"use an argnums between 0 and {len(params) - 1}")
+        pname = params[i]
+        spec = specs.get(pname, T.UNKNOWN)
+        leaves = _leaves(pname, spec)
+        leaf_types = spec.leaves(pname) if isinstance(spec, TreeSpec) else [(pname, spec)]
+        for flat, t in leaf_types:
+            if not t.is_float:
+                what = "complex" if t.dtype and "complex" in t.dtype else (t.dtype or t.kind)
+                raise NonFloatInputError(
+                    f"grad requires real floating-point inputs, but argument {pname!r} "
+                    f"{'leaf ' + flat + ' ' if flat != pname else ''}is {what}",
+                    filename=info.filename, lineno=info.file_line(info.node),
+                    hint="pass floats (e.g. x.astype(float) or 1.0 instead of 1), or leave "
+                         "this argument out of argnums")
+        result.append(leaves)
+    return result
+
+
+def _zero(param, t):
+    if t.kind == "float":
+        return fill("0.0")
+    return fill("np.zeros_like(p)", p=param)
+
+
+def _with_comments(stmts, info):
+    """Statements with a comment before each block quoting the source line it came from."""
+    out, last = [], None
+    for stmt in stmts:
+        origin = getattr(stmt, "origin", None)
+        if origin is not None and origin is not last:
+            text = info.source_line(origin)
+            if text:
+                out.append(comment(text))
+            last = origin
+        out.append(stmt)
+    return out
+
+
+def _bar_exprs(sweep, core):
+    out = []
+    for p, expr in zip(sweep.active_params, sweep.param_bars):
+        out.append(to_expr(expr) if expr is not None else _zero(p, core.types.get(p, T.UNKNOWN)))
+    return out
+
+
+def _returned_bar_names(exprs):
+    return {e.id for e in exprs if isinstance(e, gast.Name)}
+
+
+class ModuleBuilder:
+    """Collects the functions of one generated module and renders it."""
+
+    def __init__(self, program, registry):
+        self.program = program
+        self.registry = registry
+        self.functions = []  # gast FunctionDefs in emission order
+        self.helpers = set()
+        self.emitted_primals = set()
+
+    def add_splits(self):
+        """Forward/backward pairs of every helper function the main sweep called."""
+        done = set()
+        while True:
+            pending = [k for k, v in self.registry.pairs.items() if k not in done and v]
+            if not pending:
+                return
+            for key in pending:
+                done.add(key)
+                split = self.registry.pairs[key]
+                self.functions.extend(split_functions(split))
+                self.helpers |= split.sweep.helpers
+
+    def add_primals(self):
+        """Primal copies of helpers that generated code still calls as they are."""
+        cores = {core.name: core for core in self.program.functions.values()
+                 if core is not None and core.body is not None}
+        changed = True
+        while changed:
+            changed = False
+            called = set()
+            for fn in self.functions:
+                for node in gast.walk(fn):
+                    if isinstance(node, gast.Call) and isinstance(node.func, gast.Name):
+                        called.add(node.func.id)
+            for fname in sorted(called & set(cores) - self.emitted_primals):
+                core = cores[fname]
+                body = tidy_block(core.body, keep=set(_returned_names(core)), temps=core.namer)
+                self.functions.insert(0, function(core.name, core.params, body, core.returns,
+                                                  doc=None))
+                self.emitted_primals.add(fname)
+                changed = True
+
+    def imports_and_data(self, standalone_module=None):
+        """Import lines and the data the loader injects (when not importable)."""
+        text = "\n".join(unparse(f) for f in self.functions)
+        imports = ["import numpy as np"]
+        if "math." in text:
+            imports.insert(0, "import math")
+        injected = {}
+        from_lines = []
+        for emitted, (module, attr, value) in sorted(self.program.data.items()):
+            importable = module and module != "__main__" and module in sys.modules and \
+                getattr(sys.modules[module], "__file__", None)
+            if importable or (module and module == standalone_module):
+                line = f"from {module} import {attr}" + (f" as {emitted}" if attr != emitted
+                                                        else "")
+                from_lines.append(line)
+            else:
+                injected[emitted] = value
+        imports += sorted(from_lines)
+        for emitted in sorted(injected):
+            module = self.program.data[emitted][0]
+            where = f"module {module}" if module else "a closure or a computed value"
+            main = sys.modules.get("__main__")
+            if module == "__main__" and getattr(main, "__file__", None):
+                where = os.path.basename(main.__file__) + ", run as a script"
+            imports.append(f"# {emitted}: data from {where}; the loader sets it.")
+        return imports, injected
+
+
+def split_functions(split):
+    """The forward and backward FunctionDefs of a helper's split."""
+    sweep = split.sweep
+    core = sweep.core
+    functions = []
+    if split.residuals:
+        returns = [to_expr(core.returns)] + [name(r) for r in split.residuals]
+        functions.append(function(
+            split.fwd_name, core.params, sweep.forward, returns,
+            doc=f"{core.info.name} ({_where(core.info)}), keeping what its backward pass reads."))
+    bars = _bar_exprs(sweep, core)
+    params = split.bwd_params + split.residuals + sweep.seeds
+    body = _with_comments(sweep.backward, core.info)
+    functions.append(function(split.bwd_name, params, body, bars))
+    return functions
+
+
+def _where(info):
+    line = info.file_line(info.node)
+    return f"{os.path.basename(info.filename)}:{line}"
+
+
+def prepare(fn, specs, program=None):
+    info = parse_function(fn)
+    program = program or Program(reserved={"np", "math", "unbroadcast"})
+    core = normalize_into(program, info, specs, core_name=info.name)
+    return info, program, core
+
+
+def _signature_line(info, specs):
+    parts = []
+    for pname in param_names(info):
+        spec = specs.get(pname, T.UNKNOWN)
+        if isinstance(spec, TreeSpec):
+            leaves = ", ".join(f"{k}: {T.describe(t)}" for k, t in spec.leaves(pname))
+            parts.append(f"{pname}: {spec.kind}({leaves})")
+        elif isinstance(spec, T.AType):
+            parts.append(f"{pname}: {T.describe(spec)}")
+        else:
+            parts.append(f"{pname}: static")
+    return ", ".join(parts)
+
+
+def build_reverse(fn, specs, argnums=(0,), has_aux=False, with_value=False, entry_name=None,
+                  standalone_module=None, argnums_text=None):
+    """The module of ``grad`` / ``value_and_grad`` of `fn` for this abstract signature."""
+    info, program, core = prepare(fn, specs)
+    groups = active_leaves(info, specs, argnums)
+    active = [leaf for group in groups for leaf in group]
+    if len(set(active)) != len(active):
+        raise ArgnumsError(f"argnums {argnums!r} names an argument twice",
+                           filename=info.filename, lineno=info.file_line(info.node))
+    if has_aux and not (isinstance(core.returns, gast.Tuple) and len(core.returns.elts) == 2):
+        raise UnsupportedSyntaxError(
+            "has_aux=True needs the function to return a pair (output, aux)",
+            filename=info.filename, lineno=info.file_line(core.return_node),
+            code=info.source_line(core.return_node), hint="return loss, aux")
+    registry = SplitRegistry(program)
+    sweep = reverse(core, active, registry=registry, seed="grad",
+                    output_index=0 if has_aux else None)
+    bars = _bar_exprs(sweep, core)
+    outputs = core.returns.elts if isinstance(core.returns, gast.Tuple) else [core.returns]
+    returns = []
+    if with_value:
+        returns.append(to_expr(outputs[0]))
+    if has_aux:
+        returns.append(to_expr(outputs[1]))
+    for stmt in sweep.backward:
+        stmt.backward = True
+    keep = _returned_bar_names(bars) | {n.id for r in returns for n in gast.walk(r)
+                                        if isinstance(n, gast.Name)}
+    # One block, so that cheap forward temporaries may be recomputed where the backward sweep
+    # reads them instead of being stored.
+    block = tidy_block(list(sweep.forward) + list(sweep.backward), keep=keep, temps=core.namer)
+    forward = [s for s in block if not getattr(s, "backward", False)]
+    backward = [s for s in block if getattr(s, "backward", False)]
+    body = list(forward)
+    if forward and backward:
+        body.append(blank())
+    body += _with_comments(backward, info)
+    prefix = "value_and_grad" if with_value else "grad"
+    entry = entry_name or program.module_names.fresh(f"{prefix}_{info.name}")
+    main = function(entry, core.params, body, returns + bars)
+    builder = ModuleBuilder(program, registry)
+    builder.add_splits()
+    builder.functions.append(main)
+    builder.helpers |= sweep.helpers
+    builder.add_primals()
+    imports, injected = builder.imports_and_data(standalone_module)
+    arg_text = argnums_text or (argnums[0] if len(argnums) == 1 else argnums)
+    options = f"argnums={arg_text}" + (", has_aux=True" if has_aux else "")
+    doc = (f"{prefix}({info.name}, {options}), generated by autodiff-ast from "
+           f"{os.path.basename(info.filename)}.\n\n{_signature_line(info, specs)}.\n"
+           "Regenerate instead of editing.\n")
+    helpers = helper_source(builder.helpers)
+    functions = [f for f in builder.functions]
+    source = render_module(doc, imports, helpers, functions)
+    layout = {"value": with_value, "aux": has_aux, "groups": groups}
+    return Generated(source, entry, injected, layout)
+
+
+def build_vjp(fn, specs, has_aux=False, standalone_module=None):
+    """The module of ``vjp``: ``<f>_fwd`` returns the output(s) and residuals, ``<f>_bwd``
+    takes the residuals and output cotangent(s) and returns every float input's adjoint."""
+    info, program, core = prepare(fn, specs)
+    params = param_names(info)
+    groups = []
+    for pname in params:
+        spec = specs.get(pname, T.UNKNOWN)
+        leaf_types = spec.leaves(pname) if isinstance(spec, TreeSpec) else [(pname, spec)]
+        groups.append([flat for flat, t in leaf_types if isinstance(t, T.AType) and t.is_float])
+    active = [leaf for g in groups for leaf in g]
+    registry = SplitRegistry(program)
+    sweep = reverse(core, active, registry=registry, seed="split",
+                    output_index=0 if has_aux else None)
+    from .reverse import make_split
+    backward = tidy_block(sweep.backward, keep=_returned_bar_names(_bar_exprs(sweep, core)),
+                          temps=core.namer)
+    sweep.backward = backward
+    split = make_split(sweep, program)
+    split.fwd_name = program.module_names.fresh(f"{info.name}_fwd")
+    aux_extra = []
+    if has_aux:
+        aux_extra = [to_expr(core.returns.elts[1])]
+    fwd_returns = [to_expr(core.returns.elts[0] if has_aux else core.returns)] + aux_extra + \
+        [name(r) for r in split.residuals]
+    fwd = function(split.fwd_name, core.params, sweep.forward, fwd_returns)
+    bwd_params = split.bwd_params + split.residuals + sweep.seeds
+    bwd = function(split.bwd_name, bwd_params, _with_comments(sweep.backward, info),
+                   _bar_exprs(sweep, core))
+    builder = ModuleBuilder(program, registry)
+    builder.add_splits()
+    builder.functions += [fwd, bwd]
+    builder.helpers |= sweep.helpers
+    builder.add_primals()
+    imports, injected = builder.imports_and_data(standalone_module)
+    doc = (f"vjp({info.name}), generated by autodiff-ast from "
+           f"{os.path.basename(info.filename)}.\n\n{_signature_line(info, specs)}.\n"
+           "Regenerate instead of editing.\n")
+    source = render_module(doc, imports, helper_source(builder.helpers), builder.functions)
+    layout = {"groups": groups, "residuals": len(split.residuals), "aux": has_aux,
+              "bwd_params": split.bwd_params, "params": core.params,
+              "n_seeds": len(sweep.seeds), "tuple_out": isinstance(core.returns, gast.Tuple)
+              and not has_aux}
+    return Generated(source, split.fwd_name, injected, layout, {"bwd": split.bwd_name})
+
+
+__all__ = ["build_reverse", "build_vjp", "Generated", "is_marker"]

@@ -1,0 +1,563 @@
+"""Reverse mode: a core function becomes a forward sweep and a backward (adjoint) sweep.
+
+The forward sweep is the primal code, keeping what the backward sweep reads; the backward sweep
+walks the statements in reverse and applies each primitive's reverse rule, accumulating adjoints
+``x_bar`` of every active value. Activity analysis (varied: depends on a differentiated input;
+useful: reaches the output) decides which statements get derivative code at all. Calls to the
+user's own functions become calls to that function's own forward/backward pair (``f_fwd``,
+``f_bwd``), never inlined.
+
+>>> import numpy as np
+>>> from autodiff_ast.frontend import parse_function
+>>> from autodiff_ast.normalize import normalize
+>>> from autodiff_ast import types as T
+>>> def f(x):
+...     return np.sum(np.sin(x))
+>>> sweep = reverse(normalize(parse_function(f), {"x": T.array((T.N,))}), ["x"])
+>>> [unparse(s) for s in sweep.backward]
+['x_bar = np.cos(x)']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import gast
+
+from . import types as T
+from .errors import MissingRuleError, NonScalarOutputError
+from .normalize import CoreFunction, atom_type
+from .rules import PrimCall
+from .templates import assign, fill, name, to_expr, unparse
+
+# Calls whose result is a new array (safe to update in place afterwards).
+_ALLOCATING = {"np.zeros_like", "np.zeros", "np.ones_like", "np.full_like", "np.outer", "np.dot",
+               "np.matmul", "np.where", "np.einsum", "np.diag", "np.sum", "np.cumsum", "np.full",
+               "np.eye"}
+
+
+def _elementwise_names():
+    from .rules.elementwise import PARTIALS
+    names = set(PARTIALS) | {"power", "where", "clip", "copy", "asarray", "float", "astype"}
+    from .rules import all_rules
+    return names | {n for n in all_rules() if n.split("@")[0] in names}
+
+
+_ELEMENTWISE_OK = _elementwise_names()
+
+
+@dataclass
+class Sweep:
+    """The derivative code of one core function for one choice of active inputs."""
+
+    core: CoreFunction
+    active_params: list
+    forward: list  # primal statements (with calls to helpers' forward functions)
+    backward: list  # adjoint statements
+    param_bars: list  # expression of each active parameter's adjoint (None: zero)
+    seeds: list  # the output adjoint name(s) for split use (vjp / helpers)
+    helpers: set = field(default_factory=set)
+
+
+def _stmt_targets(stmt):
+    if isinstance(stmt, gast.Assign):
+        target = stmt.targets[0]
+        if isinstance(target, gast.Name):
+            return [target.id]
+        if isinstance(target, gast.Tuple):
+            return [e.id for e in target.elts if isinstance(e, gast.Name)]
+    return []
+
+
+def _atoms_read(prim):
+    out = []
+    for atom in prim.args:
+        for node in gast.walk(atom):
+            if isinstance(node, gast.Name):
+                out.append(node.id)
+    return out
+
+
+def activity(core, active_params, outputs):
+    """(varied, useful) name sets of a straight-line core function."""
+    varied = {p for p in active_params if core.types.get(p, T.UNKNOWN).is_float}
+    for stmt in core.body:
+        prim = stmt.prim
+        if prim.kind == "nondiff":
+            continue
+        if any(n in varied for n in _atoms_read(prim)):
+            for target in _stmt_targets(stmt):
+                t = core.types.get(target, T.UNKNOWN)
+                if t.is_float or (t.kind == "tuple"):
+                    varied.add(target)
+    useful = set(outputs)
+    for stmt in reversed(core.body):
+        if stmt.prim.kind == "nondiff":
+            continue
+        if any(t in useful for t in _stmt_targets(stmt)):
+            useful.update(_atoms_read(stmt.prim))
+    return varied, useful
+
+
+class Adjoints:
+    """Accumulates the adjoint of each active value into `name_bar` variables.
+
+    An adjoint may be held lazily with fewer or size-one axes than its value (the cotangent of
+    a sum is one number): elementwise rules broadcast it for free, and it is materialized to the
+    value's full shape only where a rule or a return needs that.
+    """
+
+    def __init__(self, core, out):
+        self.core = core
+        self.namer = core.namer
+        self.out = out  # list of emitted statements
+        self.exprs = {}  # value name -> gast expr of its adjoint
+        self.atypes = {}  # value name -> abstract type of that expression
+        self.owned = set()  # adjoint names holding an array nobody else references
+        self.tuples = {}  # tuple-valued name -> list of element adjoint exprs (None: zero)
+        self.helpers = set()
+
+    def get(self, value):
+        return self.exprs.get(value)
+
+    def seed(self, value, expr, typ=None):
+        self.exprs[value] = to_expr(expr)
+        self.atypes[value] = typ or self.type_of(value)
+        if isinstance(expr, float):
+            self.atypes[value] = T.FLOAT
+
+    def type_of(self, value):
+        return self.core.types.get(value, T.UNKNOWN)
+
+    def expr_type(self, expr):
+        """Type of an elementwise expression: the broadcast of the names it reads."""
+        found = []
+        for node in gast.walk(expr):
+            if isinstance(node, gast.Name):
+                for value, bar_expr in self.exprs.items():
+                    if isinstance(bar_expr, gast.Name) and bar_expr.id == node.id:
+                        found.append(self.atypes.get(value, T.UNKNOWN))
+                        break
+                else:
+                    if node.id in self.core.types:
+                        found.append(self.core.types[node.id])
+        return T.broadcast(*found) if found else T.FLOAT
+
+    def smaller(self, typ, value):
+        """Whether an adjoint of type `typ` has fewer or size-one axes than `value`."""
+        target = self.type_of(value)
+        if target.kind != "array":
+            return False
+        if typ.kind == "float":
+            return True
+        if typ.kind != "array" or typ.dims is None or target.dims is None:
+            return False
+        if len(typ.dims) < len(target.dims):
+            return True
+        offset = len(typ.dims) - len(target.dims)
+        return any(t == T.N and typ.dims[i + offset] == 1 for i, t in enumerate(target.dims))
+
+    def add(self, value, contrib, ctype=None):
+        """Accumulate `contrib` (of abstract type `ctype`) into the adjoint of `value`."""
+        if ctype is None:
+            ctype = self.expr_type(contrib)
+        contrib, fitted = self.fit(contrib, ctype, self.type_of(value), value)
+        bar = self.namer.adjoint(value)
+        current = self.exprs.get(value)
+        if current is None:
+            if self.smaller(fitted, value) and _simple(contrib):
+                self.exprs[value] = contrib
+                self.atypes[value] = fitted
+                return
+            self.out.append(assign(bar, contrib))
+            if _allocates(contrib):
+                self.owned.add(bar)
+            self.exprs[value] = name(bar)
+            self.atypes[value] = fitted
+        else:
+            self.out.append(assign(bar, fill("a + c", a=current, c=contrib)))
+            self.owned.add(bar)
+            self.exprs[value] = name(bar)
+            self.atypes[value] = T.broadcast(self.atypes.get(value, fitted), fitted)
+
+    def materialized(self, value):
+        """The adjoint of `value` with exactly value's shape (emitting a broadcast if lazy)."""
+        current = self.exprs.get(value)
+        if current is None:
+            return None
+        typ = self.atypes.get(value, self.type_of(value))
+        if not self.smaller(typ, value):
+            return current
+        bar = self.namer.adjoint(value)
+        if typ.kind == "float":
+            full = fill("np.ones_like(x)", x=value) if _is_const(current, 1.0) else \
+                fill("np.full_like(x, c)", x=value, c=current)
+        else:
+            full = fill("np.broadcast_to(c, x.shape).copy()", c=current, x=value)
+        self.out.append(assign(bar, full))
+        self.owned.add(bar)
+        self.exprs[value] = name(bar)
+        self.atypes[value] = self.type_of(value)
+        return self.exprs[value]
+
+    def fit(self, contrib, ctype, target, value):
+        """Sum `contrib` down to the shape of `value` where it was broadcast.
+
+        Returns (expression, its type): the type may still have fewer or size-one axes than
+        `value` (it broadcasts up when added).
+        """
+        if target.kind == "float":
+            if ctype.kind == "array":
+                return fill("np.sum(c)", c=contrib), T.FLOAT
+            return contrib, T.FLOAT
+        if ctype.kind == "float":
+            return contrib, T.FLOAT
+        if target.kind != "array" or target.dims is None or ctype.kind != "array" or \
+                ctype.dims is None:
+            if ctype == target and ctype.kind == "array" and ctype.dims is not None:
+                return contrib, target
+            self.helpers.add("unbroadcast")
+            shape = fill("np.shape(x)", x=value) if target.kind != "array" else \
+                fill("x.shape", x=value)
+            return fill("unbroadcast(c, s)", c=contrib, s=shape), target
+        fd, td = list(ctype.dims), list(target.dims)
+        expr = contrib
+        while len(fd) > len(td):
+            expr = fill("np.sum(c, axis=0)", c=expr)
+            fd.pop(0)
+        offset = len(td) - len(fd)
+        for i in range(len(fd)):
+            if td[i + offset] == 1 and fd[i] == T.N:
+                expr = fill("np.sum(c, axis=a, keepdims=True)", c=expr, a=i + offset)
+                fd[i] = 1
+        return expr, T.array(tuple(fd), target.dtype or "float64")
+
+    def scatter(self, value, index, g, advanced):
+        """Adjoint of ``y = value[index]``: add g into the indexed part of value's adjoint."""
+        bar = self.namer.adjoint(value)
+        current = self.exprs.get(value)
+        if current is not None:
+            current = self.materialized(value)
+        if current is None:
+            self.out.append(assign(bar, fill("np.zeros_like(x)", x=value)))
+            self.owned.add(bar)
+            self.exprs[value] = name(bar)
+            self.atypes[value] = self.type_of(value)
+        elif bar not in self.owned or not (isinstance(current, gast.Name) and current.id == bar):
+            self.out.append(assign(bar, fill("c.copy()", c=current)))
+            self.owned.add(bar)
+            self.exprs[value] = name(bar)
+        if advanced:
+            call = fill("np.add.at(b, i, g)", b=bar, g=g)
+            call.args[1] = _index_value(index)
+            self.out.append(gast.Expr(value=call))
+        else:
+            target = gast.Subscript(value=name(bar), slice=to_expr(index), ctx=gast.Store())
+            self.out.append(gast.AugAssign(target=target, op=gast.Add(), value=to_expr(g)))
+
+
+def _simple(expr):
+    return isinstance(expr, (gast.Name, gast.Constant)) or (
+        isinstance(expr, gast.UnaryOp) and isinstance(expr.operand, (gast.Name, gast.Constant)))
+
+
+def _is_const(expr, value):
+    return isinstance(expr, gast.Constant) and expr.value == value
+
+
+def _index_value(index):
+    """An index usable as a value (for np.add.at): slices become slice(...) calls."""
+    if isinstance(index, gast.Slice):
+        parts = [index.lower, index.upper, index.step]
+        while parts and parts[-1] is None:
+            parts.pop()
+        if not parts:
+            parts = [None]
+        return gast.Call(func=name("slice"), args=[to_expr(p) if p is not None else
+                                                   gast.Constant(value=None, kind=None)
+                                                   for p in parts], keywords=[])
+    if isinstance(index, gast.Tuple):
+        return gast.Tuple(elts=[_index_value(e) for e in index.elts], ctx=gast.Load())
+    return to_expr(index)
+
+
+def _allocates(expr):
+    if isinstance(expr, (gast.BinOp, gast.UnaryOp)):
+        return True
+    if isinstance(expr, gast.Call):
+        text = unparse(expr.func)
+        return text in _ALLOCATING or text.endswith(".copy")
+    return False
+
+
+def _advanced(index, types):
+    parts = index.elts if isinstance(index, gast.Tuple) else [index]
+    for p in parts:
+        if isinstance(p, (gast.Slice, gast.Constant)):
+            continue
+        t = atom_type(p, types)
+        if t.kind not in ("int", "bool"):
+            return True
+    return False
+
+
+class SplitRegistry:
+    """Forward/backward function pairs generated for the user's helper functions."""
+
+    def __init__(self, program):
+        self.program = program
+        self.pairs = {}  # (core name, active flat params) -> Split
+
+    def split(self, core, active):
+        key = (core.name, tuple(active))
+        if key not in self.pairs:
+            self.pairs[key] = None  # recursion guard
+            sweep = reverse(core, active, registry=self, seed="split")
+            self.pairs[key] = make_split(sweep, self.program)
+        if self.pairs[key] is None:
+            raise core.info.error(MissingRuleError, "recursive functions cannot be "
+                                  "differentiated yet", core.info.node)
+        return self.pairs[key]
+
+
+@dataclass
+class Split:
+    sweep: Sweep
+    fwd_name: str
+    bwd_name: str
+    residuals: list  # names the forward function returns after the output
+    bwd_params: list  # primal parameters the backward function reads (before residuals)
+
+
+def make_split(sweep, program):
+    """Decide the residuals a forward function hands its backward function."""
+    from .tidy import free_names, tidy_block
+    core = sweep.core
+    bar_names = {e.id for e in sweep.param_bars if isinstance(e, gast.Name)}
+    backward = tidy_block(sweep.backward, keep=bar_names, temps=core.namer)
+    sweep.backward = backward
+    forward = tidy_block(sweep.forward, keep=set(_returned_names(core)) | set(
+        free_names(backward)), temps=core.namer)
+    needed = free_names(backward)
+    defined_fwd = set()
+    for stmt in forward:
+        defined_fwd.update(_stmt_targets(stmt))
+    bwd_params = [p for p in core.params if p in needed]
+    returned = set(_returned_names(core))
+    residuals = [n for n in _ordered_defs(forward) if n in needed and n not in core.params
+                 and n not in returned]
+    residuals += [n for n in _returned_names(core) if n in needed and n not in core.params]
+    sweep.forward = forward
+    base = core.name
+    fwd_name = program.module_names.fresh(f"{base}_fwd") if residuals else core.name
+    bwd_name = program.module_names.fresh(f"{base}_bwd")
+    return Split(sweep, fwd_name, bwd_name, residuals, bwd_params)
+
+
+def _ordered_defs(stmts):
+    out = []
+    for stmt in stmts:
+        for t in _stmt_targets(stmt):
+            if t not in out:
+                out.append(t)
+    return out
+
+
+def _returned_names(core):
+    ret = core.returns
+    atoms = ret.elts if isinstance(ret, gast.Tuple) else [ret]
+    return [a.id for a in atoms if isinstance(a, gast.Name)]
+
+
+def reverse(core, active_params, registry=None, seed="grad", output_index=None):
+    """Build the forward and backward sweeps of `core` with respect to `active_params`.
+
+    seed='grad' seeds the (scalar) output's adjoint with 1.0; seed='split' makes the output
+    adjoint(s) parameters named after the output (``out_bar``) for vjp and helper calls.
+    output_index picks one element of a tuple output (grad with has_aux).
+    """
+    from .normalize import Program
+    registry = registry or SplitRegistry(Program())
+    ret = core.returns
+    outputs = ret.elts if isinstance(ret, gast.Tuple) else [ret]
+    if output_index is not None:
+        outputs = [outputs[output_index]]
+    out_names = [a.id for a in outputs if isinstance(a, gast.Name)]
+    varied, useful = activity(core, active_params, out_names)
+    active = varied & useful
+    backward = []
+    adj = Adjoints(core, backward)
+    seeds = []
+    if seed == "grad":
+        for a in outputs:
+            if isinstance(a, gast.Name):
+                t = core.types.get(a.id, T.UNKNOWN)
+                if t.kind == "array" or not t.is_float and t.kind != "unknown":
+                    raise core.info.error(
+                        NonScalarOutputError, f"grad requires a real scalar output, but "
+                        f"{a.id} is {T.describe(t)}", core.return_node,
+                        "reduce it (np.sum, np.mean), or use jacrev/vjp for non-scalar outputs")
+                adj.seed(a.id, 1.0)
+    else:
+        for i, a in enumerate(outputs):
+            if isinstance(a, gast.Name) and a.id not in core.namer.temps:
+                seed_name = core.namer.adjoint(a.id)
+            else:
+                seed_name = core.namer.fresh("out_bar" if len(outputs) == 1 else f"out{i}_bar")
+            seeds.append(seed_name)
+            if isinstance(a, gast.Name) and a.id in varied:
+                adj.seed(a.id, seed_name)
+    forward = list(core.body)
+    for index in range(len(core.body) - 1, -1, -1):
+        stmt = core.body[index]
+        targets = _stmt_targets(stmt)
+        if not any(t in active for t in targets):
+            continue
+        marker = len(backward)
+        forward[index] = _reverse_stmt(stmt, adj, active, core, registry) or forward[index]
+        for s in backward[marker:]:
+            s.origin = stmt.origin
+    param_bars = [adj.materialized(p) for p in active_params]
+    sweep = Sweep(core, list(active_params), forward, backward, param_bars, seeds,
+                  adj.helpers)
+    return sweep
+
+
+def _reverse_stmt(stmt, adj, active, core, registry):
+    """Emit the adjoint code of one statement; returns a replacement forward statement."""
+    prim = stmt.prim
+    targets = _stmt_targets(stmt)
+    if prim.kind == "copy":
+        g = adj.get(targets[0])
+        src = prim.args[0]
+        if g is not None and isinstance(src, gast.Name) and src.id in active:
+            adj.add(src.id, g, adj.atypes.get(targets[0], adj.type_of(targets[0])))
+        return None
+    if prim.kind == "unpack":
+        src = prim.args[0]
+        if isinstance(src, gast.Name) and src.id in active:
+            parts = adj.tuples.setdefault(src.id, [None] * len(targets))
+            for i, t in enumerate(targets):
+                g = adj.get(t)
+                if g is not None:
+                    parts[i] = g if parts[i] is None else fill("a + b", a=parts[i], b=g)
+        return None
+    if prim.kind == "tuple":
+        parts = adj.tuples.get(targets[0], [])
+        for atom, g in zip(stmt.value.elts, parts):
+            if g is not None and isinstance(atom, gast.Name) and atom.id in active:
+                adj.add(atom.id, g, atom_type(atom, core.types))
+        return None
+    if prim.kind == "tuple_get":
+        g = adj.get(targets[0])
+        src = prim.args[0]
+        if g is not None and isinstance(src, gast.Name) and src.id in active:
+            size = len(adj.type_of(src.id).elts or ())
+            parts = adj.tuples.setdefault(src.id, [None] * size)
+            k = stmt.value.slice.value
+            parts[k] = g if parts[k] is None else fill("a + b", a=parts[k], b=g)
+        return None
+    if prim.kind == "user":
+        return _reverse_user_call(stmt, adj, active, core, registry)
+    if prim.kind == "rule":
+        _reverse_rule(stmt, adj, active, core)
+        return None
+    return None
+
+
+def _reverse_rule(stmt, adj, active, core):
+    prim = stmt.prim
+    rule = prim.rule
+    target = _stmt_targets(stmt)
+    call = prim.call
+    call = PrimCall(rule, call.args, call.types, name(target[0]) if len(target) == 1 else
+                    None, call.out_type, call.keywords)
+    out_t = core.types.get(target[0]) if target else T.UNKNOWN
+    if out_t is not None and out_t.kind == "tuple" and len(target) == 1:
+        g = adj.tuples.get(target[0])
+        if g is None:
+            return
+    else:
+        g = adj.get(target[0]) if rule.name in _ELEMENTWISE_OK else adj.materialized(target[0])
+        if g is None:
+            return
+    if rule.vjp is None:
+        raise _missing(stmt, core, rule)
+    result = rule.vjp(call, g)
+    if result is None:
+        raise _missing(stmt, core, rule, "for these argument ranks or options")
+    lets = result.pop("__let__", [])
+    renames = {}
+    for local, expr in lets:
+        fresh = core.namer.temp(local)
+        renames[local] = fresh
+        adj.out.append(assign(fresh, expr))
+    for param, contribution in result.items():
+        if isinstance(param, tuple):
+            atom = call.args[param[0]].elts[param[1]]
+        else:
+            atom = call.args.get(param)
+        if not isinstance(atom, gast.Name) or atom.id not in active:
+            continue
+        expr, ctype = contribution
+        if expr == "scatter":
+            index = ctype
+            adj.scatter(atom.id, index, g, _advanced(index, core.types))
+            continue
+        if renames:
+            expr = fill(unparse(expr), **{k: v for k, v in renames.items()})
+        adj.add(atom.id, expr, ctype)
+
+
+def _missing(stmt, core, rule, detail=""):
+    what = rule.emit or rule.name
+    return core.info.error(MissingRuleError, f"{what} has no reverse-mode rule {detail}".strip(),
+                           stmt.origin, "rewrite it with supported functions, or register a "
+                           "rule (see docs/adding-a-rule.md)")
+
+
+def _reverse_user_call(stmt, adj, active, core, registry):
+    prim = stmt.prim
+    callee = prim.callee
+    target = _stmt_targets(stmt)[0]
+    flat_args = prim.args
+    active_callee = [p for p, a in zip(callee.params, flat_args)
+                     if isinstance(a, gast.Name) and a.id in active]
+    if not active_callee:
+        return None
+    split = registry.split(callee, active_callee)
+    out_t = core.types.get(target, T.UNKNOWN)
+    if out_t.kind == "tuple":
+        parts = adj.tuples.get(target)
+        if parts is None:
+            return None
+        gs = [p if p is not None else fill("0.0") for p in parts]
+    else:
+        g = adj.get(target)
+        if g is None:
+            return None
+        gs = [g]
+    # Forward: call the helper's forward function, keeping its residuals under local names.
+    replacement = None
+    residual_locals = []
+    if split.residuals:
+        residual_locals = [core.namer.fresh(r) for r in split.residuals]
+        call = gast.Call(func=name(split.fwd_name), args=list(stmt.value.args), keywords=[])
+        replacement = assign([target] + residual_locals, call)
+        replacement.prim = stmt.prim
+        replacement.origin = stmt.origin
+        replacement.info = stmt.info
+        gast.copy_location(replacement, stmt)
+    param_to_arg = dict(zip(callee.params, flat_args))
+    args = [to_expr(param_to_arg[p]) for p in split.bwd_params]
+    args += [name(r) for r in residual_locals] + [to_expr(x) for x in gs]
+    outs = []
+    for p in active_callee:
+        atom = param_to_arg[p]
+        outs.append(core.namer.temp(f"{atom.id}_bar_part"))
+    call = gast.Call(func=name(split.bwd_name), args=args, keywords=[])
+    adj.out.append(assign(outs if len(outs) > 1 else outs[0], call))
+    for p, local in zip(active_callee, outs):
+        atom = param_to_arg[p]
+        adj.add(atom.id, name(local), callee.types.get(p, T.UNKNOWN))
+    return replacement

@@ -1,0 +1,116 @@
+"""Emission: gast trees become one formatted, deterministic Python module.
+
+We unparse with the standard library's ``ast.unparse`` (never astunparse, which writes invalid
+code for NumPy slices such as ``x[:, None]``). Comments and blank lines cannot live in an AST, so
+the transformations insert marker statements (:func:`comment`, :func:`blank`) that are turned
+into ``# text`` lines after unparsing.
+
+>>> import gast
+>>> fn = function("f", ["x"], [comment("y = x * 2"), gast.parse("y = 2.0 * x").body[0]],
+...               gast.parse("y", mode="eval").body)
+>>> print(render_function(fn))
+def f(x):
+    # y = x * 2
+    y = 2.0 * x
+    return y
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import gast
+
+_MARK = "__autodiff_ast_comment__"
+_MARK_LINE = re.compile(r"^(\s*)" + _MARK + r"\((.*)\)\s*$")
+
+
+def comment(text):
+    """A statement that becomes ``# text`` in the emitted source."""
+    text = " ".join(str(text).split("\n")[0].split()) if text else ""
+    call = gast.Call(func=gast.Name(id=_MARK, ctx=gast.Load(), annotation=None, type_comment=None),
+                     args=[gast.Constant(value=text, kind=None)], keywords=[])
+    return gast.Expr(value=call)
+
+
+def blank():
+    """A statement that becomes an empty line in the emitted source."""
+    call = gast.Call(func=gast.Name(id=_MARK, ctx=gast.Load(), annotation=None, type_comment=None),
+                     args=[gast.Constant(value=None, kind=None)], keywords=[])
+    return gast.Expr(value=call)
+
+
+def is_marker(stmt):
+    """Whether `stmt` is a comment or blank-line marker."""
+    return isinstance(stmt, gast.Expr) and isinstance(stmt.value, gast.Call) and \
+        isinstance(stmt.value.func, gast.Name) and stmt.value.func.id == _MARK
+
+
+def function(name, params, body, returns, doc=None):
+    """A gast FunctionDef; `returns` is an expression, a list of them (a tuple) or None."""
+    args = gast.arguments(
+        args=[gast.Name(id=p, ctx=gast.Param(), annotation=None, type_comment=None)
+              for p in params],
+        posonlyargs=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
+    stmts = []
+    if doc:
+        stmts.append(gast.Expr(value=gast.Constant(value=doc, kind=None)))
+    stmts.extend(body)
+    if isinstance(returns, list):
+        value = returns[0] if len(returns) == 1 else gast.Tuple(elts=returns, ctx=gast.Load())
+        stmts.append(gast.Return(value=value))
+    elif returns is not None:
+        stmts.append(gast.Return(value=returns))
+    if not stmts:
+        stmts.append(gast.Pass())
+    return gast.FunctionDef(name=name, args=args, body=stmts, decorator_list=[], returns=None,
+                            type_comment=None, type_params=[])
+
+
+def _unmark(text):
+    out = []
+    for line in text.split("\n"):
+        match = _MARK_LINE.match(line)
+        if match:
+            value = ast.literal_eval(match.group(2))
+            out.append("" if value is None else f"{match.group(1)}# {value}")
+        else:
+            out.append(line)
+    # No blank line right after a def line or doubled blank lines inside functions.
+    cleaned = []
+    for line in out:
+        if line == "" and cleaned and (cleaned[-1] == "" or cleaned[-1].rstrip().endswith(":")):
+            continue
+        cleaned.append(line)
+    return "\n".join(cleaned)
+
+
+def to_ast(node):
+    """A gast node as a standard-library ast node with locations filled in."""
+    tree = gast.gast_to_ast(node)
+    return ast.fix_missing_locations(tree)
+
+
+def render_function(fn, decorator=None):
+    """Source text of one FunctionDef (markers turned into comments)."""
+    text = ast.unparse(to_ast(fn))
+    if decorator:
+        text = f"@{decorator}\n{text}"
+    return _unmark(text)
+
+
+def render_module(doc, imports, helpers, functions, decorator=None):
+    """The whole generated module: docstring, imports, helpers, functions.
+
+    >>> print(render_module("Doc.", ["import numpy as np"], [], []), end="")
+    \"\"\"Doc.\"\"\"
+    import numpy as np
+    """
+    parts = ['"""' + doc.replace('"""', "'''") + '"""', "\n".join(imports)]
+    pieces = [h.rstrip("\n") for h in helpers]
+    pieces += [render_function(f, decorator) for f in functions]
+    text = "\n".join(p for p in parts if p)
+    if pieces:
+        text += "\n\n\n" + "\n\n\n".join(pieces)
+    return text + "\n"
