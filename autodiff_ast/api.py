@@ -142,18 +142,29 @@ class _Transformed:
 
     def __init__(self, fun, verbose=False):
         self.fun = fun
-        self.py_fun = _as_python_function(fun)
+        # A transformed function is differentiated through the source it generates, which
+        # exists only once the argument types are known: resolved per call (DESIGN.md, 1).
+        self.py_fun = None if isinstance(fun, _Transformed) else _as_python_function(fun)
         self.verbose = verbose
         self._modules = {}
         self._last = None
-        functools.update_wrapper(self, self.py_fun, updated=())
+        functools.update_wrapper(self, self.py_fun or fun, updated=())
+
+    def function_for(self, specs):
+        """The generated entry function for argument specs (flat leaves only)."""
+        raise NotImplementedError
+
+    def _python_function(self, specs):
+        if self.py_fun is not None:
+            return self.py_fun
+        return self.fun.function_for(specs)
 
     @property
     def source(self):
         """The generated module (for the most recent call's signature) as text."""
         if self._last is None:
             raise AttributeError(
-                f"{self.kind}({getattr(self.py_fun, '__name__', 'f')}).source is written on the "
+                f"{self.kind}({getattr(self.fun, '__name__', 'f')}).source is written on the "
                 "first call, for the argument types of that call: call it once, or use "
                 "autodiff_ast.source(f, *example_args)")
         return self._last[0].source
@@ -171,9 +182,14 @@ class _Transformed:
         return self._last
 
     def _specs(self, args, kwargs):
-        names, values = _bind(self.py_fun, args, kwargs)
+        target = self.py_fun if self.py_fun is not None else self.fun._signature_function()
+        names, values = _bind(target, args, kwargs)
         specs = {n: spec_of(v) for n, v in zip(names, values)}
         return names, values, specs
+
+    def _signature_function(self):
+        """A function with the parameters this transformed function is called with."""
+        return self.py_fun if self.py_fun is not None else self.fun._signature_function()
 
 
 class _ReverseTransform(_Transformed):
@@ -184,14 +200,27 @@ class _ReverseTransform(_Transformed):
         self.with_value = with_value
         self.kind = "value_and_grad" if with_value else "grad"
 
+    def _generate(self, specs, argnums):
+        py_fun = self._python_function(specs)
+        key = (_spec_key(specs), argnums)
+        return self._module_for(key, lambda: build_reverse(
+            py_fun, specs, argnums=argnums, has_aux=self.has_aux,
+            with_value=self.with_value, argnums_text=self.argnums))
+
+    def function_for(self, specs):
+        if any(isinstance(s, (TreeSpec, Static)) for s in specs.values()):
+            raise NotImplementedError("transforming a transformed function with pytree or "
+                                      "static arguments is not supported yet")
+        info = parse_function(self._python_function(specs))
+        _, argnums = _normalize_argnums(self.argnums, len(specs), info)
+        generated, module = self._generate(specs, argnums)
+        return getattr(module, generated.entry)
+
     def __call__(self, *args, **kwargs):
         names, values, specs = self._specs(args, kwargs)
-        info = parse_function(self.py_fun)
+        info = parse_function(self._python_function(specs))
         single, argnums = _normalize_argnums(self.argnums, len(names), info)
-        key = (_spec_key(specs), argnums)
-        generated, module = self._module_for(key, lambda: build_reverse(
-            self.py_fun, specs, argnums=argnums, has_aux=self.has_aux,
-            with_value=self.with_value, argnums_text=self.argnums))
+        generated, module = self._generate(specs, argnums)
         flat = _flat_values(specs, names, values)
         result = getattr(module, generated.entry)(*flat)
         layout = generated.layout
@@ -289,8 +318,9 @@ class _VjpBuilder(_Transformed):
     def __call__(self, *primals):
         names, values, specs = self._specs(primals, {})
         key = _spec_key(specs)
+        py_fun = self._python_function(specs)
         generated, module = self._module_for(key, lambda: build_vjp(
-            self.py_fun, specs, has_aux=self.has_aux))
+            py_fun, specs, has_aux=self.has_aux))
         flat = _flat_values(specs, names, values)
         result = getattr(module, generated.entry)(*flat)
         layout = generated.layout

@@ -109,7 +109,7 @@ def check_grads(f, args, order=1, modes=("fwd", "rev"), atol=None, rtol=None, ep
                    "forward and reverse mode disagree (dot-product test)")
     if order > 1:
         inner = scalarized(f, cotangent, len(args))
-        argnums = tuple(range(len(args)))
+        argnums = 0 if len(args) == 1 else tuple(range(len(args)))
         check_grads(api.grad(inner, argnums=argnums), args, order - 1, modes, atol * 10,
                     rtol * 10, eps, seed + 1)
 

@@ -603,6 +603,17 @@ class Normalizer:
             rule = None
         if rule is not None:
             return self.call_rule(rule, node.args, node.keywords, node, target)
+        from .api import _Transformed
+        if isinstance(fn, _Transformed):
+            return self.call_transformed(fn, node, target)
+        if getattr(fn, "__module__", "").startswith("autodiff_ast.api") and callable(fn):
+            # grad(f), vmap(f, ...) written inside the function: built once, now.
+            args = [self.expr(a) for a in node.args]
+            kwargs = {k.arg: self.expr(k.value) for k in node.keywords}
+            values = [_static_value(a) for a in args] + [_static_value(v) for v in
+                                                         kwargs.values()]
+            if all(v is not _NOT_STATIC for v in values):
+                return Static(fn(*values[:len(args)], **dict(zip(kwargs, values[len(args):]))))
         if inspect.isfunction(fn) or inspect.ismethod(fn):
             return self.call_user(fn, node, target)
         raise self.info.error(
@@ -677,14 +688,33 @@ class Normalizer:
         base = TEMP_BASE.get(rule.name.split("@")[0], rule.name.split("@")[0])
         return self.emit(value, out, Prim(kind, rule, call, args=reads), target, base)
 
-    def call_user(self, fn, node, target):
+    def call_transformed(self, fn, node, target):
+        """A call to grad(f)/jvp(f)/... inside differentiated code: the transformed function's
+        generated source is differentiated like any user function (DESIGN.md, decision 1)."""
+        atoms = [self.atom(a) for a in node.args]
+        if node.keywords:
+            raise self.unsupported("keyword arguments to a transformed function are not "
+                                   "supported", node)
+        target_fn = fn._signature_function()
+        names = list(inspect.signature(target_fn).parameters)[:len(atoms)]
+        specs = {n: atom_type(a, self.types) for n, a in zip(names, atoms)}
+        try:
+            entry = fn.function_for(specs)
+        except NotImplementedError as exc:
+            raise self.unsupported(str(exc), node) from None
+        return self.call_user(entry, node, target, atoms=atoms)
+
+    def call_user(self, fn, node, target, atoms=None):
         try:
             sig = inspect.signature(fn)
         except (TypeError, ValueError):
             raise self.info.error(MissingRuleError, f"cannot read the signature of "
                                   f"{_callable_name(fn)}", node) from None
-        atoms = [self.expr(a) for a in node.args]
-        kw = {k.arg: self.expr(k.value) for k in node.keywords}
+        if atoms is None:
+            atoms = [self.expr(a) for a in node.args]
+            kw = {k.arg: self.expr(k.value) for k in node.keywords}
+        else:
+            kw = {}
         try:
             bound = sig.bind(*atoms, **kw)
         except TypeError as exc:
@@ -800,6 +830,20 @@ def _emit_call(rule, bound, keywords):
         else:
             args.append(value)
     return gast.Call(func=fill(rule.emit), args=args, keywords=kws)
+
+
+_NOT_STATIC = object()
+
+
+def _static_value(atom):
+    if isinstance(atom, Static):
+        return atom.value
+    if isinstance(atom, gast.Constant):
+        return atom.value
+    if isinstance(atom, (gast.Tuple, gast.List)):
+        values = [_static_value(e) for e in atom.elts]
+        return _NOT_STATIC if any(v is _NOT_STATIC for v in values) else tuple(values)
+    return _NOT_STATIC
 
 
 # ---------------------------------------------------------------- indexing types

@@ -114,6 +114,8 @@ class _Replace(gast.NodeTransformer):
 def _cheap(expr):
     """One arithmetic operation on names and constants (worth repeating, not storing)."""
     atoms = (gast.Name, gast.Constant)
+    if isinstance(expr, gast.Constant):
+        return True
     if isinstance(expr, gast.BinOp) and not isinstance(expr.op, gast.MatMult):
         return isinstance(expr.left, atoms) and isinstance(expr.right, atoms)
     if isinstance(expr, gast.UnaryOp):
@@ -167,6 +169,8 @@ def _inline_once(stmts, keep, temps):
                 stmts[j] = replacer.visit(stmts[j])
                 if not replacer.done:
                     break
+            if isinstance(stmts[j], (gast.Assign, gast.AugAssign)):
+                stmts[j].value = simplify(stmts[j].value)
         del stmts[i]
         return True
     return False
