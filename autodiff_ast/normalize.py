@@ -33,7 +33,7 @@ import numpy as np
 
 from . import rules
 from . import types as T
-from .errors import MissingRuleError, UnsupportedSyntaxError
+from .errors import MissingRuleError, TypeInferenceError, UnsupportedSyntaxError
 from .frontend import FunctionInfo, parse_function
 from .naming import Namer, sanitize
 from .rules import PrimCall
@@ -106,12 +106,30 @@ def spec_of(value):
     kind = str(node.kind)
     fields = tuple(node.keys) if kind in ("namedtuple", "dataclass") or hasattr(
         value, "_fields") or dataclasses.is_dataclass(value) else ()
-    if hasattr(value, "_fields"):
+    keys = tuple(node.keys)
+    if kind == "custom":
+        # A registered class's children are numbered; name them after the attributes that
+        # hold them, so that `p.W` in the user's code finds its leaf.
+        named = _attribute_keys(value, node.children)
+        keys, fields = (named, named) if named else (keys, fields)
+    elif hasattr(value, "_fields"):
         kind = "namedtuple"
     elif dataclasses.is_dataclass(value):
         kind = "dataclass"
-    return TreeSpec(kind, tuple((k, spec_of(c)) for k, c in zip(node.keys, node.children)),
+    return TreeSpec(kind, tuple((k, spec_of(c)) for k, c in zip(keys, node.children)),
                     fields)
+
+
+def _attribute_keys(value, children):
+    """The attribute of `value` holding each child (by identity), or None if ambiguous."""
+    attrs = getattr(value, "__dict__", None) or {}
+    keys = []
+    for child in children:
+        found = [k for k, v in attrs.items() if v is child]
+        if len(found) != 1:
+            return None
+        keys.append(found[0])
+    return tuple(keys) if len(set(keys)) == len(keys) else None
 
 
 @dataclass(frozen=True)
@@ -217,6 +235,9 @@ class Normalizer:
         self.params = []
         self.core_name = core_name
         self.arg_specs = arg_specs
+        self.depth = 0  # nesting of if/for/while: names are overwritten, not versioned, inside
+        self.views = {}  # core name -> the array it is a view of (basic slicing, .T, reshape)
+        self.written = set()  # core names written in place
 
     # -- errors
     def unsupported(self, message, node, hint=None):
@@ -244,13 +265,16 @@ class Normalizer:
                 self.params.append(arg.id)
                 self.types[arg.id] = spec
         returns, return_node = None, None
-        for stmt in node.body:
+        body = lower_returns(node.body, self)
+        self.copy_params_written_in_place(body)
+        for stmt in body:
             self.origin = stmt
             if isinstance(stmt, gast.Return):
                 return_node = stmt
                 returns = self.visit_return(stmt)
                 break
             self.visit_stmt(stmt)
+        check_view_writes(self)
         if return_node is None:
             returns = gast.Constant(value=None, kind=None)
             return_node = node
@@ -265,11 +289,19 @@ class Normalizer:
         elif isinstance(stmt, gast.AnnAssign):
             if stmt.value is not None:
                 self.assign_to(stmt.target, stmt.value)
+        elif isinstance(stmt, (gast.If, gast.For, gast.While, gast.With)):
+            getattr(self, "visit_" + type(stmt).__name__)(stmt)
+        elif isinstance(stmt, (gast.Break, gast.Continue)):
+            raise self.unsupported(f"{type(stmt).__name__.lower()} is not supported in "
+                                   "differentiated loops yet", stmt,
+                                   "use a while loop whose condition stops it")
         elif isinstance(stmt, gast.AugAssign):
+            if isinstance(stmt.target, gast.Subscript):
+                self.aug_setitem(stmt)
+                return
             if not isinstance(stmt.target, gast.Name):
-                raise self.unsupported("augmented assignment to an element or attribute is not "
-                                       "supported here", stmt,
-                                       "write `y = y + v` on whole arrays, or build a new array")
+                raise self.unsupported("augmented assignment to an attribute is not supported",
+                                       stmt, "assign to a local variable instead")
             value = gast.BinOp(left=gast.Name(id=stmt.target.id, ctx=gast.Load(),
                                               annotation=None, type_comment=None),
                                op=stmt.op, right=stmt.value)
@@ -278,6 +310,13 @@ class Normalizer:
         elif isinstance(stmt, gast.Expr):
             if isinstance(stmt.value, gast.Constant):
                 return  # a docstring or a bare constant
+            if isinstance(stmt.value, (gast.Yield, gast.YieldFrom, gast.Await)):
+                raise self.unsupported(f"{_describe(stmt.value)} is not supported in "
+                                       "differentiated code", stmt,
+                                       _HINTS.get(type(stmt.value).__name__))
+            if _is_append(stmt.value):
+                self.list_append(stmt.value)
+                return
             raise self.unsupported("expression statements (calls kept for their side effects, "
                                    "such as print) are not supported", stmt,
                                    "remove the statement, or move it outside the function")
@@ -329,9 +368,8 @@ class Normalizer:
             self.append(stmt, Prim("unpack", args=[atom]))
             return
         if isinstance(target, gast.Subscript):
-            raise self.unsupported("assignment to an element or slice (an in-place write) is "
-                                   "not supported yet", target,
-                                   "build the new array with np.where or np.concatenate")
+            self.setitem(target, self.atom(value))
+            return
         raise self.unsupported(f"cannot assign to {type(target).__name__}", target)
 
     def bind_value(self, target, atom):
@@ -356,6 +394,8 @@ class Normalizer:
     def define(self, user_name):
         """The core name for a new value of `user_name`: itself the first time, then versions."""
         current = self.env.get(user_name)
+        if self.depth > 0 and isinstance(current, str):
+            return current  # inside if/for/while a name keeps one core name: overwritten
         if current is None and user_name not in self.types:
             core = user_name
             self.namer.reserve(core)
@@ -373,10 +413,21 @@ class Normalizer:
 
     def emit(self, value, typ, prim, target, base):
         out = self.define(target) if target is not None else self.namer.temp(base)
-        self.types[out] = typ
+        if target is not None and self.depth > 0 and out in names_in(value):
+            # `y = f(y)` in a loop: compute into a temporary, then copy, so the reverse
+            # sweep can restore y's old value between the two.
+            tmp = self.emit(value, typ, prim, None, base)
+            self.types[out] = self.join(out, typ)
+            self.append(assign(out, tmp), Prim("copy", args=[tmp]))
+            return name(out)
+        self.types[out] = self.join(out, typ) if self.depth > 0 else typ
         if prim.call is not None:
             prim.call.out = out
         self.append(assign(out, value), prim)
+        base = prim.args[0] if prim.args else None
+        if prim.kind == "rule" and typ.kind == "array" and isinstance(base, gast.Name) and \
+                _makes_view(prim, self.types):
+            self.body[-1].view_of = base.id
         return name(out)
 
     def runtime(self, atom, node):
@@ -398,7 +449,10 @@ class Normalizer:
         if target is not None and isinstance(result, (gast.Name, gast.Constant, gast.UnaryOp)) \
                 and not (isinstance(result, gast.Name) and result.id == self.env.get(target)):
             out = self.define(target)
-            self.types[out] = atom_type(result, self.types)
+            self.types[out] = self.join(out, atom_type(result, self.types))
+            if isinstance(result, gast.Name) and result.id in self.types and \
+                    self.types[result.id].kind == "array":
+                self.body[-1].view_of = result.id  # `b = a` makes b another name of a
             self.append(assign(out, result), Prim("copy", args=[result]))
             return name(out)
         if target is not None and isinstance(result, (gast.Tuple, gast.List)):
@@ -575,6 +629,11 @@ class Normalizer:
         return gast.Tuple(elts=[self.atom(e) for e in node.elts], ctx=gast.Load())
 
     def expr_List(self, node, target):
+        if not node.elts and target is not None:
+            out = self.define(target)
+            self.types[out] = T.AType("list", elts=())
+            self.append(assign(out, gast.List(elts=[], ctx=gast.Load())), Prim("list_new"))
+            return name(out)
         return gast.List(elts=[self.atom(e) for e in node.elts], ctx=gast.Load())
 
     # -- calls
@@ -583,6 +642,10 @@ class Normalizer:
                 k.arg is None for k in node.keywords):
             raise self.unsupported("calls with *args or **kwargs splats are not supported", node,
                                    "pass the arguments one by one")
+        for arg in node.args:  # report the comprehension, not the function it is passed to
+            if isinstance(arg, (gast.GeneratorExp, gast.ListComp, gast.SetComp, gast.DictComp)):
+                raise self.unsupported(f"{_describe(arg)} is not supported in differentiated "
+                                       "code", arg, _HINTS.get(type(arg).__name__))
         func = node.func
         receiver = None
         if isinstance(func, gast.Attribute):
@@ -746,10 +809,361 @@ class Normalizer:
         base = f"{fn.__name__}_out" if fn.__name__ != "<lambda>" else "out"
         return self.emit(value, callee.return_type, prim, target, base)
 
-    # -- unsupported expression kinds give specific errors
+    # -- control flow
+    def join(self, core_name, typ):
+        """The type of a name assigned again inside control flow: both types must agree."""
+        old = self.types.get(core_name)
+        if old is None or old == typ:
+            return typ
+        if old.kind == typ.kind == "array" and old.ndim == typ.ndim and old.ndim is not None:
+            dims = tuple(a if a == b else T.N for a, b in zip(old.dims, typ.dims))
+            return T.array(dims, old.dtype if old.dtype == typ.dtype else "float64")
+        if {old.kind, typ.kind} <= {"float", "int", "bool"}:
+            return T.FLOAT if "float" in (old.kind, typ.kind) else typ
+        if old.kind == "list" and typ.kind == "list":
+            return typ if typ.elts else old
+        if "unknown" in (old.kind, typ.kind):
+            return T.UNKNOWN
+        raise self.info.error(
+            TypeInferenceError, f"{_user_name(self, core_name)} changes from "
+            f"{T.describe(old)} to {T.describe(typ)} here; a value must keep one type and rank "
+            "through loops and branches", self.origin,
+            "initialise it with the final type before the loop (e.g. np.zeros_like(x))")
+
+    def block(self, stmts):
+        """Normalize a nested block; returns its core statements."""
+        saved = self.body
+        self.body = []
+        self.depth += 1
+        try:
+            for stmt in stmts:
+                outer = self.origin
+                self.origin = stmt
+                if isinstance(stmt, gast.Return):
+                    raise self.unsupported("return inside a loop is not supported yet", stmt,
+                                           "set a flag, stop the loop, and return after it")
+                self.visit_stmt(stmt)
+                self.origin = outer
+        finally:
+            self.depth -= 1
+            out, self.body = self.body, saved
+        return out
+
+    def static_condition(self, atom):
+        if isinstance(atom, gast.Constant):
+            return bool(atom.value)
+        if isinstance(atom, Static):
+            return bool(atom.value)
+        return None
+
+    def visit_If(self, stmt):
+        test = self.expr(stmt.test)
+        chosen = self.static_condition(test)
+        if chosen is not None:  # a static condition picks the branch now
+            for inner in (stmt.body if chosen else stmt.orelse):
+                outer = self.origin
+                self.origin = inner
+                self.visit_stmt(inner)
+                self.origin = outer
+            return
+        test = self.runtime(test, stmt.test)
+        before = dict(self.env)
+        body = self.block(stmt.body)
+        after_body = dict(self.env)
+        new = {k: v for k, v in after_body.items() if before.get(k) != v}
+        self.env = {**before, **new}
+        orelse = self.block(stmt.orelse)
+        self.env.update({k: v for k, v in after_body.items() if k not in self.env})
+        node = gast.If(test=test, body=body or [gast.Pass()], orelse=orelse)
+        self.append(node, Prim("if", args=[test]))
+
+    def loop_body(self, make_body):
+        """Normalize a loop body; again if a loop-carried name changed type on the way."""
+        start, env, types = len(self.body), dict(self.env), dict(self.types)
+        for _ in range(3):
+            body = make_body()
+            changed = [n for n in types if n in self.types and self.types[n] != types[n]]
+            if not changed:
+                return body
+            del self.body[start:]
+            self.env = dict(env)
+            joined = {n: self.types[n] for n in changed}
+            self.types = dict(types)
+            self.types.update(joined)
+            types = dict(self.types)
+        return body
+
+    def visit_For(self, stmt):
+        if stmt.orelse:
+            raise self.unsupported("for/else is not supported", stmt, "use a flag")
+        it = stmt.iter
+        fn = None
+        if isinstance(it, gast.Call) and isinstance(it.func, (gast.Name, gast.Attribute)):
+            callee = self.expr(it.func)
+            fn = callee.value if isinstance(callee, Static) else None
+        if fn is range:
+            bounds = [self.atom(a) for a in it.args]
+            self.range_loop(stmt, bounds, stmt.target, [])
+            return
+        if fn is enumerate:
+            seq = self.atom(it.args[0])
+            if not (isinstance(stmt.target, gast.Tuple) and len(stmt.target.elts) == 2):
+                raise self.unsupported("enumerate() must be unpacked into (index, value)", stmt)
+            n = self.emit_len(seq)
+            index_name, value_target = stmt.target.elts
+            self.range_loop(stmt, [n], index_name, [(value_target, seq)])
+            return
+        if fn is zip:
+            seqs = [self.atom(a) for a in it.args]
+            if not (isinstance(stmt.target, gast.Tuple) and len(stmt.target.elts) == len(seqs)):
+                raise self.unsupported("zip() must be unpacked into one name per sequence",
+                                       stmt)
+            n = self.emit_len(seqs[0])
+            index = gast.Name(id=self.namer.temp("k"), ctx=gast.Store(), annotation=None,
+                              type_comment=None)
+            self.range_loop(stmt, [n], index, list(zip(stmt.target.elts, seqs)), raw_index=True)
+            return
+        seq = self.expr(it)
+        if isinstance(seq, Static) and isinstance(seq.value, (tuple, list)):
+            for value in seq.value:  # a loop over constants unrolls
+                self.bind_value(stmt.target, self.static(value, stmt, None))
+                for inner in stmt.body:
+                    self.visit_stmt(inner)
+            return
+        seq = self.runtime(seq, it)
+        n = self.emit_len(seq)
+        index = gast.Name(id=self.namer.temp("k"), ctx=gast.Store(), annotation=None,
+                          type_comment=None)
+        self.range_loop(stmt, [n], index, [(stmt.target, seq)], raw_index=True)
+
+    def emit_len(self, seq):
+        rule = rules.by_name("len")
+        return self.apply_rule(rule, {"x": seq}, self.origin, None,
+                               value=gast.Call(func=name("len"), args=[seq], keywords=[]))
+
+    def range_loop(self, stmt, bounds, target, elements, raw_index=False):
+        if not isinstance(target, gast.Name):
+            raise self.unsupported("the loop variable must be a single name", stmt)
+        for b in bounds:
+            t = atom_type(b, self.types)
+            if t.kind not in ("int", "unknown"):
+                raise self.unsupported("range() bounds must be integers", stmt,
+                                       "convert with int(...)")
+        if raw_index:
+            index = target.id
+        else:
+            index = self.define(target.id)
+        self.types[index] = T.INT
+
+        def make_body():
+            self.depth += 1
+            saved, self.body = self.body, []
+            try:
+                for element_target, seq in elements:
+                    item = self.subscript_value(seq, name(index), stmt)
+                    self.bind_value(element_target, item)
+            finally:
+                prefix, self.body = self.body, saved
+                self.depth -= 1
+            return prefix + self.block(stmt.body)
+
+        body = self.loop_body(make_body)
+        loop = gast.For(target=name(index, store=True),
+                        iter=gast.Call(func=name("range"), args=bounds, keywords=[]),
+                        body=body or [gast.Pass()], orelse=[], type_comment=None)
+        self.append(loop, Prim("for", args=list(bounds)))
+
+    def subscript_value(self, seq, index, node):
+        typ = atom_type(seq, self.types)
+        value = gast.Subscript(value=seq, slice=index, ctx=gast.Load())
+        if typ.kind == "list":
+            elt = typ.elts[0] if typ.elts else T.UNKNOWN
+            return self.emit(value, elt, Prim("nondiff", args=[seq]), None, "item")
+        out = index_type(typ, index, self.types)
+        call = PrimCall(rules.by_name("getitem"), {"x": seq, "index": index},
+                        {"x": typ, "index": T.INT}, None, out)
+        return self.emit(value, out, Prim("rule", rules.by_name("getitem"), call, args=[seq]),
+                         None, "item")
+
+    def visit_While(self, stmt):
+        if stmt.orelse:
+            raise self.unsupported("while/else is not supported", stmt, "use a flag")
+        cond = self.namer.temp("cond")
+        counter = self.namer.temp("n_iter")
+        first = self.runtime(self.expr(stmt.test), stmt.test)
+        self.types[cond] = T.BOOL
+        self.types[counter] = T.INT
+        self.append(assign(counter, 0), Prim("counter"))
+        self.append(assign(cond, first), Prim("nondiff", args=[first]))
+
+        def make_body():
+            body = self.block(stmt.body)
+            saved, self.body = self.body, []
+            self.depth += 1
+            try:
+                again = self.runtime(self.expr(stmt.test), stmt.test)
+                self.append(assign(cond, again), Prim("nondiff", args=[again]))
+                bump = assign(counter, gast.BinOp(left=name(counter), op=gast.Add(),
+                                                  right=gast.Constant(value=1, kind=None)))
+                self.append(bump, Prim("counter"))
+            finally:
+                tail, self.body = self.body, saved
+                self.depth -= 1
+            return body + tail
+
+        body = self.loop_body(make_body)
+        loop = gast.While(test=name(cond), body=body, orelse=[])
+        self.append(loop, Prim("while", args=[name(counter)]))
+        loop.counter = counter
+
+    def visit_With(self, stmt):
+        for item in stmt.items:
+            ctx = item.context_expr
+            fn = None
+            if isinstance(ctx, gast.Call):
+                callee = self.expr(ctx.func)
+                fn = callee.value if isinstance(callee, Static) else None
+            if fn is not np.errstate or item.optional_vars is not None:
+                raise self.unsupported("only `with np.errstate(...)` blocks are supported", stmt,
+                                       "move other context managers outside the function")
+        # np.errstate changes warnings only: its body is differentiated as plain code.
+        for inner in stmt.body:
+            outer = self.origin
+            self.origin = inner
+            self.visit_stmt(inner)
+            self.origin = outer
+
+    # -- in-place writes and lists
+    def written_base(self, target):
+        base = target.value
+        if not isinstance(base, gast.Name):
+            raise self.unsupported("only writes into a named array are supported (y[i] = v)",
+                                   target)
+        core = self.env.get(base.id)
+        if not isinstance(core, str):
+            raise self.unsupported(f"{base.id} is not an array that can be written", target)
+        return core
+
+    def setitem(self, target, value):
+        core = self.written_base(target)
+        index = self.index(target.slice)
+        store = gast.Subscript(value=name(core), slice=index, ctx=gast.Store())
+        stmt = gast.Assign(targets=[store], value=value, type_comment=None)
+        self.written.add(core)
+        t = self.types.get(core, T.UNKNOWN)
+        vt = atom_type(value, self.types)
+        if t.kind == "array" and t.dtype and t.dtype.startswith(("int", "bool")) and \
+                vt.is_float and vt.kind != "unknown":
+            pass  # a float written into an int array is truncated: no derivative flows
+        prim = Prim("setitem", args=[value], rule=index)
+        prim.base = core
+        self.append(stmt, prim)
+
+    def aug_setitem(self, stmt):
+        target = stmt.target
+        core = self.written_base(target)
+        index = self.index(target.slice)
+        current = self.subscript_value(name(core), index, stmt)
+        rhs = self.atom(stmt.value)
+        rule = rules.by_name(BINOPS[type(stmt.op)])
+        updated = self.apply_rule(rule, {"a": current, "b": rhs}, stmt, None,
+                                  value=gast.BinOp(left=current, op=stmt.op, right=rhs))
+        store = gast.Subscript(value=name(core), slice=index, ctx=gast.Store())
+        self.written.add(core)
+        prim = Prim("setitem", args=[updated], rule=index)
+        prim.base = core
+        self.append(gast.Assign(targets=[store], value=updated, type_comment=None), prim)
+
+    def list_append(self, call):
+        base = call.func.value
+        core = self.env.get(base.id) if isinstance(base, gast.Name) else None
+        if not isinstance(core, str) or self.types.get(core, T.UNKNOWN).kind != "list":
+            raise self.unsupported("append() is supported on local lists created with []",
+                                   call)
+        if len(call.args) != 1:
+            raise self.unsupported("append() takes one value", call)
+        value = self.atom(call.args[0])
+        vt = atom_type(value, self.types)
+        old = self.types[core]
+        if old.elts and old.elts[0] != vt:
+            joined = self.join_list_element(old.elts[0], vt, call)
+            vt = joined
+        self.types[core] = T.AType("list", elts=(vt,))
+        expr = gast.Call(func=gast.Attribute(value=name(core), attr="append", ctx=gast.Load()),
+                         args=[value], keywords=[])
+        prim = Prim("append", args=[value])
+        prim.base = core
+        self.append(gast.Expr(value=expr), prim)
+
+    def join_list_element(self, old, new, node):
+        if old.kind == new.kind and old.ndim == new.ndim:
+            return old
+        raise self.unsupported("a list must hold values of one type and rank", node)
+
+    def copy_params_written_in_place(self, body):
+        """Parameters the function writes into are copied first: callers' arrays never change."""
+        written = set()
+        for node in body:
+            for sub in gast.walk(node):
+                target = None
+                if isinstance(sub, gast.Assign):
+                    for t in sub.targets:
+                        if isinstance(t, gast.Subscript) and isinstance(t.value, gast.Name):
+                            written.add(t.value.id)
+                elif isinstance(sub, gast.AugAssign):
+                    target = sub.target
+                    if isinstance(target, gast.Subscript) and isinstance(target.value, gast.Name):
+                        written.add(target.value.id)
+        for pname in sorted(written):
+            core = self.env.get(pname)
+            if isinstance(core, str) and core in self.params:
+                self.origin = body[0] if body else self.info.node
+                copy_rule = rules.lookup(np.copy)
+                self.apply_rule(copy_rule, {"x": name(core)}, self.origin, pname,
+                                value=gast.Call(func=fill("np.copy"), args=[name(core)],
+                                                keywords=[]))
+
     def expr_IfExp(self, node, target):
-        raise self.unsupported("conditional expressions are not supported yet", node,
-                               "use np.where(condition, a, b)")
+        test = self.atom(node.test)
+        chosen = self.static_condition(test)
+        if chosen is not None:
+            return self.expr(node.body if chosen else node.orelse, target)
+        out = target if target is not None else None
+        tmp = self.namer.temp("choice") if out is None else None
+        before = dict(self.env)
+        self.depth += 1
+        saved, self.body = self.body, []
+        try:
+            a = self.atom(node.body)
+        finally:
+            body, self.body = self.body, saved
+        saved, self.body = self.body, []
+        try:
+            b = self.atom(node.orelse)
+        finally:
+            orelse, self.body = self.body, saved
+            self.depth -= 1
+        self.env = before
+        ta, tb = atom_type(a, self.types), atom_type(b, self.types)
+        result = out if out is not None else tmp
+        if out is not None:
+            result = self.define(out)
+        typ = ta if ta == tb else T.broadcast(ta, tb) if ta.kind != "unknown" else tb
+        self.types[result] = self.join(result, typ) if result in self.types else typ
+        body.append(self.copy_stmt(result, a))
+        orelse.append(self.copy_stmt(result, b))
+        self.append(gast.If(test=test, body=body, orelse=orelse), Prim("if", args=[test]))
+        return name(result)
+
+    def copy_stmt(self, out, atom):
+        stmt = assign(out, atom)
+        stmt.prim = Prim("copy", args=[atom])
+        stmt.origin = self.origin
+        stmt.info = self.info
+        gast.copy_location(stmt, self.origin)
+        return stmt
+
+    # -- unsupported expression kinds give specific errors
 
     def expr_Lambda(self, node, target):
         raise self.unsupported("lambda expressions inside a differentiated function are not "
@@ -830,6 +1244,164 @@ def _emit_call(rule, bound, keywords):
         else:
             args.append(value)
     return gast.Call(func=fill(rule.emit), args=args, keywords=kws)
+
+
+def _user_name(normalizer, core_name):
+    for user, core in normalizer.env.items():
+        if core == core_name:
+            return user
+    return core_name
+
+
+def _is_append(call):
+    return isinstance(call, gast.Call) and isinstance(call.func, gast.Attribute) and \
+        call.func.attr == "append"
+
+
+def _ends_with_return(stmts):
+    return bool(stmts) and isinstance(stmts[-1], gast.Return)
+
+
+def _contains_return(stmt):
+    return any(isinstance(n, gast.Return) for n in gast.walk(stmt))
+
+
+def lower_returns(stmts, normalizer):
+    """Give the function one exit: a return inside an if takes the rest of the body into the
+    other branch, and every branch assigns the result before one final return.
+
+    Returns inside loops are left for the normalizer to reject.
+    """
+    structured = _structure_returns(list(stmts))
+    if not any(isinstance(s, gast.If) and _contains_return(s) for s in structured):
+        return structured
+    result = normalizer.namer.temp("result")
+    tuple_size = [None]
+
+    def collect(node):
+        for sub in gast.walk(node):
+            if isinstance(sub, gast.Return) and isinstance(sub.value, gast.Tuple):
+                tuple_size[0] = len(sub.value.elts)
+    for s in structured:
+        collect(s)
+    names = [normalizer.namer.temp(f"result{i}") for i in range(tuple_size[0])] \
+        if tuple_size[0] else [result]
+
+    def rewrite(block):
+        out = []
+        for s in block:
+            if isinstance(s, gast.Return):
+                value = s.value if s.value is not None else gast.Constant(value=None, kind=None)
+                targets = [gast.Name(id=n, ctx=gast.Store(), annotation=None, type_comment=None)
+                           for n in names]
+                if len(names) == 1:
+                    new = gast.Assign(targets=targets, value=value, type_comment=None)
+                else:
+                    new = gast.Assign(targets=[gast.Tuple(elts=targets, ctx=gast.Store())],
+                                      value=value, type_comment=None)
+                out.append(gast.copy_location(new, s))
+            elif isinstance(s, gast.If):
+                s.body = rewrite(s.body)
+                s.orelse = rewrite(s.orelse)
+                out.append(s)
+            else:
+                out.append(s)
+        return out
+    body = rewrite(structured)
+    loads = [gast.Name(id=n, ctx=gast.Load(), annotation=None, type_comment=None) for n in names]
+    value = loads[0] if len(loads) == 1 else gast.Tuple(elts=loads, ctx=gast.Load())
+    final = gast.Return(value=value)
+    gast.copy_location(final, structured[-1] if structured else normalizer.info.node)
+    return body + [final]
+
+
+def _structure_returns(stmts):
+    for i, s in enumerate(stmts):
+        if isinstance(s, gast.Return):
+            return stmts[:i + 1]
+        if isinstance(s, gast.If) and _contains_return(s) and not any(
+                isinstance(n, (gast.For, gast.While)) and _contains_return(n)
+                for n in gast.walk(s)):
+            rest = stmts[i + 1:]
+            body = list(s.body) if _ends_with_return(s.body) else list(s.body) + rest
+            orelse = list(s.orelse) if _ends_with_return(s.orelse) else list(s.orelse) + rest
+            s.body = _structure_returns(body)
+            s.orelse = _structure_returns(orelse)
+            return stmts[:i] + [s]
+    return stmts
+
+
+_VIEW_RULES = {"T", "transpose", "reshape", "ravel", "squeeze", "expand_dims", "swapaxes",
+               "moveaxis", "broadcast_to", "asarray", "diagonal"}
+
+
+def _makes_view(prim, types):
+    """Whether a primitive's result may share memory with its first argument."""
+    rule = prim.rule.name.split("@")[0]
+    if rule == "getitem":
+        index = prim.call.args["index"]
+        parts = index.elts if isinstance(index, gast.Tuple) else [index]
+        return all(isinstance(p, (gast.Slice, gast.Constant)) or
+                   atom_type(p, types).kind in ("int", "bool") for p in parts)
+    return rule in _VIEW_RULES
+
+
+def check_view_writes(normalizer):
+    """Refuse an in-place write while another name for the same memory is read afterwards.
+
+    Walks the core statements in order (loop bodies twice, for the way back round) keeping
+    the live aliases: `v = y[1:3]`, `v = y.T`, `v = y` alias y until either name is rebound.
+    """
+    order = []
+
+    def walk(stmts):
+        for stmt in stmts:
+            if isinstance(stmt, (gast.For, gast.While)):
+                walk(stmt.body)
+                walk(stmt.body)
+            elif isinstance(stmt, gast.If):
+                walk(stmt.body)
+                walk(stmt.orelse)
+            else:
+                order.append(stmt)
+    walk(normalizer.body)
+    live = {}  # alias -> base
+    pending = []  # (write statement, base, aliases that must not be read again)
+
+    def kill(n):
+        for k in [k for k, v in live.items() if k == n or v == n]:
+            del live[k]
+        for entry in pending:
+            entry[2].discard(n)
+
+    for stmt in order:
+        reads = {n.id for n in gast.walk(stmt) if isinstance(n, gast.Name) and
+                 isinstance(n.ctx, gast.Load)}
+        for write, base, aliases in pending:
+            hit = reads & aliases
+            if hit:
+                alias = sorted(hit)[0]
+                raise normalizer.info.error(
+                    UnsupportedSyntaxError, f"{_user_name(normalizer, alias)} shares memory "
+                    f"with {_user_name(normalizer, base)}, which is written in place before "
+                    f"{_user_name(normalizer, alias)} is read again; the gradient would miss "
+                    "the shared memory", getattr(write, "origin", None) or normalizer.info.node,
+                    "take a copy instead: v = x[1:3].copy(), or b = a.copy()")
+        prim = getattr(stmt, "prim", None)
+        if prim is not None and prim.kind == "setitem":
+            base = prim.base
+            sharing = {k for k, v in live.items() if v == base} | (
+                {live[base]} if base in live else set())
+            if sharing:
+                pending.append((stmt, base, set(sharing)))
+            continue
+        for target in stmt.targets if isinstance(stmt, gast.Assign) else []:
+            for n in gast.walk(target):
+                if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store):
+                    kill(n.id)
+        view_of = getattr(stmt, "view_of", None)
+        if view_of is not None and isinstance(stmt.targets[0], gast.Name):
+            live[stmt.targets[0].id] = live.get(view_of, view_of)
 
 
 _NOT_STATIC = object()

@@ -59,7 +59,14 @@ class Sweep:
     helpers: set = field(default_factory=set)
 
 
+CONTROL = (gast.If, gast.For, gast.While)
+
+
 def _stmt_targets(stmt):
+    """Names a simple core statement binds or updates (the base of an in-place write)."""
+    prim = getattr(stmt, "prim", None)
+    if prim is not None and prim.kind in ("setitem", "append"):
+        return [prim.base]
     if isinstance(stmt, gast.Assign):
         target = stmt.targets[0]
         if isinstance(target, gast.Name):
@@ -78,24 +85,57 @@ def _atoms_read(prim):
     return out
 
 
+def walk_statements(stmts):
+    """Every core statement, nested ones included, in source order."""
+    for stmt in stmts:
+        yield stmt
+        if isinstance(stmt, CONTROL):
+            yield from walk_statements(stmt.body)
+            yield from walk_statements(stmt.orelse)
+
+
 def activity(core, active_params, outputs):
-    """(varied, useful) name sets of a straight-line core function."""
+    """(varied, useful) name sets, iterated to a fixed point through loops and branches."""
     varied = {p for p in active_params if core.types.get(p, T.UNKNOWN).is_float}
-    for stmt in core.body:
-        prim = stmt.prim
-        if prim.kind == "nondiff":
-            continue
-        if any(n in varied for n in _atoms_read(prim)):
-            for target in _stmt_targets(stmt):
-                t = core.types.get(target, T.UNKNOWN)
-                if t.is_float or (t.kind == "tuple"):
-                    varied.add(target)
+
+    def forward(stmts):
+        changed = False
+        for stmt in stmts:
+            if isinstance(stmt, CONTROL):
+                changed |= forward(stmt.body) | forward(stmt.orelse)
+                continue
+            prim = stmt.prim
+            if prim.kind in ("nondiff", "counter", "list_new"):
+                continue
+            if any(n in varied for n in _atoms_read(prim)):
+                for target in _stmt_targets(stmt):
+                    t = core.types.get(target, T.UNKNOWN)
+                    if (t.is_float or t.kind in ("tuple", "list")) and target not in varied:
+                        varied.add(target)
+                        changed = True
+        return changed
+
+    while forward(core.body):
+        pass
     useful = set(outputs)
-    for stmt in reversed(core.body):
-        if stmt.prim.kind == "nondiff":
-            continue
-        if any(t in useful for t in _stmt_targets(stmt)):
-            useful.update(_atoms_read(stmt.prim))
+
+    def backward(stmts):
+        changed = False
+        for stmt in reversed(stmts):
+            if isinstance(stmt, CONTROL):
+                changed |= backward(stmt.body) | backward(stmt.orelse)
+                continue
+            if stmt.prim.kind in ("nondiff", "counter", "list_new"):
+                continue
+            if any(t in useful for t in _stmt_targets(stmt)):
+                new = set(_atoms_read(stmt.prim)) - useful
+                if new:
+                    useful.update(new)
+                    changed = True
+        return changed
+
+    while backward(core.body):
+        pass
     return varied, useful
 
 
@@ -116,6 +156,9 @@ class Adjoints:
         self.owned = set()  # adjoint names holding an array nobody else references
         self.tuples = {}  # tuple-valued name -> list of element adjoint exprs (None: zero)
         self.helpers = set()
+        # Names whose adjoint is a variable initialised before a loop or branch: every
+        # contribution adds to it (in straight-line code the first one may assign).
+        self.accumulate = set()
 
     def get(self, value):
         return self.exprs.get(value)
@@ -164,6 +207,9 @@ class Adjoints:
         contrib, fitted = self.fit(contrib, ctype, self.type_of(value), value)
         bar = self.namer.adjoint(value)
         current = self.exprs.get(value)
+        if value in self.accumulate and current is None:
+            self.init_zero(value)
+            current = self.exprs[value]
         if current is None:
             if self.smaller(fitted, value) and _simple(contrib):
                 self.exprs[value] = contrib
@@ -179,6 +225,39 @@ class Adjoints:
             self.owned.add(bar)
             self.exprs[value] = name(bar)
             self.atypes[value] = T.broadcast(self.atypes.get(value, fitted), fitted)
+
+    def zero_expr(self, value):
+        t = self.type_of(value)
+        if t.kind == "float" or (t.kind in ("int", "bool")):
+            return fill("0.0")
+        return fill("np.zeros_like(x)", x=value)
+
+    def init_zero(self, value):
+        """``x_bar = 0`` of x's type (before a loop, or after x is overwritten in one)."""
+        bar = self.namer.adjoint(value)
+        self.out.append(assign(bar, self.zero_expr(value)))
+        self.owned.add(bar)
+        self.exprs[value] = name(bar)
+        self.atypes[value] = self.type_of(value)
+
+    def prepare_accumulation(self, values, written):
+        """Before a loop or branch in the backward sweep: give each adjoint a variable."""
+        for value in values:
+            t = self.type_of(value)
+            if t.kind in ("tuple", "list", "object"):
+                continue
+            if self.exprs.get(value) is None:
+                self.init_zero(value)
+            else:
+                current = self.materialized(value)
+                bar = self.namer.adjoint(value)
+                if not (isinstance(current, gast.Name) and current.id == bar) or (
+                        value in written and bar not in self.owned):
+                    copy = fill("c.copy()", c=current) if t.kind == "array" else current
+                    self.out.append(assign(bar, copy))
+                    self.owned.add(bar)
+                    self.exprs[value] = name(bar)
+            self.accumulate.add(value)
 
     def materialized(self, value):
         """The adjoint of `value` with exactly value's shape (emitting a broadcast if lazy)."""
@@ -389,6 +468,13 @@ def reverse(core, active_params, registry=None, seed="grad", output_index=None):
     adj = Adjoints(core, backward)
     seeds = []
     if seed == "grad":
+        if len(outputs) != 1 or (isinstance(outputs[0], gast.Constant) and
+                                 outputs[0].value is None):
+            what = f"a tuple of {len(outputs)} values" if len(outputs) != 1 else "None"
+            raise core.info.error(
+                NonScalarOutputError, f"grad requires a real scalar output, but "
+                f"{core.info.name} returns {what}", core.return_node,
+                "return one value, or return (output, aux) and pass has_aux=True")
         for a in outputs:
             if isinstance(a, gast.Name):
                 t = core.types.get(a.id, T.UNKNOWN)
@@ -407,20 +493,319 @@ def reverse(core, active_params, registry=None, seed="grad", output_index=None):
             seeds.append(seed_name)
             if isinstance(a, gast.Name) and a.id in varied:
                 adj.seed(a.id, seed_name)
-    forward = list(core.body)
-    for index in range(len(core.body) - 1, -1, -1):
-        stmt = core.body[index]
-        targets = _stmt_targets(stmt)
-        if not any(t in active for t in targets):
-            continue
-        marker = len(backward)
-        forward[index] = _reverse_stmt(stmt, adj, active, core, registry) or forward[index]
-        for s in backward[marker:]:
-            s.origin = stmt.origin
+    builder = _Builder(core, adj, active, registry)
+    builder.backward_block(core.body)
+    forward = builder.forward_sweep()
     param_bars = [adj.materialized(p) for p in active_params]
     sweep = Sweep(core, list(active_params), forward, backward, param_bars, seeds,
                   adj.helpers)
     return sweep
+
+
+class _Builder:
+    """Walks a core function backwards, writing the backward sweep into ``adj.out``, then
+    writes the forward sweep with the values the backward sweep needs saved on tapes.
+
+    Straight-line code at the top level is in SSA form (each value has its own name), so
+    nothing is saved there. Inside loops and branches names are overwritten: an overwritten
+    value the backward sweep reads is pushed on a per-variable tape (a list) just before it
+    is lost, and popped back right after the adjoint of the statement that overwrote it, so
+    the backward sweep always sees the values as they were (Tapenade's PUSH/POP).
+    """
+
+    def __init__(self, core, adj, active, registry):
+        self.core = core
+        self.adj = adj
+        self.active = active
+        self.registry = registry
+        self.replacements = {}  # id(core stmt) -> forward statement replacing it
+        self.saves = {}  # id(core stmt) -> tape name (the statement's target is saved)
+        self.pops = []  # (marker statement, name) to resolve once reads are known
+        self.depth = 0
+
+    # -- backward sweep
+    def backward_block(self, stmts):
+        locals_ = _local_temps(stmts, self.core.namer.temps) if self.depth else set()
+        for stmt in reversed(stmts):
+            if isinstance(stmt, gast.If):
+                self.backward_if(stmt)
+            elif isinstance(stmt, gast.For):
+                self.backward_for(stmt)
+            elif isinstance(stmt, gast.While):
+                self.backward_while(stmt)
+            else:
+                self.backward_simple(stmt, locals_)
+
+    def backward_simple(self, stmt, locals_):
+        adj, core = self.adj, self.core
+        targets = _stmt_targets(stmt)
+        kind = stmt.prim.kind
+        overwrites = (self.depth > 0 and kind not in ("counter", "append", "list_new")) or \
+            kind == "setitem"
+        marker = len(adj.out)
+        if any(t in self.active for t in targets):
+            replacement = _reverse_stmt(stmt, adj, self.active, core, self.registry)
+            if replacement is not None:
+                self.replacements[id(stmt)] = replacement
+            if self.depth > 0 and kind not in ("setitem", "append"):
+                for t in targets:
+                    if t in adj.accumulate and t not in locals_:
+                        adj.init_zero(t)  # the old value of t gets its own adjoint
+        if kind == "append":
+            adj.out.append(gast.Expr(value=fill("b.pop()", b=stmt.prim.base)))
+        if overwrites and targets:
+            for t in targets:
+                if core.types.get(t, T.UNKNOWN).kind == "list":
+                    continue
+                restore = self.restore_stmt(stmt, t)
+                if restore is not None:
+                    adj.out.append(restore)
+                    self.pops.append((restore, t))
+        for s in adj.out[marker:]:
+            s.origin = stmt.origin
+
+    def restore_stmt(self, stmt, target):
+        """`x = x_tape.pop()` (or the overwritten elements, for an in-place write)."""
+        if stmt.prim.kind == "setitem":
+            tape = self.core.namer.derived(target, "slice_tape")
+            self.saves[id(stmt)] = (tape, target, stmt.prim.rule)
+            store = gast.Subscript(value=name(target), slice=to_expr(stmt.prim.rule),
+                                   ctx=gast.Store())
+            return gast.Assign(targets=[store], value=fill("t.pop()", t=tape), type_comment=None)
+        if isinstance(stmt, gast.Assign) and isinstance(stmt.targets[0], gast.Tuple):
+            tape = self.core.namer.derived(target, "tape")
+        else:
+            tape = self.core.namer.derived(target, "tape")
+        self.saves.setdefault(id(stmt), [])
+        if isinstance(self.saves[id(stmt)], list):
+            self.saves[id(stmt)].append((tape, target))
+        return assign(target, fill("t.pop()", t=tape))
+
+    def _control_values(self, stmt):
+        """Active names a loop or branch reads or writes, but not its body's local temporaries."""
+        names, written = set(), set()
+        for inner in walk_statements([stmt]):
+            if isinstance(inner, CONTROL):
+                continue
+            for t in _stmt_targets(inner):
+                names.add(t)
+                if inner.prim.kind == "setitem":
+                    written.add(t)
+            names.update(_atoms_read(inner.prim))
+            if inner.prim.kind == "rule" and inner.prim.rule.name == "getitem":
+                written.update(a.id for a in inner.prim.args if isinstance(a, gast.Name))
+        local = set()
+        for block in _blocks(stmt):
+            local |= _local_temps(block, self.core.namer.temps)
+        return sorted(n for n in names - local if n in self.active), written
+
+    def enter_control(self, stmt):
+        values, written = self._control_values(stmt)
+        self.adj.prepare_accumulation(values, written)
+
+    def nested(self, stmts):
+        saved = self.adj.out
+        self.adj.out = []
+        self.depth += 1
+        try:
+            self.backward_block(stmts)
+        finally:
+            self.depth -= 1
+            out, self.adj.out = self.adj.out, saved
+        return out
+
+    def backward_if(self, stmt):
+        if not self._touches_active(stmt):
+            return
+        self.enter_control(stmt)
+        body = self.nested(stmt.body)
+        orelse = self.nested(stmt.orelse)
+        if not body and not orelse:
+            return
+        if not body:
+            node = gast.If(test=fill("not c", c=stmt.test), body=orelse, orelse=[])
+        else:
+            node = gast.If(test=to_expr(stmt.test), body=body, orelse=orelse)
+        node.origin = stmt.origin
+        self.adj.out.append(node)
+
+    def backward_for(self, stmt):
+        if not self._touches_active(stmt):
+            return
+        self.enter_control(stmt)
+        body = self.nested(stmt.body)
+        if not body:
+            return
+        index = stmt.target.id
+        args = stmt.iter.args
+        if len(args) == 1:
+            start, stop, step = 0, args[0], 1
+        else:
+            start, stop = args[0], args[1]
+            step = args[2] if len(args) > 2 else 1
+        step_value = step if isinstance(step, int) else (
+            step.value if isinstance(step, gast.Constant) else None)
+        if step_value == 1:
+            header = fill("range(b - 1, a - 1, -1)", a=start, b=stop)
+            node = gast.For(target=name(index, store=True), iter=header, body=body, orelse=[],
+                            type_comment=None)
+        else:
+            trips = fill("len(range(a, b, s))", a=start, b=stop, s=step)
+            k = self.core.namer.temp(f"{index}_k")
+            first = assign(index, fill("a + k * s", a=start, k=k, s=step))
+            node = gast.For(target=name(k, store=True),
+                            iter=fill("range(n - 1, -1, -1)", n=trips),
+                            body=[first] + body, orelse=[], type_comment=None)
+        node.origin = stmt.origin
+        self.adj.out.append(node)
+
+    def backward_while(self, stmt):
+        if not self._touches_active(stmt):
+            return
+        self.enter_control(stmt)
+        body = self.nested(stmt.body)
+        if not body:
+            return
+        counter = stmt.prim.args[0].id
+        node = gast.For(target=name(self.core.namer.temp("_"), store=True),
+                        iter=fill("range(n)", n=counter), body=body, orelse=[],
+                        type_comment=None)
+        node.origin = stmt.origin
+        self.adj.out.append(node)
+
+    def _touches_active(self, stmt):
+        return any(t in self.active for inner in walk_statements([stmt])
+                   if not isinstance(inner, CONTROL) for t in _stmt_targets(inner))
+
+    # -- forward sweep
+    def forward_sweep(self):
+        """The primal code, with helper calls replaced and needed values pushed on tapes."""
+        reads = set()
+        for stmt in self.adj.out:
+            for node in gast.walk(stmt):
+                if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Load):
+                    reads.add(node.id)
+        needed = set()
+        for restore, target in self.pops:
+            if target in reads:
+                needed.add(target)
+        # Drop the restores nobody needs.
+        dead = {id(r) for r, t in self.pops if t not in needed}
+        self.adj.out[:] = _without(self.adj.out, dead)
+        tapes = []
+        forward = self._forward_block(self.core.body, needed, tapes, depth=0,
+                                      defined=set(self.core.params))
+        inits = [assign(tape, gast.List(elts=[], ctx=gast.Load())) for tape in tapes]
+        return inits + forward
+
+    def _forward_block(self, stmts, needed, tapes, depth, defined):
+        out = []
+        for stmt in stmts:
+            if isinstance(stmt, CONTROL):
+                assigned = {t for inner in walk_statements([stmt]) if not isinstance(
+                    inner, CONTROL) for t in _stmt_targets(inner)}
+                if depth == 0:
+                    for t in sorted(assigned - defined):
+                        if t in needed:
+                            placeholder = _placeholder(self.core.types.get(t, T.UNKNOWN))
+                            out.append(assign(t, placeholder))
+                copy = _shallow_copy(stmt)
+                copy.body = self._forward_block(stmt.body, needed, tapes, depth + 1, defined)
+                copy.orelse = self._forward_block(stmt.orelse, needed, tapes, depth + 1,
+                                                  defined)
+                out.append(copy)
+                defined |= assigned
+                continue
+            save = self.saves.get(id(stmt))
+            if isinstance(save, tuple):  # an in-place write: save what it overwrites
+                tape, base, index = save
+                if base in needed:
+                    current = gast.Subscript(value=name(base), slice=to_expr(index),
+                                             ctx=gast.Load())
+                    t = self.core.types.get(base, T.UNKNOWN)
+                    value = fill("v.copy()", v=current) if _indexes_array(t, index,
+                                                                           self.core.types) \
+                        else current
+                    out.append(gast.Expr(value=fill("t.append(v)", t=tape, v=value)))
+                    if tape not in tapes:
+                        tapes.append(tape)
+            elif save:
+                for tape, target in save:
+                    if target in needed:
+                        out.append(gast.Expr(value=fill("t.append(v)", t=tape, v=target)))
+                        if tape not in tapes:
+                            tapes.append(tape)
+            out.append(self.replacements.get(id(stmt), stmt))
+            defined.update(_stmt_targets(stmt))
+        return out
+
+
+def _blocks(stmt):
+    """The statement lists nested in a control statement."""
+    for inner in walk_statements([stmt]):
+        if isinstance(inner, CONTROL):
+            yield inner.body
+            if inner.orelse:
+                yield inner.orelse
+
+
+def _local_temps(stmts, temps):
+    """Temporaries assigned once in `stmts` and read only later in the same list."""
+    out = set()
+    for i, stmt in enumerate(stmts):
+        if isinstance(stmt, CONTROL):
+            continue
+        for t in _stmt_targets(stmt):
+            if t not in temps or stmt.prim.kind in ("setitem", "append"):
+                continue
+            ok = True
+            for j, other in enumerate(stmts):
+                if other is stmt:
+                    continue
+                reads = {n.id for n in gast.walk(other) if isinstance(n, gast.Name)}
+                if t in reads and (j < i or isinstance(other, CONTROL)):
+                    ok = False
+                if not isinstance(other, CONTROL) and t in _stmt_targets(other):
+                    ok = False
+            if ok:
+                out.add(t)
+    return out
+
+
+def _without(stmts, dead):
+    out = []
+    for stmt in stmts:
+        if id(stmt) in dead:
+            continue
+        if isinstance(stmt, CONTROL):
+            stmt.body = _without(stmt.body, dead)
+            stmt.orelse = _without(stmt.orelse, dead)
+        out.append(stmt)
+    return out
+
+
+def _shallow_copy(stmt):
+    import copy
+    new = copy.copy(stmt)
+    return new
+
+
+def _placeholder(t):
+    """A value of t's type that is never read: it lets the first save before a loop run."""
+    if t.kind == "array" and t.dims is not None:
+        return fill("np.zeros(s)", s=tuple(0 for _ in t.dims))
+    if t.kind == "int":
+        return fill("0")
+    if t.kind == "bool":
+        return fill("False")
+    return fill("0.0")
+
+
+def _indexes_array(t, index, types):
+    from .normalize import index_type
+    if t.kind != "array":
+        return True
+    return index_type(t, index, types).kind == "array"
 
 
 def _reverse_stmt(stmt, adj, active, core, registry):
@@ -462,7 +847,41 @@ def _reverse_stmt(stmt, adj, active, core, registry):
     if prim.kind == "rule":
         _reverse_rule(stmt, adj, active, core)
         return None
+    if prim.kind == "setitem":
+        _reverse_setitem(stmt, adj, active, core)
+        return None
+    if prim.kind == "append":
+        g = adj.get(prim.base)
+        value = prim.args[0]
+        if g is not None and isinstance(value, gast.Name) and value.id in active:
+            elem = adj.type_of(prim.base).elts
+            part = fill("g[len(b) - 1]", g=g, b=prim.base)
+            adj.add(value.id, part, elem[0] if elem else T.UNKNOWN)
+        return None
     return None
+
+
+def _reverse_setitem(stmt, adj, active, core):
+    """``y[i] = v``: v's adjoint gets ``y_bar[i]``, then ``y_bar[i]`` is zeroed (overwritten)."""
+    from .normalize import index_type
+    prim = stmt.prim
+    base, index, value = prim.base, prim.rule, prim.args[0]
+    if adj.get(base) is None:
+        return
+    current = adj.materialized(base)
+    bar = adj.namer.adjoint(base)
+    if bar not in adj.owned or not (isinstance(current, gast.Name) and current.id == bar):
+        adj.out.append(assign(bar, fill("c.copy()", c=current)))
+        adj.owned.add(bar)
+        adj.exprs[base] = name(bar)
+    part_type = index_type(adj.type_of(base), index, core.types)
+    part = gast.Subscript(value=name(bar), slice=to_expr(index), ctx=gast.Load())
+    if isinstance(value, gast.Name) and value.id in active:
+        if part_type.kind == "array":
+            part = fill("p.copy()", p=part)
+        adj.add(value.id, part, part_type)
+    zero = gast.Subscript(value=name(bar), slice=to_expr(index), ctx=gast.Store())
+    adj.out.append(gast.Assign(targets=[zero], value=fill("0.0"), type_comment=None))
 
 
 def _reverse_rule(stmt, adj, active, core):
@@ -481,6 +900,14 @@ def _reverse_rule(stmt, adj, active, core):
         g = adj.get(target[0]) if rule.name in _ELEMENTWISE_OK else adj.materialized(target[0])
         if g is None:
             return
+    arrays = call.args.get("arrays")
+    if rule.name in ("stack", "array") and isinstance(arrays, gast.Name) and \
+            call.types["arrays"].kind == "list":
+        # np.stack(items) of a list built with append: the list's adjoint is g itself; each
+        # append takes its row back in the backward sweep.
+        if arrays.id in active:
+            adj.exprs[arrays.id] = to_expr(g)
+        return
     if rule.vjp is None:
         raise _missing(stmt, core, rule)
     result = rule.vjp(call, g)
