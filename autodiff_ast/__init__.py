@@ -10,6 +10,7 @@ JAX's transformations, written as readable Python source instead of traced graph
 """
 
 from .api import grad, source, value_and_grad, vjp
+from .checkpointing import checkpoint
 from .checks import check_grads
 from .errors import (
     ArgnumsError,
@@ -32,7 +33,7 @@ from .pytrees import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "grad", "value_and_grad", "vjp", "source", "check_grads",
+    "grad", "value_and_grad", "vjp", "source", "check_grads", "checkpoint",
     "AutodiffError", "ArgnumsError", "MissingRuleError", "NonFloatInputError",
     "NonScalarOutputError", "SourceUnavailableError", "UnsupportedSyntaxError",
     "register_pytree_node", "tree_flatten", "tree_unflatten", "tree_map", "tree_leaves",

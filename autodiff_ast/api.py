@@ -40,6 +40,10 @@ _PRIMITIVE_WRAPPERS = {}
 
 def _as_python_function(fun):
     """A Python function we can read: `fun` itself, or a one-line wrapper of a primitive."""
+    from .custom import wrapper_for  # a function with a custom rule: a call that routes to it
+    wrapped = wrapper_for(fun)
+    if wrapped is not None:
+        return wrapped
     if inspect.isfunction(fun) or inspect.ismethod(fun):
         return fun
     rule = lookup(fun)
@@ -126,11 +130,15 @@ def _rebuild(value, leaves):
 
 def _normalize_argnums(argnums, nparams, info):
     single = isinstance(argnums, int)
-    nums = (argnums,) if single else tuple(argnums)
+    try:
+        nums = (argnums,) if single else tuple(argnums)
+    except TypeError:  # a float or another non-iterable
+        nums = (argnums,)
     for i in nums:
-        if not isinstance(i, int):
+        if not isinstance(i, int) or isinstance(i, bool):
             raise ArgnumsError(f"argnums must be an int or a tuple of ints, got {argnums!r}",
-                               filename=info.filename, lineno=info.file_line(info.node))
+                               filename=info.filename, lineno=info.file_line(info.node),
+                               hint="write argnums=0 or argnums=(0, 2)")
     resolved = tuple(i % nparams if -nparams <= i < 0 else i for i in nums)
     return single, resolved
 

@@ -289,16 +289,19 @@ def build_reverse(fn, specs, argnums=(0,), has_aux=False, with_value=False, entr
     return Generated(source, entry, injected, layout)
 
 
-def build_vjp(fn, specs, has_aux=False, standalone_module=None):
+def build_vjp(fn, specs, has_aux=False, standalone_module=None, argnums=None):
     """The module of ``vjp``: ``<f>_fwd`` returns the output(s) and residuals, ``<f>_bwd``
-    takes the residuals and output cotangent(s) and returns every float input's adjoint."""
+    takes the residuals and output cotangent(s) and returns every float input's adjoint
+    (only those of the arguments in `argnums` when given: jacrev asks for them)."""
     info, program, core = prepare(fn, specs)
     params = param_names(info)
     groups = []
-    for pname in params:
+    for k, pname in enumerate(params):
         spec = specs.get(pname, T.UNKNOWN)
         leaf_types = spec.leaves(pname) if isinstance(spec, TreeSpec) else [(pname, spec)]
-        groups.append([flat for flat, t in leaf_types if isinstance(t, T.AType) and t.is_float])
+        wanted = argnums is None or k in argnums
+        groups.append([flat for flat, t in leaf_types
+                       if wanted and isinstance(t, T.AType) and t.is_float])
     active = [leaf for g in groups for leaf in g]
     registry = SplitRegistry(program)
     sweep = reverse(core, active, registry=registry, seed="split",
@@ -308,7 +311,8 @@ def build_vjp(fn, specs, has_aux=False, standalone_module=None):
                           temps=core.namer)
     sweep.backward = backward
     split = make_split(sweep, program)
-    split.fwd_name = program.module_names.fresh(f"{info.name}_fwd")
+    if not split.residuals:  # make_split named it `<f>_fwd` already when it keeps residuals
+        split.fwd_name = program.module_names.fresh(f"{info.name}_fwd")
     aux_extra = []
     if has_aux:
         aux_extra = [to_expr(core.returns.elts[1])]

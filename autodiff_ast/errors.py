@@ -82,3 +82,7 @@ class SourceUnavailableError(AutodiffError):
 
 class TypeInferenceError(AutodiffError):
     """Static inference found values whose type changes in a way Numba cannot follow."""
+
+
+class CompileError(AutodiffError):
+    """A compile target (Numba) cannot compile the generated code; names the user's line."""

@@ -97,14 +97,21 @@ def _lambda_candidates(snippet):
 
 
 def _same_code(text, code):
-    """Whether compiling the lambda `text` gives the same bytecode as `code`."""
+    """Whether compiling the lambda `text` gives code reading the same names and constants.
+
+    Raw bytecode is not compared: the same lambda compiles to different instructions in
+    different contexts (e.g. LOAD_METHOD or LOAD_ATTR for ``np.sin`` on Python 3.11).
+    """
     try:
         outer = compile(text, "<lambda>", "eval")
     except SyntaxError:
         return False
     inner = [c for c in outer.co_consts if isinstance(c, type(code))]
-    return bool(inner) and inner[0].co_code == code.co_code and \
-        inner[0].co_names == code.co_names and inner[0].co_varnames == code.co_varnames
+
+    def consts(c):
+        return tuple(repr(k) for k in c.co_consts if not isinstance(k, type(code)))
+    return bool(inner) and inner[0].co_names == code.co_names and \
+        inner[0].co_varnames == code.co_varnames and consts(inner[0]) == consts(code)
 
 
 def parse_function(fn):

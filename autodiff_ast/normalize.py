@@ -22,6 +22,7 @@ Each core statement carries ``stmt.prim`` (what it computes, for the rules) and
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import math
@@ -171,8 +172,14 @@ class CoreFunction:
     namer: Namer
     arg_specs: dict
 
+    recursive_calls: int = 0
+    checkpointed: bool = False
+
     @property
     def return_type(self):
+        if self.returns is None:  # still being normalized: a recursive call
+            self.recursive_calls += 1
+            return T.UNKNOWN
         if isinstance(self.returns, gast.Tuple):
             return T.AType("tuple", elts=tuple(atom_type(e, self.types)
                                                for e in self.returns.elts))
@@ -265,7 +272,7 @@ class Normalizer:
                 self.params.append(arg.id)
                 self.types[arg.id] = spec
         returns, return_node = None, None
-        body = lower_returns(node.body, self)
+        body = lower_returns(copy.deepcopy(node.body), self)  # lowering rewrites the tree
         self.copy_params_written_in_place(body)
         for stmt in body:
             self.origin = stmt
@@ -450,10 +457,10 @@ class Normalizer:
                 and not (isinstance(result, gast.Name) and result.id == self.env.get(target)):
             out = self.define(target)
             self.types[out] = self.join(out, atom_type(result, self.types))
+            self.append(assign(out, result), Prim("copy", args=[result]))
             if isinstance(result, gast.Name) and result.id in self.types and \
                     self.types[result.id].kind == "array":
                 self.body[-1].view_of = result.id  # `b = a` makes b another name of a
-            self.append(assign(out, result), Prim("copy", args=[result]))
             return name(out)
         if target is not None and isinstance(result, (gast.Tuple, gast.List)):
             typ = atom_type(result, self.types)
@@ -661,6 +668,10 @@ class Normalizer:
         if not isinstance(callee, Static):
             raise self.unsupported(f"cannot call {unparse(func)}", node)
         fn = callee.value
+        from .custom import route  # custom_jvp/custom_vjp, registered rules, jvp(...) calls
+        routed = route(self, fn, node, target)
+        if routed is not None:
+            return routed
         rule = rules.lookup(fn)
         if fn in (max, min) and len(node.args) != 2:
             rule = None
@@ -803,7 +814,11 @@ class Normalizer:
                 else:
                     specs[pname] = atom_type(atom, self.types)
                     flat_args.append(atom)
-        callee = normalize_into(self.program, parse_callee(fn), specs)
+        checkpointed = bool(getattr(fn, "__autodiff_checkpoint__", False))
+        if checkpointed:
+            fn = fn.__wrapped__
+        callee = normalize_into(self.program, parse_callee(fn), specs,
+                                checkpointed=checkpointed)
         value = gast.Call(func=name(callee.name), args=flat_args, keywords=[])
         prim = Prim("user", callee=callee, args=flat_args)
         base = f"{fn.__name__}_out" if fn.__name__ != "<lambda>" else "out"
@@ -823,7 +838,8 @@ class Normalizer:
         if old.kind == "list" and typ.kind == "list":
             return typ if typ.elts else old
         if "unknown" in (old.kind, typ.kind):
-            return T.UNKNOWN
+            # Optimistic: the known side (a recursive call is typed before its result is).
+            return typ if old.kind == "unknown" else old
         raise self.info.error(
             TypeInferenceError, f"{_user_name(self, core_name)} changes from "
             f"{T.describe(old)} to {T.describe(typ)} here; a value must keep one type and rank "
@@ -1488,19 +1504,26 @@ def _spec_key(specs):
                         for k, v in specs.items()))
 
 
-def normalize_into(program, info, specs, core_name=None):
+def normalize_into(program, info, specs, core_name=None, checkpointed=False):
     """Normalize `info` for these argument specs into `program` (memoized per signature)."""
-    key = (info.fn, _spec_key(specs))
+    key = (info.fn, _spec_key(specs), checkpointed)
     if key in program.functions:
         return program.functions[key]
     base = core_name or info.name
     emitted = program.module_names.fresh(base)
-    placeholder = CoreFunction(info, emitted, [], [], {}, None, None, None, specs)
-    program.functions[key] = placeholder  # recursion guard
+    placeholder = CoreFunction(info, emitted, [], None, {}, None, None, None, specs)
+    program.functions[key] = placeholder  # recursion guard: a recursive call sees this
     core = Normalizer(info, specs, program, emitted).run()
-    program.functions[key] = core
+    calls = placeholder.recursive_calls
+    # Recursive calls hold the placeholder: it becomes the function itself.
+    placeholder.__dict__.update(core.__dict__)
+    if calls:
+        # The recursive calls were typed before the return type was known: once more.
+        core = Normalizer(info, specs, program, emitted).run()
+        placeholder.__dict__.update(core.__dict__)
+    placeholder.checkpointed = checkpointed
     program.order.append(key)
-    return core
+    return placeholder
 
 
 def normalize(info, specs, program=None):

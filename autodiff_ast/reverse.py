@@ -296,8 +296,9 @@ class Adjoints:
             if ctype == target and ctype.kind == "array" and ctype.dims is not None:
                 return contrib, target
             self.helpers.add("unbroadcast")
-            shape = fill("np.shape(x)", x=value) if target.kind != "array" else \
-                fill("x.shape", x=value)
+            # np.shape also works for a Python float passed where any rank was allowed
+            shape = fill("np.shape(x)", x=value) if target.kind != "array" or \
+                target.dims is None else fill("x.shape", x=value)
             return fill("unbroadcast(c, s)", c=contrib, s=shape), target
         fd, td = list(ctype.dims), list(target.dims)
         expr = contrib
@@ -375,6 +376,8 @@ def _advanced(index, types):
         if isinstance(p, (gast.Slice, gast.Constant)):
             continue
         t = atom_type(p, types)
+        if t.kind == "array" and t.dtype == "bool":
+            continue  # a mask selects each element at most once: `b[mask] += g` is exact
         if t.kind not in ("int", "bool"):
             return True
     return False
@@ -386,16 +389,31 @@ class SplitRegistry:
     def __init__(self, program):
         self.program = program
         self.pairs = {}  # (core name, active flat params) -> Split
+        self.in_progress = {}
+        self.recursive = set()
 
     def split(self, core, active):
+        """The forward/backward pair of `core` for these active parameters.
+
+        A recursive function, or one marked with `checkpoint`, gets a recomputing pair: its
+        forward function is the primal itself and its backward function recomputes what it
+        needs (no residuals stored), which is also what keeps recursion finite.
+        """
         key = (core.name, tuple(active))
+        if key in self.in_progress:  # a recursive call: the pair being built recomputes
+            self.recursive.add(key)
+            return self.in_progress[key]
         if key not in self.pairs:
-            self.pairs[key] = None  # recursion guard
-            sweep = reverse(core, active, registry=self, seed="split")
-            self.pairs[key] = make_split(sweep, self.program)
-        if self.pairs[key] is None:
-            raise core.info.error(MissingRuleError, "recursive functions cannot be "
-                                  "differentiated yet", core.info.node)
+            bwd_name = self.program.module_names.fresh(f"{core.name}_bwd")
+            placeholder = Split(None, core.name, bwd_name, [], list(core.params))
+            self.in_progress[key] = placeholder
+            try:
+                sweep = reverse(core, active, registry=self, seed="split")
+            finally:
+                del self.in_progress[key]
+            recompute = key in self.recursive or getattr(core, "checkpointed", False)
+            self.pairs[key] = make_split(sweep, self.program, bwd_name=bwd_name,
+                                         recompute=recompute)
         return self.pairs[key]
 
 
@@ -408,11 +426,30 @@ class Split:
     bwd_params: list  # primal parameters the backward function reads (before residuals)
 
 
-def make_split(sweep, program):
-    """Decide the residuals a forward function hands its backward function."""
+def make_split(sweep, program, bwd_name=None, recompute=False):
+    """Decide the residuals a forward function hands its backward function.
+
+    With recompute=True the forward function is the primal and the backward function runs
+    the forward sweep again before its adjoint code (checkpointing, recursion).
+    """
     from .tidy import free_names, tidy_block
     core = sweep.core
     bar_names = {e.id for e in sweep.param_bars if isinstance(e, gast.Name)}
+    if recompute:
+        for stmt in sweep.backward:
+            stmt.backward = True
+        block = tidy_block(list(sweep.forward) + list(sweep.backward), keep=bar_names,
+                           temps=core.namer)
+        needed = free_names(block)
+        body = [s for s in block if not getattr(s, "backward", False)]
+        if body:
+            body = [_comment_stmt(f"{core.info.name}: recomputed here, nothing was stored "
+                                  "(checkpointed or recursive)")] + body
+        sweep.backward = body + [s for s in block if getattr(s, "backward", False)]
+        sweep.forward = []
+        bwd_params = [p for p in core.params if p in needed]
+        return Split(sweep, core.name, bwd_name or program.module_names.fresh(
+            f"{core.name}_bwd"), [], bwd_params)
     backward = tidy_block(sweep.backward, keep=bar_names, temps=core.namer)
     sweep.backward = backward
     forward = tidy_block(sweep.forward, keep=set(_returned_names(core)) | set(
@@ -429,14 +466,22 @@ def make_split(sweep, program):
     sweep.forward = forward
     base = core.name
     fwd_name = program.module_names.fresh(f"{base}_fwd") if residuals else core.name
-    bwd_name = program.module_names.fresh(f"{base}_bwd")
+    bwd_name = bwd_name or program.module_names.fresh(f"{base}_bwd")
     return Split(sweep, fwd_name, bwd_name, residuals, bwd_params)
 
 
+def _comment_stmt(text):
+    from codegen.emit import comment
+    return comment(text)
+
+
 def _ordered_defs(stmts):
+    from .tidy import stmt_defs
     out = []
-    for stmt in stmts:
-        for t in _stmt_targets(stmt):
+    for stmt in walk_statements(stmts):
+        targets = stmt_defs(stmt) if not isinstance(stmt, CONTROL) else (
+            [stmt.target.id] if isinstance(stmt, gast.For) else [])
+        for t in targets:
             if t not in out:
                 out.append(t)
     return out
@@ -680,17 +725,21 @@ class _Builder:
     # -- forward sweep
     def forward_sweep(self):
         """The primal code, with helper calls replaced and needed values pushed on tapes."""
-        reads = set()
-        for stmt in self.adj.out:
-            for node in gast.walk(stmt):
-                if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Load):
-                    reads.add(node.id)
-        needed = set()
+        _recompute_index_arithmetic(self.core, self.adj.out)
+        events = []
+        _linearize(self.adj.out, (), events)
+        position = {id(e[1]): k for k, e in enumerate(events) if e[0] == "stmt"}
+        needed, dead = set(), set()
         for restore, target in self.pops:
-            if target in reads:
+            k = position.get(id(restore))
+            loops = events[k][3] if k is not None else ()
+            read_later = any(target in e[2] and (j > k or set(e[3]) & set(loops))
+                             for j, e in enumerate(events)) if k is not None else True
+            if read_later:
                 needed.add(target)
+            else:
+                dead.add(id(restore))
         # Drop the restores nobody needs.
-        dead = {id(r) for r, t in self.pops if t not in needed}
         self.adj.out[:] = _without(self.adj.out, dead)
         tapes = []
         forward = self._forward_block(self.core.body, needed, tapes, depth=0,
@@ -740,6 +789,97 @@ class _Builder:
         return out
 
 
+_SHAPE_ONLY = {"np.zeros_like", "np.ones_like", "np.empty_like", "np.full_like", "len",
+               "np.shape"}
+
+
+def value_reads(node):
+    """Names whose values `node` reads: not those it only takes the shape of (x.shape,
+    np.zeros_like(x), len(x)) nor the arrays it writes into."""
+    skip = set()
+    for sub in gast.walk(node):
+        if isinstance(sub, gast.Call) and sub.args and isinstance(sub.args[0], gast.Name):
+            if unparse(sub.func) in _SHAPE_ONLY:
+                skip.add(id(sub.args[0]))
+        if isinstance(sub, gast.Attribute) and sub.attr in ("shape", "ndim", "size", "dtype") \
+                and isinstance(sub.value, gast.Name):
+            skip.add(id(sub.value))
+        if isinstance(sub, gast.Subscript) and isinstance(sub.ctx, gast.Store) and \
+                isinstance(sub.value, gast.Name):
+            skip.add(id(sub.value))
+    return {n.id for n in gast.walk(node) if isinstance(n, gast.Name) and
+            isinstance(n.ctx, gast.Load) and id(n) not in skip}
+
+
+def _linearize(stmts, loops, out):
+    """Backward statements in execution order: ('stmt', node, value reads, enclosing loops)."""
+    for stmt in stmts:
+        if isinstance(stmt, (gast.For, gast.While)):
+            header = stmt.iter if isinstance(stmt, gast.For) else stmt.test
+            out.append(("head", stmt, value_reads(header), loops))
+            _linearize(stmt.body, loops + (id(stmt),), out)
+        elif isinstance(stmt, gast.If):
+            out.append(("head", stmt, value_reads(stmt.test), loops))
+            _linearize(stmt.body, loops, out)
+            _linearize(stmt.orelse, loops, out)
+        else:
+            out.append(("stmt", stmt, value_reads(stmt), loops))
+
+
+def _recompute_index_arithmetic(core, backward):
+    """Integer temporaries such as ``i + 1`` are recomputed where the backward sweep reads
+    them instead of being saved on a tape: their operands are loop indices (which the
+    backward loops bind again) or values that are never overwritten."""
+    defs = {}
+    overwritten = set()
+    indices = set()
+
+    def scan(stmts, depth):
+        for stmt in stmts:
+            if isinstance(stmt, gast.For):
+                indices.add(stmt.target.id)
+                scan(stmt.body, depth + 1)
+                continue
+            if isinstance(stmt, CONTROL):
+                scan(stmt.body, depth + 1)
+                scan(stmt.orelse, depth + 1)
+                continue
+            for t in _stmt_targets(stmt):
+                if t in defs or depth > 0:
+                    overwritten.add(t)
+                defs.setdefault(t, []).append(stmt)
+    scan(core.body, 0)
+    recomputable = {}
+    changed = True
+    while changed:
+        changed = False
+        for t, stmts in defs.items():
+            if t in recomputable or len(stmts) != 1 or t not in core.namer.temps:
+                continue
+            stmt = stmts[0]
+            typ = core.types.get(t, T.UNKNOWN)
+            if typ.kind not in ("int", "bool") or not isinstance(stmt, gast.Assign):
+                continue
+            value = stmt.value
+            if not isinstance(value, (gast.BinOp, gast.UnaryOp, gast.Compare)):
+                continue
+            operands = [n.id for n in gast.walk(value) if isinstance(n, gast.Name)]
+            if all(o in indices or o in recomputable or (o not in overwritten)
+                   for o in operands):
+                recomputable[t] = value
+                changed = True
+    if not recomputable:
+        return
+
+    class Substitute(gast.NodeTransformer):
+        def visit_Name(self, node):
+            if isinstance(node.ctx, gast.Load) and node.id in recomputable:
+                return self.visit(to_expr(recomputable[node.id]))
+            return node
+    for i, stmt in enumerate(backward):
+        backward[i] = Substitute().visit(stmt)
+
+
 def _blocks(stmt):
     """The statement lists nested in a control statement."""
     for inner in walk_statements([stmt]):
@@ -773,6 +913,7 @@ def _local_temps(stmts, temps):
 
 
 def _without(stmts, dead):
+    """`stmts` without the statements in `dead`; loops and branches left empty go too."""
     out = []
     for stmt in stmts:
         if id(stmt) in dead:
@@ -780,6 +921,13 @@ def _without(stmts, dead):
         if isinstance(stmt, CONTROL):
             stmt.body = _without(stmt.body, dead)
             stmt.orelse = _without(stmt.orelse, dead)
+            if not stmt.body and not stmt.orelse:
+                continue
+            if not stmt.body:
+                if not isinstance(stmt, gast.If):
+                    continue
+                stmt.test = fill("not c", c=stmt.test)
+                stmt.body, stmt.orelse = stmt.orelse, []
         out.append(stmt)
     return out
 
@@ -913,7 +1061,10 @@ def _reverse_rule(stmt, adj, active, core):
     result = rule.vjp(call, g)
     if result is None:
         raise _missing(stmt, core, rule, "for these argument ranks or options")
+    if rule.name in _ELEMENTWISE_OK and _lazy_undercounts(adj, call, target[0], result, active):
+        result = rule.vjp(call, adj.materialized(target[0]))
     lets = result.pop("__let__", [])
+    adj.helpers |= _helpers_called([e for _, e in lets] + [c[0] for c in result.values()])
     renames = {}
     for local, expr in lets:
         fresh = core.namer.temp(local)
@@ -936,8 +1087,54 @@ def _reverse_rule(stmt, adj, active, core):
         adj.add(atom.id, expr, ctype)
 
 
+def _lazy_undercounts(adj, call, out, result, active):
+    """Whether a cotangent held lazily (with fewer axes than `out`) would give a wrong sum.
+
+    A parameter broadcast along an axis of the output must receive the sum of the cotangent
+    over that axis; when neither the lazy cotangent nor the rest of the contribution varies
+    along it (``np.sum(x + y)``, x of shape (1, n), y of shape (m, 1)), only the full-shape
+    cotangent counts the m repeats.
+    """
+    out_t = adj.type_of(out)
+    if out_t.kind != "array" or not adj.smaller(adj.atypes.get(out, out_t), out):
+        return False  # not lazy (smaller() is False for unknown ranks: see below)
+    for param, contribution in result.items():
+        atom = call.args.get(param) if isinstance(param, str) else None
+        if not isinstance(atom, gast.Name) or atom.id not in active:
+            continue
+        expr, ctype = contribution
+        ctype = ctype or adj.expr_type(expr)
+        ptype = adj.type_of(atom.id)
+        dims = [t.dims if t.kind == "array" else () for t in (out_t, ptype, ctype)]
+        if any(d is None for d in dims):
+            return True
+        odims, pdims, cdims = dims
+        for i, size in enumerate(odims):
+            k, j = i - len(odims) + len(pdims), i - len(odims) + len(cdims)
+            if size == T.N and (k < 0 or pdims[k] == 1) and (j < 0 or cdims[j] == 1):
+                return True
+    return False
+
+
+def _helpers_called(exprs):
+    """Names of emitted helpers (codegen.helpers) that rule expressions call."""
+    from codegen.helpers import HELPERS
+    return {node.func.id for e in exprs if isinstance(e, gast.AST) for node in gast.walk(e)
+            if isinstance(node, gast.Call) and isinstance(node.func, gast.Name)
+            and node.func.id in HELPERS}
+
+
 def _missing(stmt, core, rule, detail=""):
     what = rule.emit or rule.name
+    call = stmt.prim.call
+    types_ = [] if call is None else [e for t in call.types.values()
+                                      for e in (t.elts if t.kind == "tuple" and t.elts else [t])]
+    if detail and any(t.kind == "array" and t.dims is None for t in types_):
+        # rank-generic code (the command line without a signature) cannot pick the template
+        return core.info.error(
+            MissingRuleError, f"{what} needs the rank of its arguments to be differentiated",
+            stmt.origin, "give the argument types: autodiff-ast --signature "
+            "\"x=float64[N,N], ...\" or annotations such as x: \"float64[N]\"")
     return core.info.error(MissingRuleError, f"{what} has no reverse-mode rule {detail}".strip(),
                            stmt.origin, "rewrite it with supported functions, or register a "
                            "rule (see docs/adding-a-rule.md)")
@@ -960,7 +1157,8 @@ def _reverse_user_call(stmt, adj, active, core, registry):
             return None
         gs = [p if p is not None else fill("0.0") for p in parts]
     else:
-        g = adj.get(target)
+        # the helper's backward function expects a cotangent of its output's full shape
+        g = adj.materialized(target)
         if g is None:
             return None
         gs = [g]

@@ -112,6 +112,16 @@ class _Simplify(gast.NodeTransformer):
                 return _num(-v)
         if isinstance(node.op, gast.UAdd):
             return node.operand
+        if isinstance(node.op, gast.Not):
+            inner = node.operand
+            if isinstance(inner, gast.UnaryOp) and isinstance(inner.op, gast.Not):
+                return inner.operand
+            flipped = {gast.Eq: gast.NotEq, gast.NotEq: gast.Eq, gast.Lt: gast.GtE,
+                       gast.GtE: gast.Lt, gast.Gt: gast.LtE, gast.LtE: gast.Gt}
+            if isinstance(inner, gast.Compare) and len(inner.ops) == 1 and \
+                    type(inner.ops[0]) in flipped and not _float_compare(inner):
+                return gast.Compare(left=inner.left, ops=[flipped[type(inner.ops[0])]()],
+                                    comparators=inner.comparators)
         return node
 
     def visit_BinOp(self, node):
@@ -163,6 +173,12 @@ class _Simplify(gast.NodeTransformer):
         if isinstance(op, gast.Pow) and is_const(right, 1):
             return left
         return node
+
+
+def _float_compare(node):
+    """Ordered comparisons can't be flipped when NaN may be involved (not (a < b) != a >= b);
+    == and != always can."""
+    return not isinstance(node.ops[0], (gast.Eq, gast.NotEq))
 
 
 def simplify(expr):

@@ -149,8 +149,15 @@ def _inline_once(stmts, keep, temps):
         if redefined:
             continue
         target_stmt = stmts[uses[0]]
-        if isinstance(target_stmt, (gast.For, gast.While, gast.If, gast.With)):
+        if isinstance(target_stmt, (gast.While, gast.With)):
             continue
+        if isinstance(target_stmt, (gast.For, gast.If)):
+            # Only into the header, which runs once: never into the body.
+            header = target_stmt.iter if isinstance(target_stmt, gast.For) else target_stmt.test
+            inner = target_stmt.body + target_stmt.orelse
+            if count != 1 or tmp in _names(gast.Module(body=inner, type_ignores=[])) or \
+                    tmp not in _names(header):
+                continue
         # A call to a generated or user function keeps its own line, unless its one use is a
         # plain copy into another name.
         if isinstance(stmt.value, gast.Call) and isinstance(stmt.value.func, gast.Name) and not (
@@ -161,6 +168,14 @@ def _inline_once(stmts, keep, temps):
         if isinstance(target_stmt, gast.Assign) and any(
                 tmp in _names(t) for t in target_stmt.targets):
             continue
+        if isinstance(target_stmt, (gast.For, gast.If)):
+            replacer = _Replace(tmp, _copy(stmt.value))
+            if isinstance(target_stmt, gast.For):
+                target_stmt.iter = replacer.visit(target_stmt.iter)
+            else:
+                target_stmt.test = simplify(replacer.visit(target_stmt.test))
+            del stmts[i]
+            return True
         for j in uses:
             replacer = _Replace(tmp, stmt.value)
             while True:
@@ -201,6 +216,84 @@ def _fuse_accumulation(stmts):
     return False
 
 
+def _all_reads(stmts):
+    out = []
+    for stmt in stmts:
+        out += stmt_uses(stmt) if not isinstance(stmt, _CONTROL) else _names(stmt, gast.Load)
+    return out
+
+
+_CONTROL = (gast.For, gast.While, gast.If)
+
+
+def _tidy_nested(stmts, keep, temps):
+    """Tidy the bodies of loops and branches: inside them only names nobody outside reads,
+    and nobody inside reads before they are set (loop-carried values), may disappear."""
+    for stmt in stmts:
+        if not isinstance(stmt, _CONTROL):
+            continue
+        for field in ("body", "orelse"):
+            body = getattr(stmt, field)
+            if not body:
+                continue
+            outside = set(keep)
+            for other in stmts:
+                if other is not stmt:
+                    outside.update(_all_reads([other]))
+            if isinstance(stmt, (gast.For, gast.While)):
+                outside.update(_names(stmt.iter if isinstance(stmt, gast.For) else stmt.test))
+                # Values read in the body may come from the previous iteration, except
+                # temporaries set in the body before they are read.
+                outside.update(set(_all_reads(body)) - _single_list_temps(body, temps))
+            else:
+                outside.update(_names(stmt.test))
+            other_field = stmt.orelse if field == "body" else stmt.body
+            outside.update(_all_reads(other_field or []))
+            new = tidy_block(body, keep=outside, temps=temps)
+            setattr(stmt, field, new or [gast.Pass()])
+
+
+def _single_list_temps(body, temps):
+    """Temporaries defined in `body` and read only after their definition, in `body`."""
+    out = set()
+    defined = {}
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, _CONTROL):
+            continue
+        for d in stmt_defs(stmt):
+            defined.setdefault(d, []).append(i)
+    for name, positions in defined.items():
+        if name not in temps or len(positions) != 1:
+            continue
+        first = positions[0]
+        ok = True
+        for j, stmt in enumerate(body):
+            reads = _all_reads([stmt])
+            if name in reads and (j <= first or isinstance(stmt, _CONTROL)):
+                ok = False
+        if ok:
+            out.add(name)
+    return out
+
+
+def _tidy_branches(stmts):
+    """``if c: pass else: B`` becomes ``if not c: B``; an if with nothing in it goes."""
+    out = []
+    for stmt in stmts:
+        if isinstance(stmt, gast.If):
+            empty_body = all(isinstance(x, gast.Pass) for x in stmt.body)
+            empty_else = all(isinstance(x, gast.Pass) for x in stmt.orelse)
+            if empty_body and empty_else:
+                continue
+            if empty_body:
+                stmt.test = simplify(gast.UnaryOp(op=gast.Not(), operand=stmt.test))
+                stmt.body, stmt.orelse = stmt.orelse, []
+            elif empty_else:
+                stmt.orelse = []
+        out.append(stmt)
+    return out
+
+
 def tidy_block(stmts, keep=(), temps=None):
     """Inline single-use temporaries and drop dead stores in a straight block.
 
@@ -213,4 +306,5 @@ def tidy_block(stmts, keep=(), temps=None):
     while True:
         stmts = eliminate_dead(stmts, keep)
         if not (_inline_once(stmts, keep, temps) or _fuse_accumulation(stmts)):
-            return stmts
+            _tidy_nested(stmts, keep, temps)
+            return _tidy_branches(stmts)

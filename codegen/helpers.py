@@ -19,9 +19,167 @@ def unbroadcast(g, shape):
             g = g.sum(axis=axis, keepdims=True)
     return np.zeros(shape) + g
 ''',
+    "dot_adjoints": '''\
+def dot_adjoints(g, a, b):
+    """Adjoints of np.dot(a, b) for the output adjoint g, for any a, b of rank 0, 1 or 2."""
+    a, b, g = np.asarray(a), np.asarray(b), np.asarray(g)
+    if a.ndim > 2 or b.ndim > 2:
+        raise ValueError("dot_adjoints: operands of rank 3 or more need a signature")
+    if a.ndim == 0 or b.ndim == 0:
+        return unbroadcast(g * b, a.shape), unbroadcast(g * a, b.shape)
+    a2 = a.reshape((1, a.shape[0])) if a.ndim == 1 else a
+    b2 = b.reshape((b.shape[0], 1)) if b.ndim == 1 else b
+    g2 = g.reshape((a2.shape[0], b2.shape[1]))
+    return np.dot(g2, b2.T).reshape(a.shape), np.dot(a2.T, g2).reshape(b.shape)
+''',
 }
+
+#: Helpers that a helper calls (emitted with it).
+HELPER_DEPENDS = {"dot_adjoints": ("unbroadcast",)}
 
 
 def helper_source(names):
-    """The source of the named helpers, in a fixed order."""
-    return [HELPERS[n] for n in sorted(names)]
+    """The source of the named helpers and those they call, in a fixed order.
+
+    >>> [s.split("(")[0] for s in helper_source({"dot_adjoints"})]
+    ['def dot_adjoints', 'def unbroadcast']
+    """
+    wanted = set(names)
+    for n in list(wanted):
+        wanted.update(HELPER_DEPENDS.get(n, ()))
+    return [HELPERS[n] for n in sorted(wanted)]
+
+
+# ---------------------------------------------------------------- the compiled dialect
+# Helpers the dialect pass (codegen/dialect.py) emits in place of NumPy features Numba's nopython
+# mode lacks. Each runs the same in plain Python and under numba.njit: loops and the NumPy
+# subset Numba supports. `x.ndim == k` tests are constants to Numba, which drops the branches
+# that do not apply before typing them, so one helper serves every rank.
+DIALECT_HELPERS = {
+    "keep_axis": '''\
+def keep_axis(r, axis):
+    """`r`, reduced over `axis`, with that axis put back with size one (keepdims=True)."""
+    return np.expand_dims(np.asarray(r), axis)
+''',
+    "mean_axis": '''\
+def mean_axis(x, axis):
+    """np.mean(x, axis=axis) for one integer axis."""
+    return np.sum(x, axis=axis) / x.shape[axis]
+''',
+    "max_axis": '''\
+def max_axis(x, axis):
+    """np.max(x, axis=axis) for one integer axis."""
+    if x.ndim == 1:
+        return x.max()
+    moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))
+    rows = moved.reshape((-1, moved.shape[-1]))
+    out = np.empty(rows.shape[0], dtype=x.dtype)
+    for i in range(rows.shape[0]):
+        out[i] = rows[i].max()
+    return out.reshape(moved.shape[:-1])
+''',
+    "min_axis": '''\
+def min_axis(x, axis):
+    """np.min(x, axis=axis) for one integer axis."""
+    if x.ndim == 1:
+        return x.min()
+    moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))
+    rows = moved.reshape((-1, moved.shape[-1]))
+    out = np.empty(rows.shape[0], dtype=x.dtype)
+    for i in range(rows.shape[0]):
+        out[i] = rows[i].min()
+    return out.reshape(moved.shape[:-1])
+''',
+    "prod_axis": '''\
+def prod_axis(x, axis):
+    """np.prod(x, axis=axis) for one integer axis."""
+    if x.ndim == 1:
+        return np.prod(x)
+    moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))
+    rows = moved.reshape((-1, moved.shape[-1]))
+    out = np.empty(rows.shape[0], dtype=x.dtype)
+    for i in range(rows.shape[0]):
+        out[i] = np.prod(rows[i])
+    return out.reshape(moved.shape[:-1])
+''',
+    "var_axis": '''\
+def var_axis(x, axis, ddof):
+    """np.var(x, axis=axis, ddof=ddof) for one integer axis."""
+    centered = x - keep_axis(mean_axis(x, axis), axis)
+    return np.sum(centered * centered, axis=axis) / (x.shape[axis] - ddof)
+''',
+    "flip_axis": '''\
+def flip_axis(x, axis):
+    """np.flip(x, axis) for one integer axis."""
+    moved = np.moveaxis(x, axis, 0)
+    return np.ascontiguousarray(np.moveaxis(moved[::-1], 0, axis))
+''',
+    "roll_axis": '''\
+def roll_axis(x, shift, axis):
+    """np.roll(x, shift, axis) for one integer axis."""
+    moved = np.moveaxis(x, axis, 0)
+    n = moved.shape[0]
+    s = shift % n
+    out = np.empty_like(moved)
+    out[s:] = moved[:n - s]
+    out[:s] = moved[n - s:]
+    return np.ascontiguousarray(np.moveaxis(out, 0, axis))
+''',
+    "scatter_add": '''\
+def scatter_add(b, index, g):
+    """np.add.at(b, index, g) for one integer index array: repeated indices accumulate."""
+    if b.ndim == 1:
+        for k in np.ndindex(index.shape):
+            b[index[k]] += g[k]
+    elif b.ndim == 2 and index.ndim == 1:
+        for k in range(index.shape[0]):
+            row = index[k]
+            for j in range(b.shape[1]):
+                b[row, j] += g[k, j]
+    else:
+        for k in np.ndindex(index.shape):
+            b[index[k]] += g[k]
+''',
+    "unbroadcast": '''\
+def unbroadcast(g, shape):
+    """Sum `g` down to `shape`: the adjoint of broadcasting a value of that shape (loops)."""
+    garr = np.asarray(g)
+    if len(shape) == 0:
+        return np.sum(garr)
+    out = np.zeros(shape)
+    if garr.ndim == 0:
+        return out + garr
+    flat_out = out.reshape(-1)
+    flat_g = np.ascontiguousarray(garr).reshape(-1)
+    lead = garr.ndim - len(shape)
+    for k in range(flat_g.size):
+        rest = k
+        position = 0
+        stride = 1
+        for axis in range(garr.ndim - 1, -1, -1):
+            i = rest % garr.shape[axis]
+            rest //= garr.shape[axis]
+            out_axis = axis - lead
+            if out_axis >= 0:
+                if shape[out_axis] != 1:
+                    position += i * stride
+                stride *= shape[out_axis]
+        flat_out[position] += flat_g[k]
+    return out
+''',
+}
+
+#: Helpers a dialect helper calls (emitted with it).
+DIALECT_DEPENDS = {"var_axis": ("keep_axis", "mean_axis")}
+
+
+def dialect_helper_source(names):
+    """The source of the named dialect helpers and those they call, in a fixed order.
+
+    >>> [s.split("(")[0] for s in dialect_helper_source({"var_axis"})]
+    ['def keep_axis', 'def mean_axis', 'def var_axis']
+    """
+    wanted = set(names)
+    for n in list(wanted):
+        wanted.update(DIALECT_DEPENDS.get(n, ()))
+    return [DIALECT_HELPERS[n] for n in sorted(wanted)]

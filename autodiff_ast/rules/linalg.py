@@ -39,6 +39,12 @@ def _dot_vjp(call, g):
     a, b = call.args["a"], call.args["b"]
     ta, tb = call.types["a"], call.types["b"]
     ra, rb = ta.ndim, tb.ndim
+    if ra is None or rb is None:  # rank-generic code: an emitted helper decides at run time
+        if call.rule.name not in ("dot", "matmul") or (ra or 0) > 2 or (rb or 0) > 2:
+            return None
+        return {"__let__": [("dot_bars", fill("dot_adjoints(g, a, b)", g=g, a=a, b=b))],
+                "a": (fill("dot_bars[0]"), T.AType("array", ta.dtype, None)),
+                "b": (fill("dot_bars[1]"), T.AType("array", tb.dtype, None))}
     if ra == 0 or rb == 0:
         return {"a": (fill("g * b", g=g, b=b), call.out_type),
                 "b": (fill("g * a", g=g, a=a), call.out_type)}
@@ -196,6 +202,8 @@ def _infer_norm(call):
     x = call.types["x"]
     if call.const("axis") is None:
         return T.FLOAT
+    if x.dims is None:
+        return T.AType("array", x.dtype, None)
     return T.array(tuple(d for i, d in enumerate(x.dims) if i != call.axis()), x.dtype)
 
 
@@ -232,6 +240,8 @@ def _solve_vjp(call, g):
     a, x = call.args["a"], call.out
     # `solve_bar` is a local the reverse pass binds once and both contributions read.
     a_bar = "-np.outer(solve_bar, x)" if call.types["b"].ndim == 1 else "-np.dot(solve_bar, x.T)"
+    if call.types["b"].ndim is None:  # vector or matrix right-hand side: one formula for both
+        a_bar = "-np.dot(solve_bar.reshape((x.shape[0], -1)), x.reshape((x.shape[0], -1)).T)"
     return {"__let__": [("solve_bar", fill("np.linalg.solve(a.T, g)", a=a, g=g))],
             "a": (fill(a_bar, x=x), call.types["a"]),
             "b": (fill("solve_bar"), call.types["b"])}

@@ -47,6 +47,10 @@ def expand_like_input(call, value):
     x = call.types["x"]
     axis = call.axis()
     keepdims = bool(call.const("keepdims", False))
+    if x.kind == "array" and x.dims is None and axis is not None and not keepdims:
+        # any rank: np.expand_dims counts negative axes from the end, as the reduction did
+        expr = fill("np.expand_dims(v, a)", v=value, a=axis)
+        return expr, T.AType("array", call.out_type.dtype, None)
     if x.kind != "array" or x.dims is None:
         return to_expr(value), call.out_type
     if axis is None:
@@ -60,11 +64,26 @@ def expand_like_input(call, value):
     return expr, T.array(dims, call.out_type.dtype)
 
 
+def _unreduced(call, value):
+    """`value`, reduced over the call's axes WITHOUT keepdims (whatever the call says), with
+    those axes put back as size 1."""
+    axis = call.axis()
+    if call.ndim("x") is None:  # any rank: one call, negative axes counted from the end
+        return fill("np.expand_dims(v, a)", v=value, a=axis)
+    for a in sorted(axis) if isinstance(axis, tuple) else [axis]:
+        value = fill("np.expand_dims(v, a)", v=value, a=a)
+    return value
+
+
 def _count(call):
     x = call.args["x"]
     axis = call.axis()
     if axis is None:
-        return fill("x.size", x=x)
+        typ = call.types["x"]
+        if typ.kind != "array":
+            return to_expr(1)  # the mean of a number is that number
+        # np.size also takes a Python float passed where any rank was allowed
+        return fill("np.size(x)" if typ.dims is None else "x.size", x=x)
     axes = axis if isinstance(axis, tuple) else (axis,)
     total = fill("x.shape[a]", x=x, a=axes[0])
     for a in axes[1:]:
@@ -120,7 +139,7 @@ def _chooser_vjp(call, g):
     if axis is None:
         count = fill("np.sum(m)", m=mask)
     else:
-        count, _ = expand_like_input(call, fill("np.sum(m, axis=a)", m=mask, a=axis))
+        count = _unreduced(call, fill("np.sum(m, axis=a)", m=mask, a=axis))
     return {"x": (fill("ge * m / c", ge=ge, m=mask, c=count), call.types["x"])}
 
 
@@ -138,7 +157,7 @@ def _centered(call):
     axis = call.axis()
     if axis is None:
         return fill("x - np.mean(x)", x=x)
-    mean, _ = expand_like_input(call, fill("np.mean(x, axis=a)", x=x, a=axis))
+    mean = _unreduced(call, fill("np.mean(x, axis=a)", x=x, a=axis))
     return fill("x - m", x=x, m=mean)
 
 
@@ -290,7 +309,8 @@ def _perm(call):
     axes = call.const("axes")
     if axes is None:
         return None if x.ndim is None else tuple(reversed(range(x.ndim)))
-    return tuple(a % x.ndim for a in axes)
+    rank = x.ndim if x.ndim is not None else len(axes)  # the axes name every axis
+    return tuple(a % rank for a in axes)
 
 
 def _infer_transpose(call):
@@ -400,6 +420,8 @@ def _tile_vjp(call, g):
     x = call.types["x"]
     reps = call.const("reps")
     reps = reps if isinstance(reps, tuple) else (reps,)
+    if x.ndim is None:
+        return None  # the reshape below needs the rank
     rank = max(len(reps), x.ndim)
     reps = (1,) * (rank - len(reps)) + tuple(reps)
     pieces = []
@@ -483,6 +505,13 @@ def _index_at(axis, key):
 def _join_vjp(call, g):
     import gast
     axis, stacked = _join_axis(call)
+    if any(t.ndim is None for t in call.types["arrays"].elts or ()) and call.rule.name != "array":
+        # pieces of any rank: only an explicit, non-negative axis says where they lie
+        axis = call.const("axis", 0)
+        if call.rule.name not in ("concatenate", "stack") or not isinstance(axis, int) or \
+                axis < 0:
+            return None
+        stacked = call.rule.name == "stack"
     pieces = call.args["arrays"].elts
     out = {}
     offset = None

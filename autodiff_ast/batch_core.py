@@ -1,0 +1,792 @@
+"""The batching transformation on the core form: one core function for one choice of batched
+parameters becomes a function that processes the whole batch at once.
+
+Two passes. *Analysis* finds, to a fixed point through loops and branches, which names hold a
+batch (flow-insensitively: a name written anywhere with a batched value is batched everywhere,
+so a loop-carried ``s = 0.0`` becomes one zero per example). *Emission* rewrites each statement
+with its primitive's batching rule (:mod:`autodiff_ast.rules.batching`), batch axis first:
+
+- loops whose trip count is the same for every example stay loops (over positions);
+- a branch whose test differs between examples becomes a *select*: both branches run on the
+  whole batch and ``np.where`` keeps each example's result (only when the branches are
+  straight-line code without in-place writes, so running both is harmless);
+- an in-place write ``y[i] = v`` becomes a write into every example's row (a scatter when ``i``
+  differs per example);
+- a primitive with no vectorized form runs once per example for that one statement;
+- anything else that depends on a batched value (a loop whose trip count differs per example,
+  a statement kind we do not know) makes the whole function a *per-example loop variant*, a
+  ``for i in range(n_batch)`` loop calling the per-example function. The generated source
+  says which variant it chose and why.
+
+>>> import numpy as np
+>>> from autodiff_ast.frontend import parse_function
+>>> from autodiff_ast.normalize import Program, normalize_into, spec_of
+>>> from autodiff_ast.templates import unparse
+>>> def relu(x):
+...     if x > 0.0:
+...         y = x
+...     else:
+...         y = 0.0
+...     return y
+>>> program = Program(reserved={"np"})
+>>> core = normalize_into(program, parse_function(relu), {"x": spec_of(1.0)})
+>>> result = FunctionBatcher(ModuleBatcher(program), core, (True,)).run()
+>>> result.variant, [unparse(s) for s in result.body][-1]
+('vectorized', 'y = np.where(cond, y_then, y_else)')
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import gast
+
+from codegen.emit import comment, function, is_marker
+
+from . import types as T
+from .naming import Namer
+from .normalize import atom_type, index_type
+from .rules import PrimCall, Rule, by_name
+from .rules import batching as R
+from .templates import assign, fill, name, to_expr, unparse
+from .tidy import tidy_block
+
+CONTROL = (gast.If, gast.For, gast.While)
+_PURE_KINDS = ("rule", "copy", "nondiff", "unpack", "tuple", "tuple_get", "user")
+
+
+class PerExampleLoop(Exception):
+    """Raised while batching a function that needs the per-example loop variant."""
+
+    def __init__(self, reason, node=None):
+        super().__init__(reason)
+        self.reason = reason
+        self.node = node
+
+
+class BatchShapeError(Exception):
+    """A result whose per-example shape depends on a batched value (raised with the line)."""
+
+    def __init__(self, message, node):
+        super().__init__(message)
+        self.node = node
+
+
+# ---------------------------------------------------------------- batch flags
+# A name's flag is True (batched: batch axis first), False (the same for every example) or,
+# for tuples, a tuple of flags, one per element.
+def flag_any(flag):
+    """Whether a flag (or any element of a tuple flag) is batched."""
+    if isinstance(flag, tuple):
+        return any(flag_any(f) for f in flag)
+    return bool(flag)
+
+
+def _merge(old, new):
+    if old is None:
+        return new
+    if isinstance(old, tuple) and isinstance(new, tuple) and len(old) == len(new):
+        return tuple(_merge(a, b) for a, b in zip(old, new))
+    return flag_any(old) or flag_any(new)
+
+
+def loads(node):
+    """Names a node reads."""
+    return [n.id for n in gast.walk(node) if isinstance(n, gast.Name) and
+            isinstance(n.ctx, gast.Load)]
+
+
+def _stores(node):
+    return [n.id for n in gast.walk(node) if isinstance(n, gast.Name) and
+            isinstance(n.ctx, gast.Store)]
+
+
+def clone(node):
+    """A copy of a gast tree without the attributes the passes hang on it (prim, info)."""
+    if isinstance(node, list):
+        return [clone(n) for n in node]
+    if not isinstance(node, gast.AST):
+        return node
+    new = type(node)(**{f: clone(getattr(node, f, None)) for f in node._fields})
+    return gast.copy_location(new, node)
+
+
+def _tag(new, old):
+    new.origin = getattr(old, "origin", None)
+    return gast.copy_location(new, old) if hasattr(old, "lineno") else new
+
+
+_DTYPES = {"float64": "np.float64", "float32": "np.float32", "int64": "np.int64",
+           "int32": "np.int32", "bool": "np.bool_"}
+
+
+def empty_for(first, typ, n_batch):
+    """``np.empty`` holding one value per example, shaped like `first` (the first example's).
+    """
+    dtype = _DTYPES.get(typ.dtype or "float64", "np.float64")
+    if typ.ndim == 0:
+        return fill(f"np.empty(n, dtype={dtype})", n=n_batch)
+    return fill(f"np.empty((n,) + f.shape, dtype={dtype})", n=n_batch, f=first)
+
+
+def wrap(text, width=92):
+    """`text` as lines of at most `width` characters (for generated comments)."""
+    words, lines, line = text.split(), [], ""
+    for w in words:
+        if line and len(line) + 1 + len(w) > width:
+            lines.append(line)
+            line = w
+        else:
+            line = f"{line} {w}" if line else w
+    if line:
+        lines.append(line)
+    return lines
+
+
+def line_of(core, node):
+    """``line 12: `code``` for a node of the user's source."""
+    info = core.info
+    line = info.file_line(node) if node is not None else None
+    text = info.source_line(node) if node is not None else ""
+    where = f"line {line}" if line else "a generated line"
+    return f"{where}: `{text}`" if text else where
+
+
+# ---------------------------------------------------------------- one function
+@dataclass
+class BatchedBody:
+    """A core function's batched body, before it becomes a FunctionDef."""
+
+    body: list
+    returns: list  # return expressions
+    out_flags: tuple  # per returned value: whether it is batched
+    variant: str  # 'vectorized' or 'loop'
+    reason: str = ""
+    uses_n_batch: bool = False
+
+
+class FunctionBatcher:
+    """Batches one core function for one choice of batched parameters (`pattern`)."""
+
+    def __init__(self, module, core, pattern):
+        self.module = module
+        self.core = core
+        self.types = core.types
+        self.params = dict(zip(core.params, pattern))
+        self.n_batch, self.index = module.names_for(core)
+        self.flags = {}
+        self.loop_reasons = []
+
+    # -- analysis
+    def analyze(self):
+        """Which names hold a batch, to a fixed point; records why a loop variant is needed."""
+        flags = {p: bool(b) for p, b in self.params.items()}
+        while True:
+            before = dict(flags)
+            self.loop_reasons = []
+            self._analyze_block(self.core.body, flags, False)
+            if flags == before:
+                break
+        self.flags = flags
+        return flags
+
+    def flag(self, expr, flags=None):
+        flags = self.flags if flags is None else flags
+        if isinstance(expr, gast.Name):
+            return flags.get(expr.id, False)
+        if isinstance(expr, (gast.Tuple, gast.List)):
+            return tuple(self.flag(e, flags) for e in expr.elts)
+        return any(flag_any(flags.get(n, False)) for n in loads(expr))
+
+    def _set(self, flags, target, flag):
+        if isinstance(target, gast.Name):
+            flags[target.id] = _merge(flags.get(target.id), flag)
+        elif isinstance(target, (gast.Tuple, gast.List)):
+            parts = flag if isinstance(flag, tuple) and len(flag) == len(target.elts) else \
+                (flag_any(flag),) * len(target.elts)
+            for t, f in zip(target.elts, parts):
+                self._set(flags, t, f)
+
+    def _analyze_block(self, stmts, flags, control):
+        for stmt in stmts:
+            prim = getattr(stmt, "prim", None)
+            kind = prim.kind if prim is not None else None
+            if isinstance(stmt, CONTROL):
+                self._analyze_control(stmt, flags, control)
+            elif kind == "setitem":
+                varies = flag_any(self.flag(stmt.value, flags)) or \
+                    flag_any(self.flag(stmt.targets[0].slice, flags)) or control
+                if varies:
+                    flags[prim.base] = True
+            elif kind == "append":
+                if flag_any(self.flag(stmt.value.args[0], flags)) or control:
+                    flags[prim.base] = True
+            elif isinstance(stmt, gast.Assign) and prim is not None:
+                value = self._value_flag(stmt, prim, flags)
+                for target in stmt.targets:
+                    self._set(flags, target, True if control else value)
+            elif not (is_marker(stmt) or isinstance(stmt, gast.Pass)):
+                self.loop_reasons.append((f"{type(stmt).__name__} statements have no "
+                                          "batching rule", stmt))
+                varies = control or any(flag_any(flags.get(n, False)) for n in loads(stmt))
+                for n in _stores(stmt):
+                    flags[n] = _merge(flags.get(n), varies)
+
+    def _analyze_control(self, stmt, flags, control):
+        if isinstance(stmt, gast.If):
+            varies = flag_any(self.flag(stmt.test, flags))
+            if varies and not self._selectable(stmt):
+                self.loop_reasons.append(("the if statement tests a value that differs between "
+                                          "examples and its branches write in place, loop or "
+                                          "branch again", stmt))
+        elif isinstance(stmt, gast.For):
+            varies = flag_any(self.flag(stmt.iter, flags))
+            if varies:
+                self.loop_reasons.append(("the for loop's trip count differs between examples",
+                                          stmt))
+        else:
+            varies = flag_any(self.flag(stmt.test, flags))
+            if varies:
+                self.loop_reasons.append(("the while loop's condition differs between "
+                                          "examples", stmt))
+        for block in (stmt.body, stmt.orelse):
+            self._analyze_block(block, flags, control or varies)
+
+    @staticmethod
+    def _selectable(stmt):
+        """Whether both branches may run for every example (straight-line, no writes)."""
+        for block in (stmt.body, stmt.orelse):
+            for inner in block:
+                if is_marker(inner) or isinstance(inner, gast.Pass):
+                    continue
+                prim = getattr(inner, "prim", None)
+                if not isinstance(inner, gast.Assign) or prim is None or \
+                        prim.kind not in _PURE_KINDS:
+                    return False
+        return True
+
+    def _value_flag(self, stmt, prim, flags):
+        value = stmt.value
+        kind = prim.kind
+        if kind == "list_new":
+            return False
+        if kind == "unpack":
+            return self.flag(prim.args[0], flags) if prim.args else self.flag(value, flags)
+        if isinstance(value, (gast.Tuple, gast.List)):
+            return self.flag(value, flags)
+        if isinstance(value, gast.Subscript) and \
+                atom_type(value.value, self.types).kind == "tuple":
+            base = self.flag(value.value, flags)
+            key = value.slice
+            if isinstance(base, tuple) and isinstance(key, gast.Constant) and \
+                    isinstance(key.value, int) and -len(base) <= key.value < len(base):
+                return base[key.value]
+            return flag_any(base)
+        if kind == "user":
+            pattern = tuple(flag_any(self.flag(a, flags)) for a in prim.args)
+            if not any(pattern):
+                return False
+            try:
+                return self.module.batch(prim.callee, pattern).out_flags_value
+            except PerExampleLoop as exc:
+                self.loop_reasons.append((exc.reason, stmt))
+                return True
+        if isinstance(value, gast.Attribute) and value.attr in ("shape", "size", "ndim",
+                                                                 "dtype"):
+            return False
+        rule = prim.rule if isinstance(prim.rule, Rule) else None
+        if rule is not None and rule.name in R.SHAPE_QUERIES:
+            return False
+        varies = any(flag_any(flags.get(n, False)) for n in loads(value))
+        target = stmt.targets[0]
+        out = self.types.get(target.id) if isinstance(target, gast.Name) else None
+        if out is not None and out.kind == "tuple" and out.elts is not None:
+            return (varies,) * len(out.elts)
+        return varies
+
+    # -- emission
+    def run(self):
+        """The batched body: vectorized, or the per-example loop variant when needed."""
+        flags = self.analyze()
+        returns = self.core.returns
+        elts = returns.elts if isinstance(returns, gast.Tuple) else [returns]
+        out_flags = tuple(flag_any(self.flag(e)) for e in elts)
+        if self.loop_reasons:
+            reason, node = self.loop_reasons[0]
+            return self.loop_variant(out_flags, reason, node)
+        try:
+            body = self.emit_block(self.core.body, set(self.core.params))
+        except PerExampleLoop as exc:
+            return self.loop_variant(out_flags, exc.reason, exc.node)
+        del flags
+        keep = {n for e in elts for n in loads(e)}
+        body = tidy_block(body, keep=keep, temps=self.core.namer)
+        if self.module.quote_lines:
+            body = self._with_comments(body)
+        uses = any(self.n_batch in loads(s) for s in body)
+        return BatchedBody(body, [to_expr(e) for e in elts], out_flags, "vectorized",
+                           uses_n_batch=uses)
+
+    def _with_comments(self, stmts):
+        out, last = [], None
+        for stmt in stmts:
+            origin = getattr(stmt, "origin", None)
+            if origin is not None and origin is not last:
+                text = self.core.info.source_line(origin)
+                if text:
+                    out.append(comment(text))
+                last = origin
+            if isinstance(stmt, CONTROL):
+                stmt.body = self._with_comments(stmt.body)
+                stmt.orelse = self._with_comments(stmt.orelse)
+                last = None
+            out.append(stmt)
+        return out
+
+    def batched_names(self):
+        return {n for n, f in self.flags.items() if flag_any(f)}
+
+    def n(self):
+        return name(self.n_batch)
+
+    def emit_block(self, stmts, defined):
+        out = []
+        for stmt in stmts:
+            out.extend(self.emit_stmt(stmt, defined))
+            defined.update(_stores(stmt))
+            prim = getattr(stmt, "prim", None)
+            if prim is not None and prim.kind in ("setitem", "append"):
+                defined.add(prim.base)
+        return out
+
+    def emit_stmt(self, stmt, defined):
+        prim = getattr(stmt, "prim", None)
+        if isinstance(stmt, gast.If):
+            if flag_any(self.flag(stmt.test)):
+                return self.select(stmt, defined)
+            new = gast.If(test=clone(stmt.test), body=self.emit_block(stmt.body, defined),
+                          orelse=self.emit_block(stmt.orelse, defined))
+            new.body = new.body or [gast.Pass()]
+            return [_tag(new, stmt)]
+        if isinstance(stmt, gast.For):
+            new = gast.For(target=clone(stmt.target), iter=clone(stmt.iter),
+                           body=self.emit_block(stmt.body, defined) or [gast.Pass()],
+                           orelse=[], type_comment=None)
+            return [_tag(new, stmt)]
+        if isinstance(stmt, gast.While):
+            new = gast.While(test=clone(stmt.test),
+                             body=self.emit_block(stmt.body, defined) or [gast.Pass()],
+                             orelse=[])
+            return [_tag(new, stmt)]
+        if prim is None:
+            if is_marker(stmt) or isinstance(stmt, gast.Pass):
+                return [stmt]
+            raise PerExampleLoop(f"{type(stmt).__name__} statements have no batching rule",
+                                 stmt)
+        if prim.kind == "setitem":
+            return [_tag(s, stmt) for s in self.setitem(stmt)]
+        if prim.kind == "append":
+            return [_tag(self.append(stmt), stmt)]
+        target = stmt.targets[0]
+        target_flag = self.flag(target)
+        reads_batched = any(flag_any(self.flags.get(n, False)) for n in loads(stmt.value))
+        if prim.kind == "list_new" or (not flag_any(target_flag) and not reads_batched):
+            return [_tag(clone(stmt), stmt)]
+        if not isinstance(target, gast.Name):
+            return [_tag(clone(stmt), stmt)]  # unpacking: each element keeps its flag
+        value = self.forced(stmt) if not reads_batched else self.value(stmt)
+        if isinstance(value, list):  # a statement run once per example
+            return [_tag(s, stmt) for s in value]
+        return [_tag(assign(target.id, value), stmt)]
+
+    # -- simple statements
+    def forced(self, stmt):
+        """An unbatched value for a batched name (written in place, or loop-carried, later)."""
+        prim = stmt.prim
+        typ = self.types.get(stmt.targets[0].id, T.UNKNOWN)
+        if isinstance(prim.rule, Rule) and prim.call is not None:
+            try:
+                return R.creator_with_batch(self.batch_call(stmt))
+            except R.NoBatchingRule:
+                pass
+        return R.broadcast_batch(stmt.value, typ, self.n(), writable=True)
+
+    def batch_call(self, stmt, call=None, value=None, flags=None):
+        call = call or stmt.prim.call
+        if flags is None:
+            flags = {}
+            for param, atom in call.args.items():
+                flag = self.flag(atom)
+                if isinstance(flag, tuple) and not isinstance(atom, (gast.Tuple, gast.List)):
+                    flag = flag_any(flag)
+                flags[param] = flag
+        return R.BatchCall(call, value if value is not None else stmt.value, flags, self.n(),
+                           self.batched_names(), self.types)
+
+    def value(self, stmt):
+        prim, value = stmt.prim, stmt.value
+        if prim.kind in ("copy", "unpack", "tuple", "tuple_get", "counter") or isinstance(
+                value, (gast.Tuple, gast.List, gast.Name, gast.Constant)):
+            return clone(value)
+        if isinstance(value, gast.Subscript) and atom_type(value.value, self.types).kind in (
+                "tuple", "list"):
+            return clone(value)
+        if prim.kind == "user":
+            pattern = tuple(flag_any(self.flag(a)) for a in prim.args)
+            batched = self.module.batch(prim.callee, pattern)
+            return gast.Call(func=name(batched.name), args=[to_expr(a) for a in prim.args],
+                             keywords=[])
+        if isinstance(prim.rule, Rule) and prim.call is not None:
+            return self.rule_value(stmt)
+        return self.nondiff_value(stmt)
+
+    def rule_value(self, stmt, call=None, value=None):
+        bc = self.batch_call(stmt, call, value)
+        try:
+            return R.batch(bc)
+        except R.ValueDependentShape as exc:
+            raise BatchShapeError(str(exc), stmt.origin) from None
+        except R.NoBatchingRule as exc:
+            return self.statement_loop(stmt, str(exc))
+
+    def nondiff_value(self, stmt):
+        value = stmt.value
+        names = self.batched_names()
+        if isinstance(value, gast.Attribute) and value.attr in ("shape", "size", "ndim",
+                                                                 "dtype"):
+            return self.attribute(value)
+        if isinstance(value, gast.Compare):
+            rank = self.types.get(stmt.targets[0].id, T.UNKNOWN).ndim
+            if rank is None:
+                return self.statement_loop(stmt, "a comparison of unknown rank")
+            subs = {}
+            for operand in [value.left] + list(value.comparators):
+                if isinstance(operand, gast.Name) and operand.id in names:
+                    own = atom_type(operand, self.types).ndim or 0
+                    subs[operand.id] = R.expand_after_batch(operand, rank - own)
+            return R.replace_names(value, subs)
+        if isinstance(value, gast.BoolOp):
+            func = "np.logical_and" if isinstance(value.op, gast.And) else "np.logical_or"
+            total = to_expr(value.values[0])
+            for v in value.values[1:]:
+                total = fill(f"{func}(a, b)", a=total, b=v)
+            return total
+        if isinstance(value, gast.UnaryOp):
+            if isinstance(value.op, gast.Not):
+                return fill("np.logical_not(a)", a=value.operand)
+            return clone(value)
+        return self.statement_loop(stmt, f"`{unparse(value)}` has no batching rule")
+
+    def attribute(self, value):
+        """x.shape/.size/.ndim of a batched x: the per-example answer (the same for all)."""
+        rank = atom_type(value.value, self.types).ndim
+        if value.attr == "dtype":
+            return clone(value)
+        if rank is None:
+            raise PerExampleLoop(f"`{unparse(value)}` of an array of unknown rank", value)
+        axes = [fill("x.shape[a]", x=value.value, a=a) for a in range(1, rank + 1)]
+        if value.attr == "shape":
+            return gast.Tuple(elts=axes, ctx=gast.Load())
+        if value.attr == "ndim":
+            return to_expr(rank)
+        total = to_expr(1)
+        for axis in axes:
+            total = fill("t * a", t=total, a=axis)
+        return total
+
+    # -- in-place writes and lists
+    def setitem(self, stmt):
+        """``y[index] = v`` on a batched y: every example's row (a scatter for a batched index)."""
+        store = stmt.targets[0]
+        base = stmt.prim.base
+        index = store.slice
+        base_type = self.types.get(base, T.UNKNOWN)
+        region = index_type(base_type, index, self.types)
+        call = PrimCall(by_name("getitem"), {"x": name(base), "index": index},
+                        {"x": base_type, "index": atom_type(index, self.types)}, None, region)
+        load = gast.Subscript(value=name(base), slice=clone(index), ctx=gast.Load())
+        bc = self.batch_call(stmt, call, load, {"x": True, "index": self.flag(index)})
+        value = stmt.value
+        value_type = atom_type(value, self.types)
+        try:
+            target = R.batch(bc)
+            if not isinstance(target, gast.Subscript) or region.ndim is None or \
+                    value_type.ndim is None:
+                raise R.NoBatchingRule("an in-place write of unknown shape")
+        except R.ValueDependentShape as exc:
+            raise BatchShapeError(str(exc), stmt.origin) from None
+        except R.NoBatchingRule as exc:
+            return self.write_loop(stmt, str(exc))
+        target.ctx = gast.Store()
+        if flag_any(self.flag(value)):
+            value = R.expand_after_batch(value, region.ndim - value_type.ndim)
+        return [gast.Assign(targets=[target], value=to_expr(value), type_comment=None)]
+
+    def write_loop(self, stmt, why):
+        """An in-place write done once per example."""
+        names = self.batched_names()
+        i = self.index
+        at_i = {n: R.subscript(n, [name(i)]) for n in names
+                if n in loads(stmt.value) or n in loads(stmt.targets[0].slice)}
+        store = stmt.targets[0]
+        row = R.subscript(store.value, [name(i)])
+        target = gast.Subscript(value=row, slice=R.replace_names(store.slice, at_i),
+                                ctx=gast.Store())
+        body = [gast.Assign(targets=[target], value=R.replace_names(stmt.value, at_i),
+                            type_comment=None)]
+        return [comment(f"{why}: this write runs once per example"),
+                gast.For(target=name(i, store=True), iter=fill("range(n)", n=self.n()),
+                         body=body, orelse=[], type_comment=None)]
+
+    def append(self, stmt):
+        call = stmt.value
+        value = call.args[0]
+        if flag_any(self.flags.get(stmt.prim.base, False)) and not flag_any(self.flag(value)):
+            value = R.broadcast_batch(value, atom_type(value, self.types), self.n())
+        return gast.Expr(value=gast.Call(func=clone(call.func), args=[to_expr(value)],
+                                         keywords=[]))
+
+    def statement_loop(self, stmt, why):
+        """One statement run once per example; the rest of the function stays vectorized."""
+        target = stmt.targets[0].id
+        typ = self.types.get(target, T.UNKNOWN)
+        if typ.kind not in ("float", "int", "bool", "array") or typ.ndim is None:
+            raise PerExampleLoop(f"`{unparse(stmt.value)}` has no batching rule ({why})",
+                                 stmt.origin)
+        names = self.batched_names()
+        first = self.core.namer.fresh(f"{target}_first")
+        i = self.index
+        used = [n for n in names if n in loads(stmt.value)]
+        at_0 = {n: R.subscript(n, [to_expr(0)]) for n in used}
+        at_i = {n: R.subscript(n, [name(i)]) for n in used}
+        out_i = gast.Subscript(value=name(target), slice=name(i), ctx=gast.Store())
+        out_0 = gast.Subscript(value=name(target), slice=to_expr(0), ctx=gast.Store())
+        loop = gast.For(target=name(i, store=True), iter=fill("range(1, n)", n=self.n()),
+                        body=[gast.Assign(targets=[out_i], value=R.replace_names(
+                            stmt.value, at_i), type_comment=None)],
+                        orelse=[], type_comment=None)
+        return [comment(f"{why}: this line runs once per example"),
+                assign(first, R.replace_names(stmt.value, at_0)),
+                assign(target, empty_for(name(first), typ, self.n())),
+                gast.Assign(targets=[out_0], value=name(first), type_comment=None),
+                loop]
+
+    # -- branches on batched values
+    def select(self, stmt, defined):
+        """Both branches on the whole batch, then np.where keeps each example's result."""
+        test = stmt.test
+        outside = self._read_outside(stmt)
+        stored = {}
+        blocks = {}
+        for label, block in (("then", stmt.body), ("else", stmt.orelse)):
+            emitted = self.emit_block(block, set(defined))
+            names = [n for inner in block for n in _stores(inner)]
+            merged = [n for n in dict.fromkeys(names) if n in outside]
+            blocks[label], stored[label] = self._rename(emitted, merged, label)
+        merged = list(dict.fromkeys(list(stored["then"]) + list(stored["else"])))
+        out = [comment(line) for line in wrap(
+            f"vmap: `{self.core.info.source_line(stmt)}` tests a value that differs between "
+            "examples: both branches run on the whole batch, np.where keeps each example's "
+            "result")]
+        out += blocks["then"] + blocks["else"]
+        test_type = atom_type(test, self.types)
+        if test_type.ndim not in (0, None):
+            raise PerExampleLoop("the if statement tests an array that differs between "
+                                 "examples", stmt)
+        for n in merged:
+            picks = []
+            for label in ("then", "else"):
+                if n in stored[label]:
+                    picks.append(name(stored[label][n]))
+                elif n in defined:
+                    picks.append(name(n))
+                else:
+                    raise PerExampleLoop(f"{n} is set in only one branch of an if statement "
+                                         "that tests a value differing between examples", stmt)
+            typ = self.types.get(n, T.UNKNOWN)
+            if typ.kind not in ("float", "int", "bool", "array") or typ.ndim is None:
+                raise PerExampleLoop(f"{n} (a {typ.kind}) cannot be selected per example",
+                                     stmt)
+            cond = R.expand_after_batch(test, typ.ndim) if flag_any(self.flag(test)) else test
+            out.append(assign(n, fill("np.where(c, a, b)", c=cond, a=picks[0], b=picks[1])))
+        return out
+
+    def _read_outside(self, stmt):
+        """Names read anywhere in the function except inside `stmt`'s branches."""
+        found = set(loads(self.core.returns))
+
+        def walk(stmts):
+            for inner in stmts:
+                if inner is stmt:
+                    continue
+                if isinstance(inner, CONTROL):
+                    found.update(loads(inner.test if not isinstance(inner, gast.For)
+                                       else inner.iter))
+                    walk(inner.body)
+                    walk(inner.orelse)
+                else:
+                    found.update(loads(inner))
+        walk(self.core.body)
+        return found
+
+    def _rename(self, stmts, merged, label):
+        """Stores to the merged names in one branch go to `<name>_<label>` names instead."""
+        current = {}
+        out = []
+        for stmt in stmts:
+            subs = {n: name(current[n]) for n in current}
+            stmt = _Rename(subs).visit(stmt)
+            for n in _stores(stmt):
+                if n in merged:
+                    current[n] = self.core.namer.derived(n, label)
+                    _RenameStores({n: current[n]}).visit(stmt)
+            out.append(stmt)
+        return out, current
+
+    # -- the per-example loop variant
+    def loop_variant(self, out_flags, reason, node):
+        """``for i in range(n_batch)``: the per-example function on each example."""
+        core = self.core
+        namer = Namer(set(core.params) | {self.n_batch, self.index, core.name})
+        i = self.index
+
+        def call_at(k):
+            args = [R.subscript(p, [to_expr(k)]) if self.params.get(p) else name(p)
+                    for p in core.params]
+            return gast.Call(func=name(core.name), args=args, keywords=[])
+        returns = core.returns
+        elts = returns.elts if isinstance(returns, gast.Tuple) else [returns]
+        types = [atom_type(e, core.types) for e in elts]
+        bases = [e.id if isinstance(e, gast.Name) else "out" for e in elts]
+        outs = [namer.fresh(b) for b in bases]
+        firsts = [namer.fresh(f"{b}_first") for b in bases]
+        each = [namer.fresh(f"{b}_i") for b in bases]
+        tuple_out = isinstance(returns, gast.Tuple)
+        why = f"vmap: per-example loop variant: {reason} ({line_of(core, node)}), so each " \
+              f"example runs {core.info.name} on its own."
+        body = [comment(part) for part in wrap(why)]
+        body.append(assign(firsts if tuple_out else firsts[0], call_at(0)))
+        loop_body = [assign(each if tuple_out else each[0], call_at(name(i)))]
+        result = []
+        for out, first, one, flag, typ in zip(outs, firsts, each, out_flags, types):
+            if not flag:
+                result.append(name(first))
+                continue
+            body.append(assign(out, empty_for(name(first), typ, self.n())))
+            body.append(gast.Assign(targets=[gast.Subscript(value=name(out), slice=to_expr(0),
+                                                            ctx=gast.Store())],
+                                    value=name(first), type_comment=None))
+            loop_body.append(gast.Assign(targets=[gast.Subscript(
+                value=name(out), slice=name(i), ctx=gast.Store())], value=name(one),
+                type_comment=None))
+            result.append(name(out))
+        body.append(gast.For(target=name(i, store=True), iter=fill("range(1, n)", n=self.n()),
+                             body=loop_body, orelse=[], type_comment=None))
+        return BatchedBody(body, result, tuple(bool(f) for f in out_flags), "loop", reason,
+                           uses_n_batch=True)
+
+
+class _Rename(gast.NodeTransformer):
+    def __init__(self, subs):
+        self.subs = subs
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, gast.Load) and node.id in self.subs:
+            return copy.deepcopy(self.subs[node.id])
+        return node
+
+
+class _RenameStores(gast.NodeTransformer):
+    def __init__(self, subs):
+        self.subs = subs
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, gast.Store) and node.id in self.subs:
+            node.id = self.subs[node.id]
+        return node
+
+
+# ---------------------------------------------------------------- one module
+@dataclass
+class BatchedFunction:
+    """A batched helper function written into the module."""
+
+    name: str
+    out_flags: tuple
+    tuple_out: bool
+    variant: str
+
+    @property
+    def out_flags_value(self):
+        return self.out_flags if self.tuple_out else self.out_flags[0]
+
+
+class ModuleBatcher:
+    """The batched functions of one generated module, memoized per (function, pattern)."""
+
+    def __init__(self, program, quote_lines=True):
+        self.program = program
+        self.quote_lines = quote_lines  # comments quoting the source line of each block
+        self.done = {}
+        self.functions = []
+        self._names = {}
+
+    def names_for(self, core):
+        """(batch size name, example index name) of a core function, fixed per function."""
+        if core.name not in self._names:
+            self._names[core.name] = (core.namer.fresh("n_batch"), core.namer.fresh("i"))
+        return self._names[core.name]
+
+    def batch(self, core, pattern):
+        """The batched variant of helper `core` for this pattern of batched parameters."""
+        key = (core.name, tuple(pattern))
+        if key in self.done:
+            if self.done[key] is None:
+                raise PerExampleLoop(f"{core.info.name} calls itself")
+            return self.done[key]
+        self.done[key] = None
+        fb = FunctionBatcher(self, core, pattern)
+        result = fb.run()
+        fname = self.program.module_names.fresh(f"vmap_{core.name}")
+        body, returns = inline_returns(list(result.body), result.returns, core.namer.temps)
+        if result.uses_n_batch:
+            first = next(p for p, b in zip(core.params, pattern) if b)
+            at = after_comments(body) if result.variant == "loop" else 0
+            body.insert(at, assign(fb.n_batch, fill("x.shape[0]", x=first)))
+        self.functions.append(function(fname, list(core.params), body, returns))
+        done = BatchedFunction(fname, result.out_flags, isinstance(core.returns, gast.Tuple),
+                               result.variant)
+        self.done[key] = done
+        return done
+
+
+def inline_returns(body, returns, temps):
+    """``t = expr`` then ``return t`` (t a temporary read nowhere else) becomes ``return expr``.
+    """
+    from .tidy import stmt_uses
+    returns = list(returns)
+    while body and isinstance(body[-1], gast.Assign) and len(body[-1].targets) == 1 and \
+            isinstance(body[-1].targets[0], gast.Name):
+        tmp = body[-1].targets[0].id
+        uses = [k for k, r in enumerate(returns) if tmp in loads(r)]
+        if tmp not in temps or len(uses) != 1 or sum(loads(r).count(tmp) for r in returns) != 1:
+            break
+        if any(tmp in stmt_uses(s) for s in body[:-1]):
+            break
+        value = body.pop().value
+        returns[uses[0]] = R.replace_names(returns[uses[0]], {tmp: value})
+    return body, returns
+
+
+def after_comments(body):
+    """The position right after the comment lines that open a body."""
+    k = 0
+    while k < len(body) and is_marker(body[k]):
+        k += 1
+    return k
+
+
+__all__ = ["FunctionBatcher", "ModuleBatcher", "BatchedBody", "PerExampleLoop",
+           "BatchShapeError", "flag_any", "inline_returns", "after_comments", "wrap",
+           "clone", "loads"]

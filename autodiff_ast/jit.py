@@ -1,0 +1,374 @@
+"""``jit``: the primal or any transformed function, compiled by Numba in nopython mode.
+
+``jit(f)`` compiles `f` itself; ``jit(grad(f))``, ``jit(value_and_grad(f))``, ``jit(vmap(...))``,
+``jit(hessian(f))`` compile the module the transformation generates. Either way the module is
+lowered into the compiled dialect (:mod:`codegen.dialect`), every function gets
+``@numba.njit(cache=True)`` (:mod:`codegen.numba_cpu`) and the module is written to a
+content-hashed file, so a new process reuses the compiled code from disk.
+
+At the boundary, pytrees are flattened into their leaves, non-contiguous and read-only arrays
+are copied, so one call signature (dtype, rank, which axes have size one, pytree structure)
+compiles exactly once. Static arguments (``static_argnums``/``static_argnames``) are compile-time
+constants: the generated source is specialised on their values (``if normal:`` keeps one branch)
+and they are part of every cache key. If Numba cannot compile the result, :class:`CompileError`
+names the user's line and Numba's reason; there is no object-mode fallback.
+
+>>> import numpy as np
+>>> from autodiff_ast import grad
+>>> df = jit(grad(lambda x: np.sum(np.tanh(x) ** 2)))
+>>> x = np.array([0.5, -1.0])
+>>> bool(np.allclose(df(x), 2 * np.tanh(x) * (1 - np.tanh(x) ** 2)))
+True
+>>> "@numba.njit(cache=True" in df.source
+True
+"""
+
+from __future__ import annotations
+
+import inspect
+import linecache
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from .api import _flat_values, _match_leaf, _ReverseTransform, _spec_key, _Transformed
+from .build import Generated
+from .errors import ArgnumsError, CompileError
+from .frontend import parse_function
+from .naming import sanitize
+from .normalize import Static
+
+__all__ = ["jit", "JitOptions", "TARGETS"]
+
+
+@dataclass(frozen=True)
+class JitOptions:
+    """What `jit` was asked for (part of the compiled module's identity)."""
+
+    target: str = "cpu"
+    parallel: bool = False
+    cache: bool = True
+    static_argnums: tuple = ()
+    static_argnames: tuple = ()
+
+
+# ---------------------------------------------------------------- targets
+class _NumbaCpu:
+    """``target='cpu'``: numba.njit in nopython mode (codegen/numba_cpu.py)."""
+
+    def compile(self, generated, options, name, note):
+        from codegen.numba_cpu import NumbaOptions, compile_module
+        compiled = compile_module(
+            generated.source, name, _entries(generated), generated.injected,
+            NumbaOptions(cache=options.cache, parallel=options.parallel), note=note)
+        out = Generated(compiled.source, generated.entry, {}, generated.layout, generated.extra)
+        return out, compiled
+
+
+class _Python:
+    """``target='python'``: the lowered dialect run as plain Python (for debugging the
+    dialect: the same module text Numba compiles, without the decorators)."""
+
+    def compile(self, generated, options, name, note):
+        from codegen.dialect import lower_source, render
+        from codegen.loader import load_source
+        lowered = lower_source(generated.source, entries=_entries(generated),
+                               injected=list(generated.injected))
+        text = render(lowered, doc_note="Lowered into the compiled dialect; runs as plain "
+                      "Python." + (f"\n{note}" if note else ""))
+        module = load_source(text, name)
+        for key, value in generated.injected.items():
+            setattr(module, key, value)
+        out = Generated(text, generated.entry, {}, generated.layout, generated.extra)
+        return out, _PlainModule(module, lowered)
+
+
+class _Cuda:
+    def compile(self, generated, options, name, note):
+        raise NotImplementedError("jit(target='cuda') is not written yet: generated modules "
+                                  "compile for the CPU (target='cpu')")
+
+
+#: jit targets by name; a new target is an object with ``compile(generated, options, name,
+#: note) -> (Generated, module)`` whose module gives each entry function by attribute.
+TARGETS = {"cpu": _NumbaCpu(), "python": _Python(), "cuda": _Cuda()}
+
+
+class _PlainModule:
+    def __init__(self, module, lowered):
+        self.module = module
+        self.lowered = lowered
+
+    def __getattr__(self, name):
+        return getattr(self.module, self.lowered.entry_name(name))
+
+
+def _entries(generated):
+    return [generated.entry] + [v for v in generated.extra.values() if isinstance(v, str)]
+
+
+# ---------------------------------------------------------------- the jitted transformations
+class _Jitted:
+    """Mixed into a transformation's class: the same call logic, with compiled modules.
+
+    Calls whose arguments are arrays and scalars (no pytrees, no keywords) take a fast path
+    after the first: a cheap key of the arguments (type, dtype, size-one axes, static values)
+    finds a plan that calls the compiled entry directly, skipping signature inference.
+    """
+
+    kind = "jit"
+
+    def __call__(self, *args, **kwargs):
+        key = None if kwargs else self._quick_key(args)
+        if key is not None:
+            plan = self.jit_plans.get(key)
+            if plan is not None:
+                return plan(args)
+        result = super().__call__(*args, **kwargs)
+        if key is not None:
+            plan = _make_plan(self, args)
+            if plan is not None:
+                self.jit_plans[key] = plan
+        return result
+
+    def _quick_key(self, args):
+        static = self.jit_options.static_argnums
+        parts = []
+        for i, a in enumerate(args):
+            if i in static or (i - len(args)) in static:
+                try:
+                    hash(a)
+                except TypeError:
+                    return None
+                parts.append(("static", type(a), a))
+                continue
+            kind = type(a)
+            if kind is np.ndarray:
+                flags = a.flags
+                if not (flags.c_contiguous and flags.writeable) or a.ndim == 0:
+                    return None
+                parts.append((a.dtype, tuple(s == 1 for s in a.shape)))
+            elif kind in (float, int, bool) or isinstance(a, np.generic):
+                parts.append(kind)
+            else:
+                return None
+        return tuple(parts)
+
+    def _module_for(self, key, build):
+        if key not in self._modules:
+            generated = build()
+            name = sanitize(f"jit_{generated.entry}")
+            out, module = TARGETS[self.jit_options.target].compile(
+                generated, self.jit_options, name, self._static_note())
+            if hasattr(module, "module"):
+                module.failure_hook = self._compile_error
+            self._modules[key] = (out, module)
+            if self.verbose:
+                print(out.source)
+        self._last = self._modules[key]
+        return self._last
+
+    def function_for(self, specs):
+        # Differentiating or batching a jitted function works on the plain source.
+        return self.jit_plain.function_for(specs)
+
+    def _specs(self, args, kwargs):
+        names, values, specs = super()._specs(args, kwargs)
+        static = set(self.jit_options.static_argnames)
+        for i in self.jit_options.static_argnums:
+            if not -len(names) <= i < len(names):
+                raise ArgnumsError(f"static_argnums {self.jit_options.static_argnums!r} names "
+                                   f"argument {i}, but the function takes {len(names)}")
+            static.add(names[i])
+        self._statics = {}
+        for n, v in zip(names, values):
+            if n in static:
+                specs[n] = Static(self._intern(n, v))
+                self._statics[n] = v
+        return names, values, specs
+
+    def _intern(self, name, value):
+        try:
+            key = (type(value), value)
+            return self.jit_interned.setdefault(key, value)
+        except TypeError:
+            raise ValueError(f"static argument {name!r} must be hashable (jit compiles one "
+                             f"version per value), got {type(value).__name__}") from None
+
+    def _static_note(self):
+        statics = getattr(self, "_statics", {})
+        if not statics:
+            return None
+        return "Static arguments: " + ", ".join(f"{k}={v!r}" for k, v in statics.items()) + "."
+
+    def _compile_error(self, failure):
+        return compile_error(failure, _user_function(self))
+
+
+def _make_plan(jitted, args):
+    """A function of the call's arguments doing what the last (slow) call did, or None."""
+    if jitted.jit_options.static_argnames or jitted._last is None:
+        return None
+    generated, module = jitted._last
+    try:
+        nparams = len(inspect.signature(jitted._signature_function()).parameters)
+    except (TypeError, ValueError):
+        return None
+    if nparams != len(args):
+        return None  # defaults filled in: keep the general path
+    static = {i % len(args) for i in jitted.jit_options.static_argnums}
+    dynamic = [i for i in range(len(args)) if i not in static]
+    entry = getattr(module, generated.entry)
+    if isinstance(jitted, _Primal):
+        def primal_plan(args):
+            return entry(*[args[i] for i in dynamic])
+        return primal_plan
+    if not isinstance(jitted, _ReverseTransform):
+        return None
+    layout = generated.layout
+    if any(len(g) != 1 for g in layout["groups"]):
+        return None
+    single = isinstance(jitted.argnums, int)
+    nums = (jitted.argnums,) if single else tuple(jitted.argnums)
+    argnums = [i % len(args) for i in nums]
+    n_extra = int(layout["value"]) + int(layout["aux"])
+    one = n_extra + len(argnums) == 1
+    with_value, has_aux = jitted.with_value, jitted.has_aux
+
+    def reverse_plan(args):
+        result = entry(*[args[i] for i in dynamic])
+        if one:
+            result = (result,)
+        grads = [_match_leaf(g, args[i]) for g, i in zip(result[n_extra:], argnums)]
+        grads = grads[0] if single else tuple(grads)
+        if not n_extra:
+            return grads
+        value = result[0]
+        aux = result[n_extra - 1]
+        if with_value and has_aux:
+            return (value, aux), grads
+        return (value, grads) if with_value else (grads, aux)
+    return reverse_plan
+
+
+class _Primal(_Transformed):
+    """``jit(f)`` of a plain function: the primal module, from the core form."""
+
+    kind = "jit"
+
+    def function_for(self, specs):
+        return self._python_function(specs)
+
+    def __call__(self, *args, **kwargs):
+        from .primal import build_primal
+        names, values, specs = self._specs(args, kwargs)
+        fn = self._python_function(specs)
+        generated, module = self._module_for(_spec_key(specs), lambda: build_primal(fn, specs))
+        flat = _flat_values(specs, names, values)
+        return getattr(module, generated.entry)(*flat)
+
+
+_CLASSES = {}
+
+
+def _jitted_class(cls):
+    if cls not in _CLASSES:
+        _CLASSES[cls] = type(f"Jitted{cls.__name__}", (_Jitted, cls), {})
+    return _CLASSES[cls]
+
+
+def jit(fun, static_argnums=(), static_argnames=(), target="cpu", parallel=False, cache=True):
+    """Compile `fun` (a function, or one transformed by grad/value_and_grad/vmap/...) with Numba.
+
+    static_argnums / static_argnames: arguments whose values are compile-time constants (they
+    must be hashable; each value compiles its own version). target: 'cpu' (numba.njit) or
+    'python' (the compiled dialect as plain Python, for debugging). parallel: passed to
+    numba.njit. cache: keep compiled code on disk for the next process.
+
+    >>> import numpy as np
+    >>> from autodiff_ast import grad
+    >>> def f(x, normal=True):
+    ...     if normal:
+    ...         return np.sum(x * x)
+    ...     return np.sum(np.abs(x))
+    >>> g = jit(grad(f), static_argnums=1)
+    >>> g(np.array([1.0, -2.0]), True), g(np.array([1.0, -2.0]), False)
+    (array([ 2., -4.]), array([ 1., -1.]))
+    """
+    if target not in TARGETS:
+        raise ValueError(f"unknown jit target {target!r}; choose one of {sorted(TARGETS)}")
+    nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+    names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+    options = JitOptions(target, bool(parallel), bool(cache), nums, names)
+    if isinstance(fun, _Jitted):
+        fun = fun.jit_plain
+    plain = fun if isinstance(fun, _Transformed) else _Primal(fun)
+    jitted = object.__new__(_jitted_class(type(plain)))
+    jitted.__dict__.update(plain.__dict__)
+    jitted._modules = {}
+    jitted._last = None
+    jitted.jit_plain = plain
+    jitted.jit_options = options
+    jitted.jit_interned = {}
+    jitted.jit_plans = {}
+    return jitted
+
+
+# ---------------------------------------------------------------- errors on the user's line
+def _user_function(transformed):
+    fun = transformed
+    while isinstance(fun, _Transformed):
+        if fun.py_fun is not None:
+            return fun.py_fun
+        fun = fun.fun
+    return fun
+
+
+def compile_error(failure, user_fn):
+    """A :class:`CompileError` for a Numba failure, located on the user's line.
+
+    The generated line is traced back through the ``# <user line>`` comment above it (or, in
+    the forward sweep, its own text) to a line of the user's file.
+    """
+    from codegen.numba_cpu import comment_above
+    filename, lineno, code = None, None, None
+    try:
+        info = parse_function(user_fn)
+    except Exception:  # noqa: BLE001 (no source: report the generated line only)
+        info = None
+    source = linecache.getlines(failure.filename) or []
+    text = "".join(source)
+    candidates = []
+    if failure.lineno:
+        above = comment_above(text, failure.lineno)
+        if above:
+            candidates.append(above)
+        if failure.code:
+            candidates.append(failure.code)
+    if info is not None:
+        filename = info.filename
+        lineno, code = _find_user_line(info, candidates)
+    where = f"line {failure.lineno} of {os.path.basename(failure.filename)}"
+    if failure.function:
+        where = f"{failure.function}, {where}"
+    generated = f" (`{failure.code}`)" if failure.code else ""
+    message = (f"Numba cannot compile the generated code for this line ({where}"
+               f"{generated}): {failure.reason}")
+    return CompileError(message, filename=filename, lineno=lineno, code=code,
+                        hint="rewrite the line with NumPy functions Numba supports "
+                             "(numba-notes.md), or call the function without jit")
+
+
+def _find_user_line(info, candidates):
+    lines = linecache.getlines(info.filename)
+    first = info.file_line(info.node) or 1
+    last = max((getattr(n, "end_lineno", None) or 0) for n in [info.node]) + info.line_offset
+    ranges = [range(first, max(first, last) + 1), range(1, len(lines) + 1)]
+    for wanted in candidates:
+        wanted = " ".join(wanted.split())
+        for rows in ranges:
+            for row in rows:
+                if row - 1 < len(lines) and " ".join(lines[row - 1].split()) == wanted:
+                    return row, lines[row - 1].strip()
+    return first, (lines[first - 1].strip() if 0 < first <= len(lines) else None)

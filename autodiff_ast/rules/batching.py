@@ -1,0 +1,779 @@
+"""Batching rules: how each primitive runs on a whole batch at once (vmap's vectorized variant).
+
+Inside a batched function every batched value carries its batch axis first (axis 0); an
+unbatched value is exactly what the per-example code would hold. A rule receives one call site
+(:class:`BatchCall`, the per-example call plus which operands are batched) and returns the
+batched right-hand side: one NumPy expression computing every example's result at once.
+
+Rules come in families, as in JAX: elementwise (size-one axes are inserted after the batch axis
+so ranks line up), reductions (axes shift by one), shape functions, joins, creators, products
+(a batched ``dot`` becomes a matmul or an ``np.sum`` of a product, never ``np.einsum`` unless
+the user wrote one) and indexing (batched indices become gathers). A rule that cannot batch a
+call site raises :class:`NoBatchingRule`; the caller then runs that one statement once per
+example.
+
+>>> import gast
+>>> from autodiff_ast import types as T
+>>> from autodiff_ast.rules import PrimCall, by_name
+>>> from autodiff_ast.templates import fill, unparse
+>>> call = PrimCall(by_name("add"), {"a": fill("x"), "b": fill("w")},
+...                 {"a": T.array(()), "b": T.array((T.N,))}, "y", T.array((T.N,)))
+>>> bc = BatchCall(call, fill("x + w"), {"a": True, "b": False}, fill("n_batch"))
+>>> unparse(batch(bc))
+'x[:, None] + w'
+"""
+
+from __future__ import annotations
+
+import string
+
+import gast
+import numpy as np
+
+from .. import types as T
+from ..templates import fill, to_expr
+from . import PrimCall  # noqa: F401  (the per-example call a BatchCall wraps)
+from .elementwise import PARTIALS, PIECEWISE_CONSTANT
+from .structural import _join_axis, _shape_dims, emit_call
+
+
+class NoBatchingRule(Exception):
+    """This call site has no vectorized form: run it once per example."""
+
+
+class ValueDependentShape(Exception):
+    """The per-example shape of a result depends on a batched value (it differs per example)."""
+
+
+# ---------------------------------------------------------------- small expression helpers
+def _slice():
+    return gast.Slice(lower=None, upper=None, step=None)
+
+
+def _none():
+    return gast.Constant(value=None, kind=None)
+
+
+def subscript(value, parts):
+    """``value[parts]`` (one part, or a tuple of them)."""
+    index = parts[0] if len(parts) == 1 else gast.Tuple(elts=list(parts), ctx=gast.Load())
+    return gast.Subscript(value=to_expr(value), slice=index, ctx=gast.Load())
+
+
+def expand_after_batch(expr, count):
+    """``expr[:, None, ...]``: `count` size-one axes right after the batch axis.
+
+    >>> from autodiff_ast.templates import unparse
+    >>> unparse(expand_after_batch(fill("x"), 2))
+    'x[:, None, None]'
+    """
+    if count <= 0:
+        return to_expr(expr)
+    return subscript(expr, [_slice()] + [_none() for _ in range(count)])
+
+
+def batch_shape(n_batch, shape, shape_type):
+    """The shape ``(n_batch,) + shape`` as an expression, for a per-example shape argument."""
+    if isinstance(shape, gast.Tuple):
+        return gast.Tuple(elts=[to_expr(n_batch)] + [to_expr(e) for e in shape.elts],
+                          ctx=gast.Load())
+    if shape_type.kind == "int":
+        return gast.Tuple(elts=[to_expr(n_batch), to_expr(shape)], ctx=gast.Load())
+    if shape_type.kind == "tuple" and shape_type.value is not None:
+        return gast.Tuple(elts=[to_expr(n_batch)] + [to_expr(v) for v in shape_type.value],
+                          ctx=gast.Load())
+    return fill("(n,) + s", n=n_batch, s=shape)
+
+
+def broadcast_batch(expr, typ, n_batch, writable=False):
+    """An unbatched value repeated along a new leading batch axis.
+
+    >>> from autodiff_ast.templates import unparse
+    >>> unparse(broadcast_batch(fill("b"), T.array((T.N,)), fill("n_batch")))
+    'np.broadcast_to(b, (n_batch, b.shape[0]))'
+    """
+    if typ.ndim == 0:
+        return fill("np.full(n, v)", n=n_batch, v=expr)
+    if typ.ndim is None:
+        out = fill("np.broadcast_to(e, (n,) + np.shape(e))", e=expr, n=n_batch)
+    else:
+        shape = gast.Tuple(elts=[to_expr(n_batch)] + [fill("e.shape[a]", e=expr, a=a)
+                                                       for a in range(typ.ndim)],
+                           ctx=gast.Load())
+        out = fill("np.broadcast_to(e, s)", e=expr, s=shape)
+    return fill("np.copy(e)", e=out) if writable else out
+
+
+def replace_names(expr, subs):
+    """`expr` with each Name whose id is in `subs` replaced by that expression."""
+    class _Sub(gast.NodeTransformer):
+        def visit_Name(self, node):
+            if node.id in subs and isinstance(node.ctx, gast.Load):
+                return to_expr(subs[node.id])
+            return node
+    return _Sub().visit(to_expr(expr))
+
+
+def _names(expr):
+    return [n.id for n in gast.walk(expr) if isinstance(n, gast.Name)]
+
+
+# ---------------------------------------------------------------- one call site
+class BatchCall:
+    """A primitive's call site under vmap.
+
+    ``call`` is the per-example :class:`PrimCall` (its argument types are per example),
+    ``value`` the per-example right-hand side as written in the core form, ``batched`` maps
+    each parameter to whether its argument is batched (for list displays: a tuple with one
+    flag per element), ``n_batch`` is the batch size expression, ``names`` the set of batched
+    names in scope and ``types`` the per-example types of every name (for rules that look
+    inside an argument, such as an index).
+    """
+
+    def __init__(self, call, value, batched, n_batch, names=None, types=None):
+        self.call = call
+        self.rule = call.rule
+        self.value = value
+        self.batched = batched
+        self.n_batch = n_batch
+        self.names = set(names or ())
+        self.types = types or {}
+
+    def is_batched(self, param):
+        flag = self.batched.get(param, False)
+        return any(flag) if isinstance(flag, tuple) else bool(flag)
+
+    def expr_batched(self, expr):
+        """Whether an expression reads a batched name."""
+        return any(n in self.names for n in _names(expr))
+
+    def arg(self, param):
+        return to_expr(self.call.args[param])
+
+    def type(self, param):
+        return self.call.types.get(param, T.UNKNOWN)
+
+    def rank(self, param):
+        return self.type(param).ndim
+
+    @property
+    def out_rank(self):
+        return self.call.out_type.ndim if self.call.out_type is not None else None
+
+    def aligned(self, param, rank):
+        """The argument with its batch axis first and per-example rank raised to `rank`."""
+        expr = self.arg(param)
+        if not self.is_batched(param):
+            return expr
+        own = self.rank(param)
+        if own is None or rank is None:
+            raise NoBatchingRule(f"the rank of {param} is unknown")
+        return expand_after_batch(expr, rank - own)
+
+    def full(self, param):
+        """The argument batched: broadcast along a new batch axis when it is not."""
+        if self.is_batched(param):
+            return self.arg(param)
+        return broadcast_batch(self.arg(param), self.type(param), self.n_batch)
+
+    def emit(self, keywords=(), **args):
+        """The primal call written with some arguments replaced (param -> expression)."""
+        merged = {p: a for p, a in self.call.args.items()}
+        merged.update(args)
+        return emit_call(self.rule, merged, tuple(self.call.keywords) + tuple(keywords))
+
+    def axis(self, param="axis", rank_of="x"):
+        return self.call.axis(param, rank_of)
+
+
+def _rank_or_fail(bc, param):
+    rank = bc.rank(param)
+    if rank is None:
+        raise NoBatchingRule(f"the rank of {param} is not known statically")
+    return rank
+
+
+def _shift(axis):
+    if isinstance(axis, tuple):
+        return tuple(a + 1 for a in axis)
+    return axis + 1
+
+
+def _single(axes):
+    axes = tuple(axes)
+    return axes[0] if len(axes) == 1 else axes
+
+
+# ---------------------------------------------------------------- elementwise family
+_BUILTIN_TO_NUMPY = {"abs": "np.abs", "max": "np.maximum", "min": "np.minimum",
+                     "round": "np.round", "pow": "np.power"}
+
+
+def _numpy_func(rule):
+    """The NumPy function replacing a scalar-only callee (``math.exp``, ``max``) on arrays."""
+    emit = rule.emit or ""
+    if emit in _BUILTIN_TO_NUMPY:
+        return _BUILTIN_TO_NUMPY[emit]
+    if emit.startswith("math."):
+        base = rule.name.split("@")[0]
+        if hasattr(np, base):
+            return f"np.{base}"
+        raise NoBatchingRule(f"{emit} has no NumPy counterpart")
+    return None
+
+
+def elementwise(bc):
+    """Operands aligned to the output's per-example rank, then the same expression.
+
+    A per-example scalar operand becomes a vector over the batch; lower-rank batched operands
+    get size-one axes after the batch axis so NumPy broadcasting lines up as per example.
+    """
+    rank = bc.out_rank
+    if rank is None:
+        raise NoBatchingRule("the result's rank is not known statically")
+    subs = {}
+    for param in bc.rule.params:
+        if param in bc.call.args and bc.is_batched(param):
+            atom = bc.call.args[param]
+            if isinstance(atom, gast.Name):
+                subs[atom.id] = bc.aligned(param, rank)
+    expr = replace_names(bc.value, subs)
+    func = _numpy_func(bc.rule)
+    if func is not None and isinstance(expr, gast.Call):
+        expr.func = fill(func)
+    return expr
+
+
+def _conversion(dtype):
+    def rule(bc):
+        return fill(f"x.astype(np.{dtype})", x=bc.arg("x"))
+    return rule
+
+
+# ---------------------------------------------------------------- reductions
+def reduction(bc):
+    """A reduction over per-example axes: the same axes shifted past the batch axis."""
+    rank = _rank_or_fail(bc, "x")
+    if rank == 0:
+        if bc.rule.name in ("sum", "mean", "max", "min", "prod", "copy"):
+            return bc.arg("x")
+        raise NoBatchingRule("a reduction of a per-example scalar")
+    axis = bc.axis()
+    axes = tuple(range(rank)) if axis is None else (axis if isinstance(axis, tuple) else (axis,))
+    return bc.emit(keywords=("axis",), axis=to_expr(_single(_shift(axes))))
+
+
+def _index_reduction(bc):
+    """argmax/argmin/argsort: axis None means the flattened example."""
+    rank = _rank_or_fail(bc, "x")
+    x = bc.arg("x")
+    if bc.call.const("axis") is None:
+        flat = x if rank == 1 else fill("np.reshape(x, (n, -1))", x=x, n=bc.n_batch)
+        return bc.emit(keywords=("axis",), x=flat, axis=to_expr(1))
+    return bc.emit(keywords=("axis",), axis=to_expr(_shift(bc.axis())))
+
+
+def _cumsum(bc):
+    rank = _rank_or_fail(bc, "x")
+    axis = bc.axis()
+    if axis is None:
+        flat = bc.arg("x") if rank == 1 else fill("np.reshape(x, (n, -1))", x=bc.arg("x"),
+                                                   n=bc.n_batch)
+        return bc.emit(keywords=("axis",), x=flat, axis=to_expr(1))
+    return bc.emit(keywords=("axis",), axis=to_expr(_shift(axis)))
+
+
+def _example_axes(bc, param):
+    rank = _rank_or_fail(bc, param)
+    return _single(range(1, rank + 1)) if rank else None
+
+
+def _whole_reduction(func):
+    """Functions that reduce a whole example to one value (np.all, np.count_nonzero...)."""
+    def rule(bc):
+        params = [p for p in bc.rule.params if p in bc.call.args]
+        if len(params) == 1:
+            operand, rank = bc.arg(params[0]), _rank_or_fail(bc, params[0])
+        else:  # two operands compared elementwise first
+            rank = max(_rank_or_fail(bc, p) for p in params)
+            a, b = (bc.aligned(p, rank) for p in params)
+            operand = fill(func[1], a=a, b=b)
+        if rank == 0:
+            return fill(func[2], x=operand) if func[2] else operand
+        axes = _single(range(1, rank + 1))
+        return fill(func[0], x=operand, axes=axes)
+    return rule
+
+
+# ---------------------------------------------------------------- shape functions
+def _reshape(bc):
+    if bc.is_batched("shape"):
+        raise ValueDependentShape("the new shape depends on a batched value")
+    new = batch_shape(bc.n_batch, bc.arg("shape"), bc.type("shape"))
+    return fill("np.reshape(x, s)", x=bc.full("x"), s=new)
+
+
+def _ravel(bc):
+    return fill("np.reshape(x, (n, -1))", x=bc.arg("x"), n=bc.n_batch)
+
+
+def _squeeze(bc):
+    x = bc.type("x")
+    if x.dims is None:
+        raise NoBatchingRule("squeeze of an array of unknown rank")
+    axis = bc.axis()
+    if axis is None:
+        axes = tuple(i for i, d in enumerate(x.dims) if d == 1)
+    else:
+        axes = axis if isinstance(axis, tuple) else (axis,)
+    if not axes:
+        return bc.arg("x")
+    return fill("np.squeeze(x, axis=a)", x=bc.arg("x"), a=_single(_shift(axes)))
+
+
+def _expand_dims(bc):
+    rank = _rank_or_fail(bc, "x")
+    axis = bc.call.const("axis")
+    count = len(axis) if isinstance(axis, tuple) else 1
+    axes = tuple(a % (rank + count) for a in (axis if isinstance(axis, tuple) else (axis,)))
+    return fill("np.expand_dims(x, a)", x=bc.arg("x"), a=_single(_shift(axes)))
+
+
+def _transpose(bc):
+    rank = _rank_or_fail(bc, "x")
+    if rank <= 1:
+        return bc.arg("x")
+    axes = bc.call.const("axes") if bc.rule.name == "transpose" else None
+    perm = tuple(reversed(range(rank))) if axes is None else tuple(a % rank for a in axes)
+    if rank == 2 and perm == (1, 0):
+        return fill("np.swapaxes(x, 1, 2)", x=bc.arg("x"))
+    return fill("np.transpose(x, p)", x=bc.arg("x"), p=(0,) + _shift(perm))
+
+
+def _swapaxes(bc):
+    rank = _rank_or_fail(bc, "x")
+    a, b = bc.call.const("axis1"), bc.call.const("axis2")
+    if not isinstance(a, int) or not isinstance(b, int):
+        raise NoBatchingRule("swapaxes with axes that are not constants")
+    return fill("np.swapaxes(x, a, b)", x=bc.arg("x"), a=a % rank + 1, b=b % rank + 1)
+
+
+def _moveaxis(bc):
+    rank = _rank_or_fail(bc, "x")
+    s, d = bc.call.const("source"), bc.call.const("destination")
+    if not isinstance(s, int) or not isinstance(d, int):
+        raise NoBatchingRule("moveaxis with axes that are not constant integers")
+    return fill("np.moveaxis(x, s, d)", x=bc.arg("x"), s=s % rank + 1, d=d % rank + 1)
+
+
+def _flip(bc):
+    rank = _rank_or_fail(bc, "x")
+    axis = bc.axis() if "axis" in bc.call.args else None
+    axes = tuple(range(rank)) if axis is None else (axis if isinstance(axis, tuple) else (axis,))
+    return fill("np.flip(x, a)", x=bc.arg("x"), a=_single(_shift(axes)))
+
+
+def _roll(bc):
+    if bc.is_batched("shift"):
+        raise NoBatchingRule("a shift that differs per example")
+    rank = _rank_or_fail(bc, "x")
+    x, shift = bc.arg("x"), bc.arg("shift")
+    if "axis" not in bc.call.args or bc.call.const("axis") is None:
+        if rank == 1:
+            return fill("np.roll(x, s, 1)", x=x, s=shift)
+        flat = fill("np.reshape(x, (n, -1))", x=x, n=bc.n_batch)
+        return fill("np.reshape(np.roll(f, s, 1), x.shape)", f=flat, s=shift, x=x)
+    return fill("np.roll(x, s, a)", x=x, s=shift, a=_shift(bc.axis()))
+
+
+def _broadcast_to(bc):
+    if bc.is_batched("shape"):
+        raise ValueDependentShape("the target shape depends on a batched value")
+    dims = _shape_dims(bc.call, "shape")
+    if dims is None:
+        raise NoBatchingRule("broadcast_to a shape of unknown rank")
+    new = batch_shape(bc.n_batch, bc.arg("shape"), bc.type("shape"))
+    return fill("np.broadcast_to(x, s)", x=bc.aligned("x", len(dims)), s=new)
+
+
+def _tile(bc):
+    rank = _rank_or_fail(bc, "x")
+    reps = bc.call.const("reps")
+    if reps is None or bc.is_batched("reps"):
+        raise NoBatchingRule("tile with repetitions that are not constants")
+    reps = reps if isinstance(reps, tuple) else (reps,)
+    out = max(len(reps), rank)
+    full = (1,) * (out - len(reps)) + tuple(reps)
+    return fill("np.tile(x, r)", x=bc.aligned("x", out), r=(1,) + full)
+
+
+def _identity(bc):
+    return elementwise(bc) if bc.out_rank is not None else bc.value
+
+
+# ---------------------------------------------------------------- joining arrays
+def _pieces(bc):
+    display = bc.call.args["arrays"]
+    if not isinstance(display, (gast.List, gast.Tuple)):
+        raise NoBatchingRule("joining a sequence that is not written out")
+    types = bc.type("arrays").elts or ()
+    flags = bc.batched.get("arrays", ())
+    flags = flags if isinstance(flags, tuple) else (bool(flags),) * len(display.elts)
+    out = []
+    for elt, typ, flag in zip(display.elts, types, flags):
+        out.append(to_expr(elt) if flag else broadcast_batch(elt, typ, bc.n_batch))
+    return out
+
+
+def join(bc):
+    """concatenate/stack/hstack/vstack/np.array of a display: along the shifted axis."""
+    if bc.type("arrays").kind == "array":  # np.array(x) of an array: a copy
+        return _identity(bc)
+    axis, stacked = _join_axis(bc.call)
+    if bc.type("arrays").kind == "list":  # a list of batched values (built with append)
+        func = "np.stack" if stacked else "np.concatenate"
+        return fill(f"{func}(p, axis=a)", p=bc.arg("arrays"), a=axis + 1)
+    first = (bc.type("arrays").elts or (T.UNKNOWN,))[0]
+    if bc.rule.name in ("hstack", "vstack") and first.ndim == 0:
+        axis, stacked = 0, True  # scalars are laid side by side
+    if bc.rule.name == "array" and bc.call.const("dtype") is not None:
+        raise NoBatchingRule("np.array with a dtype")
+    pieces = gast.Tuple(elts=_pieces(bc), ctx=gast.Load())
+    func = "np.stack" if stacked else "np.concatenate"
+    return fill(f"{func}(p, axis=a)", p=pieces, a=axis + 1)
+
+
+# ---------------------------------------------------------------- creators
+def _no_batched_shape(bc):
+    for param in ("shape", "start", "stop", "step", "num", "N", "M", "k", "n"):
+        if param in bc.call.args and bc.is_batched(param):
+            raise ValueDependentShape(f"the {param} argument depends on a batched value")
+
+
+def creator(bc):
+    """np.zeros(shape)... with a batched shape cannot be batched (one shape per example)."""
+    _no_batched_shape(bc)
+    raise NoBatchingRule("unreachable: a creator with no batched argument is not batched")
+
+
+def creator_with_batch(bc):
+    """A creator whose result must hold one array per example (it is written in place with
+    batched values later): the same call with a leading batch axis."""
+    name = bc.rule.name
+    dtype = bc.call.args.get("dtype")
+    if name in ("zeros", "ones", "empty"):
+        new = batch_shape(bc.n_batch, bc.arg("shape"), bc.type("shape"))
+        return bc.emit(shape=new)
+    if name in ("zeros_like", "ones_like", "empty_like", "full_like"):
+        rank = _rank_or_fail(bc, "x")
+        if bc.is_batched("x"):
+            if name == "full_like":
+                return bc.emit(fill_value=bc.aligned("fill_value", rank))
+            return bc.value
+        x = bc.arg("x")
+        shape = gast.Tuple(elts=[to_expr(bc.n_batch)] + [fill("x.shape[a]", x=x, a=a)
+                                                          for a in range(rank)],
+                           ctx=gast.Load())
+        dt = np.dtype(bc.call.out_type.dtype or "float64").name
+        kw = "" if dt == "float64" else f", dtype=np.{dt}"
+        if name == "full_like":
+            return fill(f"np.full(s, v{kw})", s=shape, v=bc.arg("fill_value"))
+        return fill(f"np.{name[:-5]}(s{kw})", s=shape)
+    if name == "full":
+        new = batch_shape(bc.n_batch, bc.arg("shape"), bc.type("shape"))
+        dims = _shape_dims(bc.call, "shape")
+        if dims is None:
+            raise NoBatchingRule("np.full of a shape of unknown rank")
+        dt = np.dtype(bc.call.out_type.dtype or "float64").name
+        return fill(f"np.zeros(s, dtype=np.{dt}) + v", s=new,
+                    v=bc.aligned("fill_value", len(dims)))
+    raise NoBatchingRule(f"{name} cannot hold a batch")
+
+
+def _full_like(bc):
+    x_rank = _rank_or_fail(bc, "x")
+    return fill("np.zeros_like(x) + v", x=bc.full("x"), v=bc.aligned("fill_value", x_rank))
+
+
+def _shape_query(bc):
+    """np.shape/np.size/np.ndim/len of a batched array: the per-example answer (unbatched)."""
+    name = bc.rule.name
+    if bc.type("x").kind == "list":  # a list of batched values: as long as per example
+        return bc.value
+    rank = _rank_or_fail(bc, "x")
+    x = bc.arg("x")
+    if name == "shape":
+        return gast.Tuple(elts=[fill("x.shape[a]", x=x, a=a) for a in range(1, rank + 1)],
+                          ctx=gast.Load())
+    if name == "len":
+        return fill("x.shape[1]", x=x)
+    if name == "ndim":
+        return to_expr(rank)
+    if rank == 0:
+        return to_expr(1)
+    total = fill("x.shape[1]", x=x)
+    for axis in range(2, rank + 1):
+        total = fill("t * x.shape[a]", t=total, x=x, a=axis)
+    return total
+
+
+#: Rules whose result is the same for every example even when their argument is batched.
+SHAPE_QUERIES = ("shape", "size", "ndim", "len")
+
+
+# ---------------------------------------------------------------- products
+def _product_2d(bc, a, b, ra, rb, ba, bb, kind):
+    """dot/matmul/inner of per-example ranks <= 2, some operand batched."""
+    if kind == "inner" and rb == 2:  # inner(x, B) contracts B's last axis: B's transpose
+        b = fill("np.swapaxes(b, 1, 2)", b=b) if bb else fill("b.T", b=b)
+    if ra == 1 and rb == 1:
+        if ba and bb:
+            return fill("np.sum(a * b, axis=1)", a=a, b=b)
+        return fill("np.dot(a, b)", a=a, b=b) if ba else fill("np.dot(b, a)", a=a, b=b)
+    if ra == 2 and rb == 1:
+        if ba and bb:
+            return fill("np.matmul(a, b[:, :, None])[:, :, 0]", a=a, b=b)
+        return fill("np.dot(a, b)", a=a, b=b) if ba else fill("np.dot(b, a.T)", a=a, b=b)
+    if ra == 1 and rb == 2:
+        if ba and bb:
+            return fill("np.matmul(a[:, None, :], b)[:, 0, :]", a=a, b=b)
+        return fill("np.dot(a, b)", a=a, b=b) if ba else fill("np.matmul(a, b)", a=a, b=b)
+    if ra == 2 and rb == 2:
+        return fill("np.dot(a, b)", a=a, b=b) if ba and not bb else \
+            fill("np.matmul(a, b)", a=a, b=b)
+    raise NoBatchingRule(f"a product of ranks {ra} and {rb}")
+
+
+def product(bc):
+    """dot/matmul/inner: a batched matmul or a sum of products (einsum-free, as Numba needs)."""
+    ra, rb = _rank_or_fail(bc, "a"), _rank_or_fail(bc, "b")
+    ba, bb = bc.is_batched("a"), bc.is_batched("b")
+    if ra == 0 or rb == 0:
+        rank = max(ra, rb)
+        return fill("a * b", a=bc.aligned("a", rank), b=bc.aligned("b", rank))
+    a, b = bc.arg("a"), bc.arg("b")
+    if ra <= 2 and rb <= 2:
+        return _product_2d(bc, a, b, ra, rb, ba, bb, bc.rule.name)
+    if bc.rule.name == "matmul" and ra >= 2 and rb >= 2:
+        rank = max(ra, rb)  # stacks of matrices: line the stack axes up behind the batch axis
+        return fill("np.matmul(a, b)", a=bc.aligned("a", rank), b=bc.aligned("b", rank))
+    raise NoBatchingRule(f"{bc.rule.name} of ranks {ra} and {rb}")
+
+
+def _vdot(bc):
+    ra, rb = _rank_or_fail(bc, "a"), _rank_or_fail(bc, "b")
+    if ra != 1 or rb != 1:
+        raise NoBatchingRule("vdot of arrays that are not vectors")
+    return _product_2d(bc, bc.arg("a"), bc.arg("b"), 1, 1, bc.is_batched("a"),
+                       bc.is_batched("b"), "dot")
+
+
+def _outer(bc):
+    if _rank_or_fail(bc, "a") != 1 or _rank_or_fail(bc, "b") != 1:
+        raise NoBatchingRule("outer of arrays that are not vectors")
+    a, b = bc.arg("a"), bc.arg("b")
+    a = fill("a[:, :, None]", a=a) if bc.is_batched("a") else fill("a[:, None]", a=a)
+    b = fill("b[:, None, :]", b=b) if bc.is_batched("b") else b
+    return fill("a * b", a=a, b=b)
+
+
+def _einsum(bc):
+    from .linalg import parse_subscripts
+    spec = bc.call.const("subscripts")
+    display = bc.call.args["operands"]
+    flags = bc.batched.get("operands", ())
+    try:
+        ins, out = parse_subscripts(spec, len(display.elts))
+    except (ValueError, AttributeError):
+        raise NoBatchingRule("einsum subscripts that are not constant") from None
+    free = [c for c in reversed(string.ascii_letters) if c not in spec]
+    letter = free[0]
+    ins = [letter + s if f else s for s, f in zip(ins, flags)]
+    spec2 = ",".join(ins) + "->" + letter + out
+    return gast.Call(func=fill("np.einsum"), args=[gast.Constant(value=spec2, kind=None)] +
+                     [to_expr(e) for e in display.elts], keywords=[])
+
+
+def _trace(bc):
+    if _rank_or_fail(bc, "x") != 2:
+        raise NoBatchingRule("trace of an array that is not a matrix")
+    return fill("np.sum(x * np.eye(x.shape[1], x.shape[2]), axis=(1, 2))", x=bc.arg("x"))
+
+
+def _diag(bc):
+    rank = _rank_or_fail(bc, "x")
+    x = bc.arg("x")
+    if rank == 1:
+        return fill("x[:, :, None] * np.eye(x.shape[1])", x=x)
+    return fill("np.diagonal(x, axis1=1, axis2=2)", x=x)
+
+
+def _norm(bc):
+    if bc.call.const("ord") is not None:
+        raise NoBatchingRule("norm with an ord")
+    rank = _rank_or_fail(bc, "x")
+    axis = bc.axis()
+    axes = tuple(range(rank)) if axis is None else (axis if isinstance(axis, tuple) else (axis,))
+    if axis is None and rank > 1:  # the Frobenius norm of the whole example
+        return fill("np.sqrt(np.sum(x * x, axis=a))", x=bc.arg("x"), a=_shift(axes))
+    return fill("np.linalg.norm(x, axis=a)", x=bc.arg("x"), a=_single(_shift(axes)))
+
+
+def _solve(bc):
+    rb = _rank_or_fail(bc, "b")
+    a, b = bc.arg("a"), bc.arg("b")
+    if rb == 1 and bc.is_batched("b"):
+        return fill("np.linalg.solve(a, b[:, :, None])[:, :, 0]", a=a, b=b)
+    return fill("np.linalg.solve(a, b)", a=a, b=b)
+
+
+def _stacked(bc):
+    """inv/det/slogdet: NumPy's linalg already maps over leading axes."""
+    return bc.value
+
+
+# ---------------------------------------------------------------- indexing
+def _is_array_index(typ):
+    return typ.kind == "array"
+
+
+def _index_parts(index):
+    return list(index.elts) if isinstance(index, gast.Tuple) else [index]
+
+
+def _is_marker(part):
+    return isinstance(part, gast.Constant) and (part.value is None or part.value is Ellipsis)
+
+
+def getitem(bc):
+    """x[index] with a batched array, a batched index, or both (a gather)."""
+    from ..normalize import atom_type
+    index = bc.call.args["index"]
+    parts = _index_parts(index)
+    types = [T.AType("object") if isinstance(p, gast.Slice) else atom_type(p, bc.types)
+             for p in parts]
+    batched = [bc.expr_batched(p) for p in parts]
+    x = bc.arg("x")
+    if bc.type("x").kind == "tuple":
+        return bc.value
+    advanced = [k for k, (p, t) in enumerate(zip(parts, types))
+                if not isinstance(p, gast.Slice) and not _is_marker(p) and
+                (_is_array_index(t) or batched[k])]
+    if not any(batched):
+        if advanced:
+            advanced = sorted(set(advanced) | {k for k, t in enumerate(types)
+                                               if t.kind in ("int", "bool")})
+        if len(advanced) > 1 and advanced != list(range(advanced[0], advanced[-1] + 1)):
+            raise NoBatchingRule("advanced indices separated by a slice")
+        return subscript(x, [_slice()] + [to_expr(p) for p in parts])
+    for k in advanced:
+        if batched[k] and types[k].kind == "array" and types[k].dtype == "bool":
+            raise ValueDependentShape("a boolean mask that differs per example")
+    # Integer scalars count as advanced indices once an array index is present.
+    ints = [k for k, t in enumerate(types) if t.kind in ("int", "bool") and
+            not isinstance(parts[k], gast.Slice)]
+    advanced = sorted(set(advanced) | set(ints))
+    ranks = [types[k].ndim or 0 for k in advanced]
+    if any(types[k].ndim is None for k in advanced):
+        raise NoBatchingRule("an index of unknown rank")
+    s = max(ranks) if ranks else 0
+    adjacent = advanced == list(range(advanced[0], advanced[-1] + 1))
+    before = sum(1 for p in parts[:advanced[0]]
+                 if isinstance(p, gast.Slice) or (isinstance(p, gast.Constant) and p.value is None))
+    lands_first = not adjacent or before == 0
+    if s > 0 and not lands_first:
+        raise NoBatchingRule("a batched index array in the middle of the index")
+    new_parts = []
+    for k, p in enumerate(parts):
+        if batched[k]:
+            new_parts.append(expand_after_batch(p, s - (types[k].ndim or 0)))
+        else:
+            new_parts.append(to_expr(p))
+    if not bc.is_batched("x") and advanced == [0] and batched[0]:
+        return subscript(x, new_parts)  # x[i]: the batched index alone picks the rows
+    if not bc.is_batched("x"):
+        if s == 0 and adjacent and before > 0:
+            # x[:, i] with a batched i: the gathered axis lands where i stood; move it first.
+            return fill("np.moveaxis(e, b, 0)", e=subscript(x, new_parts), b=before)
+        if not lands_first:
+            raise NoBatchingRule("a gather whose batch axis would not come first")
+        x = broadcast_batch(x, bc.type("x"), bc.n_batch)
+    rows = expand_after_batch(fill("np.arange(n)", n=bc.n_batch), s)
+    return subscript(x, [rows] + new_parts)
+
+
+# ---------------------------------------------------------------- the table
+BATCHING = {}
+
+
+def _register(names, fn):
+    for name in names:
+        BATCHING[name] = fn
+
+
+_ELEMENTWISE = tuple(PARTIALS) + tuple(PIECEWISE_CONSTANT) + (
+    "power", "where", "clip", "copy", "asarray", "astype", "isclose", "equal", "not_equal",
+    "less", "less_equal", "greater", "greater_equal", "logical_and", "logical_or",
+    "logical_xor", "logical_not", "zeros_like", "ones_like", "empty_like")
+_register(_ELEMENTWISE, elementwise)
+_register(("float",), _conversion("float64"))
+_register(("int",), _conversion("int64"))
+_register(("sum", "mean", "prod", "max", "min", "var", "std"), reduction)
+_register(("argmax", "argmin", "argsort"), _index_reduction)
+_register(("cumsum",), _cumsum)
+_register(("all",), _whole_reduction(("np.all(x, axis=axes)", "a == b", None)))
+_register(("any",), _whole_reduction(("np.any(x, axis=axes)", "a == b", None)))
+_register(("allclose",), _whole_reduction(("np.all(x, axis=axes)", "np.isclose(a, b)", None)))
+_register(("array_equal",), _whole_reduction(("np.all(x, axis=axes)", "a == b", None)))
+_register(("count_nonzero",), _whole_reduction(("np.sum(x != 0, axis=axes)", "a == b",
+                                                 "(x != 0) * 1")))
+_register(("reshape",), _reshape)
+_register(("ravel",), _ravel)
+_register(("squeeze",), _squeeze)
+_register(("expand_dims",), _expand_dims)
+_register(("transpose", "T"), _transpose)
+_register(("swapaxes",), _swapaxes)
+_register(("moveaxis",), _moveaxis)
+_register(("flip",), _flip)
+_register(("roll",), _roll)
+_register(("broadcast_to",), _broadcast_to)
+_register(("tile",), _tile)
+_register(("concatenate", "stack", "hstack", "vstack", "array"), join)
+_register(("zeros", "ones", "empty", "full", "arange", "linspace", "eye", "identity"), creator)
+_register(("full_like",), _full_like)
+_register(SHAPE_QUERIES, _shape_query)
+_register(("dot", "matmul", "inner"), product)
+_register(("vdot",), _vdot)
+_register(("outer",), _outer)
+_register(("einsum",), _einsum)
+_register(("trace",), _trace)
+_register(("diag", "diagonal"), _diag)
+_register(("norm",), _norm)
+_register(("solve",), _solve)
+_register(("inv", "det", "slogdet"), _stacked)
+_register(("getitem",), getitem)
+
+
+def rule_for(name):
+    """The batching rule of a primitive (aliases such as ``exp@math.exp`` share their base's).
+
+    >>> rule_for("exp@math.exp") is elementwise
+    True
+    """
+    if name in BATCHING:
+        return BATCHING[name]
+    return BATCHING.get(name.split("@")[0])
+
+
+def batch(bc):
+    """The batched right-hand side of one call site; raises NoBatchingRule/ValueDependentShape.
+    """
+    rule = rule_for(bc.rule.name)
+    if rule is None:
+        raise NoBatchingRule(f"{bc.rule.emit or bc.rule.name} has no batching rule")
+    return rule(bc)
+
+
+__all__ = ["BATCHING", "BatchCall", "NoBatchingRule", "ValueDependentShape", "batch",
+           "broadcast_batch", "creator_with_batch", "expand_after_batch", "rule_for",
+           "SHAPE_QUERIES", "batch_shape", "replace_names", "subscript"]

@@ -1,0 +1,741 @@
+"""The compiled dialect: generated source rewritten into what Numba's nopython mode accepts.
+
+Generated modules are plain NumPy. Numba compiles most of it as written, but not everything
+(``numba-notes.md``): ``keepdims=``, ``mean/max/min/prod/var/std`` with an axis, ``np.einsum``,
+``np.add.at`` (scatter-add with repeated indices), ``np.flip``/``np.roll`` with an axis,
+``np.squeeze``, ``np.matmul``, ``abs`` of an array, ``reshape`` of a non-contiguous array, an
+integer raised to a negative integer (0 under Numba), and module-level arrays (Numba freezes
+them into the compiled code). :func:`lower_source` rewrites those into small helper functions
+emitted into the module (:data:`codegen.helpers.DIALECT_HELPERS`, or written here for one einsum
+subscript or one index pattern) or into equivalent NumPy that Numba supports. Every rewrite
+computes the same values in plain Python, so the lowered module also runs without Numba.
+
+The pass reads source text (comment lines survive as markers, so the ``# <user line>`` comments
+stay in place for error messages) and returns gast functions for a target to render.
+
+>>> src = '''import numpy as np
+...
+...
+... def grad_f(x):
+...     # return np.sum(np.max(x, axis=1))
+...     return np.sum(x, axis=0, keepdims=True)
+... '''
+>>> lowered = lower_source(src, entries=["grad_f"])
+>>> print(render(lowered), end="")
+import numpy as np
+<BLANKLINE>
+<BLANKLINE>
+def keep_axis(r, axis):
+    \"\"\"`r`, reduced over `axis`, with that axis put back with size one (keepdims=True).\"\"\"
+    return np.expand_dims(np.asarray(r), axis)
+<BLANKLINE>
+<BLANKLINE>
+def grad_f(x):
+    # return np.sum(np.max(x, axis=1))
+    return keep_axis(np.sum(x, axis=0), 0)
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from dataclasses import dataclass, field
+
+import gast
+
+from .emit import comment, is_marker, render_function
+from .helpers import DIALECT_DEPENDS, DIALECT_HELPERS
+
+__all__ = ["LoweredModule", "lower_source", "parse_with_comments", "render"]
+
+_MARK = comment("").value.func.id
+_CONTINUATIONS = ("else", "elif", "except", "finally", "case")
+
+
+# ---------------------------------------------------------------- source <-> gast with comments
+def parse_with_comments(source):
+    """Parse module source into gast, keeping whole-line comments and blank lines inside
+    functions as the emitter's marker statements (so rendering puts them back).
+
+    >>> tree = parse_with_comments("def f(x):\\n    # y = x\\n    return x\\n")
+    >>> is_marker(tree.body[0].body[0])
+    True
+    """
+    lines = source.split("\n")
+    in_token = set()  # rows covered by a token (multi-line strings included)
+    comments = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            row, col = tok.start
+            if not lines[row - 1][:col].strip():
+                comments[row] = (col, tok.string[1:].strip())
+        elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+                              tokenize.ENDMARKER):
+            in_token.update(range(tok.start[0], tok.end[0] + 1))
+    out = []
+    for row, line in enumerate(lines, start=1):
+        if row in comments:
+            col, text = comments[row]
+            out.append(" " * col + f"{_MARK}({text!r})")
+        elif not line.strip() and row not in in_token:
+            out.append(_blank_marker(lines, row))
+        else:
+            out.append(line)
+    return gast.parse("\n".join(out))
+
+
+def _indent(line):
+    return len(line) - len(line.lstrip())
+
+
+def _blank_marker(lines, row):
+    """A blank-line marker at an indentation valid for its position (or an empty line)."""
+    before = next((ln for ln in reversed(lines[:row - 1]) if ln.strip()), "")
+    after = next((ln for ln in lines[row:] if ln.strip()), "")
+    if not before or not after or _indent(before) == 0 or _indent(after) == 0:
+        return ""
+    word = re.match(r"\s*(\w*)", after).group(1)
+    col = _indent(before) if word in _CONTINUATIONS else _indent(after)
+    if before.rstrip().endswith(":") and col > _indent(before):
+        return ""
+    return " " * col + f"{_MARK}(None)"
+
+
+# ---------------------------------------------------------------- the lowered module
+@dataclass
+class LoweredModule:
+    """A module in the compiled dialect: header statements, functions, entry wrappers."""
+
+    header: list  # docstring, imports and module-level comment markers (gast statements)
+    functions: list  # gast FunctionDefs: dialect helpers first, then the generated functions
+    helpers: set = field(default_factory=set)  # names of the helper functions among them
+    data: list = field(default_factory=list)  # module arrays passed to functions as arguments
+    wrappers: dict = field(default_factory=dict)  # entry name -> plain wrapper FunctionDef
+    compiled: set = field(default_factory=set)  # names of functions a target compiles
+
+    def entry_name(self, entry):
+        """The name to call for `entry` (its wrapper when it needs module data)."""
+        wrapper = self.wrappers.get(entry)
+        return wrapper.name if wrapper is not None else entry
+
+
+def render(lowered, decorator=None, doc_note=None):
+    """Source text of a lowered module; `decorator` (e.g. ``numba.njit(cache=True)``) goes on
+    every compiled function, `doc_note` is appended to the module docstring."""
+    parts = []
+    header = list(lowered.header)
+    for i, stmt in enumerate(header):
+        if i == 0 and _is_docstring(stmt) and doc_note:
+            text = stmt.value.value.rstrip("\n") + "\n\n" + doc_note.strip("\n") + "\n"
+            stmt = gast.Expr(value=gast.Constant(value=text, kind=None))
+        parts.append(_render_stmt(stmt))
+    text = _join_header(parts)
+    pieces = []
+    for fn in lowered.functions:
+        pieces.append(render_function(fn, decorator if fn.name in lowered.compiled else None))
+    for wrapper in lowered.wrappers.values():
+        pieces.append(render_function(wrapper))
+    body = "\n\n\n".join(pieces)
+    return (text + "\n\n\n" + body if text else body) + "\n"
+
+
+def _is_docstring(stmt):
+    return isinstance(stmt, gast.Expr) and isinstance(stmt.value, gast.Constant) and \
+        isinstance(stmt.value.value, str)
+
+
+def _render_stmt(stmt):
+    if is_marker(stmt):
+        value = stmt.value.args[0].value
+        return "" if value is None else f"# {value}"
+    if _is_docstring(stmt):
+        return '"""' + stmt.value.value.replace('"""', "'''") + '"""'
+    return ast.unparse(ast.fix_missing_locations(gast.gast_to_ast(stmt)))
+
+
+def _join_header(parts):
+    lines = []
+    for text in parts:
+        if text == "" and (not lines or lines[-1] == ""):
+            continue
+        lines.append(text)
+    while lines and lines[-1] == "":
+        lines.pop()
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- small gast helpers
+def _expr(text):
+    return gast.parse(text, mode="eval").body
+
+
+def _text(node):
+    return ast.unparse(ast.fix_missing_locations(gast.gast_to_ast(node)))
+
+
+def _name(identifier):
+    return gast.Name(id=identifier, ctx=gast.Load(), annotation=None, type_comment=None)
+
+
+def _call(func, args, keywords=()):
+    return gast.Call(func=_expr(func) if isinstance(func, str) else func, args=list(args),
+                     keywords=list(keywords))
+
+
+def _dotted(node):
+    """'np.sum' for the expression np.sum (None for anything but a dotted name)."""
+    if isinstance(node, gast.Name):
+        return node.id
+    if isinstance(node, gast.Attribute):
+        base = _dotted(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    return None
+
+
+def _const(node):
+    """The Python value of a constant expression (ints, floats, None, tuples), else _NOPE."""
+    if isinstance(node, gast.Constant):
+        return node.value
+    if isinstance(node, gast.UnaryOp) and isinstance(node.op, gast.USub):
+        inner = _const(node.operand)
+        if isinstance(inner, (int, float)) and not isinstance(inner, bool):
+            return -inner
+    if isinstance(node, gast.Tuple):
+        values = [_const(e) for e in node.elts]
+        if all(v is not _NOPE for v in values):
+            return tuple(values)
+    return _NOPE
+
+
+_NOPE = object()
+
+
+def _num(value):
+    if isinstance(value, (int, float)) and value < 0:
+        return gast.UnaryOp(op=gast.USub(), operand=gast.Constant(value=-value, kind=None))
+    return gast.Constant(value=value, kind=None)
+
+
+def _bind(node, params):
+    """Arguments of a call by parameter name; None when it passes something unexpected."""
+    bound = {}
+    if len(node.args) > len(params):
+        return None
+    for p, a in zip(params, node.args):
+        bound[p] = a
+    for kw in node.keywords:
+        if kw.arg is None or kw.arg not in params:
+            return None
+        bound[kw.arg] = kw.value
+    return bound
+
+
+_REDUCTIONS = {
+    "np.sum": ("x", "axis", "dtype", "out", "keepdims"),
+    "np.mean": ("x", "axis", "dtype", "out", "keepdims"),
+    "np.prod": ("x", "axis", "dtype", "out", "keepdims"),
+    "np.max": ("x", "axis", "out", "keepdims"),
+    "np.amax": ("x", "axis", "out", "keepdims"),
+    "np.min": ("x", "axis", "out", "keepdims"),
+    "np.amin": ("x", "axis", "out", "keepdims"),
+    "np.var": ("x", "axis", "dtype", "out", "ddof", "keepdims"),
+    "np.std": ("x", "axis", "dtype", "out", "ddof", "keepdims"),
+}
+_ONE_AXIS = {"np.sum": None, "np.mean": "mean_axis", "np.prod": "prod_axis",
+             "np.max": "max_axis", "np.amax": "max_axis", "np.min": "min_axis",
+             "np.amin": "min_axis"}
+
+
+def _ordered_axes(axes):
+    """Axes in an order where reducing one at a time keeps the others' meaning: non-negative
+    ones from the last, then negative ones from the first."""
+    pos = sorted((a for a in axes if a >= 0), reverse=True)
+    neg = sorted(a for a in axes if a < 0)
+    return pos + neg
+
+
+# ---------------------------------------------------------------- the lowering pass
+class _Lower(gast.NodeTransformer):
+    """Rewrites one function's calls into the dialect; collects the helpers they need."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def helper(self, name):
+        self.module.need(name)
+        return name
+
+    # -- calls
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        func = _dotted(node.func)
+        if func in _REDUCTIONS:
+            return self.reduction(node, func)
+        method = getattr(self, "call_" + (func or "").replace(".", "_"), None)
+        if method is not None:
+            result = method(node)
+            if result is not None:
+                return result
+        if isinstance(node.func, gast.Attribute) and node.func.attr == "reshape" and \
+                func != "np.reshape" and not _is_contiguous_call(node.func.value):
+            node.func.value = _call("np.ascontiguousarray", [node.func.value])
+        return node
+
+    def reduction(self, node, func):
+        args = _bind(node, _REDUCTIONS[func])
+        if args is None or "out" in args or "dtype" in args:
+            return node
+        x = args["x"]
+        axis = _const(args["axis"]) if "axis" in args else None
+        if axis is _NOPE:  # an axis held in a name: one integer axis
+            axis = args["axis"]
+        keep = _const(args.get("keepdims", gast.Constant(value=False, kind=None)))
+        if keep is _NOPE:
+            return node
+        ddof = args.get("ddof", gast.Constant(value=0, kind=None))
+        if func in ("np.var", "np.std"):
+            value = self.variance(x, axis, ddof)
+            if value is None:
+                return node
+            if func == "np.std":
+                value = _call("np.sqrt", [value])
+        elif axis is None:
+            value = _call(func, [x])
+        else:
+            value = self.per_axis(func, x, axis)
+        if keep:
+            value = self.keep(value, x, axis)
+        return value
+
+    def per_axis(self, func, x, axis):
+        axes = axis if isinstance(axis, tuple) else (axis,)
+        value = x
+        order = _ordered_axes(axes) if all(isinstance(a, int) for a in axes) else axes
+        for a in order:
+            a_node = a if isinstance(a, gast.AST) else _num(a)
+            if _ONE_AXIS[func] is None:
+                value = _call("np.sum", [value], [gast.keyword(arg="axis", value=a_node)])
+            else:
+                value = _call(self.helper(_ONE_AXIS[func]), [value, a_node])
+        return value
+
+    def variance(self, x, axis, ddof):
+        if axis is None:
+            var = _call("np.var", [x])
+            if _const(ddof) == 0:
+                return var
+            if not isinstance(x, gast.Name):
+                return None
+            return _expr(f"np.var({x.id}) * {x.id}.size / ({x.id}.size - {_text(ddof)})")
+        if not isinstance(axis, tuple):
+            return _call(self.helper("var_axis"), [x, axis if isinstance(axis, gast.AST)
+                                                   else _num(axis), ddof])
+        if not isinstance(x, gast.Name) or not all(isinstance(a, int) for a in axis):
+            return None
+        # several axes: the mean over them, kept, then the mean of squared deviations
+        mean = self.keep(self.per_axis("np.mean", x, axis), x, axis)
+        centered = gast.BinOp(left=_name(x.id), op=gast.Sub(), right=mean)
+        squares = gast.BinOp(left=centered, op=gast.Mult(), right=centered)
+        total = self.per_axis("np.sum", squares, axis)
+        count = " * ".join(f"{x.id}.shape[{a}]" for a in axis)
+        return gast.BinOp(left=total, op=gast.Div(),
+                          right=_expr(f"({count} - {_text(ddof)})"))
+
+    def keep(self, value, x, axis):
+        if axis is None:
+            return _call(self.helper("keep_all"), [value, x])
+        axes = axis if isinstance(axis, tuple) else (axis,)
+        order = sorted(axes) if all(isinstance(a, int) and a >= 0 for a in axes) else axes
+        for a in order:
+            value = _call(self.helper("keep_axis"), [value, a if isinstance(a, gast.AST)
+                                                     else _num(a)])
+        return value
+
+    def call_np_flip(self, node):
+        args = _bind(node, ("m", "axis"))
+        if args is None or "axis" not in args or _const(args["axis"]) is None:
+            return None
+        axes = _const(args["axis"])
+        axes = axes if isinstance(axes, tuple) else (args["axis"],)
+        value = args["m"]
+        for a in axes:
+            value = _call(self.helper("flip_axis"), [value, a if isinstance(a, gast.AST)
+                                                     else _num(a)])
+        return value
+
+    def call_np_roll(self, node):
+        args = _bind(node, ("a", "shift", "axis"))
+        if args is None or "axis" not in args or _const(args["axis"]) is None:
+            return None
+        if isinstance(_const(args["axis"]), tuple):
+            return None
+        return _call(self.helper("roll_axis"), [args["a"], args["shift"], args["axis"]])
+
+    def call_np_squeeze(self, node):
+        args = _bind(node, ("a", "axis"))
+        if args is None or not isinstance(args["a"], gast.Name):
+            return None
+        axis = _const(args.get("axis", gast.Constant(value=None, kind=None)))
+        if not isinstance(axis, int):
+            return None
+        x = args["a"].id
+        shape = f"{x}.shape[:-1]" if axis == -1 else \
+            f"{x}.shape[:{axis}] + {x}.shape[{axis + 1}:]"
+        return _expr(f"np.ascontiguousarray({x}).reshape({shape})")
+
+    def call_np_expand_dims(self, node):
+        args = _bind(node, ("a", "axis"))
+        if args is None or "axis" not in args:
+            return None
+        axes = _const(args["axis"])
+        if not isinstance(axes, tuple) or not all(isinstance(a, int) and a >= 0 for a in axes):
+            return None
+        value = args["a"]
+        for a in sorted(axes):
+            value = _call("np.expand_dims", [value, _num(a)])
+        return value
+
+    def call_np_reshape(self, node):
+        args = _bind(node, ("a", "newshape"))
+        if args is None or "newshape" not in args:
+            return None
+        base = args["a"]
+        if not _is_contiguous_call(base):
+            base = _call("np.ascontiguousarray", [base])
+        return _call(gast.Attribute(value=base, attr="reshape", ctx=gast.Load()),
+                     [args["newshape"]])
+
+    def call_np_matmul(self, node):
+        if len(node.args) != 2 or node.keywords:
+            return None
+        return gast.BinOp(left=node.args[0], op=gast.MatMult(), right=node.args[1])
+
+    def call_abs(self, node):
+        if len(node.args) != 1 or node.keywords:
+            return None
+        return _call("np.abs", node.args)
+
+    def call_np_diagonal(self, node):
+        if len(node.args) != 1 or node.keywords:
+            return None
+        return _call("np.diag", node.args)
+
+    def call_np_heaviside(self, node):
+        if len(node.args) != 2 or node.keywords or not isinstance(node.args[0], gast.Name):
+            return None
+        x = node.args[0].id
+        inner = _call("np.where", [_expr(f"{x} > 0"), gast.Constant(value=1.0, kind=None),
+                                   node.args[1]])
+        return _call("np.where", [_expr(f"{x} < 0"), gast.Constant(value=0.0, kind=None),
+                                  inner])
+
+    def call_np_einsum(self, node):
+        if not node.args or node.keywords:
+            return None
+        spec = _const(node.args[0])
+        if not isinstance(spec, str):
+            return None
+        operands = node.args[1:]
+        try:
+            ins, out = parse_subscripts(spec, len(operands))
+        except ValueError:
+            return None
+        direct = _einsum_as_dot(ins, out, operands)
+        if direct is not None:
+            return direct
+        name = self.module.einsum_helper(ins, out)
+        return _call(name, operands)
+
+    # -- statements and operators
+    def visit_Expr(self, node):
+        self.generic_visit(node)
+        value = node.value
+        if isinstance(value, gast.Call) and _dotted(value.func) == "np.add.at" and \
+                len(value.args) == 3 and not value.keywords:
+            target, index, g = value.args
+            if isinstance(index, gast.List):
+                index = _call("np.array", [index])
+            if isinstance(index, gast.Tuple):
+                name = self.module.scatter_helper(index.elts)
+                if name is None:
+                    return node
+                node.value = _call(name, [target] + list(index.elts) + [g])
+            else:
+                node.value = _call(self.helper("scatter_add"), [target, index, g])
+        return node
+
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        if isinstance(node.op, gast.Pow):
+            p = _const(node.right)
+            if isinstance(p, int) and not isinstance(p, bool) and p < 0:
+                node.right = _num(float(p))  # under Numba an int to a negative int power is 0
+        return node
+
+
+def _is_contiguous_call(node):
+    """Whether `node` is a call known to return a new C-contiguous array."""
+    return isinstance(node, gast.Call) and _dotted(node.func) in (
+        "np.ascontiguousarray", "np.zeros", "np.ones", "np.empty", "np.array", "np.dot",
+        "np.zeros_like", "np.ones_like", "np.full", "np.full_like", "np.outer", "np.copy")
+
+
+# ---------------------------------------------------------------- einsum
+def parse_subscripts(spec, count):
+    """(['ij', 'jk'], 'ik') from 'ij,jk->ik'; the implicit output as NumPy defines it.
+
+    >>> parse_subscripts("ij,jk", 2)
+    (['ij', 'jk'], 'ik')
+    """
+    spec = spec.replace(" ", "")
+    if "." in spec:
+        raise ValueError("ellipsis in einsum subscripts")
+    if "->" in spec:
+        ins, out = spec.split("->")
+    else:
+        ins = spec
+        letters = ins.replace(",", "")
+        out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    parts = ins.split(",")
+    if len(parts) != count:
+        raise ValueError("operand count does not match the subscripts")
+    return parts, out
+
+
+def _einsum_as_dot(ins, out, operands):
+    """np.dot/np.outer for two-operand einsums that are a matrix or vector product."""
+    if len(ins) != 2:
+        return None
+    a, b = ins
+    if len(a) > 2 or len(b) > 2 or len(set(a)) != len(a) or len(set(b)) != len(b):
+        return None
+    shared = set(a) & set(b)
+    if (set(a) | set(b)) - shared != set(out) or shared & set(out) or len(set(out)) != len(out):
+        return None
+    x, y = operands
+    if not shared:
+        if len(a) == 1 and len(b) == 1:
+            if out == a + b:
+                return _call("np.outer", [x, y])
+            if out == b + a:
+                return _call("np.outer", [y, x])
+        return None
+    if len(shared) != 1:
+        return None
+    (c,) = shared
+    left = x if a[-1] == c else gast.Attribute(value=x, attr="T", ctx=gast.Load())
+    right = y if b[0] == c else gast.Attribute(value=y, attr="T", ctx=gast.Load())
+    free = a.replace(c, "") + b.replace(c, "")
+    if free == out:
+        return _call("np.dot", [left, right])
+    if free[::-1] == out and len(free) == 2:
+        # (A B).T computed as B.T A.T, which is contiguous
+        lt = gast.Attribute(value=right, attr="T", ctx=gast.Load()) if right is y else y
+        rt = gast.Attribute(value=left, attr="T", ctx=gast.Load()) if left is x else x
+        return _call("np.dot", [lt, rt])
+    return None
+
+
+def _einsum_source(name, ins, out):
+    params = [f"op{k}" for k in range(len(ins))]
+    spec = ",".join(ins) + "->" + out
+    lines = [f"def {name}({', '.join(params)}):",
+             f'    """np.einsum({spec!r}, {", ".join(params)}) written as loops."""']
+    sizes = {}
+    for k, sub in enumerate(ins):
+        for axis, letter in enumerate(sub):
+            sizes.setdefault(letter, f"op{k}.shape[{axis}]")
+    for letter in sorted(sizes):
+        lines.append(f"    n_{letter} = {sizes[letter]}")
+    summed = [c for c in sorted(sizes) if c not in out]
+    product = " * ".join(f"op{k}[{', '.join(sub)}]" if sub else f"op{k}"
+                         for k, sub in enumerate(ins))
+    indent = "    "
+    if out:
+        shape = ", ".join(f"n_{c}" for c in out) + ("," if len(out) == 1 else "")
+        lines.append(f"    out = np.zeros(({shape}))")
+    for letter in out:
+        lines.append(f"{indent}for {letter} in range(n_{letter}):")
+        indent += "    "
+    lines.append(f"{indent}total = 0.0")
+    inner = indent
+    for letter in summed:
+        lines.append(f"{inner}for {letter} in range(n_{letter}):")
+        inner += "    "
+    lines.append(f"{inner}total += {product}")
+    if out:
+        lines.append(f"{indent}out[{', '.join(out)}] = total")
+        lines.append("    return out")
+    else:
+        lines.append("    return total")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- scatter-add patterns
+def _scatter_source(name, kinds):
+    """np.add.at(b, (i0, i1, ...), g) for one pattern of slice ('s') and index ('v') parts."""
+    params = [f"i{k}" for k in range(len(kinds))]
+    values = [k for k, kind in enumerate(kinds) if kind == "v"]
+    lines = [f"def {name}(b, {', '.join(params)}, g):",
+             f'    """np.add.at(b, ({", ".join(params)}), g): repeated indices accumulate."""']
+    shapes = ", ".join(f"np.shape(i{k})" for k in values)
+    lines.append(f"    shape = np.broadcast_shapes({shapes})")
+    for k in values:
+        lines.append(f"    j{k} = np.broadcast_to(np.asarray(i{k}), shape)")
+    lines.append("    for k in np.ndindex(shape):")
+    target = ", ".join(f"j{k}[k]" if kind == "v" else f"i{k}" for k, kind in enumerate(kinds))
+    adjacent = values == list(range(values[0], values[-1] + 1))
+    lead = values[0] if adjacent else 0
+    g_index = "k" if lead == 0 else "(" + "slice(None), " * lead + ") + k"
+    lines.append(f"        b[{target}] += g[{g_index}]")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- module-level driver
+class _Module:
+    def __init__(self, tree):
+        self.tree = tree
+        self.taken = {n.id for n in gast.walk(tree) if isinstance(n, gast.Name)}
+        self.taken |= {n.name for n in gast.walk(tree) if isinstance(n, gast.FunctionDef)}
+        self.needed = set()
+        self.generated = {}  # name -> source of helpers written for one einsum/pattern
+
+    def need(self, name):
+        self.needed.add(name)
+        for dep in DIALECT_DEPENDS.get(name, ()):
+            self.needed.add(dep)
+
+    def einsum_helper(self, ins, out):
+        base = "einsum_" + "_".join(ins) + ("_to_" + out if out else "_to_scalar")
+        if base not in self.generated:
+            self.generated[base] = _einsum_source(base, ins, out)
+        return base
+
+    def scatter_helper(self, parts):
+        kinds = []
+        for p in parts:
+            if isinstance(p, gast.Call) and _dotted(p.func) == "slice":
+                kinds.append("s")
+            elif _const(p) is Ellipsis or _const(p) is None:
+                return None
+            else:
+                kinds.append("v")
+        if "v" not in kinds:
+            return None
+        base = "scatter_add_" + "".join(kinds)
+        if base not in self.generated:
+            self.generated[base] = _scatter_source(base, kinds)
+        return base
+
+
+_KEEP_ALL = '''\
+def keep_all(r, x):
+    """The full reduction `r` of `x` with every axis kept with size one (keepdims=True)."""
+    if x.ndim == 1:
+        return np.full((1,), r)
+    if x.ndim == 2:
+        return np.full((1, 1), r)
+    if x.ndim == 3:
+        return np.full((1, 1, 1), r)
+    return np.full((1, 1, 1, 1), r)
+'''
+
+
+def lower_source(source, entries=(), injected=()):
+    """Lower a generated module's source into the compiled dialect.
+
+    `entries` are the functions callers use (they get a plain wrapper when module arrays must be
+    passed to them); `injected` names module data the loader sets (not imported).
+    """
+    tree = parse_with_comments(source)
+    module = _Module(tree)
+    header, functions = [], []
+    for stmt in tree.body:
+        (functions if isinstance(stmt, gast.FunctionDef) else header).append(stmt)
+    replaced = {fn.name for fn in functions if fn.name in DIALECT_HELPERS}
+    functions = [fn for fn in functions if fn.name not in replaced]
+    for name in replaced:
+        module.need(name)
+    lowering = _Lower(module)
+    functions = [lowering.visit(fn) for fn in functions]
+    helper_defs = []
+    sources = {name: DIALECT_HELPERS[name] for name in module.needed if name in DIALECT_HELPERS}
+    if "keep_all" in module.needed:
+        sources["keep_all"] = _KEEP_ALL
+    sources.update(module.generated)
+    for name in sorted(sources):
+        helper_defs.append(gast.parse(sources[name]).body[0])
+    names = [fn.name for fn in helper_defs + functions]
+    data = _data_names(header, injected)
+    all_functions = helper_defs + functions
+    lowered = LoweredModule(header, all_functions, set(sources), compiled=set(names))
+    _thread_data(lowered, data, entries, module.taken | set(names))
+    return lowered
+
+
+def _data_names(header, injected):
+    names = []
+    for stmt in header:
+        if isinstance(stmt, gast.ImportFrom) and stmt.module not in ("numpy", "math", "numba"):
+            names += [alias.asname or alias.name for alias in stmt.names]
+    return names + [n for n in injected if n not in names]
+
+
+def _free_loads(fn):
+    bound = {a.id for a in fn.args.args}
+    for node in gast.walk(fn):
+        if isinstance(node, gast.Name) and isinstance(node.ctx, (gast.Store, gast.Del)):
+            bound.add(node.id)
+    return {n.id for n in gast.walk(fn) if isinstance(n, gast.Name) and
+            isinstance(n.ctx, gast.Load) and n.id not in bound}
+
+
+def _thread_data(lowered, data, entries, taken):
+    """Pass module arrays as arguments: Numba would freeze them into the compiled code (and its
+    on-disk cache would keep stale values)."""
+    if not data:
+        return
+    by_name = {fn.name: fn for fn in lowered.functions}
+    free = {name: _free_loads(fn) for name, fn in by_name.items()}
+    needs = {name: [d for d in data if d in free[name]] for name in by_name}
+    changed = True
+    while changed:
+        changed = False
+        for name in by_name:
+            for callee in free[name] & set(by_name):
+                extra = [d for d in needs[callee] if d not in needs[name]]
+                if extra:
+                    needs[name] = [d for d in data if d in needs[name] or d in extra]
+                    changed = True
+    for name, fn in by_name.items():
+        for d in needs[name]:
+            fn.args.args.append(gast.Name(id=d, ctx=gast.Param(), annotation=None,
+                                          type_comment=None))
+        for node in gast.walk(fn):
+            if isinstance(node, gast.Call) and isinstance(node.func, gast.Name) and \
+                    node.func.id in by_name and needs[node.func.id]:
+                node.args.extend(_name(d) for d in needs[node.func.id])
+    lowered.data = [d for d in data if any(d in n for n in needs.values())]
+    for entry in entries:
+        if entry not in by_name or not needs[entry]:
+            continue
+        fn = by_name[entry]
+        wrapper_name = _fresh(f"{entry}_entry", taken)
+        params = [a.id for a in fn.args.args[:len(fn.args.args) - len(needs[entry])]]
+        call = f"{entry}({', '.join(params + needs[entry])})"
+        text = (f"def {wrapper_name}({', '.join(params)}):\n"
+                f'    """{entry} with the module data it reads passed in: compiled code '
+                f'must not\n    freeze module arrays."""\n'
+                f"    return {call}\n")
+        lowered.wrappers[entry] = gast.parse(text).body[0]
+
+
+def _fresh(base, taken):
+    name, k = base, 2
+    while name in taken:
+        name = f"{base}_{k}"
+        k += 1
+    taken.add(name)
+    return name

@@ -1,0 +1,329 @@
+"""The Numba CPU target: a generated module, lowered into the compiled dialect, with every
+function compiled by ``numba.njit`` in nopython mode (never object mode).
+
+:func:`compile_module` lowers the source (:mod:`codegen.dialect`), puts a decorator such as
+``@numba.njit(cache=True, error_model='numpy')`` on each function, notes the library versions in
+the module docstring (so they are part of the content hash that names the file), writes it with
+:func:`codegen.loader.load_source` and returns a :class:`CompiledModule`, whose entry points
+compile on their first call.
+
+Numba's on-disk cache sits beside the module (or in ``$NUMBA_CACHE_DIR``) and is keyed by the
+file's path and modification time, which content-hashed files keep stable. We add a manifest:
+after a successful compile the hashes of each function's cache files are written next to the
+module (``<module>.numba.json``); before a module is used in a new process every cache file is
+checked against it, and files that do not match (corrupt, truncated, written by a process that
+crashed) are deleted so Numba rebuilds them instead of loading them.
+
+When Numba cannot compile, the entry point raises :class:`CompileFailure` naming the generated
+function, line and Numba's reason; :mod:`autodiff_ast.jit` maps it back to the user's line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import hashlib
+import json
+import os
+import platform
+import re
+import tempfile
+from dataclasses import dataclass
+
+import gast
+
+from .dialect import lower_source, render
+from .loader import load_source
+
+__all__ = ["CompileFailure", "CompiledModule", "NumbaOptions", "compile_module", "versions"]
+
+
+@dataclass(frozen=True)
+class NumbaOptions:
+    """How the functions of one module are compiled."""
+
+    cache: bool = True
+    parallel: bool = False
+    error_model: str = "numpy"  # x / 0.0 gives inf as in NumPy, and no division checks
+    fastmath: bool = False
+
+    def decorator(self):
+        """The decorator written above each compiled function.
+
+        >>> NumbaOptions().decorator()
+        "numba.njit(cache=True, error_model='numpy')"
+        """
+        parts = [f"cache={self.cache}"]
+        if self.parallel:
+            parts.append("parallel=True")
+        if self.fastmath:
+            parts.append("fastmath=True")
+        parts.append(f"error_model={self.error_model!r}")
+        return f"numba.njit({', '.join(parts)})"
+
+
+def versions():
+    """Versions that decide whether compiled code can be reused (part of the cache key).
+
+    >>> sorted(versions())
+    ['llvmlite', 'numba', 'numpy', 'python']
+    """
+    import llvmlite
+    import numba
+    import numpy
+    return {"python": platform.python_version(), "numpy": numpy.__version__,
+            "numba": numba.__version__, "llvmlite": llvmlite.__version__}
+
+
+class CompileFailure(Exception):
+    """Numba could not compile a generated module."""
+
+    def __init__(self, reason, filename, lineno, function, code):
+        self.reason = reason
+        self.filename = filename  # the generated module's file
+        self.lineno = lineno  # line in that file (None when Numba did not say)
+        self.function = function  # the generated function holding that line
+        self.code = code  # the text of that line
+        where = f"{filename}:{lineno}" if lineno else filename
+        super().__init__(f"{where}: {reason}")
+
+
+# ---------------------------------------------------------------- compiling a module
+def compile_module(source, name, entries, injected=None, options=None, note=None):
+    """Lower, decorate, write and import `source`; returns a :class:`CompiledModule`.
+
+    `entries` are the functions callers use; `injected` maps module data names the loader sets
+    to their values; `note` is added to the module docstring.
+    """
+    import numba  # noqa: F401  (imported here: the module text imports it too)
+    options = options or NumbaOptions()
+    injected = dict(injected or {})
+    lowered = lower_source(source, entries=entries, injected=list(injected))
+    _import_numba(lowered)
+    stamp = ", ".join(f"{k} {v}" for k, v in versions().items())
+    lines = [f"Compiled with @{options.decorator()} ({stamp})."]
+    if lowered.data:
+        lines.append("Module arrays are passed as arguments, not frozen into the compiled code: "
+                     + ", ".join(lowered.data) + ".")
+    if note:
+        lines.append(note)
+    text = render(lowered, decorator=options.decorator(), doc_note="\n".join(lines))
+    module = load_source(text, name)
+    for key, value in injected.items():
+        setattr(module, key, value)
+    compiled = {fn: getattr(module, fn) for fn in sorted(lowered.compiled)}
+    rebuilt = verify_cache(module.__file__, compiled.values()) if options.cache else []
+    return CompiledModule(module, lowered, compiled, text, rebuilt, options)
+
+
+def _import_numba(lowered):
+    stmt = gast.parse("import numba").body[0]
+    at = 1 if lowered.header and isinstance(lowered.header[0], gast.Expr) else 0
+    lowered.header.insert(at, stmt)
+
+
+class CompiledModule:
+    """A loaded compiled module: attribute access gives its functions; entry points compile on
+    their first call and report Numba failures as :class:`CompileFailure`."""
+
+    def __init__(self, module, lowered, compiled, source, rebuilt, options):
+        self.module = module
+        self.source = source
+        self.rebuilt = rebuilt  # functions whose cache files failed the manifest check
+        self._lowered = lowered
+        self._compiled = compiled
+        self._options = options
+        self._entries = {}
+
+    def entry(self, name):
+        """The callable for generated function `name` (through its data wrapper if any)."""
+        if name not in self._entries:
+            target = getattr(self.module, self._lowered.entry_name(name))
+            self._entries[name] = _Entry(self, name, target, self._compiled.get(name))
+        return self._entries[name]
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name in self._compiled or name in self._lowered.wrappers:
+            return self.entry(name)
+        return getattr(self.module, name)
+
+    def signatures(self):
+        """Number of compiled signatures over all functions of the module."""
+        return sum(len(d.signatures) for d in self._compiled.values())
+
+    def record_cache(self):
+        if self._options.cache:
+            record_cache(self.module.__file__, self._compiled.values())
+
+    def failure(self, exc):
+        """The exception to raise for a Numba exception raised while compiling: a
+        :class:`CompileFailure`, or what ``failure_hook`` (set by the caller) makes of it."""
+        failure = _failure(exc, self.module.__file__, self.source)
+        hook = self.__dict__.get("failure_hook")
+        return hook(failure) if hook is not None else failure
+
+
+class _Entry:
+    def __init__(self, owner, name, target, dispatcher):
+        from numba.core.errors import NumbaError
+        self.owner = owner
+        self.name = name
+        self.target = target
+        self.signatures = dispatcher.overloads if dispatcher is not None else ()
+        self.seen = 0
+        self.error = NumbaError
+
+    def __call__(self, *args):
+        args = [_writeable(a) for a in args]
+        try:
+            result = self.target(*args)
+        except self.error as exc:
+            raise self.owner.failure(exc) from None
+        if len(self.signatures) != self.seen:  # newly compiled (and cached): record it
+            self.seen = len(self.signatures)
+            self.owner.record_cache()
+        return result
+
+    def __repr__(self):
+        return f"<compiled {self.name}>"
+
+
+def _writeable(value):
+    # Read-only arrays are a separate Numba type: copy them rather than compile again.
+    flags = getattr(value, "flags", None)
+    if flags is not None and not flags.writeable and hasattr(value, "copy"):
+        return value.copy()
+    return value
+
+
+# ---------------------------------------------------------------- errors
+_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
+_NOISE = ("Failed in nopython mode pipeline", "During:", "File \"", "<source elided>",
+          "For further information", "Enable logging", "This error may have been caused",
+          "^")
+
+
+def _failure(exc, filename, source):
+    text = str(exc)
+    lineno = None
+    for path, line in _FILE_LINE.findall(text):
+        if os.path.basename(path) == os.path.basename(filename):
+            lineno = int(line)
+            break
+    if lineno is None:
+        match = re.search(re.escape(os.path.basename(filename)) + r" \((\d+)\)", text)
+        lineno = int(match.group(1)) if match else None
+    lines = source.split("\n")
+    code = lines[lineno - 1].strip() if lineno and lineno <= len(lines) else None
+    function = None
+    if lineno:
+        for row in range(lineno - 1, -1, -1):
+            found = re.match(r"def (\w+)\(", lines[row])
+            if found:
+                function = found.group(1)
+                break
+    return CompileFailure(_reason(text), filename, lineno, function, code)
+
+
+def _reason(text):
+    kept = []
+    for line in text.split("\n"):
+        stripped = line.strip()
+        if not stripped or stripped.startswith(_NOISE) or stripped.startswith("- Of which"):
+            continue
+        if stripped.startswith(("There are", "Known signatures", "* (", "- argument")):
+            continue
+        kept.append(re.sub(r"\x1b\[[0-9;]*m", "", stripped))
+        if len(kept) == 3:
+            break
+    reason = " ".join(kept)
+    return reason if len(reason) < 400 else reason[:397] + "..."
+
+
+def comment_above(source, lineno):
+    """The nearest ``# ...`` comment line above generated line `lineno` in its function.
+
+    >>> comment_above("def f(x):\\n    # y = g(x)\\n    y = x\\n", 3)
+    'y = g(x)'
+    """
+    lines = source.split("\n")
+    for row in range(min(lineno, len(lines)) - 1, -1, -1):
+        text = lines[row].strip()
+        if text.startswith("# "):
+            return text[2:]
+        if lines[row].startswith("def ") or lines[row].startswith("@"):
+            return None
+    return None
+
+
+# ---------------------------------------------------------------- the cache manifest
+def _manifest_path(module_file):
+    return os.path.splitext(module_file)[0] + ".numba.json"
+
+
+def cache_files(dispatcher):
+    """The on-disk cache files (index and data) Numba keeps for one compiled function."""
+    cache = getattr(dispatcher, "_cache", None)
+    files = getattr(cache, "_cache_file", None)
+    if files is None:
+        return []
+    index = files._index_path
+    base = files._index_name[:-len(".nbi")]
+    data = glob.glob(os.path.join(glob.escape(files._cache_path), glob.escape(base) + ".*.nbc"))
+    return [p for p in [index] + sorted(data) if os.path.exists(p)]
+
+
+def _digest(path):
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def _read_manifest(module_file):
+    try:
+        with open(_manifest_path(module_file), encoding="utf-8") as handle:
+            data = json.load(handle)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def verify_cache(module_file, dispatchers):
+    """Delete the cache files of every function whose files do not match the manifest.
+
+    Returns the names of the functions whose cache was dropped (they compile again).
+    """
+    manifest = _read_manifest(module_file)
+    dropped = []
+    for dispatcher in dispatchers:
+        files = cache_files(dispatcher)
+        if all(manifest.get(p) == _digest(p) for p in files):
+            continue
+        for path in files:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        dropped.append(dispatcher.py_func.__name__)
+    return dropped
+
+
+def record_cache(module_file, dispatchers):
+    """Write the hashes of the functions' cache files next to the module (atomically)."""
+    manifest = {}
+    for dispatcher in dispatchers:
+        for path in cache_files(dispatcher):
+            digest = _digest(path)
+            if digest is not None:
+                manifest[path] = digest
+    path = _manifest_path(module_file)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".manifest.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(manifest, handle, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)

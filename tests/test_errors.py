@@ -1,0 +1,312 @@
+"""Errors about user code: the right AutodiffError subclass, naming the file, the line, the
+offending code and what to do instead."""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+import numpy as np
+import pytest
+
+import autodiff_ast as ad
+from autodiff_ast import (
+    ArgnumsError,
+    AutodiffError,
+    MissingRuleError,
+    NonFloatInputError,
+    NonScalarOutputError,
+    UnsupportedSyntaxError,
+)
+
+THIS_FILE = os.path.basename(__file__)
+G = 1.0
+
+
+def line_of(fn, text):
+    """The line number in this file of the first line of `fn` containing `text`."""
+    lines, first = inspect.getsourcelines(fn)
+    for k, line in enumerate(lines):
+        if text in line:
+            return first + k
+    raise AssertionError(f"{text!r} not in {fn.__name__}")
+
+
+def raised(cls, fn, *args, **options):
+    with pytest.raises(cls) as info:
+        ad.grad(fn, **options)(*args)
+    err = info.value
+    assert isinstance(err, AutodiffError)
+    return err
+
+
+def assert_located(err, fn, text):
+    """The error names this file and the line holding `text`, and quotes it."""
+    line = line_of(fn, text)
+    message = str(err)
+    assert err.filename == __file__
+    assert err.lineno == line
+    assert f"{THIS_FILE}:{line}:" in message
+    assert f"{THIS_FILE}:{line}:" in err.one_line()
+    assert "\n" not in err.one_line()
+    return message
+
+
+# ---------------------------------------------------------------- unsupported syntax
+def uses_try(x):
+    try:
+        y = x * 2.0
+    except ValueError:
+        y = x
+    return y
+
+
+def uses_global(x):
+    global G
+    return x * G
+
+
+def uses_nonlocal_like_class(x):
+    class Local:
+        pass
+    return x
+
+
+def uses_list_comprehension(x):
+    ys = [x * k for k in range(3)]
+    return ys[0]
+
+
+def uses_generator_expression(x):
+    return sum(x * k for k in range(3))
+
+
+def uses_dict_comprehension(x):
+    d = {k: x for k in range(2)}
+    return d[0]
+
+
+def is_a_generator(x):
+    yield x * 2.0
+
+
+def uses_fstring(x):
+    label = f"value {x}"  # noqa: F841
+    return x
+
+
+def uses_walrus(x):
+    return (y := x * 2.0) + y
+
+
+def uses_lambda_inside(x):
+    square = lambda v: v * v  # noqa: E731
+    return square(x)
+
+
+def uses_print(x):
+    print(x)
+    return x * x
+
+
+def uses_import(x):
+    import math
+    return math.sin(x)
+
+
+def uses_del(x):
+    y = x * 2.0
+    del y
+    return x
+
+
+def uses_star_args(*xs):
+    return xs[0]
+
+
+UNSUPPORTED = [
+    (uses_try, "try:", "try/except", "outside"),
+    (uses_global, "global G", "global", "argument"),
+    (uses_nonlocal_like_class, "class Local", "class", "outside"),
+    (uses_list_comprehension, "ys = [", "list comprehension", "vectorized"),
+    (uses_generator_expression, "return sum(", "generator expression", "vectorized"),
+    (uses_dict_comprehension, "d = {", "dict comprehension", "outside"),
+    (is_a_generator, "yield", "yield", "return"),
+    (uses_fstring, 'label = f"', "f-string", "outside"),
+    (uses_walrus, ":=", "walrus", "own statement"),
+    (uses_lambda_inside, "square = lambda", "lambda", "def"),
+    (uses_print, "    print(x)", "expression statements", "remove"),
+    (uses_import, "import math", "import", "module level"),
+    (uses_del, "del y", "del", ""),
+    (uses_star_args, "def uses_star_args", "*args", "parameters"),
+]
+
+
+@pytest.mark.parametrize("fn,line_text,what,hint", UNSUPPORTED,
+                         ids=[e[0].__name__ for e in UNSUPPORTED])
+def test_unsupported_syntax_names_file_line_and_hint(fn, line_text, what, hint):
+    err = raised(UnsupportedSyntaxError, fn, 1.0)
+    message = assert_located(err, fn, line_text)
+    assert what in err.message
+    assert err.hint and hint in err.hint
+    assert "hint: " in message
+    if not line_text.startswith("def "):  # the offending code is quoted
+        assert line_text in message
+
+
+# ---------------------------------------------------------------- missing rule
+def calls_fft(x):
+    spectrum = np.fft.fft(x)
+    return np.sum(spectrum.real)
+
+
+def calls_unknown_numpy(x):
+    return np.sum(np.sinc(x))
+
+
+def calls_builtin_without_rule(x):
+    return sum(x)
+
+
+def calls_unknown_method(x):
+    return x.ptp()
+
+
+@pytest.mark.parametrize("fn,line_text,name", [
+    (calls_fft, "np.fft.fft", "np.fft.fft"),
+    (calls_unknown_numpy, "np.sinc", "np.sinc"),
+    (calls_builtin_without_rule, "sum(x)", "sum"),
+    (calls_unknown_method, "x.ptp()", ".ptp()"),
+], ids=["fft", "sinc", "builtin-sum", "method"])
+def test_missing_rule(fn, line_text, name):
+    err = raised(MissingRuleError, fn, np.ones(4))
+    message = assert_located(err, fn, line_text)
+    assert name in err.message and "rule" in err.message
+    assert "adding-a-rule" in err.hint or "NumPy function" in err.hint
+    assert line_text in message
+
+
+def test_missing_rule_for_an_unsupported_option():
+    def norm_ord(x):
+        return np.linalg.norm(x, ord=1)
+    err = raised(MissingRuleError, norm_ord, np.ones(3))
+    assert_located(err, norm_ord, "np.linalg.norm")
+
+
+def test_primitive_without_rule_given_to_grad():
+    with pytest.raises(AutodiffError, match="no rule"):
+        ad.grad(np.sinc)(0.5)
+
+
+# ---------------------------------------------------------------- non-scalar output
+def vector_output(x):
+    return x * 2.0
+
+
+def tuple_output(x):
+    return x, x
+
+
+def test_non_scalar_output():
+    err = raised(NonScalarOutputError, vector_output, np.ones(3))
+    message = assert_located(err, vector_output, "return x * 2.0")
+    assert "scalar" in err.message and "float64[N]" in err.message
+    assert "np.sum" in err.hint and "vjp" in err.hint
+    assert isinstance(err, TypeError)  # like JAX, also a TypeError
+    assert "return x * 2.0" in message
+
+
+def no_return(x):
+    y = x * 2.0  # noqa: F841
+
+
+def test_tuple_output_without_has_aux():
+    err = raised(NonScalarOutputError, tuple_output, 1.0)
+    assert_located(err, tuple_output, "return x, x")
+    assert "tuple of 2" in err.message and "has_aux" in err.hint
+
+
+def test_function_returning_none():
+    err = raised(NonScalarOutputError, no_return, 1.0)
+    assert "None" in err.message
+
+
+def test_has_aux_needs_a_pair():
+    err = raised(UnsupportedSyntaxError, vector_output, 1.0, has_aux=True)
+    assert_located(err, vector_output, "return x * 2.0")
+    assert "pair" in err.message
+
+
+# ---------------------------------------------------------------- bad argnums
+def two_args(x, y):
+    return x * y
+
+
+@pytest.mark.parametrize("argnums,fragment", [
+    (2, "names argument 2"),
+    (-3, "names argument -3"),
+    ((0, 5), "names argument 5"),
+    ((0, 0), "twice"),
+    ((1, -1), "twice"),
+    (1.5, "int or a tuple of ints"),
+    ("0", "int or a tuple of ints"),
+    ((0, 1.0), "int or a tuple of ints"),
+], ids=["too-big", "too-negative", "tuple-out-of-range", "duplicated", "duplicated-negative",
+        "float", "string", "tuple-with-float"])
+def test_bad_argnums(argnums, fragment):
+    err = raised(ArgnumsError, two_args, 1.0, 2.0, argnums=argnums)
+    assert fragment in err.message
+    assert_located(err, two_args, "def two_args")
+    assert isinstance(err, ValueError)
+
+
+def test_argnums_error_lists_the_parameters():
+    err = raised(ArgnumsError, two_args, 1.0, 2.0, argnums=4)
+    assert "x, y" in err.message and "between 0 and 1" in err.hint
+
+
+# ---------------------------------------------------------------- non-float inputs
+def square_sum(x):
+    return np.sum(x * x)
+
+
+@pytest.mark.parametrize("value,what", [
+    (3, "int"),
+    (True, "bool"),
+    (1.0 + 2.0j, "complex"),
+    (np.array([1, 2, 3]), "int"),
+    (np.array([True, False]), "bool"),
+    (np.array([1.0 + 1.0j]), "complex"),
+], ids=["int", "bool", "complex", "int-array", "bool-array", "complex-array"])
+def test_non_float_input(value, what):
+    err = raised(NonFloatInputError, square_sum, value)
+    assert what in err.message and "'x'" in err.message
+    assert "float" in err.hint
+    assert_located(err, square_sum, "def square_sum")
+    assert isinstance(err, TypeError)
+
+
+def test_non_float_leaf_of_a_pytree():
+    def f(p):
+        return p["w"] * 2.0
+    err = raised(NonFloatInputError, f, {"w": 3})
+    assert "p_w" in err.message
+
+
+def test_integer_argument_outside_argnums_is_fine():
+    assert ad.grad(two_args)(2.0, 3) == pytest.approx(3.0)
+
+
+# ---------------------------------------------------------------- the hierarchy
+def test_every_error_class_derives_from_autodiff_error():
+    for cls in (UnsupportedSyntaxError, MissingRuleError, NonScalarOutputError, ArgnumsError,
+                NonFloatInputError, ad.SourceUnavailableError):
+        assert issubclass(cls, AutodiffError)
+
+
+def test_function_without_source():
+    namespace = {}
+    exec("def hidden(x):\n    return x * x\n", namespace)
+    with pytest.raises(ad.SourceUnavailableError) as info:
+        ad.grad(namespace["hidden"])(1.0)
+    assert "linecache" in info.value.hint

@@ -1,0 +1,596 @@
+"""Every reverse rule, checked against finite differences on a table of ops and shapes.
+
+The table is data: (name, function, input domain per argument, arity). Elementwise ops are
+crossed with broadcasting shape pairs; structural ops carry their own input shapes. Each case
+goes through ``check_grads(f, args, modes=("rev",))``: central finite differences in a random
+direction against the generated vjp (a dot-product test with a random output cotangent).
+Nothing here is checked against a hand-written derivative formula.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+
+import numpy as np
+import pytest
+
+import autodiff_ast as ad
+from autodiff_ast import rules
+from autodiff_ast.rules.elementwise import PARTIALS
+
+# ---------------------------------------------------------------- input domains
+# Each domain draws values where the function is smooth: log > 0, arcsin in (-1, 1),
+# arccosh > 1, and nothing within reach of a kink (|x| >= 0.2 for abs, sign, clip bounds).
+
+
+def _real(rng, shape):
+    return rng.uniform(-2.0, 2.0, shape)
+
+
+def _positive(rng, shape):
+    return rng.uniform(0.5, 2.0, shape)
+
+
+def _unit(rng, shape):
+    return rng.uniform(-0.8, 0.8, shape)
+
+
+def _above_one(rng, shape):
+    return rng.uniform(1.2, 3.0, shape)
+
+
+def _away_from_zero(rng, shape):
+    return rng.choice([-1.0, 1.0], shape) * rng.uniform(0.3, 2.0, shape)
+
+
+def _small(rng, shape):
+    return rng.uniform(-1.0, 1.0, shape)
+
+
+DOMAINS = {"real": _real, "pos": _positive, "unit": _unit, "gt1": _above_one,
+           "nonzero": _away_from_zero, "small": _small}
+
+
+def draw(domain, shape, rng):
+    """A value of `shape` from `domain`; shape () gives a Python float."""
+    value = DOMAINS[domain](rng, shape)
+    return float(value) if shape == () else value
+
+
+# ---------------------------------------------------------------- elementwise table
+# (name, function, domain of each argument). Binary entries are crossed with BINARY_SHAPES,
+# unary ones with UNARY_SHAPES.
+UNARY = [
+    ("sin", lambda x: np.sin(x), "real"),
+    ("cos", lambda x: np.cos(x), "real"),
+    ("tan", lambda x: np.tan(x), "unit"),
+    ("arcsin", lambda x: np.arcsin(x), "unit"),
+    ("arccos", lambda x: np.arccos(x), "unit"),
+    ("arctan", lambda x: np.arctan(x), "real"),
+    ("sinh", lambda x: np.sinh(x), "real"),
+    ("cosh", lambda x: np.cosh(x), "real"),
+    ("tanh", lambda x: np.tanh(x), "real"),
+    ("arcsinh", lambda x: np.arcsinh(x), "real"),
+    ("arccosh", lambda x: np.arccosh(x), "gt1"),
+    ("arctanh", lambda x: np.arctanh(x), "unit"),
+    ("exp", lambda x: np.exp(x), "real"),
+    ("exp2", lambda x: np.exp2(x), "real"),
+    ("expm1", lambda x: np.expm1(x), "real"),
+    ("log", lambda x: np.log(x), "pos"),
+    ("log2", lambda x: np.log2(x), "pos"),
+    ("log10", lambda x: np.log10(x), "pos"),
+    ("log1p", lambda x: np.log1p(x), "pos"),
+    ("sqrt", lambda x: np.sqrt(x), "pos"),
+    ("cbrt", lambda x: np.cbrt(x), "pos"),
+    ("square", lambda x: np.square(x), "real"),
+    ("reciprocal", lambda x: np.reciprocal(x), "nonzero"),
+    ("negative", lambda x: np.negative(x), "real"),
+    ("positive", lambda x: np.positive(x), "real"),
+    ("absolute", lambda x: np.absolute(x), "nonzero"),
+    ("fabs", lambda x: np.fabs(x), "nonzero"),
+    ("deg2rad", lambda x: np.deg2rad(x), "real"),
+    ("rad2deg", lambda x: np.rad2deg(x), "real"),
+    # operators and aliases
+    ("neg-operator", lambda x: -x, "real"),
+    ("abs-builtin", lambda x: abs(x), "nonzero"),
+    ("np.abs", lambda x: np.abs(x), "nonzero"),
+    ("sign-times", lambda x: np.sign(x) * x * x, "nonzero"),
+    ("floor-plus", lambda x: np.floor(x) + x, "nonzero"),
+    ("pow-const-2", lambda x: x ** 2, "real"),
+    ("pow-const-3.5", lambda x: x ** 3.5, "pos"),
+    ("pow-const-neg", lambda x: x ** -1.5, "pos"),
+    ("rpow-const", lambda x: 2.0 ** x, "real"),
+    ("where-self", lambda x: np.where(x > 0.0, x * x, -x), "nonzero"),
+    ("clip", lambda x: np.clip(x, -0.5, 0.5) * x, "nonzero"),
+]
+
+BINARY = [
+    ("add", lambda a, b: np.add(a, b), "real", "real"),
+    ("subtract", lambda a, b: np.subtract(a, b), "real", "real"),
+    ("multiply", lambda a, b: np.multiply(a, b), "real", "real"),
+    ("divide", lambda a, b: np.divide(a, b), "real", "nonzero"),
+    ("maximum", lambda a, b: np.maximum(a, b), "real", "real"),
+    ("minimum", lambda a, b: np.minimum(a, b), "real", "real"),
+    ("fmax", lambda a, b: np.fmax(a, b), "real", "real"),
+    ("fmin", lambda a, b: np.fmin(a, b), "real", "real"),
+    ("arctan2", lambda a, b: np.arctan2(a, b), "nonzero", "nonzero"),
+    ("hypot", lambda a, b: np.hypot(a, b), "nonzero", "nonzero"),
+    ("logaddexp", lambda a, b: np.logaddexp(a, b), "real", "real"),
+    ("logaddexp2", lambda a, b: np.logaddexp2(a, b), "real", "real"),
+    ("remainder", lambda a, b: np.remainder(a, b), "pos", "pos"),
+    ("fmod", lambda a, b: np.fmod(a, b), "pos", "pos"),
+    ("power", lambda a, b: np.power(a, b), "pos", "real"),
+    ("op+", lambda a, b: a + b, "real", "real"),
+    ("op-", lambda a, b: a - b, "real", "real"),
+    ("op*", lambda a, b: a * b, "real", "real"),
+    ("op/", lambda a, b: a / b, "real", "nonzero"),
+    ("op**", lambda a, b: a ** b, "pos", "real"),
+    ("where", lambda a, b: np.where(a > b, a * b, b - a), "real", "real"),
+    ("clip-lo", lambda a, b: np.clip(a, b, None), "real", "real"),
+    ("clip-hi", lambda a, b: np.clip(a, None, b), "real", "real"),
+]
+
+UNARY_SHAPES = [(), (3,), (2, 3)]
+BINARY_SHAPES = [((), ()), ((), (2, 3)), ((2, 3), ()), ((2, 3), (2, 1)), ((3,), (2, 3)),
+                 ((2, 1), (1, 3))]
+
+
+def _shape_id(shape):
+    return "x".join(map(str, shape)) or "scalar"
+
+
+def _cases(table, shapes, pairs):
+    out = []
+    for entry in table:
+        for shape in shapes:
+            sid = "-".join(_shape_id(s) for s in shape) if pairs else _shape_id(shape)
+            out.append(pytest.param(entry, shape, id=f"{entry[0]}[{sid}]"))
+    return out
+
+
+@pytest.mark.parametrize("entry,shape", _cases(UNARY, UNARY_SHAPES, pairs=False))
+def test_unary_elementwise(entry, shape, rng):
+    name, f, domain = entry
+    ad.check_grads(f, (draw(domain, shape, rng),), modes=("rev",))
+
+
+@pytest.mark.parametrize("entry,shapes", _cases(BINARY, BINARY_SHAPES, pairs=True))
+def test_binary_elementwise_broadcasting(entry, shapes, rng):
+    name, f, da, db = entry
+    args = (draw(da, shapes[0], rng), draw(db, shapes[1], rng))
+    ad.check_grads(f, args, modes=("rev",))
+
+
+def numeric_grad(f, args, k, eps=1e-6):
+    """Central finite differences of a scalar function with respect to argument k."""
+    args = list(args)
+    x = np.asarray(args[k], dtype=float)
+    out = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        step = np.zeros_like(x)
+        step[i] = eps
+        up, down = list(args), list(args)
+        up[k], down[k] = x + step, x - step
+        if np.ndim(args[k]) == 0:
+            up[k], down[k] = float(up[k]), float(down[k])
+        out[i] = (f(*up) - f(*down)) / (2 * eps)
+    return out
+
+
+def check_grad_of_scalar(f, args):
+    """grad of a scalar function (the cotangent 1.0 is held lazily) against finite differences."""
+    grads = ad.grad(f, argnums=tuple(range(len(args))))(*args)
+    for k, g in enumerate(grads):
+        assert np.shape(g) == np.shape(args[k])
+        np.testing.assert_allclose(g, numeric_grad(f, args, k), rtol=1e-5, atol=1e-6)
+
+
+# Reductions of broadcast results seed the cotangent lazily (one number standing for a whole
+# array): each operand must still receive the sum over the axes it was broadcast along.
+REDUCED = [
+    ("sum(a+b)", lambda a, b: np.sum(a + b), "real", "real"),
+    ("sum(a-b)", lambda a, b: np.sum(a - b), "real", "real"),
+    ("sum(a*b)", lambda a, b: np.sum(a * b), "real", "real"),
+    ("sum(a/b)", lambda a, b: np.sum(a / b), "real", "nonzero"),
+    ("mean(a**b)", lambda a, b: np.mean(a ** b), "pos", "real"),
+    ("sum(maximum)", lambda a, b: np.sum(np.maximum(a, b)), "real", "real"),
+    ("sum(where)", lambda a, b: np.sum(np.where(a > b, a, 2.0 * b)), "real", "real"),
+    ("sum(exp(a)+b)", lambda a, b: np.sum(np.exp(a) + b), "real", "real"),
+    ("mean(2a-b)", lambda a, b: np.mean(2.0 * a - b), "real", "real"),
+    ("sum(-(a+b))", lambda a, b: np.sum(-(a + b)), "real", "real"),
+    ("sum(sum0(a+b))", lambda a, b: np.sum(np.sum(a + b, axis=0)), "real", "real"),
+]
+
+
+@pytest.mark.parametrize("entry,shapes", [
+    case for case in _cases(REDUCED, BINARY_SHAPES, pairs=True)
+    if not ("sum0" in case.values[0][0] and case.values[1] == ((), ()))])  # no axis 0 of a number
+def test_grad_of_reduced_broadcasting(entry, shapes, rng):
+    name, f, da, db = entry
+    check_grad_of_scalar(f, (draw(da, shapes[0], rng), draw(db, shapes[1], rng)))
+
+
+@pytest.mark.parametrize("entry,shapes", _cases(BINARY, BINARY_SHAPES[1:], pairs=True))
+def test_grad_through_a_helper_of_every_binary_op(entry, shapes, rng):
+    """The op inside a user helper: its backward function gets a full-shape cotangent."""
+    name, op, da, db = entry
+
+    def loss(a, b):
+        return np.sum(op(a, b)) * 1.5
+    check_grad_of_scalar(loss, (draw(da, shapes[0], rng), draw(db, shapes[1], rng)))
+
+
+# x ** p with respect to a scalar p and b ** x with respect to a scalar b: both arguments are
+# differentiated, and the scalar one receives the sum over the broadcast array.
+@pytest.mark.parametrize("shape", [(3,), (2, 3), (2, 1)], ids=_shape_id)
+def test_power_wrt_scalar_exponent(shape, rng):
+    ad.check_grads(lambda x, p: x ** p, (draw("pos", shape, rng), 1.7), modes=("rev",))
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 3), (1, 3)], ids=_shape_id)
+def test_power_wrt_scalar_base(shape, rng):
+    ad.check_grads(lambda b, x: b ** x, (1.8, draw("real", shape, rng)), modes=("rev",))
+
+
+@pytest.mark.parametrize("shape", [(), (3,), (2, 3)], ids=_shape_id)
+def test_clip_wrt_bounds(shape, rng):
+    x = draw("real", shape, rng)
+    # bounds well inside the sample range so that some entries are clipped on each side,
+    # and no entry sits within the finite-difference step of a bound
+    x = np.where(np.abs(np.abs(x) - 0.5) < 0.05, 1.5, x) if shape else x
+    ad.check_grads(lambda x, lo, hi: np.clip(x, lo, hi), (x, -0.5, 0.5), modes=("rev",))
+
+
+# ---------------------------------------------------------------- structural table
+# (name, function, argument shapes, domain). These carry their own shapes.
+IDX = np.array([0, 2, 0, 1, 2])  # repeated indices: adjoints must accumulate
+ROWS = np.array([1, 1, 0])
+
+STRUCTURAL = [
+    # reductions, with axis and keepdims
+    ("sum", lambda x: np.sum(x), [(2, 3)], "real"),
+    ("sum-axis0", lambda x: np.sum(x, axis=0), [(2, 3)], "real"),
+    ("sum-axis1-keepdims", lambda x: np.sum(x, axis=1, keepdims=True), [(2, 3)], "real"),
+    ("sum-axis-neg", lambda x: np.sum(x, axis=-1), [(2, 3, 2)], "real"),
+    ("sum-axis-tuple", lambda x: np.sum(x, axis=(0, 2)), [(2, 3, 2)], "real"),
+    ("sum-keepdims-all", lambda x: np.sum(x, keepdims=True) * x, [(2, 3)], "real"),
+    ("mean", lambda x: np.mean(x), [(2, 3)], "real"),
+    ("mean-axis0", lambda x: np.mean(x, axis=0), [(2, 3)], "real"),
+    ("mean-axis1-keepdims", lambda x: np.mean(x, axis=1, keepdims=True), [(2, 3)], "real"),
+    ("prod", lambda x: np.prod(x), [(2, 3)], "nonzero"),
+    ("prod-axis1", lambda x: np.prod(x, axis=1), [(2, 3)], "nonzero"),
+    ("max", lambda x: np.max(x), [(2, 3)], "real"),
+    ("max-axis0", lambda x: np.max(x, axis=0), [(2, 3)], "real"),
+    ("max-axis1-keepdims", lambda x: np.max(x, axis=1, keepdims=True), [(2, 3)], "real"),
+    ("max-axis-tuple", lambda x: np.max(x, axis=(0, 2)), [(2, 3, 2)], "real"),
+    ("mean-axis-tuple-keepdims", lambda x: np.mean(x, axis=(0, 2), keepdims=True),
+     [(2, 3, 2)], "real"),
+    ("amax", lambda x: np.amax(x, axis=1), [(2, 3)], "real"),
+    ("min", lambda x: np.min(x), [(2, 3)], "real"),
+    ("min-axis1", lambda x: np.min(x, axis=1), [(2, 3)], "real"),
+    ("amin", lambda x: np.amin(x), [(4,)], "real"),
+    ("var", lambda x: np.var(x), [(2, 3)], "real"),
+    ("var-axis0", lambda x: np.var(x, axis=0), [(3, 2)], "real"),
+    ("var-ddof", lambda x: np.var(x, ddof=1), [(5,)], "real"),
+    ("var-axis1-keepdims", lambda x: np.var(x, axis=1, keepdims=True), [(2, 3)], "real"),
+    ("var-axis-tuple", lambda x: np.var(x, axis=(0, 2)), [(2, 3, 2)], "real"),
+    ("std", lambda x: np.std(x), [(2, 3)], "real"),
+    ("std-axis1", lambda x: np.std(x, axis=1), [(2, 3)], "real"),
+    ("std-axis1-keepdims", lambda x: np.std(x, axis=1, keepdims=True), [(2, 3)], "real"),
+    ("cumsum", lambda x: np.cumsum(x), [(4,)], "real"),
+    ("cumsum-2d-flat", lambda x: np.cumsum(x), [(2, 3)], "real"),
+    ("cumsum-axis1", lambda x: np.cumsum(x, axis=1), [(2, 3)], "real"),
+    # methods
+    ("method-sum", lambda x: x.sum(), [(2, 3)], "real"),
+    ("method-sum-axis", lambda x: x.sum(axis=0), [(2, 3)], "real"),
+    ("method-mean", lambda x: x.mean(), [(2, 3)], "real"),
+    ("method-mean-axis", lambda x: x.mean(axis=1), [(2, 3)], "real"),
+    ("method-dot", lambda a, b: a.dot(b), [(2, 3), (3,)], "real"),
+    ("method-reshape-tuple", lambda x: x.reshape((3, 2)), [(2, 3)], "real"),
+    ("method-reshape-varargs", lambda x: x.reshape(3, 2), [(2, 3)], "real"),
+    ("method-reshape-flat", lambda x: x.reshape(-1), [(2, 3)], "real"),
+    ("method-transpose", lambda x: x.transpose(), [(2, 3)], "real"),
+    ("method-transpose-axes", lambda x: x.transpose(1, 0, 2), [(2, 3, 2)], "real"),
+    ("method-copy", lambda x: x.copy() * x, [(2, 3)], "real"),
+    ("method-astype", lambda x: x.astype(np.float64) * x, [(3,)], "real"),
+    ("method-astype-float", lambda x: x.astype(float), [(3,)], "real"),
+    ("attribute-T", lambda x: x.T, [(2, 3)], "real"),
+    ("attribute-T-matmul", lambda x: x.T @ x, [(2, 3)], "real"),
+    ("len", lambda x: len(x) * x, [(3,)], "real"),
+    ("shape", lambda x: x / x.shape[0], [(2, 3)], "real"),
+    ("ndim-size", lambda x: x * x.ndim + x.size, [(2, 3)], "real"),
+    # linear algebra
+    ("dot-1-1", lambda a, b: np.dot(a, b), [(3,), (3,)], "real"),
+    ("dot-2-1", lambda a, b: np.dot(a, b), [(2, 3), (3,)], "real"),
+    ("dot-1-2", lambda a, b: np.dot(a, b), [(2,), (2, 3)], "real"),
+    ("dot-2-2", lambda a, b: np.dot(a, b), [(2, 3), (3, 4)], "real"),
+    ("dot-scalar", lambda a, b: np.dot(a, b), [(), (3,)], "real"),
+    ("matmul", lambda a, b: np.matmul(a, b), [(2, 3), (3, 4)], "real"),
+    ("matmul-op-2-1", lambda a, b: a @ b, [(2, 3), (3,)], "real"),
+    ("matmul-op-1-2", lambda a, b: a @ b, [(2,), (2, 3)], "real"),
+    ("matmul-batched", lambda a, b: a @ b, [(2, 2, 3), (3, 2)], "real"),
+    ("outer", lambda a, b: np.outer(a, b), [(2,), (3,)], "real"),
+    ("inner", lambda a, b: np.inner(a, b), [(3,), (3,)], "real"),
+    ("vdot", lambda a, b: np.vdot(a, b), [(3,), (3,)], "real"),
+    ("einsum-matmul", lambda a, b: np.einsum("ij,jk->ik", a, b), [(2, 3), (3, 4)], "real"),
+    ("einsum-dot", lambda a, b: np.einsum("i,i->", a, b), [(3,), (3,)], "real"),
+    ("einsum-outer", lambda a, b: np.einsum("i,j->ij", a, b), [(2,), (3,)], "real"),
+    ("einsum-sum-axis", lambda a: np.einsum("ij->j", a), [(2, 3)], "real"),
+    ("einsum-transpose", lambda a: np.einsum("ij->ji", a), [(2, 3)], "real"),
+    ("einsum-implicit", lambda a, b: np.einsum("ij,jk", a, b), [(2, 3), (3, 2)], "real"),
+    ("einsum-batch", lambda a, b: np.einsum("bij,bjk->bik", a, b), [(2, 2, 3), (2, 3, 2)],
+     "real"),
+    ("trace", lambda x: np.trace(x), [(3, 3)], "real"),
+    ("diag-1d", lambda x: np.diag(x), [(3,)], "real"),
+    ("diag-2d", lambda x: np.diag(x), [(3, 3)], "real"),
+    ("diagonal", lambda x: np.diagonal(x), [(3, 3)], "real"),
+    ("norm", lambda x: np.linalg.norm(x), [(2, 3)], "real"),
+    ("norm-vector", lambda x: np.linalg.norm(x), [(4,)], "real"),
+    ("norm-axis1", lambda x: np.linalg.norm(x, axis=1), [(2, 3)], "real"),
+    ("solve-vector", lambda a, b: np.linalg.solve(a + 3.0 * np.eye(3), b), [(3, 3), (3,)],
+     "small"),
+    ("solve-matrix", lambda a, b: np.linalg.solve(a + 3.0 * np.eye(3), b), [(3, 3), (3, 2)],
+     "small"),
+    ("inv", lambda a: np.linalg.inv(a + 3.0 * np.eye(3)), [(3, 3)], "small"),
+    ("det", lambda a: np.linalg.det(a + 3.0 * np.eye(3)), [(3, 3)], "small"),
+    ("slogdet", lambda a: np.linalg.slogdet(a + 3.0 * np.eye(3))[1], [(3, 3)], "small"),
+    ("slogdet-unpack", lambda a: _logabsdet(a), [(3, 3)], "small"),
+    # shape functions
+    ("reshape", lambda x: np.reshape(x, (3, 2)), [(2, 3)], "real"),
+    ("reshape-flat", lambda x: np.reshape(x, -1), [(2, 3)], "real"),
+    ("ravel", lambda x: np.ravel(x), [(2, 3)], "real"),
+    ("transpose", lambda x: np.transpose(x), [(2, 3)], "real"),
+    ("transpose-axes", lambda x: np.transpose(x, (2, 0, 1)), [(2, 3, 2)], "real"),
+    ("swapaxes", lambda x: np.swapaxes(x, 0, 2), [(2, 3, 2)], "real"),
+    ("moveaxis", lambda x: np.moveaxis(x, 0, -1), [(2, 3, 2)], "real"),
+    ("expand_dims", lambda x: np.expand_dims(x, 1) * x, [(2, 3)], "real"),
+    ("expand_dims-0", lambda x: np.expand_dims(x, 0), [(3,)], "real"),
+    ("squeeze", lambda x: np.squeeze(x), [(2, 1, 3)], "real"),
+    ("squeeze-axis", lambda x: np.squeeze(x, axis=1), [(2, 1, 3)], "real"),
+    ("concatenate", lambda a, b: np.concatenate([a, b]), [(2,), (3,)], "real"),
+    ("concatenate-axis1", lambda a, b: np.concatenate((a, b), axis=1), [(2, 3), (2, 1)],
+     "real"),
+    ("concatenate-same", lambda a: np.concatenate([a, a * a]), [(3,)], "real"),
+    ("stack", lambda a, b: np.stack([a, b]), [(3,), (3,)], "real"),
+    ("stack-axis1", lambda a, b: np.stack([a, b], axis=1), [(2, 3), (2, 3)], "real"),
+    ("hstack", lambda a, b: np.hstack([a, b]), [(2,), (3,)], "real"),
+    ("hstack-2d", lambda a, b: np.hstack([a, b]), [(2, 3), (2, 2)], "real"),
+    ("vstack", lambda a, b: np.vstack([a, b]), [(3,), (3,)], "real"),
+    ("vstack-2d", lambda a, b: np.vstack([a, b]), [(2, 3), (1, 3)], "real"),
+    ("array-of-scalars", lambda a, b: np.array([a, b, a * b]), [(), ()], "real"),
+    ("broadcast_to", lambda x: np.broadcast_to(x, (2, 3)), [(3,)], "real"),
+    ("broadcast_to-col", lambda x: np.broadcast_to(x, (2, 3)), [(2, 1)], "real"),
+    ("tile", lambda x: np.tile(x, 2), [(3,)], "real"),
+    ("tile-2d", lambda x: np.tile(x, (2, 2)), [(2, 3)], "real"),
+    ("tile-rank-up", lambda x: np.tile(x, (2, 1)), [(3,)], "real"),
+    ("flip", lambda x: np.flip(x), [(2, 3)], "real"),
+    ("flip-axis", lambda x: np.flip(x, 1), [(2, 3)], "real"),
+    ("roll", lambda x: np.roll(x, 1), [(4,)], "real"),
+    ("copy", lambda x: np.copy(x) * x, [(3,)], "real"),
+    ("asarray", lambda x: np.asarray(x) * 2.0, [(3,)], "real"),
+    ("float", lambda x: float(x) * x, [()], "real"),
+    # indexing reads
+    ("index-int", lambda x: x[0], [(3,)], "real"),
+    ("index-negative", lambda x: x[-1] * x, [(3,)], "real"),
+    ("index-row", lambda x: x[1], [(2, 3)], "real"),
+    ("index-element", lambda x: x[1, 2] * x[0, 0], [(2, 3)], "real"),
+    ("slice", lambda x: x[1:], [(4,)], "real"),
+    ("slice-step", lambda x: x[::2], [(5,)], "real"),
+    ("slice-reverse", lambda x: x[::-1] * x, [(4,)], "real"),
+    ("slice-2d", lambda x: x[:, 1:], [(2, 3)], "real"),
+    ("newaxis", lambda x: x[:, None] * x[None, :], [(3,)], "real"),
+    ("ellipsis", lambda x: x[..., 1], [(2, 3)], "real"),
+    ("overlapping-slices", lambda x: x[1:] * x[:-1], [(5,)], "real"),
+    ("int-array-repeated", lambda x: x[IDX], [(3,)], "real"),
+    ("int-array-repeated-2d", lambda x: x[ROWS], [(2, 3)], "real"),
+    ("int-array-and-int", lambda x: x[ROWS, 2], [(2, 3)], "real"),
+    ("int-array-times", lambda x: x[IDX] * x[IDX], [(3,)], "real"),
+    ("list-index", lambda x: x[[0, 0, 2]], [(3,)], "real"),
+    ("mask", lambda x: x[x > 0.0], [(4,)], "nonzero"),
+    # creators (no derivative) mixed with differentiable values
+    ("zeros_like", lambda x: np.zeros_like(x) + x * x, [(3,)], "real"),
+    ("ones_like", lambda x: np.ones_like(x) * x, [(2, 3)], "real"),
+    ("zeros", lambda x: np.zeros(3) + x, [(3,)], "real"),
+    ("ones", lambda x: np.ones((2, 3)) * x, [(3,)], "real"),
+    ("full", lambda x: np.full((2, 3), 2.0) * x, [(3,)], "real"),
+    ("full-wrt-value", lambda x: np.full((2, 3), x), [()], "real"),
+    ("arange", lambda x: np.arange(3) * x, [(3,)], "real"),
+    ("arange-float", lambda x: np.arange(0.0, 3.0) * x, [(3,)], "real"),
+    ("eye", lambda x: np.eye(3) @ x, [(3,)], "real"),
+    ("linspace", lambda x: np.linspace(0.0, 1.0, 3) * x, [(3,)], "real"),
+    ("argmax", lambda x: x[np.argmax(x)], [(4,)], "real"),
+    # math module scalars
+    ("erf", lambda x: math.erf(x), [()], "real"),  # NumPy has no erf; math's is the primitive
+    ("math.sin", lambda x: math.sin(x) * math.exp(x), [()], "real"),
+    ("math.log", lambda x: math.log(x) + math.sqrt(x), [()], "pos"),
+    ("math.pow", lambda x, y: math.pow(x, y), [(), ()], "pos"),
+    ("math.atan2-hypot", lambda x, y: math.atan2(x, y) * math.hypot(x, y), [(), ()],
+     "nonzero"),
+    ("builtin-max-min", lambda x, y: max(x, y) - 2.0 * min(x, y), [(), ()], "real"),
+]
+
+
+def _logabsdet(a):
+    sign, logdet = np.linalg.slogdet(a + 3.0 * np.eye(3))
+    return logdet * 2.0
+
+
+@pytest.mark.parametrize("entry", [pytest.param(e, id=e[0]) for e in STRUCTURAL])
+def test_structural(entry, rng):
+    name, f, shapes, domain = entry
+    args = tuple(draw(domain, s, rng) for s in shapes)
+    ad.check_grads(f, args, modes=("rev",))
+
+
+def test_table_covers_every_partial():
+    """Every entry of the scalar-partials table has a row in the elementwise op table."""
+    tested = {e[0] for e in UNARY + BINARY + STRUCTURAL}
+    assert set(PARTIALS) - tested == set()
+
+
+def test_max_with_ties_splits_the_cotangent():
+    """At a tie, max shares its cotangent between the winners (JAX's convention)."""
+    x = np.array([1.0, 3.0, 3.0, 0.0])
+    g = ad.grad(lambda x: np.max(x))(x)
+    np.testing.assert_array_equal(g, [0.0, 0.5, 0.5, 0.0])
+
+
+# ---------------------------------------------------------------- the checker can fail
+def test_check_grads_catches_a_wrong_rule(monkeypatch):
+    """A deliberately wrong reverse rule for sin (g * sin(x) instead of g * cos(x)) is caught."""
+    rule = rules.lookup(np.sin)
+    right = rule.vjp
+
+    def wrong(call, g):
+        from autodiff_ast.templates import fill
+        return {"x": (fill("g * np.sin(x)", g=g, x=call.args["x"]), None)}
+
+    monkeypatch.setattr(rule, "vjp", wrong)
+    x = np.array([0.3, -0.7, 1.1])
+
+    def f(x):  # a fresh function, so no module generated with the right rule is reused
+        return np.sin(x) * 1.0
+    with pytest.raises(AssertionError, match="reverse mode"):
+        ad.check_grads(f, (x,), modes=("rev",))
+    monkeypatch.undo()
+    assert rule.vjp is right
+
+    def g(x):
+        return np.sin(x) * 1.0
+    ad.check_grads(g, (x,), modes=("rev",))
+
+
+def test_check_grads_catches_a_wrong_partial(monkeypatch):
+    """A wrong entry in the partials table (d tanh = 1 + y*y) is caught too."""
+    from autodiff_ast.rules import elementwise
+    rule = rules.lookup(np.tanh)
+    monkeypatch.setattr(rule, "vjp", elementwise._make_vjp(("1.0 + y * y",)))
+
+    def f(x):
+        return np.tanh(x) + 0.0
+    with pytest.raises(AssertionError, match="reverse mode"):
+        ad.check_grads(f, (np.array([0.5, -1.0]),), modes=("rev",))
+
+
+# ---------------------------------------------------------------- coverage
+# NumPy callables that are not differentiable functions of floats, or not functions of arrays
+# at all (I/O, printing, type queries, dtype classes, ...), are left out of the count.
+_NOT_MATH = ("load", "save", "print", "set_", "get_", "show", "info", "source", "who",
+             "typename", "issub", "isdtype", "iscomplex", "isreal", "isscalar", "isfortran",
+             "from", "frombuffer", "busday", "datetime", "is_busday", "format", "array2string",
+             "array_repr", "array_str", "base_repr", "binary_repr", "deprecate", "disp",
+             "errstate", "geterr", "seterr", "can_cast", "promote_types", "result_type",
+             "min_scalar_type", "mintypecode", "common_type", "obj2sctype", "sctype2char",
+             "dtype", "finfo", "iinfo", "nditer", "nested_iters", "ndindex", "ndenumerate",
+             "broadcast", "vectorize", "frompyfunc", "memmap", "recarray", "record", "chararray",
+             "matrix", "poly1d", "asmatrix", "bmat", "test", "add_docstring", "add_newdoc",
+             "lookfor", "byte_bounds", "shares_memory", "may_share_memory", "genfromtxt",
+             "loadtxt", "savetxt", "savez", "fromfile", "fromregex", "fromstring", "packbits",
+             "unpackbits", "bitwise", "left_shift", "right_shift", "invert", "gcd", "lcm",
+             "datetime_as_string", "datetime_data", "unravel_index", "ravel_multi_index",
+             "require", "copyto", "putmask", "place", "put", "fill_diagonal", "setbufsize",
+             "getbufsize", "seterrcall", "geterrcall", "printoptions", "asarray_chkfinite",
+             "asanyarray", "ascontiguousarray", "asfortranarray", "emath", "char", "strings",
+             "rec", "ma", "typing", "testing", "ctypeslib", "lib", "exceptions", "fft", "random",
+             "polynomial", "version", "isnat", "issctype", "maximum_sctype", "show_config",
+             "show_runtime", "info")
+
+
+def numpy_math_callables():
+    """Public NumPy ufuncs and functions of arrays (np.* and np.linalg.*), by name."""
+    found = {}
+    for module, prefix in ((np, "np."), (np.linalg, "np.linalg.")):
+        for attr in sorted(dir(module)):
+            if attr.startswith("_") or attr.startswith(_NOT_MATH):
+                continue
+            value = getattr(module, attr)
+            if isinstance(value, (type, types.ModuleType)) or not callable(value):
+                continue
+            found[prefix + attr] = value
+    return found
+
+
+def test_rule_coverage_of_numpy():
+    callables = numpy_math_callables()
+    covered = sorted(n for n, fn in callables.items() if rules.lookup(fn) is not None)
+    differentiable = sorted(n for n in covered
+                            if not rules.lookup(callables[n]).nondiff_output
+                            and rules.lookup(callables[n]).diff)
+    missing = sorted(n for n, fn in callables.items() if rules.lookup(fn) is None)
+    print(f"\n{len(covered)} NumPy callables have a rule ({len(differentiable)} with a "
+          f"derivative); {len(missing)} have none:")
+    print("  " + ", ".join(missing))
+    assert len(covered) >= 80
+    assert len(differentiable) >= 80
+
+
+# ---------------------------------------------------------------- rank-generic code
+# Without argument types (the command line without a signature), every argument is a float64
+# array of unknown rank: the same table must still be right, or ask for the rank.
+NEEDS_RANK = {"inner", "hstack", "hstack-2d", "vstack", "vstack-2d", "tile", "tile-2d",
+              "tile-rank-up"}
+
+
+def _all_cases():
+    out = []
+    for name, f, domain in UNARY:
+        out += [pytest.param(f, [s], [domain], id=f"{name}[{_shape_id(s)}]")
+                for s in UNARY_SHAPES]
+    for name, f, da, db in BINARY:
+        out += [pytest.param(f, list(s), [da, db],
+                             id=f"{name}[{'-'.join(_shape_id(t) for t in s)}]")
+                for s in BINARY_SHAPES]
+    for name, f, shapes, domain in STRUCTURAL:
+        marks = ()
+        if name == "matmul-batched":
+            marks = pytest.mark.xfail(strict=True, raises=ValueError,
+                                      reason="rank-generic dot/matmul handles ranks <= 2 only")
+        out.append(pytest.param(f, shapes, [domain] * len(shapes), id=name, marks=marks))
+    return out
+
+
+def rank_generic_vjp(f, nargs):
+    """(forward, backward) of `f` generated with every argument of unknown rank."""
+    import inspect
+
+    from autodiff_ast.build import build_vjp
+    from autodiff_ast.signatures import DEFAULT
+    from codegen.loader import load_source
+    params = list(inspect.signature(f).parameters)[:nargs]
+    generated = build_vjp(f, {p: DEFAULT for p in params})
+    module = load_source(generated.source, "rank_generic")
+    layout = generated.layout
+
+    def pullback(args, cotangent):
+        result = getattr(module, generated.entry)(*args)
+        result = result if isinstance(result, tuple) else (result,)
+        by_name = dict(zip(layout["params"], args))
+        bars = getattr(module, generated.extra["bwd"])(
+            *[by_name[p] for p in layout["bwd_params"]], *result[1:], cotangent)
+        return result[0], bars if isinstance(bars, tuple) else (bars,)
+    return pullback
+
+
+@pytest.mark.parametrize("f,shapes,domains", _all_cases())
+def test_rank_generic(f, shapes, domains, request, rng):
+    name = request.node.callspec.id.split("[")[0]
+    args = [draw(d, s, rng) for d, s in zip(domains, shapes)]
+    if name in NEEDS_RANK:
+        with pytest.raises(ad.MissingRuleError, match="needs the rank"):
+            rank_generic_vjp(f, len(args))
+        return
+    pullback = rank_generic_vjp(f, len(args))
+    out = f(*args)
+    u = rng.standard_normal(np.shape(out))
+    v = [rng.standard_normal(np.shape(a)) for a in args]
+    out_generated, bars = pullback(args, u if np.ndim(out) else float(u))
+    np.testing.assert_allclose(out_generated, out, rtol=1e-12)
+    eps = 1e-6
+    up = f(*[a + eps * d for a, d in zip(args, v)])
+    down = f(*[a - eps * d for a, d in zip(args, v)])
+    expected = np.sum(u * (np.asarray(up) - np.asarray(down)) / (2 * eps))
+    for bar, a in zip(bars, args):
+        assert np.shape(bar) == np.shape(a)
+    got = sum(float(np.sum(b * d)) for b, d in zip(bars, v))
+    assert got == pytest.approx(expected, rel=1e-5, abs=1e-6)
