@@ -10,8 +10,10 @@ JAX's transformations, written as readable Python source instead of traced graph
 """
 
 from .api import grad, source, value_and_grad, vjp
+from .batching import BatchingError, vmap
 from .checkpointing import checkpoint
 from .checks import check_grads
+from .custom import RuleCheckError, custom_jvp, custom_vjp, register_rule, unregister_rule
 from .errors import (
     ArgnumsError,
     AutodiffError,
@@ -21,6 +23,7 @@ from .errors import (
     SourceUnavailableError,
     UnsupportedSyntaxError,
 )
+from .jacobians import hessian, jacfwd, jacrev, jvp, linearize
 from .pytrees import (
     register_pytree_node,
     tree_flatten,
@@ -34,6 +37,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "grad", "value_and_grad", "vjp", "source", "check_grads", "checkpoint",
+    "vmap", "BatchingError",
+    "jvp", "linearize", "jacfwd", "jacrev", "hessian",
+    "custom_jvp", "custom_vjp", "register_rule", "unregister_rule", "RuleCheckError",
     "AutodiffError", "ArgnumsError", "MissingRuleError", "NonFloatInputError",
     "NonScalarOutputError", "SourceUnavailableError", "UnsupportedSyntaxError",
     "register_pytree_node", "tree_flatten", "tree_unflatten", "tree_map", "tree_leaves",

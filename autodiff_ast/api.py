@@ -15,6 +15,7 @@ True
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import linecache
@@ -295,7 +296,10 @@ class _Pullback:
         cts = list(cotangent) if self.tuple_out else [cotangent]
         cts = [np.asarray(c, dtype=float) if np.ndim(c) else float(c) for c in cts]
         bwd = getattr(self.module, self.generated.extra["bwd"])
-        result = bwd(*self.flat_params, *self.residuals, *cts[:self.n_seeds])
+        # The backward code pops its tapes and restores overwritten elements in place: each
+        # call gets its own copy of the residuals, so the pullback can be called again.
+        residuals = copy.deepcopy(self.residuals)
+        result = bwd(*self.flat_params, *residuals, *cts[:self.n_seeds])
         n_bars = sum(len(g) for g in layout["groups"])
         if n_bars == 1 or not isinstance(result, tuple):
             result = (result,)

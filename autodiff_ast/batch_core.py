@@ -32,7 +32,7 @@ with its primitive's batching rule (:mod:`autodiff_ast.rules.batching`), batch a
 >>> core = normalize_into(program, parse_function(relu), {"x": spec_of(1.0)})
 >>> result = FunctionBatcher(ModuleBatcher(program), core, (True,)).run()
 >>> result.variant, [unparse(s) for s in result.body][-1]
-('vectorized', 'y = np.where(cond, y_then, y_else)')
+('vectorized', 'y = np.where(x > 0.0, y_then, y_else)')
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def empty_for(first, typ, n_batch):
     return fill(f"np.empty((n,) + f.shape, dtype={dtype})", n=n_batch, f=first)
 
 
-def wrap(text, width=92):
+def wrap(text, width=84):
     """`text` as lines of at most `width` characters (for generated comments)."""
     words, lines, line = text.split(), [], ""
     for w in words:
@@ -308,10 +308,10 @@ class FunctionBatcher:
     # -- emission
     def run(self):
         """The batched body: vectorized, or the per-example loop variant when needed."""
-        flags = self.analyze()
+        self.analyze()
         returns = self.core.returns
         elts = returns.elts if isinstance(returns, gast.Tuple) else [returns]
-        out_flags = tuple(flag_any(self.flag(e)) for e in elts)
+        out_flags = tuple(self.flag(e) for e in elts)
         if self.loop_reasons:
             reason, node = self.loop_reasons[0]
             return self.loop_variant(out_flags, reason, node)
@@ -319,9 +319,9 @@ class FunctionBatcher:
             body = self.emit_block(self.core.body, set(self.core.params))
         except PerExampleLoop as exc:
             return self.loop_variant(out_flags, exc.reason, exc.node)
-        del flags
         keep = {n for e in elts for n in loads(e)}
-        body = tidy_block(body, keep=keep, temps=self.core.namer)
+        body = [_DoubleTranspose().visit(s) for s in tidy_block(body, keep=keep,
+                                                                  temps=self.core.namer)]
         if self.module.quote_lines:
             body = self._with_comments(body)
         uses = any(self.n_batch in loads(s) for s in body)
@@ -340,7 +340,6 @@ class FunctionBatcher:
             if isinstance(stmt, CONTROL):
                 stmt.body = self._with_comments(stmt.body)
                 stmt.orelse = self._with_comments(stmt.orelse)
-                last = None
             out.append(stmt)
         return out
 
@@ -385,6 +384,8 @@ class FunctionBatcher:
             raise PerExampleLoop(f"{type(stmt).__name__} statements have no batching rule",
                                  stmt)
         if prim.kind == "setitem":
+            if not flag_any(self.flags.get(prim.base, False)):  # a write into an unbatched
+                return [_tag(clone(stmt), stmt)]                # array stays as it is
             return [_tag(s, stmt) for s in self.setitem(stmt)]
         if prim.kind == "append":
             return [_tag(self.append(stmt), stmt)]
@@ -396,7 +397,7 @@ class FunctionBatcher:
         if not isinstance(target, gast.Name):
             return [_tag(clone(stmt), stmt)]  # unpacking: each element keeps its flag
         value = self.forced(stmt) if not reads_batched else self.value(stmt)
-        if isinstance(value, list):  # a statement run once per example
+        if isinstance(value, list):  # statements: run once per example, or computed then copied
             return [_tag(s, stmt) for s in value]
         return [_tag(assign(target.id, value), stmt)]
 
@@ -404,15 +405,20 @@ class FunctionBatcher:
     def forced(self, stmt):
         """An unbatched value for a batched name (written in place, or loop-carried, later)."""
         prim = stmt.prim
-        typ = self.types.get(stmt.targets[0].id, T.UNKNOWN)
+        target = stmt.targets[0].id
+        typ = self.types.get(target, T.UNKNOWN)
         if isinstance(prim.rule, Rule) and prim.call is not None:
             try:
                 return R.creator_with_batch(self.batch_call(stmt))
             except R.NoBatchingRule:
                 pass
-        return R.broadcast_batch(stmt.value, typ, self.n(), writable=True)
+        if isinstance(stmt.value, (gast.Name, gast.Constant)) or typ.ndim == 0:
+            return R.broadcast_batch(stmt.value, typ, self.n(), writable=True)
+        # Computed once, then one (writable) copy per example.
+        return [assign(target, clone(stmt.value)),
+                assign(target, R.broadcast_batch(name(target), typ, self.n(), writable=True))]
 
-    def batch_call(self, stmt, call=None, value=None, flags=None):
+    def batch_call(self, stmt, call=None, value=None, flags=None, store=False):
         call = call or stmt.prim.call
         if flags is None:
             flags = {}
@@ -422,7 +428,7 @@ class FunctionBatcher:
                     flag = flag_any(flag)
                 flags[param] = flag
         return R.BatchCall(call, value if value is not None else stmt.value, flags, self.n(),
-                           self.batched_names(), self.types)
+                           self.batched_names(), self.types, store)
 
     def value(self, stmt):
         prim, value = stmt.prim, stmt.value
@@ -438,8 +444,36 @@ class FunctionBatcher:
             return gast.Call(func=name(batched.name), args=[to_expr(a) for a in prim.args],
                              keywords=[])
         if isinstance(prim.rule, Rule) and prim.call is not None:
+            if prim.rule.name in ("array", "stack") and \
+                    prim.call.types["arrays"].kind == "list":
+                return self.stack_list(stmt)
             return self.rule_value(stmt)
         return self.nondiff_value(stmt)
+
+    def stack_list(self, stmt):
+        """np.array/np.stack of a list of batched values (built with append): rows copied into
+        one array, in a loop over the list (Numba cannot stack a list of arrays)."""
+        call = stmt.prim.call
+        target = stmt.targets[0].id
+        lst = call.args["arrays"]
+        elt = (call.types["arrays"].elts or (T.UNKNOWN,))[0]
+        axis = 0 if stmt.prim.rule.name == "array" else call.const("axis", 0)
+        rank = elt.ndim
+        if rank is None or not isinstance(axis, int) or stmt.prim.call.const("dtype"):
+            return self.rule_value(stmt)
+        axis %= rank + 1
+        dims = [fill("e[0].shape[a]", e=lst, a=a) for a in range(1, rank + 1)]
+        shape = [self.n()] + dims[:axis] + [fill("len(e)", e=lst)] + dims[axis:]
+        dtype = _DTYPES.get(elt.dtype or "float64", "np.float64")
+        k = self.index
+        row = gast.Subscript(value=name(target), slice=gast.Tuple(
+            elts=[R._slice() for _ in range(axis + 1)] + [name(k)], ctx=gast.Load()),
+            ctx=gast.Store())
+        loop = gast.For(target=name(k, store=True), iter=fill("range(len(e))", e=lst),
+                        body=[gast.Assign(targets=[row], value=R.subscript(lst, [name(k)]),
+                                          type_comment=None)], orelse=[], type_comment=None)
+        alloc = fill(f"np.empty(s, dtype={dtype})", s=gast.Tuple(elts=shape, ctx=gast.Load()))
+        return [assign(target, alloc), loop]
 
     def rule_value(self, stmt, call=None, value=None):
         bc = self.batch_call(stmt, call, value)
@@ -506,7 +540,8 @@ class FunctionBatcher:
         call = PrimCall(by_name("getitem"), {"x": name(base), "index": index},
                         {"x": base_type, "index": atom_type(index, self.types)}, None, region)
         load = gast.Subscript(value=name(base), slice=clone(index), ctx=gast.Load())
-        bc = self.batch_call(stmt, call, load, {"x": True, "index": self.flag(index)})
+        bc = self.batch_call(stmt, call, load, {"x": True, "index": self.flag(index)},
+                             store=True)
         value = stmt.value
         value_type = atom_type(value, self.types)
         try:
@@ -580,7 +615,7 @@ class FunctionBatcher:
         stored = {}
         blocks = {}
         for label, block in (("then", stmt.body), ("else", stmt.orelse)):
-            emitted = self.emit_block(block, set(defined))
+            emitted = self._emit_branch(block, defined)
             names = [n for inner in block for n in _stores(inner)]
             merged = [n for n in dict.fromkeys(names) if n in outside]
             blocks[label], stored[label] = self._rename(emitted, merged, label)
@@ -611,6 +646,20 @@ class FunctionBatcher:
             cond = R.expand_after_batch(test, typ.ndim) if flag_any(self.flag(test)) else test
             out.append(assign(n, fill("np.where(c, a, b)", c=cond, a=picks[0], b=picks[1])))
         return out
+
+    def _emit_branch(self, block, defined):
+        """A branch of a select, with the flags its own new names have inside it (a value the
+        branch computes from unbatched values stays unbatched until np.where merges it)."""
+        outer = self.flags
+        local = dict(outer)
+        for n in {n for inner in block for n in _stores(inner)} - set(defined):
+            local.pop(n, None)
+        self._analyze_block(block, local, False)
+        self.flags = local
+        try:
+            return self.emit_block(block, set(defined))
+        finally:
+            self.flags = outer
 
     def _read_outside(self, stmt):
         """Names read anywhere in the function except inside `stmt`'s branches."""
@@ -670,7 +719,9 @@ class FunctionBatcher:
         loop_body = [assign(each if tuple_out else each[0], call_at(name(i)))]
         result = []
         for out, first, one, flag, typ in zip(outs, firsts, each, out_flags, types):
-            if not flag:
+            if typ.kind == "tuple":
+                raise PerExampleLoop("a loop over examples cannot return a tuple value", node)
+            if not flag_any(flag):
                 result.append(name(first))
                 continue
             body.append(assign(out, empty_for(name(first), typ, self.n())))
@@ -683,8 +734,19 @@ class FunctionBatcher:
             result.append(name(out))
         body.append(gast.For(target=name(i, store=True), iter=fill("range(1, n)", n=self.n()),
                              body=loop_body, orelse=[], type_comment=None))
-        return BatchedBody(body, result, tuple(bool(f) for f in out_flags), "loop", reason,
-                           uses_n_batch=True)
+        return BatchedBody(body, result, tuple(bool(flag_any(f)) for f in out_flags), "loop",
+                           reason, uses_n_batch=True)
+
+
+class _DoubleTranspose(gast.NodeTransformer):
+    """``a.T.T`` is ``a`` (left when a batching rule transposes an inlined transpose)."""
+
+    def visit_Attribute(self, node):
+        self.generic_visit(node)
+        if node.attr == "T" and isinstance(node.value, gast.Attribute) and \
+                node.value.attr == "T":
+            return node.value.value
+        return node
 
 
 class _Rename(gast.NodeTransformer):

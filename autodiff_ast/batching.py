@@ -20,9 +20,9 @@ around the batched function.
 >>> W, xs = np.ones((2, 3)), np.arange(12.0).reshape(4, 3)
 >>> np.allclose(batched(W, xs), np.tanh(xs @ W.T))
 True
->>> print(batched.source.split("\\n\\n\\n")[1])
+>>> print(batched.source.split("\\n\\n\\n")[1], end="")
 def vmap_affine(W, x):
-    # vmap: vectorized variant: every statement runs on the whole batch at once (batch axis 0).
+    # vmap: vectorized variant, every line runs on the whole batch (batch axis 0).
     # return np.tanh(np.dot(W, x))
     return np.tanh(np.dot(x, W.T))
 """
@@ -196,7 +196,8 @@ def _target_for(fun, py_fun, names, likes, specs):
         entry = fun.function_for(specs)
         target = _Target(entry, _flat_specs(entry, specs))
     inner = fun._signature_function()
-    target.label = f"{fun.kind}({getattr(inner, '__name__', 'f')})"
+    label = getattr(inner, "__name__", "f")
+    target.label = f"{fun.kind}({'lambda' if label == '<lambda>' else label})"
     code = getattr(inner, "__code__", None)
     target.filename = os.path.basename(code.co_filename) if code is not None else ""
     return target
@@ -227,16 +228,17 @@ def build_vmap(target, leaf_axes, out_axes, axis_size_param=False, options=""):
                          "keep shapes independent of the mapped values (use masks, np.where, "
                          "or pad to a fixed size)") from None
     n_batch = fb.n_batch
-    tuple_out = isinstance(core.returns, gast.Tuple)
-    n_out = len(result.returns)
+    exprs, types, flags, shape = _flat_returns(result.returns, result.out_flags, core.types)
+    tuple_out = isinstance(core.returns, gast.Tuple) or not isinstance(shape[0], int)
+    n_out = len(exprs)
     structure = target.structure
     if structure is None:
-        structure = tuple(range(n_out)) if tuple_out else 0
+        structure = tuple(shape) if isinstance(core.returns, gast.Tuple) else shape[0]
     order = pytrees.tree_leaves(structure)
     by_index = dict(zip(order, _axes_leaves(out_axes, structure, "out_axes")))
     returns, needs_n = [], result.uses_n_batch
-    for k, (expr, flag) in enumerate(zip(result.returns, result.out_flags)):
-        expr, broadcast = _output(expr, flag, by_index.get(k, 0), k, core, n_batch)
+    for k, (expr, typ, flag) in enumerate(zip(exprs, types, flags)):
+        expr, broadcast = _output(expr, typ, flag, by_index.get(k, 0), k, core, n_batch)
         needs_n = needs_n or broadcast
         returns.append(expr)
     prologue = [assign(p, fill("np.moveaxis(x, a, 0)", x=p, a=axes[p]))
@@ -249,9 +251,8 @@ def build_vmap(target, leaf_axes, out_axes, axis_size_param=False, options=""):
         prologue.append(assign(n_batch, fill("x.shape[0]", x=first)))
     body, returns = inline_returns(list(result.body), returns, core.namer.temps)
     if result.variant == "vectorized":
-        head = [comment(line) for line in wrap(
-            "vmap: vectorized variant: every statement runs on the whole batch at once "
-            "(batch axis 0).")]
+        head = [comment("vmap: vectorized variant, every line runs on the whole batch "
+                        "(batch axis 0).")]
         body = head + prologue + body
     else:
         at = after_comments(body)
@@ -269,7 +270,28 @@ def build_vmap(target, leaf_axes, out_axes, axis_size_param=False, options=""):
     return Generated(source, entry, injected, layout)
 
 
-def _output(expr, flag, axis, k, core, n_batch):
+def _flat_returns(returns, flags, types):
+    """Returned values with tuple values opened: (expressions, types, flags, structure)."""
+    exprs, out_types, out_flags, shape = [], [], [], []
+    for expr, flag in zip(returns, flags):
+        typ = atom_type(expr, types)
+        if typ.kind == "tuple" and typ.elts:
+            positions = []
+            for k, elt in enumerate(typ.elts):
+                positions.append(len(exprs))
+                exprs.append(R.subscript(expr, [gast.Constant(value=k, kind=None)]))
+                out_types.append(elt)
+                out_flags.append(bool(flag[k] if isinstance(flag, tuple) else flag))
+            shape.append(tuple(positions))
+        else:
+            shape.append(len(exprs))
+            exprs.append(expr)
+            out_types.append(typ)
+            out_flags.append(bool(flag if not isinstance(flag, tuple) else any(flag)))
+    return exprs, out_types, out_flags, shape
+
+
+def _output(expr, typ, flag, axis, k, core, n_batch):
     """An output with its batch axis where out_axes asks; (expression, needs the batch size)."""
     info = core.info
     if axis is None:
@@ -280,7 +302,6 @@ def _output(expr, flag, axis, k, core, n_batch):
                 lineno=info.file_line(core.return_node), code=info.source_line(core.return_node),
                 hint="give that output an int out_axes, or return only unmapped values there")
         return expr, False
-    typ = atom_type(expr, core.types)
     if typ.ndim is None:
         raise BatchingError(f"vmap: the rank of output {k} of {info.name} is unknown")
     axis = _normalized_axis(axis, typ.ndim + 1, f"output {k}")
@@ -393,12 +414,14 @@ class _Vmapped(_Transformed):
             count = len(_leaf_types(pname, specs[pname]))
             per_example[pname] = _per_example_spec(specs[pname], leaf_axes[k:k + count])
             k += count
-        target = _target_for(self.fun, self.py_fun, names, likes, per_example)
-        key = (_spec_key(per_example), tuple(leaf_axes), repr(self.out_axes),
-               axis_size_param, _structure_key(target.structure))
-        options = _options_text(self.in_axes, self.out_axes)
-        return self._module_for(key, lambda: build_vmap(target, leaf_axes, self.out_axes,
-                                                        axis_size_param, options))
+        # The output structure follows from the function and the specs: not part of the key.
+        key = (_spec_key(per_example), tuple(leaf_axes), repr(self.out_axes), axis_size_param)
+
+        def build():
+            target = _target_for(self.fun, self.py_fun, names, likes, per_example)
+            options = _options_text(self.in_axes, self.out_axes)
+            return build_vmap(target, leaf_axes, self.out_axes, axis_size_param, options)
+        return self._module_for(key, build)
 
     def __call__(self, *args, **kwargs):
         names, values = _bind(self._signature_function(), args, kwargs)
@@ -447,13 +470,6 @@ def _flat_leaves(values):
 def _spec_key(specs):
     return tuple((k, ("static", id(v.value)) if isinstance(v, Static) else v)
                  for k, v in specs.items())
-
-
-def _structure_key(structure):
-    if structure is None:
-        return None
-    leaves, treedef = pytrees.tree_flatten(structure)
-    return (treedef, tuple(leaves))
 
 
 def _options_text(in_axes, out_axes):

@@ -168,7 +168,10 @@ class ModuleBuilder:
             imports.insert(0, "import math")
         injected = {}
         from_lines = []
+        used = {n.id for f in self.functions for n in gast.walk(f) if isinstance(n, gast.Name)}
         for emitted, (module, attr, value) in sorted(self.program.data.items()):
+            if emitted not in used:  # data of code that tidying removed
+                continue
             importable = module and module != "__main__" and module in sys.modules and \
                 getattr(sys.modules[module], "__file__", None)
             if importable or (module and module == standalone_module):

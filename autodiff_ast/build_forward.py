@@ -12,10 +12,10 @@ active arguments get their own ``helper_jvp`` functions.
 >>> mod = build_jvp(f, {"x": spec_of(np.ones(3))})
 >>> print(mod.source.split("\\n\\n\\n")[1], end="")
 def jvp_f(x, x_dot):
-    mul = x * x
+    sum_ = np.sum(x * x)
     # return np.sum(x * x)
-    mul_dot = x_dot * x + x * x_dot
-    return (np.sum(mul), np.sum(mul_dot))
+    sum__dot = np.sum(x * x_dot + x * x_dot)
+    return (sum_, sum__dot)
 """
 
 from __future__ import annotations
@@ -28,12 +28,11 @@ from codegen.emit import function, render_module
 from codegen.helpers import helper_source
 
 from . import types as T
-from .build import Generated, ModuleBuilder, _signature_line, _with_comments, param_names, \
-    prepare
+from .build import Generated, ModuleBuilder, _signature_line, _with_comments, param_names, prepare
 from .errors import UnsupportedSyntaxError
 from .forward import JvpRegistry, forward, returned_names, tangent_returns
 from .normalize import TreeSpec, atom_type
-from .reverse import SplitRegistry
+from .reverse import CONTROL, SplitRegistry
 from .templates import name, to_expr
 from .tidy import free_names, tidy_block
 
@@ -54,7 +53,11 @@ def commented(stmts, info):
     out, last = [], None
     for stmt in stmts:
         origin = getattr(stmt, "origin", None)
-        if getattr(stmt, "tangent", False):
+        if isinstance(stmt, CONTROL):
+            stmt.body = commented(stmt.body, info)
+            stmt.orelse = commented(stmt.orelse, info)
+            last = None
+        elif getattr(stmt, "tangent", False):
             if origin is not None and origin is not last:
                 out += _with_comments([stmt], getattr(stmt, "info", None) or info)[:-1]
                 last = origin

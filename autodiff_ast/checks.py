@@ -48,7 +48,10 @@ def _axpy(a, x, y):
 
 def _inner(a, b):
     total = 0.0
-    for x, y in zip(pytrees.tree_leaves(a), pytrees.tree_leaves(b)):
+    # None (no direction for an int argument) stays a leaf, so the two sides stay aligned.
+    def leaves(tree):
+        return pytrees.tree_leaves(tree, is_leaf=lambda v: v is None)
+    for x, y in zip(leaves(a), leaves(b)):
         if x is None or y is None:
             continue
         total += float(np.sum(np.asarray(x, dtype=float) * np.asarray(y, dtype=float)))
@@ -139,7 +142,7 @@ def directional(f, direction, cotangent, nargs):
               f"    return {total}\n")
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     from .jacobians import jvp
-    namespace = {"np": np, "f": f, "jvp": jvp}
+    namespace = {"np": np, "f": f, "jvp": jvp, "__name__": "autodiff_ast_check_grads"}
     namespace.update({f"v{i}": v for i, v in enumerate(direction)})
     cts = cotangent if isinstance(cotangent, tuple) else (cotangent,)
     namespace.update({f"c{i}": c for i, c in enumerate(cts)})

@@ -93,6 +93,7 @@ def source_function(source, fname, namespace):
     """Define a function from source text registered in linecache (so it can be parsed)."""
     filename = f"<autodiff-ast custom {next(_COUNTER)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace.setdefault("__name__", "autodiff_ast_source")  # the function's __module__
     exec(compile(source, filename, "exec"), namespace)
     return namespace[fname]
 
@@ -111,13 +112,36 @@ def _param_names(fun):
     return list(inspect.signature(target).parameters)
 
 
+def _home_module(obj, attr):
+    """A loaded module that exposes `obj` as `attr` (its own, or a public parent package such
+    as scipy.special for a ufunc defined in scipy.special._ufuncs), or None."""
+    module = getattr(obj, "__module__", None)
+    candidates = [module] if module else []
+    if module:
+        parts = module.split(".")
+        candidates += [".".join(parts[:k]) for k in range(len(parts) - 1, 0, -1)]
+    for cand in candidates:
+        mod = sys.modules.get(cand)
+        if mod is not None and getattr(mod, attr, None) is obj and \
+                getattr(mod, "__file__", None):
+            return cand
+    if module is None:  # ufuncs do not say where they live: look in the public modules
+        for cand in sorted(m for m in list(sys.modules) if not any(
+                p.startswith("_") for p in m.split("."))):
+            mod = sys.modules.get(cand)
+            try:
+                found = getattr(mod, attr, None) is obj
+            except Exception:  # noqa: BLE001 - lazy modules may fail on attribute access
+                found = False
+            if found and getattr(mod, "__file__", None):
+                return cand
+    return None
+
+
 def _data_name(normalizer, obj):
     """The module-level name generated code uses for `obj` (imported, or set by the loader)."""
     preferred = _identifier(getattr(obj, "__name__", "fn"))
-    module = getattr(obj, "__module__", None)
-    mod = sys.modules.get(module) if module else None
-    if mod is None or getattr(mod, preferred, None) is not obj:
-        module = None
+    module = _home_module(obj, preferred)
     emitted = normalizer.program.data_name(obj, preferred, module)
     normalizer.namer.reserve(emitted)  # no local variable may shadow it
     return emitted
@@ -241,6 +265,11 @@ class _Registration:
         emitted = _data_name(normalizer, self.fn)
         rule = Rule(f"{_identifier(what)}@custom", emitted, self.params, {}, self.diff,
                     self.infer, self.vjp, self.jvp)
+        if self.partials and not (self.vjp_templates or self.jvp_templates):
+            # Scalar partials make an elementwise rule: cotangents and tangents may stay
+            # lazily broadcast through it (see reverse.Adjoints and forward.Tangents).
+            from .reverse import _ELEMENTWISE_OK
+            _ELEMENTWISE_OK.add(rule.name)
         value = _call(emitted, [atoms[p] for p in self.params])
         return normalizer.apply_rule(rule, atoms, node, target, value=value)
 
@@ -425,10 +454,12 @@ class custom_jvp:
         specs[rule_params[len(static)]] = primal_spec
         specs[rule_params[len(static) + 1]] = tangent_spec
         for p in static:
-            if isinstance(atoms[p], Static) or not isinstance(atoms[p], gast.Constant):
+            value = atoms[p].value if isinstance(atoms[p], (Static, gast.Constant)) else None
+            if not isinstance(value, (int, float, str, bool)):
                 raise normalizer.unsupported(f"the argument {p!r} of {self.__name__} is in "
                                              "nondiff_argnums: it must be a number or a "
                                              "string constant", node)
+            atoms[p] = gast.Constant(value=value, kind=None)
         emitted = _data_name(normalizer, self)
         rule_core = normalize_into(normalizer.program, parse_callee(self.jvp), specs)
         out_t = _return_type(self.fun, params, atoms, types_)
@@ -448,8 +479,8 @@ class custom_jvp:
             return _joint_call(stmt, tan, rule_core.name, diff, types_)
 
         float_diff = tuple(p for p in diff if types_[p].is_float)
-        rule = Rule(f"{_identifier(self.__name__)}@custom_jvp", emitted, tuple(diff), {}, float_diff,
-                    lambda call: out_t, vjp, jvp)
+        rule = Rule(f"{_identifier(self.__name__)}@custom_jvp", emitted, tuple(diff), {},
+                    float_diff, lambda call: out_t, vjp, jvp)
         rule.joint_jvp = joint
         value = _call(emitted, [atoms[p] for p in params])
         return normalizer.apply_rule(rule, {p: atoms[p] for p in diff}, node, target,
@@ -461,20 +492,23 @@ class custom_jvp:
         zeros are passed)."""
         from .build import build_reverse
         from .normalize import TreeSpec, normalize_into, parse_callee
-        if out_t.kind not in ("float", "array") or static:
+        if out_t.kind not in ("float", "array"):
             return None
-        key = (tuple(types_[p] for p in diff), out_t)
+        values = tuple(atoms[p].value for p in static)
+        key = (tuple(types_[p] for p in diff), out_t, values)
         if key not in self._transposes:
             from codegen.loader import load_source
+            from .normalize import Static
             fname = _identifier(self.__name__)
-            scalar, (primals, tangents) = _scalarized_rule(self.jvp, f"{fname}_transpose")
-            specs = {primals: TreeSpec("tuple", tuple((i, types_[p])
-                                                      for i, p in enumerate(diff))),
-                     tangents: TreeSpec("tuple", tuple(
-                         (i, types_[p] if types_[p].is_float else T.FLOAT)
-                         for i, p in enumerate(diff))),
-                     "cotangent": out_t}
-            generated = build_reverse(scalar, specs, argnums=(1,), entry_name=f"{fname}_vjp")
+            scalar, params = _scalarized_rule(self.jvp, f"{fname}_transpose")
+            specs = {p: Static(v) for p, v in zip(params, values)}
+            primals, tangents = params[len(static)], params[len(static) + 1]
+            specs[primals] = TreeSpec("tuple", tuple((i, types_[p]) for i, p in enumerate(diff)))
+            specs[tangents] = TreeSpec("tuple", tuple(
+                (i, types_[p] if types_[p].is_float else T.FLOAT) for i, p in enumerate(diff)))
+            specs["cotangent"] = out_t
+            generated = build_reverse(scalar, specs, argnums=(len(static) + 1,),
+                                      entry_name=f"{fname}_vjp")
             module = load_source(generated.source, f"{fname}_vjp")
             for n, v in generated.injected.items():
                 setattr(module, n, v)
@@ -533,7 +567,7 @@ def _scalarized_rule(rule, fname):
 
     node = Returns().visit(node)
     source = unparse(node) + "\n"
-    return source_function(source, fname, namespace), (params[-2], params[-1])
+    return source_function(source, fname, namespace), params
 
 
 def _return_type(fun, params, atoms, types_):
@@ -649,8 +683,15 @@ class custom_vjp:
         return self._flat_fwd[key]
 
     def _route(self, normalizer, node, target):
-        from .normalize import (Prim, Program, TreeSpec, atom_type, normalize, normalize_into,
-                                parse_callee)
+        from .normalize import (
+            Prim,
+            Program,
+            TreeSpec,
+            atom_type,
+            normalize,
+            normalize_into,
+            parse_callee,
+        )
         params, defaults = _signature(self.fun)
         atoms = _bind(normalizer, params, defaults, node, self.__name__)
         if self.fwd is None:

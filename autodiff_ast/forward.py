@@ -19,7 +19,7 @@ needs that (the same idea as :class:`autodiff_ast.reverse.Adjoints`).
 ...     return np.sum(np.sin(x))
 >>> sweep = forward(normalize(parse_function(f), {"x": T.array((T.N,))}), ["x"])
 >>> [unparse(s) for s in sweep.body if getattr(s, "tangent", False)]
-['sin_dot = np.cos(x) * x_dot', 'sum_dot = np.sum(sin_dot)']
+['sin_dot = np.cos(x) * x_dot', 'sum__dot = np.sum(sin_dot)']
 """
 
 from __future__ import annotations
@@ -32,12 +32,19 @@ import gast
 from . import types as T
 from .errors import MissingRuleError, UnsupportedSyntaxError
 from .normalize import CoreFunction, atom_type
-from .reverse import CONTROL, _ELEMENTWISE_OK, _returned_names, _stmt_targets, activity
+from .reverse import (
+    _ELEMENTWISE_OK,
+    CONTROL,
+    _returned_names,
+    _stmt_targets,
+    activity,
+    walk_statements,
+)
 from .rules import PrimCall
 from .templates import assign, const_value, fill, name, to_expr, unparse
 
-
-_KINDS = ("copy", "unpack", "tuple", "tuple_get", "user", "rule", "nondiff")
+_KINDS = ("copy", "unpack", "tuple", "tuple_get", "user", "rule", "nondiff", "setitem",
+          "append", "list_new", "counter")
 
 
 @dataclass
@@ -99,6 +106,9 @@ class Tangents:
         self.exprs = {}  # value name -> gast expr of its tangent
         self.ttypes = {}  # value name -> abstract type of that expression
         self.tuples = {}  # tuple-valued name -> list of element tangents (None: zero) | str
+        self.depth = 0  # inside loops and branches every tangent is a variable of full shape
+        self.owned = set()  # values whose tangent variable holds an array nobody else holds
+        self.bound = set()  # values whose tangent the current statement (re)bound
 
     def __contains__(self, value):
         return value in self.exprs or value in self.tuples
@@ -110,17 +120,67 @@ class Tangents:
         return self.exprs.get(value)
 
     def bind(self, value, expr, typ=None):
-        """Make `expr` the tangent of `value`: names are aliased, expressions get a name."""
+        """Make `expr` the tangent of `value`: names are aliased, expressions get a name.
+
+        Inside loops and branches the tangent is always the variable ``value_dot`` with the
+        value's full shape (it must hold the same thing on every path and iteration)."""
         if expr is None or _is_zero(expr):
+            if self.depth and value in self.exprs:
+                self.set_zero(value)
             return
         expr = to_expr(expr)
         typ = typ or self.expr_type(expr)
+        self.bound.add(value)
+        if self.depth:
+            dot = self.namer.tangent(value)
+            if self.smaller(typ, value):
+                expr = self.full(expr, typ, value)
+            self.emit(assign(dot, expr))
+            self.exprs[value] = name(dot)
+            self.ttypes[value] = self.type_of(value)
+            self.owned.discard(value)
+            if _fresh_array(expr):
+                self.owned.add(value)
+            return
         if not isinstance(expr, (gast.Name, gast.Constant)):
             dot = self.namer.tangent(value)
             self.emit(assign(dot, expr))
+            if _fresh_array(expr):
+                self.owned.add(value)
             expr = name(dot)
         self.exprs[value] = expr
         self.ttypes[value] = typ
+
+    def set_zero(self, value):
+        """``value_dot = 0`` (of value's shape) as a variable."""
+        dot = self.namer.tangent(value)
+        self.emit(assign(dot, self.zero(name(value), self.type_of(value))))
+        self.exprs[value] = name(dot)
+        self.ttypes[value] = self.type_of(value)
+        self.owned.add(value)
+        self.bound.add(value)
+
+    def full(self, expr, typ, value):
+        """`expr` (a tangent of type `typ`) broadcast to the full shape of `value`."""
+        if typ.kind == "float":
+            return fill("np.full_like(x, d)", x=value, d=expr)
+        return fill("d + np.zeros_like(x)", d=expr, x=value)
+
+    def own(self, value):
+        """Make value's tangent a variable holding an array of its own (before an in-place
+        write into it); zeros when it has none."""
+        dot = self.namer.tangent(value)
+        current = self.exprs.get(value)
+        if current is None:
+            self.set_zero(value)
+            return dot
+        current = self.materialized(value)
+        if value in self.owned and isinstance(current, gast.Name) and current.id == dot:
+            return dot
+        self.emit(assign(dot, fill("np.copy(d)", d=current)))
+        self.exprs[value] = name(dot)
+        self.owned.add(value)
+        return dot
 
     def emit(self, stmt):
         stmt.tangent = True
@@ -163,13 +223,10 @@ class Tangents:
         if not self.smaller(typ, value):
             return current
         dot = self.namer.tangent(value)
-        if typ.kind == "float":
-            full = fill("np.full_like(x, d)", x=value, d=current)
-        else:
-            full = fill("d + np.zeros_like(x)", d=current, x=value)
-        self.emit(assign(dot, full))
+        self.emit(assign(dot, self.full(current, typ, value)))
         self.exprs[value] = name(dot)
         self.ttypes[value] = self.type_of(value)
+        self.owned.add(value)
         return self.exprs[value]
 
     def of_atom(self, atom, full=False):
@@ -177,13 +234,6 @@ class Tangents:
         if isinstance(atom, gast.Name) and atom.id in self.exprs:
             return self.materialized(atom.id) if full else self.exprs[atom.id]
         return None
-
-    def parts(self, value, size):
-        """The element tangents of a tuple value: a list (None: zero) or a tuple's name."""
-        parts = self.tuples.get(value)
-        if parts is None:
-            return [None] * size
-        return parts
 
     def zero(self, value_expr, typ):
         """A materialized zero tangent for a value of type `typ`."""
@@ -197,22 +247,70 @@ class Tangents:
             return fill("np.zeros_like(x)", x=value_expr)
         return fill("0.0")
 
+    def part(self, atom, full=True):
+        """The tangent of an atom as a *part*: None (zero), an expression, a list of parts
+        (a tuple whose elements' tangents are known one by one) or a str (the name of a
+        variable holding a tuple of tangents)."""
+        if isinstance(atom, (gast.Tuple, gast.List)):
+            parts = [self.part(e, full) for e in atom.elts]
+            return parts if any(p is not None for p in parts) else None
+        if isinstance(atom, gast.Name) and atom.id in self.tuples:
+            return self.tuples[atom.id]
+        return self.of_atom(atom, full=full)
+
+    def set_part(self, value, part):
+        """Make `part` the tangent of `value` (a tuple-valued or an array/float value)."""
+        if part is None:
+            return
+        if isinstance(part, (list, str)):
+            self.tuples[value] = part
+        elif self.type_of(value).kind == "tuple":  # an element of a tuple of tangents
+            dot = self.namer.tangent(value)
+            self.emit(assign(dot, part))
+            self.tuples[value] = dot
+        else:
+            self.bind(value, part, self.type_of(value))
+
+    def element(self, part, k):
+        """The part of element `k` of a tuple's part."""
+        if part is None:
+            return None
+        if isinstance(part, str):
+            return gast.Subscript(value=name(part), slice=to_expr(k), ctx=gast.Load())
+        return part[k]
+
     def output(self, atom):
         """The full-shape tangent of a returned atom (zeros where structurally zero)."""
-        typ = atom_type(atom, self.core.types)
-        if isinstance(atom, gast.Name) and typ.kind == "tuple":
-            parts = self.tuples.get(atom.id)
-            if isinstance(parts, str):
-                return name(parts)
-            if parts is None:
-                return self.zero(atom, typ)
+        return self.materialize_part(self.part(atom), atom, atom_type(atom, self.core.types))
+
+    def materialize_part(self, part, value_expr, typ):
+        if part is None:
+            return self.zero(value_expr, typ)
+        if isinstance(part, str):
+            return name(part)
+        if isinstance(part, list):
             elts = []
-            for i, (part, t) in enumerate(zip(parts, typ.elts or ())):
-                item = gast.Subscript(value=to_expr(atom), slice=to_expr(i), ctx=gast.Load())
-                elts.append(to_expr(part) if part is not None else self.zero(item, t))
+            for i, (p, t) in enumerate(zip(part, typ.elts or ())):
+                item = value_expr.elts[i] if isinstance(value_expr, gast.Tuple) else \
+                    gast.Subscript(value=to_expr(value_expr), slice=to_expr(i), ctx=gast.Load())
+                elts.append(self.materialize_part(p, item, t))
             return gast.Tuple(elts=elts, ctx=gast.Load())
-        dot = self.of_atom(atom, full=True)
-        return dot if dot is not None else self.zero(atom, typ)
+        return to_expr(part)
+
+
+_VIEWS = ("reshape", "ravel", "transpose", "squeeze", "expand_dims", "swapaxes", "moveaxis",
+          "broadcast_to", "asarray", "ascontiguousarray", "diagonal", "flip")
+
+
+def _fresh_array(expr):
+    """Whether `expr` certainly makes a new array (not a view or another name's array)."""
+    if isinstance(expr, (gast.BinOp, gast.UnaryOp)):
+        return True
+    if isinstance(expr, gast.Call):
+        func = expr.func
+        attr = func.attr if isinstance(func, gast.Attribute) else getattr(func, "id", "")
+        return attr not in _VIEWS
+    return False
 
 
 def _is_zero(expr):
@@ -231,7 +329,7 @@ def forward(core, active_params, registry=None):
     registry = registry or JvpRegistry(Program())
     ret = core.returns
     outputs = ret.elts if isinstance(ret, gast.Tuple) else [ret]
-    out_names = [a.id for a in outputs if isinstance(a, gast.Name)]
+    out_names = [n.id for a in outputs for n in gast.walk(a) if isinstance(n, gast.Name)]
     active_params = [p for p in active_params if core.types.get(p, T.UNKNOWN).is_float]
     varied, useful = activity(core, active_params, out_names)
     live = varied & useful
@@ -243,37 +341,157 @@ def forward(core, active_params, registry=None):
         dot_params.append(dot)
         tan.exprs[p] = name(dot)
         tan.ttypes[p] = core.types.get(p, T.UNKNOWN)
-    for stmt in core.body:
-        if isinstance(stmt, CONTROL) or getattr(stmt, "prim", None) is None or \
-                stmt.prim.kind not in _KINDS:
-            raise core.info.error(UnsupportedSyntaxError, "forward mode does not handle loops, "
-                                  "branches or in-place writes yet", getattr(
-                                      stmt, "origin", stmt), "use grad/vjp for this function")
+    _Walker(tan, core, registry, live, set(core.params)).block(core.body)
+    out_dots = [tan.output(atom) if tan.part(atom) is not None else None for atom in outputs]
+    return TangentSweep(core, active_params, dot_params, body, out_dots)
+
+
+class _Walker:
+    """Walks a core body (loops and branches included), writing primal and tangent code."""
+
+    def __init__(self, tan, core, registry, live, defined):
+        self.tan = tan
+        self.core = core
+        self.registry = registry
+        self.live = live
+        self.defined = defined  # names bound so far (their primal exists on this path)
+
+    def block(self, stmts):
+        for stmt in stmts:
+            if isinstance(stmt, (gast.For, gast.While)):
+                self.loop(stmt)
+            elif isinstance(stmt, gast.If):
+                self.branch(stmt)
+            else:
+                self.simple(stmt)
+
+    def simple(self, stmt):
+        tan, core = self.tan, self.core
+        if getattr(stmt, "prim", None) is None or stmt.prim.kind not in _KINDS:
+            raise core.info.error(UnsupportedSyntaxError, "forward mode cannot differentiate "
+                                  "this statement", getattr(stmt, "origin", stmt),
+                                  "use grad/vjp for this function")
         stmt = _fresh(stmt)
         targets = _stmt_targets(stmt)
-        if not any(t in live for t in targets):
-            body.append(stmt)
-            continue
-        marker = len(body)
-        replacement = _forward_stmt(stmt, tan, core, registry)
+        if not any(t in self.live for t in targets):
+            tan.out.append(stmt)
+            self.defined.update(targets)
+            return
+        marker = len(tan.out)
+        tan.bound = set()
+        replacement = _forward_stmt(stmt, tan, core, self.registry)
         if replacement is None:
-            body.insert(marker, stmt)
-        for s in body[marker:]:
+            tan.out.insert(marker, stmt)
+        if tan.depth and stmt.prim.kind not in ("setitem", "append"):
+            for t in targets:  # overwritten with no derivative: its tangent is zero now
+                if t in self.live and t not in tan.bound and t in tan.exprs:
+                    tan.set_zero(t)
+        for s in tan.out[marker:]:
             if s is not stmt:
                 s.origin = stmt.origin
                 s.info = getattr(stmt, "info", core.info)
-    out_dots = []
-    for atom in outputs:
-        in_tan = isinstance(atom, gast.Name) and atom.id in tan
-        out_dots.append(tan.output(atom) if in_tan else None)
-    return TangentSweep(core, active_params, dot_params, body, out_dots)
+        self.defined.update(targets)
+
+    def assigned(self, stmt):
+        names = set()
+        for inner in walk_statements([stmt]):
+            if not isinstance(inner, CONTROL):
+                names.update(_stmt_targets(inner))
+        return sorted(n for n in names if n in self.live)
+
+    def carry(self, names):
+        """Before a loop: each value the loop reassigns gets a tangent variable of its own."""
+        tan = self.tan
+        for t in names:
+            if t not in self.defined or tan.type_of(t).kind not in ("float", "array"):
+                continue
+            dot = tan.namer.tangent(t)
+            current = tan.exprs.get(t)
+            if current is None:
+                tan.set_zero(t)
+                continue
+            full = tan.materialized(t)
+            if not (isinstance(full, gast.Name) and full.id == dot):
+                tan.emit(assign(dot, full))
+                tan.exprs[t] = name(dot)
+                tan.owned.discard(t)
+
+    def nested(self, stmts):
+        tan = self.tan
+        saved, tan.out = tan.out, []
+        tan.depth += 1
+        try:
+            self.block(stmts)
+        finally:
+            tan.depth -= 1
+            out, tan.out = tan.out, saved
+        return out or [gast.Pass()]
+
+    def loop(self, stmt):
+        names = self.assigned(stmt)
+        self.carry(names)
+        node = copy.copy(stmt)
+        node.body = self.nested(stmt.body)
+        node.orelse = []
+        self.tan.out.append(node)
+
+    def branch(self, stmt):
+        tan = self.tan
+        names = self.assigned(stmt)
+        before = (dict(tan.exprs), dict(tan.ttypes), dict(tan.tuples), set(tan.owned))
+        defined = set(self.defined)
+        arms = []
+        for stmts in (stmt.body, stmt.orelse):
+            tan.exprs, tan.ttypes = dict(before[0]), dict(before[1])
+            tan.tuples, tan.owned = dict(before[2]), set(before[3])
+            self.defined = set(defined)
+            out = self.nested(stmts) if stmts else []
+            arms.append((out, dict(tan.exprs), dict(tan.ttypes), set(self.defined)))
+        tan.exprs, tan.ttypes = dict(before[0]), dict(before[1])
+        tan.tuples, tan.owned = dict(before[2]), set(before[3])
+        merged = []
+        for t in names:
+            if tan.type_of(t).kind not in ("float", "array"):
+                continue
+            dot = tan.namer.tangent(t)
+            if all(exprs.get(t) is None for _, exprs, _, _ in arms):
+                continue
+            for out, exprs, ttypes, seen in arms:
+                current = exprs.get(t)
+                if isinstance(current, gast.Name) and current.id == dot and not tan.smaller(
+                        ttypes.get(t, T.UNKNOWN), t):
+                    continue
+                if t not in seen:
+                    continue  # t does not exist on this path
+                if current is None:
+                    value = tan.zero(name(t), tan.type_of(t))
+                elif tan.smaller(ttypes.get(t, T.UNKNOWN), t):
+                    value = tan.full(current, ttypes[t], t)
+                else:
+                    value = current
+                fix = assign(dot, value)
+                fix.tangent = True
+                if out == [gast.Pass()]:
+                    out.clear()
+                out.append(fix)
+            merged.append((t, dot))
+        for t, dot in merged:
+            tan.exprs[t] = name(dot)
+            tan.ttypes[t] = tan.type_of(t)
+            tan.owned.discard(t)
+        self.defined = defined | arms[0][3] | arms[1][3]
+        node = copy.copy(stmt)
+        node.body = arms[0][0] or [gast.Pass()]
+        node.orelse = arms[1][0]
+        tan.out.append(node)
 
 
 def _fresh(stmt):
     """A copy of a core statement that later passes may rewrite in place (tidy does), keeping
     its annotations (prim, origin, info) shared."""
     out = copy.copy(stmt)
-    out.targets = copy.deepcopy(stmt.targets)
+    if isinstance(stmt, gast.Assign):
+        out.targets = copy.deepcopy(stmt.targets)
     out.value = copy.deepcopy(stmt.value)
     return out
 
@@ -287,27 +505,46 @@ def _forward_stmt(stmt, tan, core, registry):
         if isinstance(src, gast.Name) and src.id in tan.tuples:
             tan.tuples[targets[0]] = tan.tuples[src.id]
         elif isinstance(src, gast.Name) and src.id in tan.exprs:
-            tan.exprs[targets[0]] = tan.exprs[src.id]
-            tan.ttypes[targets[0]] = tan.ttypes[src.id]
+            if tan.depth or tan.type_of(targets[0]).kind == "list":
+                tan.bind(targets[0], tan.exprs[src.id], tan.ttypes[src.id])
+            else:
+                tan.exprs[targets[0]] = tan.exprs[src.id]
+                tan.ttypes[targets[0]] = tan.ttypes[src.id]
+                if src.id in tan.owned:  # two names of one array: neither may be written
+                    tan.owned.discard(src.id)
+        return None
+    if prim.kind == "setitem":
+        _setitem(stmt, tan)
+        return None
+    if prim.kind == "list_new":
+        dot = tan.namer.tangent(targets[0])
+        tan.emit(assign(dot, gast.List(elts=[], ctx=gast.Load())))
+        tan.exprs[targets[0]] = name(dot)
+        tan.ttypes[targets[0]] = tan.type_of(targets[0])
+        tan.bound.add(targets[0])
+        return None
+    if prim.kind == "append":
+        base = prim.base
+        if base in tan.exprs:
+            value = prim.args[0]
+            dot = tan.of_atom(value, full=True)
+            if dot is None:
+                dot = tan.zero(value, atom_type(value, core.types))
+            call = gast.Call(func=gast.Attribute(value=to_expr(tan.exprs[base]), attr="append",
+                                                 ctx=gast.Load()), args=[dot], keywords=[])
+            tan.emit(gast.Expr(value=call))
+        return None
+    if prim.kind in ("nondiff", "counter"):
         return None
     if prim.kind == "unpack":
-        _unpack(stmt, tan, targets, prim.args[0])
+        _unpack(tan, targets, tan.part(prim.args[0]))
         return None
     if prim.kind == "tuple":
-        parts = [tan.of_atom(atom, full=True) for atom in stmt.value.elts]
-        if any(p is not None for p in parts):
-            tan.tuples[targets[0]] = parts
+        tan.set_part(targets[0], tan.part(stmt.value))
         return None
     if prim.kind == "tuple_get":
-        src = prim.args[0]
         k = stmt.value.slice.value
-        if isinstance(src, gast.Name) and src.id in tan.tuples:
-            parts = tan.tuples[src.id]
-            if isinstance(parts, str):
-                tan.bind(targets[0], gast.Subscript(value=name(parts), slice=to_expr(k),
-                                                    ctx=gast.Load()), tan.type_of(targets[0]))
-            elif parts[k] is not None:
-                tan.bind(targets[0], parts[k], tan.type_of(targets[0]))
+        tan.set_part(targets[0], tan.element(tan.part(prim.args[0]), k))
         return None
     if prim.kind == "user":
         return _forward_user_call(stmt, tan, core, registry)
@@ -319,20 +556,36 @@ def _forward_stmt(stmt, tan, core, registry):
     return None
 
 
-def _unpack(stmt, tan, targets, src):
-    if not (isinstance(src, gast.Name) and src.id in tan.tuples):
+def _setitem(stmt, tan):
+    """``y[i] = v``: ``y_dot[i] = v_dot`` (0 where v has no derivative), in y's own tangent
+    array (created as zeros when y had none)."""
+    prim = stmt.prim
+    base, index, value = prim.base, prim.rule, prim.args[0]
+    dot = tan.of_atom(value, full=False)
+    if dot is None and base not in tan.exprs:
         return
-    parts = tan.tuples[src.id]
-    if isinstance(parts, str):
+    bdot = tan.own(base)
+    store = gast.Subscript(value=name(bdot), slice=to_expr(index), ctx=gast.Store())
+    tan.emit(gast.Assign(targets=[store], value=to_expr(dot) if dot is not None else
+                         fill("0.0"), type_comment=None))
+    tan.bound.add(base)
+
+
+def _unpack(tan, targets, part):
+    if part is None:
+        return
+    if isinstance(part, str):
         dots = [tan.namer.tangent(t) for t in targets]
-        tan.emit(assign(dots, name(parts)))
+        tan.emit(assign(dots, name(part)))
         for t, d in zip(targets, dots):
-            tan.exprs[t] = name(d)
-            tan.ttypes[t] = tan.type_of(t)
+            if tan.type_of(t).kind == "tuple":
+                tan.tuples[t] = d
+            else:
+                tan.exprs[t] = name(d)
+                tan.ttypes[t] = tan.type_of(t)
         return
-    for t, part in zip(targets, parts):
-        if part is not None:
-            tan.bind(t, part, tan.type_of(t))
+    for t, p in zip(targets, part):
+        tan.set_part(t, p)
 
 
 def rule_dots(call, tan, elementwise):
@@ -363,6 +616,14 @@ def _forward_rule(stmt, tan, core):
     elementwise = rule.name in _ELEMENTWISE_OK
     dots = rule_dots(call, tan, elementwise)
     if not dots:
+        return
+    listed = [p for p in dots if not isinstance(p, tuple) and
+              call.types.get(p, T.UNKNOWN).kind == "list"]
+    if listed:  # np.stack(items) of a list built with append: the same call on the tangents
+        from .rules.structural import emit_call
+        args = dict(call.args)
+        args.update({p: dots[p] for p in listed})
+        tan.bind(targets[0], emit_call(rule, args, call.keywords), tan.type_of(targets[0]))
         return
     if rule.jvp is None:
         raise missing_rule(stmt, core, rule)
@@ -411,7 +672,13 @@ def _forward_user_call(stmt, tan, core, registry):
     replacement.primal = stmt  # the primal call it stands for (linearize splits them again)
     tan.emit(replacement)
     if tan.type_of(target).kind == "tuple":
-        tan.tuples[target] = dot
+        zeros = [d is None for d in jf.sweep.out_dots] \
+            if isinstance(callee.returns, gast.Tuple) else [False]
+        if any(zeros):  # elements whose tangent is zero in the callee stay symbolic zeros
+            tan.tuples[target] = [None if z else gast.Subscript(
+                value=name(dot), slice=to_expr(i), ctx=gast.Load()) for i, z in enumerate(zeros)]
+        else:
+            tan.tuples[target] = dot
     else:
         tan.exprs[target] = name(dot)
         tan.ttypes[target] = tan.type_of(target)

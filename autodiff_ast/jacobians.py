@@ -15,13 +15,25 @@ True
 
 from __future__ import annotations
 
+import inspect
 import weakref
 
+import gast
 import numpy as np
 
 from . import pytrees
-from .api import _flat_values, _match_leaf, _prepare_leaf, _spec_key, _Transformed
+from .api import (
+    _flat_values,
+    _match_leaf,
+    _normalize_argnums,
+    _prepare_leaf,
+    _spec_key,
+    _Transformed,
+)
 from .build_forward import build_jvp, build_linearize
+from .build_jacobian import Argnums, build_jacfwd, build_jacrev
+from .custom import register_route, source_function
+from .frontend import parse_function
 from .normalize import Static, TreeSpec
 
 
@@ -46,6 +58,10 @@ def _tangent_leaves(primals, tangents):
     out = []
     for k, (p, t) in enumerate(zip(primals, tangents)):
         p_leaves, p_def = pytrees.tree_flatten(p)
+        if not any(_float_leaf(x) for x in p_leaves):
+            continue  # integer and static arguments have no tangents (any value is accepted)
+        # None stands for the tangent of an integer leaf.
+        t = pytrees.tree_map(lambda x: 0 if x is None else x, t, is_leaf=lambda x: x is None)
         t_leaves, t_def = pytrees.tree_flatten(t)
         if p_def != t_def:
             raise TypeError(f"jvp: primal {k} has structure {p_def} but its tangent has "
@@ -184,4 +200,224 @@ def linearize(fun, *primals):
     return transform(*primals)
 
 
-__all__ = ["jvp", "linearize"]
+# ---------------------------------------------------------------- Jacobians
+class _JacobianTransform(_Transformed):
+    """``jacfwd`` / ``jacrev`` of a function: call it like the function; `.source` shows the
+    generated module (vmap of the jvp or vjp module, and the wrapper that lays out blocks)."""
+
+    def __init__(self, fun, argnums=0, has_aux=False, mode="fwd"):
+        super().__init__(fun)
+        self.argnums = argnums
+        self.has_aux = has_aux
+        self.mode = mode
+        self.kind = "jacfwd" if mode == "fwd" else "jacrev"
+
+    def _argnums(self, specs, py_fun):
+        info = parse_function(py_fun)
+        single, nums = _normalize_argnums(self.argnums, len(specs), info)
+        return Argnums(nums, single)
+
+    def _generate(self, specs):
+        key = _spec_key(specs)
+        cached = self._modules.get(("plan", key))
+        if cached is not None:  # the module and argnums of a signature seen before
+            self._last = cached[:2]
+            return cached
+        py_fun = self._python_function(specs)
+        argnums = self._argnums(specs, py_fun)
+        build = build_jacfwd if self.mode == "fwd" else build_jacrev
+        key = (key, tuple(argnums), argnums.single)
+        code = getattr(self._signature_function(), "__code__", None)
+        label = (self.label(), code.co_filename if code else "<unknown>")
+        generated, module = self._module_for(key, lambda: build(py_fun, specs, argnums,
+                                                                self.has_aux, label))
+        # Kept with the modules (jit starts a transform with none of them).
+        self._modules[("plan", _spec_key(specs))] = (generated, module, argnums)
+        return generated, module, argnums
+
+    def label(self):
+        """How the docstring names this transform: ``jacfwd(jacrev(f))``."""
+        inner = self.fun.label() if isinstance(self.fun, _JacobianTransform) else (
+            f"{self.fun.kind}({getattr(self.fun, '__name__', 'f')})"
+            if isinstance(self.fun, _Transformed) else getattr(self.fun, "__name__", "f"))
+        options = "" if self.argnums == 0 else f", argnums={self.argnums}"
+        return f"{self.kind}({inner}{options})"
+
+    def function_for(self, specs):
+        """The generated entry for these argument specs: flat arrays, or pytrees (then a
+        one-line wrapper passes the leaves)."""
+        if any(isinstance(s, Static) for s in specs.values()):
+            raise NotImplementedError(f"transforming {self.kind}(f) with static arguments is "
+                                      "not supported yet")
+        generated, module, _ = self._generate(specs)
+        entry = getattr(module, generated.entry)
+        if any(isinstance(s, TreeSpec) for s in specs.values()):
+            return tree_wrapper(entry, specs)
+        return entry
+
+    def __call__(self, *args):
+        names, values, specs = self._specs(args, {})
+        generated, module, argnums = self._generate(specs)
+        flat = _flat_values(specs, names, values)
+        raw = getattr(module, generated.entry)(*flat)
+        aux = None
+        if self.has_aux:
+            raw, aux = raw
+        jac = self.assemble(values, specs, raw)
+        return (jac, aux) if self.has_aux else jac
+
+    def assemble(self, values, specs, raw):
+        """The generated module's nested tuples (output structure, then arguments) as JAX's
+        Jacobian pytree; `raw`'s leaves may be any objects (a composed transform's pieces)."""
+        generated, _, argnums = self._generate(specs)
+        names = list(specs)
+
+        def per_arg(k, piece):
+            spec = specs[names[k]]
+            if not isinstance(spec, TreeSpec):
+                return piece
+            leaves, treedef = pytrees.tree_flatten(values[k])
+            pieces = iter(piece)
+            return pytrees.tree_unflatten(treedef, [next(pieces) if _float_leaf(v) else None
+                                                    for v in leaves])
+
+        def walk(typ, r):
+            if typ.kind == "tuple" and typ.elts is not None:
+                return tuple(walk(e, x) for e, x in zip(typ.elts, r))
+            if argnums.single:
+                return per_arg(argnums[0], r)
+            return tuple(per_arg(k, x) for k, x in zip(argnums, r))
+
+        result = walk(generated.layout["out_type"], raw)
+        if isinstance(self.fun, _JacobianTransform):  # the inner Jacobian's own structure
+            result = self.fun.assemble(values, specs, result)
+        return result
+
+
+def tree_wrapper(entry, specs):
+    """A function taking pytree arguments that calls `entry` with their leaves (source)."""
+    params = list(specs)
+    leaves = []
+    for pname, spec in specs.items():
+        leaves += _leaf_access(pname, spec) if isinstance(spec, TreeSpec) else [pname]
+    fname = f"{entry.__name__}_tree"
+    text = (f"def {fname}({', '.join(params)}):\n"
+            f"    return {entry.__name__}({', '.join(leaves)})\n")
+    return source_function(text, fname, {entry.__name__: entry})
+
+
+def _leaf_access(base, spec):
+    out = []
+    for key, child in spec.children:
+        if spec.kind in ("dict", "ordered_dict", "default_dict"):
+            expr = f"{base}[{key!r}]"
+        elif spec.kind in ("list", "tuple"):
+            expr = f"{base}[{key}]"
+        elif spec.kind in ("namedtuple", "dataclass"):
+            expr = f"{base}.{key}"
+        else:
+            raise NotImplementedError(f"transforming a Jacobian of a {spec.kind} pytree "
+                                      "argument is not supported yet")
+        if isinstance(child, TreeSpec):
+            out += _leaf_access(expr, child)
+        elif not isinstance(child, Static):
+            out.append(expr)
+    return out
+
+
+def jacfwd(fun, argnums=0, has_aux=False):
+    """The Jacobian of `fun` by forward mode (JAX's ``jacfwd``): shape ``out.shape +
+    in.shape``, pytrees nested output-first. Every basis direction goes through one vectorized
+    tangent pass (vmap of the generated jvp module).
+
+    >>> import numpy as np
+    >>> jacfwd(lambda x: x ** 2)(np.array([1.0, 2.0]))
+    array([[2., 0.],
+           [0., 4.]])
+    """
+    return _JacobianTransform(fun, argnums, has_aux, "fwd")
+
+
+def jacrev(fun, argnums=0, has_aux=False):
+    """The Jacobian of `fun` by reverse mode (JAX's ``jacrev``): one forward pass, then every
+    output cotangent pulled back in one vectorized pass (vmap of the generated backward code).
+
+    >>> import numpy as np
+    >>> jacrev(lambda x: np.sin(x) * x[0])(np.array([0.0, 1.0]))
+    array([[0.        , 0.        ],
+           [0.84147098, 0.        ]])
+    """
+    return _JacobianTransform(fun, argnums, has_aux, "rev")
+
+
+def hessian(fun, argnums=0):
+    """The Hessian of a scalar function: ``jacfwd(jacrev(fun, argnums), argnums)``.
+
+    >>> import numpy as np
+    >>> hessian(lambda x: np.sum(x ** 3))(np.array([1.0, 2.0]))
+    array([[ 6.,  0.],
+           [ 0., 12.]])
+    """
+    return jacfwd(jacrev(fun, argnums), argnums)
+
+
+# ---------------------------------------------------------------- inside differentiated code
+def _route_jvp(normalizer, fn, node, target):
+    """``jvp(f, (x, y), (x_dot, y_dot))`` written in a function being transformed: a call to
+    the generated ``jvp_f`` (whose source is differentiated like any helper)."""
+    from .normalize import atom_type
+    args = list(node.args)
+    keywords = {k.arg: k.value for k in node.keywords}
+    for k, key in enumerate(("fun", "primals", "tangents")):
+        if len(args) <= k and key in keywords:
+            args.append(keywords.pop(key))
+    has_aux = False
+    if "has_aux" in keywords:
+        flag = normalizer.expr(keywords.pop("has_aux"))
+        has_aux = bool(getattr(flag, "value", False))
+    if len(args) != 3 or keywords:
+        raise normalizer.unsupported("write jvp(f, (x, ...), (x_dot, ...)) with the primals "
+                                     "and tangents as tuples", node)
+    fun = normalizer.expr(args[0])
+    if not isinstance(fun, Static) or not callable(fun.value):
+        raise normalizer.unsupported("the function passed to jvp must be known when the code "
+                                     "is transformed (a global or closure function)", node)
+    displays = []
+    for arg, what in ((args[1], "primals"), (args[2], "tangents")):
+        if not isinstance(arg, (gast.Tuple, gast.List)):
+            raise normalizer.unsupported(f"jvp's {what} must be written as a tuple display, "
+                                         f"e.g. (x,)", node)
+        displays.append([normalizer.atom(e) for e in arg.elts])
+    primals, tangents = displays
+    if len(primals) != len(tangents):
+        raise normalizer.unsupported("jvp needs one tangent per primal", node)
+    transform = _cached(("jvp", has_aux), fun.value,
+                        lambda: _JvpTransform(fun.value, has_aux))
+    names = list(inspect.signature(transform._signature_function()).parameters)
+    specs = {n: atom_type(a, normalizer.types) for n, a in zip(names, primals)}
+    try:
+        entry = transform.function_for(specs)
+    except NotImplementedError as exc:
+        raise normalizer.unsupported(str(exc), node) from None
+    dots = [t for p, t in zip(primals, tangents) if atom_type(p, normalizer.types).is_float]
+    return normalizer.call_user(entry, node, target, atoms=primals + dots)
+
+
+def _route_constructor(normalizer, fn, node, target):
+    """``jacfwd(f)``, ``hessian(f, 1)``... written in transformed code: built now, once (their
+    arguments must be known statically)."""
+    from .normalize import _NOT_STATIC, _static_value
+    args = [_static_value(normalizer.expr(a)) for a in node.args]
+    kwargs = {k.arg: _static_value(normalizer.expr(k.value)) for k in node.keywords}
+    if any(v is _NOT_STATIC for v in args + list(kwargs.values())):
+        raise normalizer.unsupported(f"{fn.__name__}(...) inside transformed code needs "
+                                     "arguments known when the code is transformed", node)
+    return Static(fn(*args, **kwargs))
+
+
+register_route(jvp, _route_jvp)
+for _constructor in (jacfwd, jacrev, hessian):
+    register_route(_constructor, _route_constructor)
+
+
+__all__ = ["jvp", "linearize", "jacfwd", "jacrev", "hessian"]

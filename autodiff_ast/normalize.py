@@ -36,6 +36,7 @@ from . import rules
 from . import types as T
 from .errors import MissingRuleError, TypeInferenceError, UnsupportedSyntaxError
 from .frontend import FunctionInfo, parse_function
+from .lowering import lower_loop_exits
 from .naming import Namer, sanitize
 from .rules import PrimCall
 from .templates import assign, fill, name, to_expr, unparse
@@ -272,7 +273,9 @@ class Normalizer:
                 self.params.append(arg.id)
                 self.types[arg.id] = spec
         returns, return_node = None, None
-        body = lower_returns(copy.deepcopy(node.body), self)  # lowering rewrites the tree
+        body = lower_loop_exits(copy.deepcopy(node.body), self.namer,
+                                lambda msg, n, hint: self.unsupported(msg, n, hint))
+        body = lower_returns(body, self)  # lowering rewrites the (copied) tree
         self.copy_params_written_in_place(body)
         for stmt in body:
             self.origin = stmt
@@ -299,9 +302,7 @@ class Normalizer:
         elif isinstance(stmt, (gast.If, gast.For, gast.While, gast.With)):
             getattr(self, "visit_" + type(stmt).__name__)(stmt)
         elif isinstance(stmt, (gast.Break, gast.Continue)):
-            raise self.unsupported(f"{type(stmt).__name__.lower()} is not supported in "
-                                   "differentiated loops yet", stmt,
-                                   "use a while loop whose condition stops it")
+            raise self.unsupported(f"{type(stmt).__name__.lower()} outside a loop", stmt)
         elif isinstance(stmt, gast.AugAssign):
             if isinstance(stmt.target, gast.Subscript):
                 self.aug_setitem(stmt)
@@ -680,7 +681,8 @@ class Normalizer:
         from .api import _Transformed
         if isinstance(fn, _Transformed):
             return self.call_transformed(fn, node, target)
-        if getattr(fn, "__module__", "").startswith("autodiff_ast.api") and callable(fn):
+        if getattr(fn, "__module__", "").startswith(("autodiff_ast.api",
+                                                     "autodiff_ast.batching")) and callable(fn):
             # grad(f), vmap(f, ...) written inside the function: built once, now.
             args = [self.expr(a) for a in node.args]
             kwargs = {k.arg: self.expr(k.value) for k in node.keywords}

@@ -440,7 +440,7 @@ def make_split(sweep, program, bwd_name=None, recompute=False):
             stmt.backward = True
         block = tidy_block(list(sweep.forward) + list(sweep.backward), keep=bar_names,
                            temps=core.namer)
-        needed = free_names(block)
+        needed = free_names(block) + _zero_bar_params(sweep)
         body = [s for s in block if not getattr(s, "backward", False)]
         if body:
             body = [_comment_stmt(f"{core.info.name}: recomputed here, nothing was stored "
@@ -454,7 +454,7 @@ def make_split(sweep, program, bwd_name=None, recompute=False):
     sweep.backward = backward
     forward = tidy_block(sweep.forward, keep=set(_returned_names(core)) | set(
         free_names(backward)), temps=core.namer)
-    needed = free_names(backward)
+    needed = free_names(backward) + _zero_bar_params(sweep)
     defined_fwd = set()
     for stmt in forward:
         defined_fwd.update(_stmt_targets(stmt))
@@ -463,11 +463,24 @@ def make_split(sweep, program, bwd_name=None, recompute=False):
     residuals = [n for n in _ordered_defs(forward) if n in needed and n not in core.params
                  and n not in returned]
     residuals += [n for n in _returned_names(core) if n in needed and n not in core.params]
+    # A residual set only in a branch not taken, or in a loop that did not run, is still
+    # returned: give it a value of its type first (the backward function never reads it then).
+    from .tidy import stmt_defs
+    top = {d for stmt in forward if not isinstance(stmt, CONTROL) for d in stmt_defs(stmt)}
+    forward = [assign(r, _placeholder(core.types.get(r, T.UNKNOWN))) for r in residuals
+               if r not in top] + forward
     sweep.forward = forward
     base = core.name
     fwd_name = program.module_names.fresh(f"{base}_fwd") if residuals else core.name
     bwd_name = bwd_name or program.module_names.fresh(f"{base}_bwd")
     return Split(sweep, fwd_name, bwd_name, residuals, bwd_params)
+
+
+def _zero_bar_params(sweep):
+    """Active array parameters without an adjoint: the backward function returns
+    ``np.zeros_like(p)`` for them, so it needs p itself."""
+    return [p for p, e in zip(sweep.active_params, sweep.param_bars) if e is None and
+            sweep.core.types.get(p, T.UNKNOWN).kind != "float"]
 
 
 def _comment_stmt(text):
@@ -490,7 +503,9 @@ def _ordered_defs(stmts):
 def _returned_names(core):
     ret = core.returns
     atoms = ret.elts if isinstance(ret, gast.Tuple) else [ret]
-    return [a.id for a in atoms if isinstance(a, gast.Name)]
+    # Nested tuples (`return a, (b, c)`) return every name inside them too (each once).
+    names = [n.id for a in atoms for n in gast.walk(a) if isinstance(n, gast.Name)]
+    return list(dict.fromkeys(names))
 
 
 def reverse(core, active_params, registry=None, seed="grad", output_index=None):
@@ -531,13 +546,16 @@ def reverse(core, active_params, registry=None, seed="grad", output_index=None):
                 adj.seed(a.id, 1.0)
     else:
         for i, a in enumerate(outputs):
-            if isinstance(a, gast.Name) and a.id not in core.namer.temps:
+            if isinstance(a, gast.Name) and a.id not in core.namer.temps and \
+                    core.namer.adjoint(a.id) not in seeds:
                 seed_name = core.namer.adjoint(a.id)
-            else:
+            else:  # (a name returned twice gets one seed per position, summed)
                 seed_name = core.namer.fresh("out_bar" if len(outputs) == 1 else f"out{i}_bar")
             seeds.append(seed_name)
             if isinstance(a, gast.Name) and a.id in varied:
-                adj.seed(a.id, seed_name)
+                current = adj.get(a.id)
+                adj.seed(a.id, seed_name if current is None else
+                         fill("a + b", a=current, b=seed_name))
     builder = _Builder(core, adj, active, registry)
     builder.backward_block(core.body)
     forward = builder.forward_sweep()
@@ -567,6 +585,7 @@ class _Builder:
         self.saves = {}  # id(core stmt) -> tape name (the statement's target is saved)
         self.pops = []  # (marker statement, name) to resolve once reads are known
         self.depth = 0
+        self.loops = 0  # enclosing loops: residuals of helper calls there go on tapes
 
     # -- backward sweep
     def backward_block(self, stmts):
@@ -589,7 +608,8 @@ class _Builder:
             kind == "setitem"
         marker = len(adj.out)
         if any(t in self.active for t in targets):
-            replacement = _reverse_stmt(stmt, adj, self.active, core, self.registry)
+            replacement = _reverse_stmt(stmt, adj, self.active, core, self.registry,
+                                        in_loop=self.loops > 0)
             if replacement is not None:
                 self.replacements[id(stmt)] = replacement
             if self.depth > 0 and kind not in ("setitem", "append"):
@@ -648,14 +668,16 @@ class _Builder:
         values, written = self._control_values(stmt)
         self.adj.prepare_accumulation(values, written)
 
-    def nested(self, stmts):
+    def nested(self, stmts, loop=False):
         saved = self.adj.out
         self.adj.out = []
         self.depth += 1
+        self.loops += loop
         try:
             self.backward_block(stmts)
         finally:
             self.depth -= 1
+            self.loops -= loop
             out, self.adj.out = self.adj.out, saved
         return out
 
@@ -678,7 +700,7 @@ class _Builder:
         if not self._touches_active(stmt):
             return
         self.enter_control(stmt)
-        body = self.nested(stmt.body)
+        body = self.nested(stmt.body, loop=True)
         if not body:
             return
         index = stmt.target.id
@@ -708,7 +730,7 @@ class _Builder:
         if not self._touches_active(stmt):
             return
         self.enter_control(stmt)
-        body = self.nested(stmt.body)
+        body = self.nested(stmt.body, loop=True)
         if not body:
             return
         counter = stmt.prim.args[0].id
@@ -741,6 +763,7 @@ class _Builder:
                 dead.add(id(restore))
         # Drop the restores nobody needs.
         self.adj.out[:] = _without(self.adj.out, dead)
+        self.stale_views = _stale_views(self.core, self.adj.out)
         tapes = []
         forward = self._forward_block(self.core.body, needed, tapes, depth=0,
                                       defined=set(self.core.params))
@@ -784,9 +807,39 @@ class _Builder:
                         out.append(gast.Expr(value=fill("t.append(v)", t=tape, v=target)))
                         if tape not in tapes:
                             tapes.append(tape)
-            out.append(self.replacements.get(id(stmt), stmt))
+            replacement = self.replacements.get(id(stmt), stmt)
+            if id(stmt) in self.stale_views:  # the backward sweep reads it after a write
+                replacement = _shallow_copy(stmt)
+                replacement.value = fill("v.copy()", v=stmt.value)
+            out.append(replacement)
+            for tape, local in getattr(replacement, "tapes", ()):  # a helper's residuals
+                out.append(gast.Expr(value=fill("t.append(v)", t=tape, v=local)))
+                if tape not in tapes:
+                    tapes.append(tape)
             defined.update(_stmt_targets(stmt))
         return out
+
+
+def _stale_views(core, backward):
+    """Ids of view statements (``v = y[:, j]``) whose value the backward sweep reads while the
+    array they view is written in place: the forward sweep keeps a copy instead. (Reading the
+    view again in the primal after such a write is refused by the normalizer.)"""
+    simple = [s for s in walk_statements(core.body) if not isinstance(s, CONTROL)]
+    written = {s.prim.base for s in simple if s.prim.kind == "setitem"}
+    views = {t: s.view_of for s in simple if getattr(s, "view_of", None) for t in
+             _stmt_targets(s)}
+
+    def writes_into(n):
+        seen = set()
+        while n not in written and n in views and n not in seen:
+            seen.add(n)
+            n = views[n]
+        return n in written
+    reads = set()
+    for stmt in backward:
+        reads |= value_reads(stmt)
+    return {id(s) for s in simple if getattr(s, "view_of", None) and
+            any(t in reads for t in _stmt_targets(s)) and writes_into(s.view_of)}
 
 
 _SHAPE_ONLY = {"np.zeros_like", "np.ones_like", "np.empty_like", "np.full_like", "len",
@@ -956,7 +1009,7 @@ def _indexes_array(t, index, types):
     return index_type(t, index, types).kind == "array"
 
 
-def _reverse_stmt(stmt, adj, active, core, registry):
+def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
     """Emit the adjoint code of one statement; returns a replacement forward statement."""
     prim = stmt.prim
     targets = _stmt_targets(stmt)
@@ -971,7 +1024,7 @@ def _reverse_stmt(stmt, adj, active, core, registry):
         if isinstance(src, gast.Name) and src.id in active:
             parts = adj.tuples.setdefault(src.id, [None] * len(targets))
             for i, t in enumerate(targets):
-                g = adj.get(t)
+                g = _snapshot(adj, adj.get(t))
                 if g is not None:
                     parts[i] = g if parts[i] is None else fill("a + b", a=parts[i], b=g)
         return None
@@ -982,7 +1035,7 @@ def _reverse_stmt(stmt, adj, active, core, registry):
                 adj.add(atom.id, g, atom_type(atom, core.types))
         return None
     if prim.kind == "tuple_get":
-        g = adj.get(targets[0])
+        g = _snapshot(adj, adj.get(targets[0]))
         src = prim.args[0]
         if g is not None and isinstance(src, gast.Name) and src.id in active:
             size = len(adj.type_of(src.id).elts or ())
@@ -991,7 +1044,7 @@ def _reverse_stmt(stmt, adj, active, core, registry):
             parts[k] = g if parts[k] is None else fill("a + b", a=parts[k], b=g)
         return None
     if prim.kind == "user":
-        return _reverse_user_call(stmt, adj, active, core, registry)
+        return _reverse_user_call(stmt, adj, active, core, registry, in_loop)
     if prim.kind == "rule":
         _reverse_rule(stmt, adj, active, core)
         return None
@@ -1007,6 +1060,18 @@ def _reverse_stmt(stmt, adj, active, core, registry):
             adj.add(value.id, part, elem[0] if elem else T.UNKNOWN)
         return None
     return None
+
+
+def _snapshot(adj, g):
+    """An adjoint variable's current value under its own name: a tuple keeps its elements'
+    adjoints until the tuple's producer is reached, and inside a loop the variable itself is
+    reset before that (the overwritten value gets a fresh adjoint). Tidying inlines it back
+    where nothing intervenes."""
+    if not isinstance(g, gast.Name):
+        return g
+    snap = adj.namer.temp(g.id)
+    adj.out.append(assign(snap, g))
+    return name(snap)
 
 
 def _reverse_setitem(stmt, adj, active, core):
@@ -1140,7 +1205,7 @@ def _missing(stmt, core, rule, detail=""):
                            "rule (see docs/adding-a-rule.md)")
 
 
-def _reverse_user_call(stmt, adj, active, core, registry):
+def _reverse_user_call(stmt, adj, active, core, registry, in_loop=False):
     prim = stmt.prim
     callee = prim.callee
     target = _stmt_targets(stmt)[0]
@@ -1167,6 +1232,9 @@ def _reverse_user_call(stmt, adj, active, core, registry):
     residual_locals = []
     if split.residuals:
         residual_locals = [core.namer.fresh(r) for r in split.residuals]
+        for r, local in zip(split.residuals, residual_locals):
+            if r in callee.types:
+                core.types.setdefault(local, callee.types[r])
         call = gast.Call(func=name(split.fwd_name), args=list(stmt.value.args), keywords=[])
         replacement = assign([target] + residual_locals, call)
         replacement.prim = stmt.prim
@@ -1180,6 +1248,12 @@ def _reverse_user_call(stmt, adj, active, core, registry):
     for p in active_callee:
         atom = param_to_arg[p]
         outs.append(core.namer.temp(f"{atom.id}_bar_part"))
+    if in_loop and residual_locals:
+        # Each iteration's residuals are pushed after the call and popped before its
+        # backward call (the names are fresh: nothing else reads or overwrites them).
+        replacement.tapes = [(core.namer.derived(r, "tape"), r) for r in residual_locals]
+        for tape, r in replacement.tapes:
+            adj.out.append(assign(r, fill("t.pop()", t=tape)))
     call = gast.Call(func=name(split.bwd_name), args=args, keywords=[])
     adj.out.append(assign(outs if len(outs) > 1 else outs[0], call))
     for p, local in zip(active_callee, outs):

@@ -48,6 +48,9 @@ def stmt_defs(stmt):
         func = stmt.value.func
         if isinstance(func, gast.Attribute) and func.attr == "at" and stmt.value.args:
             return _names(stmt.value.args[0])[:1]
+        if isinstance(func, gast.Attribute) and func.attr in ("pop", "append") and \
+                isinstance(func.value, gast.Name):
+            return [func.value.id]  # changes the list (and what len() of it gives)
     if isinstance(stmt, (gast.For, gast.While, gast.If, gast.With)):
         return _names(stmt, gast.Store)
     return []
@@ -133,6 +136,8 @@ def _inline_once(stmts, keep, temps):
         if tmp not in temps or tmp in keep:
             continue
         reads = set(_names(stmt.value))
+        if tmp in reads:  # `v = f(v)` updates v: inlining it would substitute forever
+            continue
         uses = [j for j in range(i + 1, len(stmts)) if tmp in stmt_uses(stmts[j])]
         count = sum(stmt_uses(stmts[j]).count(tmp) for j in uses)
         if count != 1:
@@ -148,6 +153,8 @@ def _inline_once(stmts, keep, temps):
                         for d in stmt_defs(stmts[k]))
         if redefined:
             continue
+        if len(uses) > 1 and any(isinstance(stmts[j], (*_CONTROL, gast.With)) for j in uses):
+            continue  # a repeated cheap value is never pushed into loops or branches
         target_stmt = stmts[uses[0]]
         if isinstance(target_stmt, (gast.While, gast.With)):
             continue

@@ -390,11 +390,27 @@ class _Lower(gast.NodeTransformer):
         if args is None or "axis" not in args:
             return None
         axes = _const(args["axis"])
-        if not isinstance(axes, tuple) or not all(isinstance(a, int) and a >= 0 for a in axes):
+        if not isinstance(axes, tuple):
+            axes = (args["axis"],)
+        elif not all(isinstance(a, int) and a >= 0 for a in axes):
             return None
         value = args["a"]
-        for a in sorted(axes):
-            value = _call("np.expand_dims", [value, _num(a)])
+        if not _is_array_call(value):  # Numba's expand_dims refuses scalars
+            value = _call("np.asarray", [value])
+        for a in sorted(axes) if len(axes) > 1 else axes:
+            value = _call("np.expand_dims", [value, a if isinstance(a, gast.AST) else _num(a)])
+        return value
+
+    def call_np_clip(self, node):
+        # Numba's clip refuses scalars; clip(x, lo, hi) is maximum then minimum in NumPy too.
+        args = _bind(node, ("a", "a_min", "a_max"))
+        if args is None or "a_min" not in args or "a_max" not in args:
+            return None
+        value = args["a"]
+        if _const(args["a_min"]) is not None:
+            value = _call("np.maximum", [value, args["a_min"]])
+        if _const(args["a_max"]) is not None:
+            value = _call("np.minimum", [value, args["a_max"]])
         return value
 
     def call_np_reshape(self, node):
@@ -473,6 +489,15 @@ class _Lower(gast.NodeTransformer):
             if isinstance(p, int) and not isinstance(p, bool) and p < 0:
                 node.right = _num(float(p))  # under Numba an int to a negative int power is 0
         return node
+
+
+def _is_array_call(node):
+    """Whether `node` is a call known to return an array (never a scalar)."""
+    return isinstance(node, gast.Call) and (_dotted(node.func) in (
+        "np.asarray", "np.expand_dims", "np.zeros", "np.ones", "np.empty", "np.array",
+        "np.zeros_like", "np.ones_like", "np.full", "np.full_like", "np.outer",
+        "np.ascontiguousarray") or (isinstance(node.func, gast.Attribute) and
+                                    node.func.attr == "reshape"))
 
 
 def _is_contiguous_call(node):

@@ -91,6 +91,7 @@ UNARY = [
     ("fabs", lambda x: np.fabs(x), "nonzero"),
     ("deg2rad", lambda x: np.deg2rad(x), "real"),
     ("rad2deg", lambda x: np.rad2deg(x), "real"),
+    ("sinc", lambda x: np.sinc(x), "real"),
     # operators and aliases
     ("neg-operator", lambda x: -x, "real"),
     ("abs-builtin", lambda x: abs(x), "nonzero"),
@@ -367,6 +368,9 @@ STRUCTURAL = [
     ("flip", lambda x: np.flip(x), [(2, 3)], "real"),
     ("flip-axis", lambda x: np.flip(x, 1), [(2, 3)], "real"),
     ("roll", lambda x: np.roll(x, 1), [(4,)], "real"),
+    ("diff", lambda x: np.diff(x), [(4,)], "real"),
+    ("diff-2d", lambda x: np.diff(x) * x[:, 1:], [(2, 4)], "real"),
+    ("diff-last-axis", lambda x: np.diff(x, axis=1), [(2, 4)], "real"),
     ("copy", lambda x: np.copy(x) * x, [(3,)], "real"),
     ("asarray", lambda x: np.asarray(x) * 2.0, [(3,)], "real"),
     ("float", lambda x: float(x) * x, [()], "real"),
@@ -427,6 +431,14 @@ def test_table_covers_every_partial():
     """Every entry of the scalar-partials table has a row in the elementwise op table."""
     tested = {e[0] for e in UNARY + BINARY + STRUCTURAL}
     assert set(PARTIALS) - tested == set()
+
+
+def test_sinc_at_zero():
+    """sinc's partial has a removable singularity at 0: the rule must give 0 there."""
+    x = np.array([0.0, 0.25, -1.5])
+    g = ad.grad(lambda x: np.sum(np.sinc(x)))(x)
+    np.testing.assert_allclose(g, numeric_grad(lambda x: np.sum(np.sinc(x)), (x,), 0),
+                               atol=1e-6)
 
 
 def test_max_with_ties_splits_the_cotangent():
@@ -529,7 +541,7 @@ def test_rule_coverage_of_numpy():
 # Without argument types (the command line without a signature), every argument is a float64
 # array of unknown rank: the same table must still be right, or ask for the rank.
 NEEDS_RANK = {"inner", "hstack", "hstack-2d", "vstack", "vstack-2d", "tile", "tile-2d",
-              "tile-rank-up"}
+              "tile-rank-up", "diff-last-axis"}
 
 
 def _all_cases():

@@ -130,7 +130,8 @@ class BatchCall:
     inside an argument, such as an index).
     """
 
-    def __init__(self, call, value, batched, n_batch, names=None, types=None):
+    def __init__(self, call, value, batched, n_batch, names=None, types=None, store=False):
+        self.store = store  # the call site is the target of an in-place write (getitem only)
         self.call = call
         self.rule = call.rule
         self.value = value
@@ -271,6 +272,15 @@ def _index_reduction(bc):
         flat = x if rank == 1 else fill("np.reshape(x, (n, -1))", x=x, n=bc.n_batch)
         return bc.emit(keywords=("axis",), x=flat, axis=to_expr(1))
     return bc.emit(keywords=("axis",), axis=to_expr(_shift(bc.axis())))
+
+
+def _along_axis(bc):
+    """A function working along one axis (np.diff): a negative axis counts from the end in
+    both worlds; a non-negative one moves past the batch axis."""
+    axis = bc.call.const("axis")
+    if not isinstance(axis, int):
+        raise NoBatchingRule("an axis that is not a constant integer")
+    return bc.emit(keywords=("axis",), axis=to_expr(axis if axis < 0 else axis + 1))
 
 
 def _cumsum(bc):
@@ -451,16 +461,16 @@ def _no_batched_shape(bc):
 
 
 def creator(bc):
-    """np.zeros(shape)... with a batched shape cannot be batched (one shape per example)."""
+    """np.zeros(shape)...: a batched shape cannot be batched (one shape per example); a batched
+    fill value (np.full) gives one filled array per example."""
     _no_batched_shape(bc)
-    raise NoBatchingRule("unreachable: a creator with no batched argument is not batched")
+    return creator_with_batch(bc)
 
 
 def creator_with_batch(bc):
     """A creator whose result must hold one array per example (it is written in place with
     batched values later): the same call with a leading batch axis."""
     name = bc.rule.name
-    dtype = bc.call.args.get("dtype")
     if name in ("zeros", "ones", "empty"):
         new = batch_shape(bc.n_batch, bc.arg("shape"), bc.type("shape"))
         return bc.emit(shape=new)
@@ -485,8 +495,8 @@ def creator_with_batch(bc):
         if dims is None:
             raise NoBatchingRule("np.full of a shape of unknown rank")
         dt = np.dtype(bc.call.out_type.dtype or "float64").name
-        return fill(f"np.zeros(s, dtype=np.{dt}) + v", s=new,
-                    v=bc.aligned("fill_value", len(dims)))
+        kw = "" if dt == "float64" else f", dtype=np.{dt}"
+        return fill(f"np.zeros(s{kw}) + v", s=new, v=bc.aligned("fill_value", len(dims)))
     raise NoBatchingRule(f"{name} cannot hold a batch")
 
 
@@ -681,7 +691,7 @@ def getitem(bc):
     before = sum(1 for p in parts[:advanced[0]]
                  if isinstance(p, gast.Slice) or (isinstance(p, gast.Constant) and p.value is None))
     lands_first = not adjacent or before == 0
-    if s > 0 and not lands_first:
+    if s > 0 and not lands_first and (s > 1 or not bc.is_batched("x") or bc.store):
         raise NoBatchingRule("a batched index array in the middle of the index")
     new_parts = []
     for k, p in enumerate(parts):
@@ -699,7 +709,11 @@ def getitem(bc):
             raise NoBatchingRule("a gather whose batch axis would not come first")
         x = broadcast_batch(x, bc.type("x"), bc.n_batch)
     rows = expand_after_batch(fill("np.arange(n)", n=bc.n_batch), s)
-    return subscript(x, [rows] + new_parts)
+    gathered = subscript(x, [rows] + new_parts)
+    if s > 0 and not lands_first:
+        # x[:, idx]: the gathered axis comes first after the batch axis; put it back in place.
+        return fill("np.moveaxis(e, 1, b)", e=gathered, b=before + 1)
+    return gathered
 
 
 # ---------------------------------------------------------------- the table
@@ -721,6 +735,7 @@ _register(("int",), _conversion("int64"))
 _register(("sum", "mean", "prod", "max", "min", "var", "std"), reduction)
 _register(("argmax", "argmin", "argsort"), _index_reduction)
 _register(("cumsum",), _cumsum)
+_register(("diff",), _along_axis)
 _register(("all",), _whole_reduction(("np.all(x, axis=axes)", "a == b", None)))
 _register(("any",), _whole_reduction(("np.any(x, axis=axes)", "a == b", None)))
 _register(("allclose",), _whole_reduction(("np.all(x, axis=axes)", "np.isclose(a, b)", None)))

@@ -52,6 +52,8 @@ PARTIALS = {
     "deg2rad": (("x",), ("0.017453292519943295",)),
     "rad2deg": (("x",), ("57.29577951308232",)),
     "erf": (("x",), ("1.1283791670955126 * np.exp(-(x * x))",)),
+    # sinc(x) = sin(pi x) / (pi x); its derivative is 0 at x = 0, where cos(0) - y is 0 too
+    "sinc": (("x",), ("(np.cos(3.141592653589793 * x) - y) / np.where(x == 0.0, 1.0, x)",)),
     "add": (("a", "b"), ("1.0", "1.0")),
     "subtract": (("a", "b"), ("1.0", "-1.0")),
     "multiply": (("a", "b"), ("b", "a")),

@@ -225,6 +225,8 @@ def _norm_vjp(call, g):
 
 
 def _norm_jvp(call, dots):
+    if not _norm_check(call):
+        return None  # ord= other than the 2-norm: no template (as in reverse mode)
     x = call.args["x"]
     axis = call.axis()
     if axis is None:

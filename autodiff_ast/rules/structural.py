@@ -143,13 +143,21 @@ def _chooser_vjp(call, g):
     return {"x": (fill("ge * m / c", ge=ge, m=mask, c=count), call.types["x"])}
 
 
+def reduce_sum(call, expr):
+    """``np.sum(expr)`` over the axes `call` reduces, keeping them when it keeps them."""
+    axis = call.axis()
+    keep = bool(call.const("keepdims", False))
+    if axis is None:
+        return fill("np.sum(e, keepdims=True)" if keep else "np.sum(e)", e=expr)
+    return fill("np.sum(e, axis=a, keepdims=True)" if keep else "np.sum(e, axis=a)", e=expr,
+                a=axis)
+
+
 def _chooser_jvp(call, dots):
     ye, _ = expand_like_input(call, call.out)
     mask = fill("x == ye", x=call.args["x"], ye=ye)
-    axis = call.axis()
-    if axis is None:
-        return fill("np.sum(d * m) / np.sum(m)", d=dots["x"], m=mask)
-    return fill("np.sum(d * m, axis=a) / np.sum(m, axis=a)", d=dots["x"], m=mask, a=axis)
+    return fill("s / c", s=reduce_sum(call, fill("d * m", d=dots["x"], m=mask)),
+                c=reduce_sum(call, mask))
 
 
 def _centered(call):
@@ -171,11 +179,8 @@ def _var_vjp(call, g):
 def _var_jvp(call, dots):
     ddof = call.const("ddof", 0) or 0
     n = _count(call) if not ddof else fill("n - d", n=_count(call), d=ddof)
-    axis = call.axis()
     prod = fill("2.0 * c * d", c=_centered(call), d=dots["x"])
-    total = fill("np.sum(p)", p=prod) if axis is None else fill("np.sum(p, axis=a)", p=prod,
-                                                                  a=axis)
-    return fill("t / n", t=total, n=n)
+    return fill("t / n", t=reduce_sum(call, prod), n=n)
 
 
 def _std_vjp(call, g):
@@ -209,10 +214,9 @@ register(Rule("mean", "np.mean", _REDUCTION, {"axis": None, "keepdims": False}, 
               _infer_reduction, _mean_vjp, _relinear, linear=True), np.mean)
 register(Rule("prod", "np.prod", _REDUCTION, {"axis": None, "keepdims": False}, ("x",),
               _infer_reduction, _prod_vjp,
-              lambda call, dots: fill("np.sum(y * d / x)", y=call.out, d=dots["x"],
-                                      x=call.args["x"]) if call.axis() is None else
-              fill("np.sum(ye * d / x, axis=a)", ye=expand_like_input(call, call.out)[0],
-                   d=dots["x"], x=call.args["x"], a=call.axis())), np.prod)
+              lambda call, dots: reduce_sum(call, fill(
+                  "ye * d / x", ye=expand_like_input(call, call.out)[0], d=dots["x"],
+                  x=call.args["x"]))), np.prod)
 _CHOOSER = ("x", "axis", "out", "keepdims")
 register(Rule("max", "np.max", _CHOOSER, {"axis": None, "keepdims": False}, ("x",),
               _infer_reduction, _chooser_vjp, _chooser_jvp), np.max, np.amax)
@@ -389,6 +393,27 @@ register(Rule("roll", "np.roll", ("x", "shift", "axis"), {"axis": None}, ("x",),
                                       fill("np.roll(g, -s, a)", g=g, s=call.args["shift"],
                                            a=call.args["axis"])), call.types["x"])},
               _relinear, linear=True), np.roll)
+
+
+# diff(x) along the last axis: y[i] = x[i + 1] - x[i], so x[j] receives g[j - 1] - g[j]
+# (only the first term at the end, only the second at the start).
+def _infer_diff(call):
+    x = call.types["x"]
+    if x.dims is None:
+        return T.AType("array", x.dtype, None)
+    return T.array(tuple(x.dims[:-1]) + (T.N,), x.dtype or "float64")
+
+
+def _diff_vjp(call, g):
+    axis, rank = call.const("axis", -1), call.ndim("x")
+    if call.const("n", 1) != 1 or not (axis == -1 or (rank is not None and axis == rank - 1)):
+        return None  # higher differences and other axes: no template yet
+    return {"x": (fill("np.concatenate((-g[..., :1], g[..., :-1] - g[..., 1:], g[..., -1:]), "
+                       "axis=-1)", g=g), call.types["x"])}
+
+
+register(Rule("diff", "np.diff", ("x", "n", "axis"), {"n": 1, "axis": -1}, ("x",), _infer_diff,
+              _diff_vjp, _relinear, linear=True), np.diff)
 
 
 def _infer_broadcast_to(call):

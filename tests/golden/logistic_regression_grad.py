@@ -7,19 +7,6 @@ import numpy as np
 from logistic_regression import inputs
 
 
-def logistic_predictions_fwd(weights, inputs):
-    """logistic_predictions (logistic_regression.py:20), keeping what its backward pass reads."""
-    sigmoid_out, tanh = sigmoid_fwd(np.dot(inputs, weights))
-    return (sigmoid_out, tanh)
-
-
-def logistic_predictions_bwd(inputs, tanh, out_bar):
-    # return sigmoid(np.dot(inputs, weights))
-    dot_bar = sigmoid_bwd(tanh, out_bar)
-    weights_bar = np.dot(inputs.T, dot_bar)
-    return weights_bar
-
-
 def sigmoid_fwd(x):
     """sigmoid (logistic_regression.py:16), keeping what its backward pass reads."""
     tanh = np.tanh(x / 2.0)
@@ -31,6 +18,19 @@ def sigmoid_bwd(tanh, out_bar):
     # return 0.5 * (np.tanh(x / 2.) + 1)
     x_bar = out_bar * 0.5 * (1.0 - tanh * tanh) * 0.5
     return x_bar
+
+
+def logistic_predictions_fwd(weights, inputs):
+    """logistic_predictions (logistic_regression.py:20), keeping what its backward pass reads."""
+    sigmoid_out, tanh = sigmoid_fwd(np.dot(inputs, weights))
+    return (sigmoid_out, tanh)
+
+
+def logistic_predictions_bwd(inputs, tanh, out_bar):
+    # return sigmoid(np.dot(inputs, weights))
+    dot_bar = sigmoid_bwd(tanh, out_bar)
+    weights_bar = np.dot(inputs.T, dot_bar)
+    return weights_bar
 
 
 def grad_training_loss(weights, targets):

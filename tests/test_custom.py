@@ -1,0 +1,221 @@
+"""Custom derivative rules: custom_jvp, custom_vjp (JAX semantics) and register_rule.
+
+The log1pexp example: ``log1p(exp(x))`` is fine to evaluate for large x in the form the user
+writes below, but its naive derivative ``exp(x) / (1 + exp(x))`` is inf / inf = nan there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.special
+
+import autodiff_ast as ad
+from autodiff_ast.custom import RuleCheckError
+from autodiff_ast.errors import MissingRuleError
+
+
+def naive_log1pexp(x):
+    return np.log1p(np.exp(x))
+
+
+@ad.custom_jvp
+def log1pexp(x):
+    return np.log1p(np.exp(x))
+
+
+@log1pexp.defjvp
+def log1pexp_jvp(primals, tangents):
+    x, = primals
+    x_dot, = tangents
+    return log1pexp(x), x_dot / (1.0 + np.exp(-x))
+
+
+def loss(x):
+    return np.sum(log1pexp(x) * 2.0)
+
+
+def test_the_naive_derivative_overflows():
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert np.isnan(ad.grad(naive_log1pexp)(1000.0))
+
+
+def test_custom_jvp_fixes_the_derivative_in_both_modes():
+    x = np.array([1.0, 1000.0])
+    with np.errstate(over="ignore"):
+        g = ad.grad(loss)(x)
+        _, out_dot = ad.jvp(loss, (x,), (np.ones(2),))
+    expected = 2.0 / (1.0 + np.exp(-x))
+    assert np.allclose(g, expected)
+    assert np.isclose(out_dot, np.sum(expected))
+
+
+def test_custom_jvp_against_finite_differences_to_second_order():
+    ad.check_grads(loss, (np.array([0.3, -1.2, 2.0]),), order=2, modes=("fwd", "rev"))
+
+
+def test_custom_jvp_source_calls_the_rule_not_the_naive_body():
+    g = ad.grad(loss)
+    g(np.array([1.0, 2.0]))
+    assert "np.exp(-x)" in g.source
+    assert "np.log1p" not in g.source  # the naive derivative is nowhere
+    _, _ = ad.jvp(loss, (np.ones(2),), (np.ones(2),))
+
+
+def test_higher_order_derivatives_of_a_custom_jvp_function():
+    x = 0.7
+    s = 1.0 / (1.0 + np.exp(-x))
+    assert np.isclose(ad.grad(ad.grad(log1pexp))(x), s * (1.0 - s))
+    assert np.isclose(ad.hessian(lambda v: np.sum(log1pexp(v)))(np.array([x]))[0, 0],
+                      s * (1.0 - s))
+
+
+@ad.custom_jvp
+def scaled_sin(x, y):
+    return np.sin(x) * y
+
+
+scaled_sin.defjvps(lambda x_dot, out, x, y: np.cos(x) * y * x_dot,
+                   lambda y_dot, out, x, y: np.sin(x) * y_dot)
+
+
+def test_defjvps_one_rule_per_argument():
+    x, y = np.array([0.3, 0.9]), np.array([1.5, -0.5])
+    ad.check_grads(lambda a, b: scaled_sin(a, b), (x, y), modes=("fwd", "rev"))
+
+
+@ad.custom_jvp
+def power_of(x, n):
+    return x ** n
+
+
+@power_of.defjvp
+def power_of_jvp(n, primals, tangents):
+    x, = primals
+    x_dot, = tangents
+    return power_of(x, n), n * x ** (n - 1) * x_dot
+
+
+power_of.nondiff_argnums = (1,)
+
+
+def test_nondiff_argnums_are_passed_first():
+    x = np.array([0.5, 1.5])
+    assert np.allclose(ad.grad(lambda v: np.sum(power_of(v, 3.0)))(x), 3.0 * x ** 2)
+
+
+# ---------------------------------------------------------------- custom_vjp
+@ad.custom_vjp
+def clip_gradient(x):
+    return x
+
+
+def clip_fwd(x):
+    return x, ()
+
+
+def clip_bwd(res, g):
+    return (np.clip(g, -1.0, 1.0),)
+
+
+clip_gradient.defvjp(clip_fwd, clip_bwd)
+
+
+def test_custom_vjp_changes_the_reverse_derivative():
+    assert ad.grad(lambda x: 5.0 * clip_gradient(x))(2.0) == 1.0
+    g = ad.grad(lambda x: np.sum(0.5 * clip_gradient(x) ** 2))(np.array([0.5, 3.0]))
+    assert np.allclose(g, [0.5, 1.0])
+
+
+@ad.custom_vjp
+def sin_with_residuals(x):
+    return np.sin(x)
+
+
+def sin_fwd(x):
+    return np.sin(x), (np.cos(x), x)
+
+
+def sin_bwd(res, g):
+    cos, _ = res
+    return (g * cos,)
+
+
+sin_with_residuals.defvjp(sin_fwd, sin_bwd)
+
+
+def test_custom_vjp_residuals_come_from_the_forward_sweep():
+    x = np.array([0.3, 1.1])
+    g = ad.grad(lambda v: np.sum(sin_with_residuals(v) * v))
+    assert np.allclose(g(x), np.sin(x) + x * np.cos(x))
+    assert "sin_with_residuals_fwd(v)" in g.source  # one call: output and residuals
+
+
+def test_second_order_through_a_custom_vjp():
+    x = 0.4
+    assert np.isclose(ad.grad(ad.grad(lambda v: sin_with_residuals(v)))(x), -np.sin(x))
+
+
+def test_forward_mode_of_a_custom_vjp_function_is_an_error():
+    with pytest.raises(MissingRuleError, match="forward-mode"):
+        ad.jvp(lambda v: sin_with_residuals(v), (0.3,), (1.0,))
+
+
+# ---------------------------------------------------------------- register_rule
+@pytest.fixture
+def registered():
+    """Rules registered by a test are removed afterwards (the registry is global)."""
+    names = []
+    yield names
+    for fn in names:
+        ad.unregister_rule(fn)
+
+
+def softplus(x):
+    return np.log1p(np.exp(x))
+
+
+def test_register_partials_for_a_users_function(registered):
+    ad.register_rule(softplus, partials="1.0 / (1.0 + np.exp(-x))", check=True)
+    registered.append(softplus)
+    with np.errstate(over="ignore"):
+        g = ad.grad(lambda x: np.sum(softplus(x) * 2.0))(np.array([800.0, 0.0]))
+    assert np.allclose(g, [2.0, 1.0])
+    ad.check_grads(lambda x: softplus(x) * x, (np.array([0.2, -0.7]),), modes=("fwd", "rev"))
+
+
+def test_register_partials_for_a_function_without_source(registered):
+    ad.register_rule(scipy.special.expit, params=("x",), partials="y * (1.0 - y)",
+                     check=True)
+    registered.append(scipy.special.expit)
+    x = np.array([0.3, -1.0, 2.0])
+    g = ad.grad(lambda v: np.sum(scipy.special.expit(v) ** 2))
+    s = scipy.special.expit(x)
+    assert np.allclose(g(x), 2.0 * s * s * (1.0 - s))
+    assert "from scipy.special import expit" in g.source
+    assert np.isclose(ad.grad(ad.grad(lambda v: scipy.special.expit(v)))(0.3),
+                      s[0] * (1 - s[0]) * (1 - 2 * s[0]))
+
+
+def my_norm(x):
+    return np.sqrt(np.sum(x * x))
+
+
+def test_register_vjp_and_jvp_templates(registered):
+    ad.register_rule(my_norm, vjp="g * x / y", jvp="np.sum(x * x_dot) / y", check=True)
+    registered.append(my_norm)
+    ad.check_grads(lambda v: my_norm(v) * 3.0, (np.array([0.3, -1.0, 2.0]),), order=2)
+
+
+def test_check_rejects_a_wrong_rule_and_keeps_the_registry_clean(registered):
+    def twice(x):
+        return 2.0 * x
+    with pytest.raises(RuleCheckError, match="disagrees with finite differences"):
+        ad.register_rule(twice, partials="3.0", check=True)
+    g = ad.grad(lambda v: twice(v))(1.0)
+    assert g == 2.0  # differentiated from its source: no rule was left behind
+
+
+def test_register_rule_needs_templates():
+    with pytest.raises(TypeError, match="partials"):
+        ad.register_rule(np.sinc)
