@@ -23,7 +23,7 @@ from .errors import (
     SourceUnavailableError,
     UnsupportedSyntaxError,
 )
-from .jacobians import hessian, jacfwd, jacrev, jvp, linearize
+from .jacobians import hessian, jacfwd, jacrev, jvp, jvp_transform, linearize
 from .pytrees import (
     register_pytree_node,
     tree_flatten,
@@ -38,7 +38,7 @@ __version__ = "0.1.0"
 __all__ = [
     "grad", "value_and_grad", "vjp", "source", "check_grads", "checkpoint",
     "vmap", "BatchingError",
-    "jvp", "linearize", "jacfwd", "jacrev", "hessian",
+    "jvp", "jvp_transform", "linearize", "jacfwd", "jacrev", "hessian",
     "custom_jvp", "custom_vjp", "register_rule", "unregister_rule", "RuleCheckError",
     "AutodiffError", "ArgnumsError", "MissingRuleError", "NonFloatInputError",
     "NonScalarOutputError", "SourceUnavailableError", "UnsupportedSyntaxError",

@@ -89,6 +89,8 @@ def active_leaves(info, specs, argnums):
 def _zero(param, t):
     if t.kind == "float":
         return fill("0.0")
+    if t.kind == "list":  # a list's adjoint is a list of its elements' adjoints
+        return fill("[0.0] * len(p)", p=param)
     return fill("np.zeros_like(p)", p=param)
 
 

@@ -14,7 +14,7 @@ active arguments get their own ``helper_jvp`` functions.
 def jvp_f(x, x_dot):
     sum_ = np.sum(x * x)
     # return np.sum(x * x)
-    sum__dot = np.sum(x * x_dot + x * x_dot)
+    sum__dot = np.sum(2.0 * (x * x_dot))
     return (sum_, sum__dot)
 """
 

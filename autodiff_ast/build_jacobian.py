@@ -230,7 +230,7 @@ def build_jacfwd(fn, specs, argnums, has_aux=False, label=None):
     roles = ["out", "out_dot", "aux"]
     leaf_names = {}
     for role, part in zip(roles, structure):
-        for path, index in _index_paths(part):
+        for path, _ in _index_paths(part):
             leaf_names[(role, path)] = role + "".join(f"_{i}" for i in path)
     order = sorted(leaf_names, key=lambda key: _index_at(structure, roles.index(key[0]),
                                                          key[1]))

@@ -4,8 +4,10 @@ For each requested mode, in a random direction ``v`` of the inputs and a random 
 of the output: forward mode compares ``jvp(f, x, v)`` with ``(f(x + eps v) - f(x - eps v)) /
 2 eps``; reverse mode compares ``<vjp(f, x)(u), v>`` with ``<u, that finite difference>``; with
 both, the two modes must also agree with each other (a dot-product test). Order 2 repeats the
-check on the gradient of ``<u, f(x)>``, which makes the generated derivative code itself the
-function under test.
+check on the gradient of ``<u, f(x)>`` and, with 'fwd', also on ``<u, jvp(f, x, v)>`` (the
+first derivative by forward mode), each in every requested mode: the generated derivative code
+itself is the function under test, and forward-over-forward, forward-over-reverse,
+reverse-over-forward and reverse-over-reverse must all agree with finite differences.
 
 >>> import numpy as np
 >>> check_grads(lambda x: np.sin(x) * x, (np.linspace(0.1, 1.0, 4),), order=1, modes=("rev",))
@@ -110,7 +112,9 @@ def check_grads(f, args, order=1, modes=("fwd", "rev"), atol=None, rtol=None, ep
                    "forward and reverse mode disagree (dot-product test)")
     if order > 1:
         inner = scalarized(f, cotangent, len(args))
-        argnums = 0 if len(args) == 1 else tuple(range(len(args)))
+        floats = tuple(i for i, a in enumerate(args)
+                       if any(_float_leaf(x) for x in pytrees.tree_leaves(a)))
+        argnums = floats[0] if len(floats) == 1 and len(args) == 1 else floats
         check_grads(api.grad(inner, argnums=argnums), args, order - 1, modes, atol * 10,
                     rtol * 10, eps, seed + 1)
         if "fwd" in modes and _flat(args) and _flat(out):

@@ -498,6 +498,7 @@ class custom_jvp:
         key = (tuple(types_[p] for p in diff), out_t, values)
         if key not in self._transposes:
             from codegen.loader import load_source
+
             from .normalize import Static
             fname = _identifier(self.__name__)
             scalar, params = _scalarized_rule(self.jvp, f"{fname}_transpose")
@@ -595,6 +596,7 @@ def _joint_call(stmt, tan, func_name, params, types_):
     gast.copy_location(replacement, stmt)
     replacement.primal = stmt
     tan.emit(replacement)
+    tan.bound.add(target)
     tan.exprs[target] = name(dot_name)
     tan.ttypes[target] = tan.type_of(target)
     return replacement

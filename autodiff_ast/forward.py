@@ -31,11 +31,10 @@ import gast
 
 from . import types as T
 from .errors import MissingRuleError, UnsupportedSyntaxError
-from .normalize import CoreFunction, atom_type
+from .normalize import CoreFunction, Prim, atom_type
 from .reverse import (
     _ELEMENTWISE_OK,
     CONTROL,
-    _returned_names,
     _stmt_targets,
     activity,
     walk_statements,
@@ -44,7 +43,7 @@ from .rules import PrimCall
 from .templates import assign, const_value, fill, name, to_expr, unparse
 
 _KINDS = ("copy", "unpack", "tuple", "tuple_get", "user", "rule", "nondiff", "setitem",
-          "append", "list_new", "counter")
+          "append", "list_new", "counter", "add_at", "pop")
 
 
 @dataclass
@@ -74,12 +73,13 @@ class JvpRegistry:
         self.program = program
         self.functions = {}  # (core name, active params) -> JvpFunction | None (zero output)
 
-    def get(self, core, active):
-        """The tangent function of `core` for these active parameters (None: zero output)."""
-        key = (core.name, tuple(active))
+    def get(self, core, active, needed=None):
+        """The tangent function of `core` for these active parameters (None: zero output);
+        `needed` lists the outputs (of a tuple return) whose tangents the caller reads."""
+        key = (core.name, tuple(active), needed)
         if key not in self.functions:
             self.functions[key] = "pending"  # recursion guard
-            sweep = forward(core, active, registry=self)
+            sweep = forward(core, active, registry=self, needed=needed)
             if all(d is None for d in sweep.out_dots):
                 self.functions[key] = None
             else:
@@ -262,6 +262,7 @@ class Tangents:
         """Make `part` the tangent of `value` (a tuple-valued or an array/float value)."""
         if part is None:
             return
+        self.bound.add(value)
         if isinstance(part, (list, str)):
             self.tuples[value] = part
         elif self.type_of(value).kind == "tuple":  # an element of a tuple of tangents
@@ -319,17 +320,19 @@ def _is_zero(expr):
 
 
 # ---------------------------------------------------------------- the sweep
-def forward(core, active_params, registry=None):
+def forward(core, active_params, registry=None, needed=None):
     """Primal code of `core` interleaved with the tangent code of `active_params`.
 
     Tangent parameters are named after the primal ones (``x_dot``); statements that compute
-    tangents carry ``.tangent = True`` and the ``.origin`` of the user's statement.
+    tangents carry ``.tangent = True`` and the ``.origin`` of the user's statement. `needed`
+    (indices into a tuple return) limits the outputs whose tangents are computed.
     """
     from .normalize import Program
     registry = registry or JvpRegistry(Program())
     ret = core.returns
     outputs = ret.elts if isinstance(ret, gast.Tuple) else [ret]
-    out_names = [n.id for a in outputs for n in gast.walk(a) if isinstance(n, gast.Name)]
+    wanted = [a for i, a in enumerate(outputs) if needed is None or i in needed]
+    out_names = [n.id for a in wanted for n in gast.walk(a) if isinstance(n, gast.Name)]
     active_params = [p for p in active_params if core.types.get(p, T.UNKNOWN).is_float]
     varied, useful = activity(core, active_params, out_names)
     live = varied & useful
@@ -341,8 +344,10 @@ def forward(core, active_params, registry=None):
         dot_params.append(dot)
         tan.exprs[p] = name(dot)
         tan.ttypes[p] = core.types.get(p, T.UNKNOWN)
+    tan.live = live
     _Walker(tan, core, registry, live, set(core.params)).block(core.body)
-    out_dots = [tan.output(atom) if tan.part(atom) is not None else None for atom in outputs]
+    out_dots = [tan.output(atom) if tan.part(atom) is not None and (
+        needed is None or i in needed) else None for i, atom in enumerate(outputs)]
     return TangentSweep(core, active_params, dot_params, body, out_dots)
 
 
@@ -373,16 +378,28 @@ class _Walker:
                                   "use grad/vjp for this function")
         stmt = _fresh(stmt)
         targets = _stmt_targets(stmt)
+        if stmt.prim.kind == "pop" and stmt.prim.base in tan.exprs:
+            self.pop(stmt, targets[0])
+            return
         if not any(t in self.live for t in targets):
             tan.out.append(stmt)
             self.defined.update(targets)
+            return
+        if tan.depth and stmt.prim.kind in ("rule", "user") and len(targets) == 1 and \
+                targets[0] in _reads(stmt):
+            self.self_update(stmt, targets[0])
             return
         marker = len(tan.out)
         tan.bound = set()
         replacement = _forward_stmt(stmt, tan, core, self.registry)
         if replacement is None:
-            tan.out.insert(marker, stmt)
-        if tan.depth and stmt.prim.kind not in ("setitem", "append"):
+            if stmt.prim.kind in ("setitem", "add_at"):
+                # Tangent first: the write changes the base, and every view of it the tangent
+                # code may still read (`item = q[:, j]` ... `q[:, j] = item * s`).
+                tan.out.append(stmt)
+            else:
+                tan.out.insert(marker, stmt)
+        if tan.depth and stmt.prim.kind not in ("setitem", "append", "add_at"):
             for t in targets:  # overwritten with no derivative: its tangent is zero now
                 if t in self.live and t not in tan.bound and t in tan.exprs:
                     tan.set_zero(t)
@@ -391,6 +408,44 @@ class _Walker:
                 s.origin = stmt.origin
                 s.info = getattr(stmt, "info", core.info)
         self.defined.update(targets)
+
+    def pop(self, stmt, target):
+        """``v = tape.pop()`` on a list that has a tangent list: pop both, always (the two
+        lists must stay the same length)."""
+        tan = self.tan
+        tan.out.append(stmt)
+        dot = tan.namer.tangent(target)
+        pop = gast.Call(func=gast.Attribute(value=to_expr(tan.exprs[stmt.prim.base]),
+                                            attr="pop", ctx=gast.Load()), args=[], keywords=[])
+        tan.emit(assign(dot, pop))
+        tan.exprs[target] = name(dot)
+        tan.ttypes[target] = tan.type_of(target)
+        tan.owned.discard(target)
+        for s in tan.out[-1:]:
+            s.origin = stmt.origin
+            s.info = getattr(stmt, "info", self.core.info)
+        self.defined.add(target)
+
+    def self_update(self, stmt, target):
+        """``y = f(y, ...)`` in a loop: ``y_new = f(y, ...)``, its tangent (which reads the old
+        y and the new value), then ``y = y_new``."""
+        core = self.core
+        fresh = core.namer.temp(f"{target}_new")
+        core.types[fresh] = core.types.get(target, T.UNKNOWN)
+        renamed = copy.copy(stmt)
+        renamed.targets = [name(fresh, store=True)]
+        renamed.prim = copy.copy(stmt.prim)
+        if stmt.prim.call is not None:
+            renamed.prim.call = copy.copy(stmt.prim.call)
+            renamed.prim.call.out = fresh
+        self.live.add(fresh)
+        self.simple(renamed)
+        back = assign(target, name(fresh))
+        back.prim = Prim("copy", args=[name(fresh)])
+        back.origin = stmt.origin
+        back.info = getattr(stmt, "info", core.info)
+        gast.copy_location(back, stmt)
+        self.simple(back)
 
     def assigned(self, stmt):
         names = set()
@@ -486,6 +541,10 @@ class _Walker:
         tan.out.append(node)
 
 
+def _reads(stmt):
+    return {n.id for n in gast.walk(stmt.value) if isinstance(n, gast.Name)}
+
+
 def _fresh(stmt):
     """A copy of a core statement that later passes may rewrite in place (tidy does), keeping
     its annotations (prim, origin, info) shared."""
@@ -515,6 +574,9 @@ def _forward_stmt(stmt, tan, core, registry):
         return None
     if prim.kind == "setitem":
         _setitem(stmt, tan)
+        return None
+    if prim.kind == "add_at":
+        _add_at(stmt, tan)
         return None
     if prim.kind == "list_new":
         dot = tan.namer.tangent(targets[0])
@@ -571,12 +633,35 @@ def _setitem(stmt, tan):
     tan.bound.add(base)
 
 
+def _add_at(stmt, tan):
+    """``np.add.at(y, i, v)``: ``np.add.at(y_dot, i, v_dot)`` (it is linear in y and v)."""
+    prim = stmt.prim
+    base, index, value = prim.base, prim.rule, prim.args[0]
+    dot = tan.of_atom(value, full=False)
+    if dot is None:
+        return  # adds nothing to y's tangent (which exists or stays zero)
+    bdot = tan.own(base)
+    call = fill("np.add.at(b, i, d)", b=bdot, d=dot)
+    call.args[1] = to_expr(index)
+    tan.emit(gast.Expr(value=call))
+    tan.bound.add(base)
+
+
 def _unpack(tan, targets, part):
     if part is None:
+        return
+    whole = _elements_of(part, len(targets))
+    if whole is not None:  # a tuple of tangents some of which are zero: unpack it at once
+        dots = [tan.namer.tangent(t) if p is not None else "_" for t, p in zip(targets, part)]
+        tan.emit(assign(dots, name(whole)))
+        for t, d in zip(targets, dots):
+            if d != "_":
+                tan.set_part(t, d if tan.type_of(t).kind == "tuple" else name(d))
         return
     if isinstance(part, str):
         dots = [tan.namer.tangent(t) for t in targets]
         tan.emit(assign(dots, name(part)))
+        tan.bound.update(targets)
         for t, d in zip(targets, dots):
             if tan.type_of(t).kind == "tuple":
                 tan.tuples[t] = d
@@ -586,6 +671,21 @@ def _unpack(tan, targets, part):
         return
     for t, p in zip(targets, part):
         tan.set_part(t, p)
+
+
+def _elements_of(part, size):
+    """The name v when `part` is [v[0], None, v[2], ...] (every element of v, by index)."""
+    if not isinstance(part, list) or len(part) != size:
+        return None
+    bases = set()
+    for i, p in enumerate(part):
+        if p is None:
+            continue
+        if not (isinstance(p, gast.Subscript) and isinstance(p.value, gast.Name) and
+                const_value(p.slice) == i):
+            return None
+        bases.add(p.value.id)
+    return bases.pop() if len(bases) == 1 else None
 
 
 def rule_dots(call, tan, elementwise):
@@ -636,8 +736,22 @@ def _forward_rule(stmt, tan, core):
         if any(p is not None for p in parts):
             tan.tuples[targets[0]] = parts
         return
+    expr = _like_terms(to_expr(expr))
     typ = tan.expr_type(expr) if elementwise else out_t
     tan.bind(targets[0], expr, typ)
+
+
+class _LikeTerms(gast.NodeTransformer):
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        if isinstance(node.op, gast.Add) and gast.dump(node.left) == gast.dump(node.right):
+            return fill("2.0 * a", a=node.left)  # x * x_dot + x * x_dot (the tangent of x * x)
+        return node
+
+
+def _like_terms(expr):
+    """``a + a`` written once, as ``2.0 * a``."""
+    return _LikeTerms().visit(expr)
 
 
 def missing_rule(stmt, core, rule, detail=""):
@@ -658,7 +772,9 @@ def _forward_user_call(stmt, tan, core, registry):
               if isinstance(a, gast.Name) and a.id in tan.exprs]
     if not active:
         return None
-    jf = registry.get(callee, active)
+    needed = _needed_elements(core, target, tan.live) \
+        if isinstance(callee.returns, gast.Tuple) else None
+    jf = registry.get(callee, active, needed)
     if jf is None:
         return None
     param_to_arg = dict(zip(callee.params, flat_args))
@@ -671,6 +787,7 @@ def _forward_user_call(stmt, tan, core, registry):
     gast.copy_location(replacement, stmt)
     replacement.primal = stmt  # the primal call it stands for (linearize splits them again)
     tan.emit(replacement)
+    tan.bound.add(target)
     if tan.type_of(target).kind == "tuple":
         zeros = [d is None for d in jf.sweep.out_dots] \
             if isinstance(callee.returns, gast.Tuple) else [False]
@@ -683,6 +800,31 @@ def _forward_user_call(stmt, tan, core, registry):
         tan.exprs[target] = name(dot)
         tan.ttypes[target] = tan.type_of(target)
     return replacement
+
+
+def _needed_elements(core, value, live):
+    """Indices of the elements of tuple `value` whose tangents the rest of `core` reads
+    (None: all of them, when the tuple is used whole)."""
+    needed = set()
+    for stmt in walk_statements(core.body):
+        prim = getattr(stmt, "prim", None)
+        if prim is None or isinstance(stmt, CONTROL):
+            continue
+        reads = [a for a in prim.args if isinstance(a, gast.Name) and a.id == value]
+        if not reads:
+            continue
+        if prim.kind == "unpack":
+            needed |= {i for i, t in enumerate(_stmt_targets(stmt)) if t in live}
+        elif prim.kind == "tuple_get":
+            if any(t in live for t in _stmt_targets(stmt)):
+                needed.add(stmt.value.slice.value)
+        else:
+            return None
+    for atom in (core.returns.elts if isinstance(core.returns, gast.Tuple) else
+                 [core.returns]):
+        if any(isinstance(n, gast.Name) and n.id == value for n in gast.walk(atom)):
+            return None
+    return tuple(sorted(needed))
 
 
 def tangent_returns(sweep):
@@ -705,5 +847,4 @@ def returned_names(exprs):
 
 
 __all__ = ["forward", "TangentSweep", "JvpRegistry", "JvpFunction", "Tangents",
-           "tangent_returns", "missing_rule", "rule_dots", "returned_names",
-           "_returned_names", "unparse"]
+           "tangent_returns", "missing_rule", "rule_dots", "returned_names", "unparse"]

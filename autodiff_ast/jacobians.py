@@ -137,6 +137,19 @@ class _JvpTransform(_Transformed):
         return out, out_dot
 
 
+def jvp_transform(fun, has_aux=False):
+    """The transformation behind :func:`jvp`: call it with ``(primals, tangents)``; after a
+    call, ``.source`` is the generated module (``jvp_f(x, x_dot) -> (out, out_dot)``).
+
+    >>> import numpy as np
+    >>> t = jvp_transform(lambda x: np.sin(x) * 2.0)
+    >>> _ = t((0.5,), (1.0,))
+    >>> "x_dot" in t.source
+    True
+    """
+    return _cached(("jvp", has_aux), fun, lambda: _JvpTransform(fun, has_aux))
+
+
 def jvp(fun, primals, tangents, has_aux=False):
     """``(fun(*primals), J @ tangents)``: the output and its directional derivative.
 
@@ -147,8 +160,7 @@ def jvp(fun, primals, tangents, has_aux=False):
     >>> jvp(lambda x, y: x * y, (2.0, 3.0), (1.0, 0.0))
     (6.0, 3.0)
     """
-    transform = _cached(("jvp", has_aux), fun, lambda: _JvpTransform(fun, has_aux))
-    return transform(primals, tangents)
+    return jvp_transform(fun, has_aux)(primals, tangents)
 
 
 # ---------------------------------------------------------------- linearize
@@ -420,4 +432,4 @@ for _constructor in (jacfwd, jacrev, hessian):
     register_route(_constructor, _route_constructor)
 
 
-__all__ = ["jvp", "linearize", "jacfwd", "jacrev", "hessian"]
+__all__ = ["jvp", "jvp_transform", "linearize", "jacfwd", "jacrev", "hessian"]

@@ -81,7 +81,7 @@ class _Python:
         for key, value in generated.injected.items():
             setattr(module, key, value)
         out = Generated(text, generated.entry, {}, generated.layout, generated.extra)
-        return out, _PlainModule(module, lowered)
+        return out, _PlainModule(module, lowered, dict(generated.injected))
 
 
 class _Cuda:
@@ -96,12 +96,21 @@ TARGETS = {"cpu": _NumbaCpu(), "python": _Python(), "cuda": _Cuda()}
 
 
 class _PlainModule:
-    def __init__(self, module, lowered):
+    """The lowered module's functions, each passed the module data it reads (this
+    compilation's values: the module object is shared by every compilation of its text)."""
+
+    def __init__(self, module, lowered, data):
         self.module = module
         self.lowered = lowered
+        self.data = data
 
     def __getattr__(self, name):
-        return getattr(self.module, self.lowered.entry_name(name))
+        function = getattr(self.module, name)
+        needs = self.lowered.data_args.get(name)
+        if not needs:
+            return function
+        values = [self.data[d] if d in self.data else getattr(self.module, d) for d in needs]
+        return lambda *args: function(*args, *values)
 
 
 def _entries(generated):
@@ -161,7 +170,7 @@ class _Jitted:
             name = sanitize(f"jit_{generated.entry}")
             out, module = TARGETS[self.jit_options.target].compile(
                 generated, self.jit_options, name, self._static_note())
-            if hasattr(module, "module"):
+            if hasattr(module, "failure"):  # a target that reports compile failures
                 module.failure_hook = self._compile_error
             self._modules[key] = (out, module)
             if self.verbose:

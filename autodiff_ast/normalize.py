@@ -325,6 +325,12 @@ class Normalizer:
             if _is_append(stmt.value):
                 self.list_append(stmt.value)
                 return
+            if _is_method(stmt.value, "pop"):
+                self.list_pop(stmt.value, None)  # the value is dropped, the list shrinks
+                return
+            if self.is_add_at(stmt.value):
+                self.add_at(stmt.value)
+                return
             raise self.unsupported("expression statements (calls kept for their side effects, "
                                    "such as print) are not supported", stmt,
                                    "remove the statement, or move it outside the function")
@@ -698,6 +704,8 @@ class Normalizer:
             "(see docs/adding-a-rule.md)")
 
     def method_call(self, receiver, attr, node, target):
+        if attr == "pop" and atom_type(receiver, self.types).kind == "list":
+            return self.list_pop(node, target, receiver)
         if attr == "astype":
             rule = rules.by_name("astype")
             dtype = self.expr(node.args[0]) if node.args else None
@@ -1113,6 +1121,48 @@ class Normalizer:
         prim.base = core
         self.append(gast.Expr(value=expr), prim)
 
+    def list_pop(self, call, target, receiver=None):
+        """``v = t.pop()`` on a local list (the tapes of generated code are such lists)."""
+        if receiver is None:
+            receiver = self.atom(call.func.value)
+        typ = atom_type(receiver, self.types)
+        if typ.kind != "list" or call.args or not isinstance(receiver, gast.Name):
+            raise self.unsupported("pop() is supported without arguments on local lists", call)
+        elem = typ.elts[0] if typ.elts else T.UNKNOWN
+        out = self.define(target) if target is not None else self.namer.temp("popped")
+        self.types[out] = self.join(out, elem) if self.depth > 0 else elem
+        value = gast.Call(func=gast.Attribute(value=receiver, attr="pop", ctx=gast.Load()),
+                          args=[], keywords=[])
+        prim = Prim("pop", args=[receiver])
+        prim.base = receiver.id
+        self.append(assign(out, value), prim)
+        return name(out)
+
+    def is_add_at(self, call):
+        if not (isinstance(call, gast.Call) and isinstance(call.func, gast.Attribute) and
+                call.func.attr == "at"):
+            return False
+        try:
+            ufunc = self.expr(call.func.value)
+        except Exception:  # not a compile-time object: not ours to read
+            return False
+        return isinstance(ufunc, Static) and ufunc.value is np.add
+
+    def add_at(self, call):
+        """``np.add.at(b, idx, v)``: scatter-add that accumulates repeated indices."""
+        if len(call.args) != 3 or not isinstance(call.args[0], gast.Name):
+            raise self.unsupported("np.add.at(array, index, values) on a named array", call)
+        core = self.env.get(call.args[0].id)
+        if not isinstance(core, str):
+            raise self.unsupported("np.add.at needs a local array", call)
+        index = self.atom(call.args[1])
+        value = self.atom(call.args[2])
+        expr = gast.Call(func=fill("np.add.at"), args=[name(core), index, value], keywords=[])
+        prim = Prim("add_at", args=[value], rule=index)
+        prim.base = core
+        self.written.add(core)
+        self.append(gast.Expr(value=expr), prim)
+
     def join_list_element(self, old, new, node):
         if old.kind == new.kind and old.ndim == new.ndim:
             return old
@@ -1269,6 +1319,11 @@ def _user_name(normalizer, core_name):
         if core == core_name:
             return user
     return core_name
+
+
+def _is_method(call, method):
+    return isinstance(call, gast.Call) and isinstance(call.func, gast.Attribute) and \
+        call.func.attr == method
 
 
 def _is_append(call):

@@ -65,7 +65,7 @@ CONTROL = (gast.If, gast.For, gast.While)
 def _stmt_targets(stmt):
     """Names a simple core statement binds or updates (the base of an in-place write)."""
     prim = getattr(stmt, "prim", None)
-    if prim is not None and prim.kind in ("setitem", "append"):
+    if prim is not None and prim.kind in ("setitem", "append", "add_at"):
         return [prim.base]
     if isinstance(stmt, gast.Assign):
         target = stmt.targets[0]
@@ -96,7 +96,8 @@ def walk_statements(stmts):
 
 def activity(core, active_params, outputs):
     """(varied, useful) name sets, iterated to a fixed point through loops and branches."""
-    varied = {p for p in active_params if core.types.get(p, T.UNKNOWN).is_float}
+    varied = {p for p in active_params if core.types.get(p, T.UNKNOWN).is_float or
+              core.types.get(p, T.UNKNOWN).kind in ("list", "tuple")}
 
     def forward(stmts):
         changed = False
@@ -156,6 +157,7 @@ class Adjoints:
         self.owned = set()  # adjoint names holding an array nobody else references
         self.tuples = {}  # tuple-valued name -> list of element adjoint exprs (None: zero)
         self.helpers = set()
+        self.array_lists = set()  # lists stacked into arrays: their adjoint is an array
         # Names whose adjoint is a variable initialised before a loop or branch: every
         # contribution adds to it (in straight-line code the first one may assign).
         self.accumulate = set()
@@ -202,6 +204,15 @@ class Adjoints:
 
     def add(self, value, contrib, ctype=None):
         """Accumulate `contrib` (of abstract type `ctype`) into the adjoint of `value`."""
+        if self.type_of(value).kind == "list":
+            # A list's adjoint (a stack of adjoints, e.g. of a tape handed between generated
+            # functions) flows along one path: it is passed on, never summed.
+            bar = self.namer.adjoint(value)
+            if self.exprs.get(value) is None or value in self.accumulate:
+                self.out.append(assign(bar, contrib))
+                self.exprs[value] = name(bar)
+                return
+            raise AssertionError(f"two adjoints for the list {value}")
         if ctype is None:
             ctype = self.expr_type(contrib)
         contrib, fitted = self.fit(contrib, ctype, self.type_of(value), value)
@@ -244,6 +255,12 @@ class Adjoints:
         """Before a loop or branch in the backward sweep: give each adjoint a variable."""
         for value in values:
             t = self.type_of(value)
+            if t.kind == "list" and value not in self.array_lists:
+                if self.exprs.get(value) is None:  # a stack of adjoints, filled by pops
+                    bar = self.namer.adjoint(value)
+                    self.out.append(assign(bar, gast.List(elts=[], ctx=gast.Load())))
+                    self.exprs[value] = name(bar)
+                continue
             if t.kind in ("tuple", "list", "object"):
                 continue
             if self.exprs.get(value) is None:
@@ -458,17 +475,21 @@ def make_split(sweep, program, bwd_name=None, recompute=False):
     defined_fwd = set()
     for stmt in forward:
         defined_fwd.update(_stmt_targets(stmt))
-    bwd_params = [p for p in core.params if p in needed]
+    # Parameters the function rebinds (inside loops or branches) reach the backward function
+    # with their final values, as residuals; the others are passed again by the caller.
+    rebound = {t for stmt in walk_statements(core.body) if not isinstance(stmt, CONTROL)
+               for t in _stmt_targets(stmt)} & set(core.params)
+    bwd_params = [p for p in core.params if p in needed and p not in rebound]
     returned = set(_returned_names(core))
-    residuals = [n for n in _ordered_defs(forward) if n in needed and n not in core.params
-                 and n not in returned]
+    residuals = [n for n in _ordered_defs(forward) if n in needed and (
+        n not in core.params or n in rebound) and n not in returned]
     residuals += [n for n in _returned_names(core) if n in needed and n not in core.params]
     # A residual set only in a branch not taken, or in a loop that did not run, is still
     # returned: give it a value of its type first (the backward function never reads it then).
     from .tidy import stmt_defs
     top = {d for stmt in forward if not isinstance(stmt, CONTROL) for d in stmt_defs(stmt)}
     forward = [assign(r, _placeholder(core.types.get(r, T.UNKNOWN))) for r in residuals
-               if r not in top] + forward
+               if r not in top and r not in core.params] + forward
     sweep.forward = forward
     base = core.name
     fwd_name = program.module_names.fresh(f"{base}_fwd") if residuals else core.name
@@ -556,6 +577,10 @@ def reverse(core, active_params, registry=None, seed="grad", output_index=None):
                 current = adj.get(a.id)
                 adj.seed(a.id, seed_name if current is None else
                          fill("a + b", a=current, b=seed_name))
+    adj.array_lists = {s.prim.call.args["arrays"].id for s in walk_statements(core.body)
+                       if not isinstance(s, CONTROL) and s.prim.kind == "rule" and
+                       s.prim.rule.name in ("stack", "array") and
+                       isinstance(s.prim.call.args.get("arrays"), gast.Name)}
     builder = _Builder(core, adj, active, registry)
     builder.backward_block(core.body)
     forward = builder.forward_sweep()
@@ -605,19 +630,22 @@ class _Builder:
         targets = _stmt_targets(stmt)
         kind = stmt.prim.kind
         overwrites = (self.depth > 0 and kind not in ("counter", "append", "list_new")) or \
-            kind == "setitem"
+            kind in ("setitem", "add_at")
         marker = len(adj.out)
         if any(t in self.active for t in targets):
             replacement = _reverse_stmt(stmt, adj, self.active, core, self.registry,
                                         in_loop=self.loops > 0)
             if replacement is not None:
                 self.replacements[id(stmt)] = replacement
-            if self.depth > 0 and kind not in ("setitem", "append"):
-                for t in targets:
-                    if t in adj.accumulate and t not in locals_:
-                        adj.init_zero(t)  # the old value of t gets its own adjoint
+            zero = [t for t in targets if self.depth > 0 and kind not in (
+                "setitem", "append", "add_at") and t in adj.accumulate and t not in locals_]
+        else:
+            zero = []
         if kind == "append":
             adj.out.append(gast.Expr(value=fill("b.pop()", b=stmt.prim.base)))
+        if kind == "pop":  # put the value back on the list it came from
+            adj.out.append(gast.Expr(value=fill("b.append(v)", b=stmt.prim.base,
+                                                v=targets[0])))
         if overwrites and targets:
             for t in targets:
                 if core.types.get(t, T.UNKNOWN).kind == "list":
@@ -626,12 +654,16 @@ class _Builder:
                 if restore is not None:
                     adj.out.append(restore)
                     self.pops.append((restore, t))
+        for t in zero:
+            # The value t had before this statement gets its own adjoint, of its own shape
+            # (so after t is restored).
+            adj.init_zero(t)
         for s in adj.out[marker:]:
             s.origin = stmt.origin
 
     def restore_stmt(self, stmt, target):
         """`x = x_tape.pop()` (or the overwritten elements, for an in-place write)."""
-        if stmt.prim.kind == "setitem":
+        if stmt.prim.kind in ("setitem", "add_at"):
             tape = self.core.namer.derived(target, "slice_tape")
             self.saves[id(stmt)] = (tape, target, stmt.prim.rule)
             store = gast.Subscript(value=name(target), slice=to_expr(stmt.prim.rule),
@@ -654,8 +686,10 @@ class _Builder:
                 continue
             for t in _stmt_targets(inner):
                 names.add(t)
-                if inner.prim.kind == "setitem":
+                if inner.prim.kind in ("setitem", "add_at"):
                     written.add(t)
+            if inner.prim.kind == "pop":
+                names.add(inner.prim.base)
             names.update(_atoms_read(inner.prim))
             if inner.prim.kind == "rule" and inner.prim.rule.name == "getitem":
                 written.update(a.id for a in inner.prim.args if isinstance(a, gast.Name))
@@ -712,8 +746,9 @@ class _Builder:
             step = args[2] if len(args) > 2 else 1
         step_value = step if isinstance(step, int) else (
             step.value if isinstance(step, gast.Constant) else None)
-        if step_value == 1:
-            header = fill("range(b - 1, a - 1, -1)", a=start, b=stop)
+        if step_value in (1, -1):
+            header = fill("range(b - 1, a - 1, -1)" if step_value == 1 else "range(b + 1, a + 1)",
+                          a=start, b=stop)
             node = gast.For(target=name(index, store=True), iter=header, body=body, orelse=[],
                             type_comment=None)
         else:
@@ -825,7 +860,7 @@ def _stale_views(core, backward):
     array they view is written in place: the forward sweep keeps a copy instead. (Reading the
     view again in the primal after such a write is refused by the normalizer.)"""
     simple = [s for s in walk_statements(core.body) if not isinstance(s, CONTROL)]
-    written = {s.prim.base for s in simple if s.prim.kind == "setitem"}
+    written = {s.prim.base for s in simple if s.prim.kind in ("setitem", "add_at")}
     views = {t: s.view_of for s in simple if getattr(s, "view_of", None) for t in
              _stmt_targets(s)}
 
@@ -1054,12 +1089,53 @@ def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
     if prim.kind == "append":
         g = adj.get(prim.base)
         value = prim.args[0]
-        if g is not None and isinstance(value, gast.Name) and value.id in active:
-            elem = adj.type_of(prim.base).elts
-            part = fill("g[len(b) - 1]", g=g, b=prim.base)
-            adj.add(value.id, part, elem[0] if elem else T.UNKNOWN)
+        value_active = isinstance(value, gast.Name) and value.id in active
+        elem = adj.type_of(prim.base).elts
+        if g is None:
+            return None
+        if prim.base in adj.array_lists:  # the list was stacked: its adjoint is an array
+            if value_active:
+                part = fill("g[len(b) - 1]", g=g, b=prim.base)
+                adj.add(value.id, part, elem[0] if elem else T.UNKNOWN)
+        elif value_active:  # a stack: its adjoint is a stack of the popped values' adjoints
+            adj.add(value.id, fill("g.pop()", g=g), elem[0] if elem else T.UNKNOWN)
+        else:
+            adj.out.append(gast.Expr(value=fill("g.pop()", g=g)))
+        return None
+    if prim.kind == "pop":
+        base, target = prim.base, targets[0]
+        g = adj.get(target)
+        if base not in active:
+            return None
+        if base in adj.array_lists:
+            if g is not None:
+                adj.scatter(base, fill("len(b)", b=base), g, advanced=False)
+            return None
+        if adj.get(base) is None:
+            adj.out.append(assign(adj.namer.adjoint(base), gast.List(elts=[], ctx=gast.Load())))
+            adj.exprs[base] = name(adj.namer.adjoint(base))
+        value = adj.materialized(target) if g is not None else adj.zero_expr(target)
+        adj.out.append(gast.Expr(value=fill("b.append(v)", b=adj.exprs[base], v=value)))
+        return None
+    if prim.kind == "add_at":
+        base, value = prim.base, prim.args[0]
+        if adj.get(base) is not None and isinstance(value, gast.Name) and value.id in active:
+            current = adj.materialized(base)
+            part = gast.Subscript(value=to_expr(current), slice=to_expr(prim.rule),
+                                  ctx=gast.Load())
+            adj.add(value.id, fill("p.copy()", p=part) if adj.type_of(value.id).kind == "array"
+                    else part, adj.type_of(value.id))
         return None
     return None
+
+
+def _zero_of(expr, typ):
+    """A zero adjoint for the value `expr` of type `typ`."""
+    if typ.kind == "array" or typ.kind == "unknown":
+        return fill("np.zeros_like(v)", v=expr)
+    if typ.kind == "list":
+        return fill("[0.0] * len(v)", v=expr)
+    return fill("0.0")
 
 
 def _snapshot(adj, g):
@@ -1220,7 +1296,10 @@ def _reverse_user_call(stmt, adj, active, core, registry, in_loop=False):
         parts = adj.tuples.get(target)
         if parts is None:
             return None
-        gs = [p if p is not None else fill("0.0") for p in parts]
+        elts = out_t.elts or ()
+        gs = [p if p is not None else _zero_of(fill("t[k]", t=target, k=k),
+                                               elts[k] if k < len(elts) else T.UNKNOWN)
+              for k, p in enumerate(parts)]
     else:
         # the helper's backward function expects a cotangent of its output's full shape
         g = adj.materialized(target)

@@ -38,6 +38,10 @@ def stmt_defs(stmt):
                 out += [e.id for e in target.elts if isinstance(e, gast.Name)]
             elif isinstance(target, gast.Subscript):
                 out += _names(target.value)[:1]
+        for n in gast.walk(stmt.value):  # `v = t.pop()` changes t too
+            if isinstance(n, gast.Call) and isinstance(n.func, gast.Attribute) and \
+                    n.func.attr == "pop" and isinstance(n.func.value, gast.Name):
+                out.append(n.func.value.id)
         return out
     if isinstance(stmt, gast.AugAssign):
         base = stmt.target
@@ -69,8 +73,15 @@ def stmt_uses(stmt):
     return _names(stmt, gast.Load)
 
 
+def _mutates(node):
+    """Whether evaluating `node` changes a list (pop/append): never moved nor dropped."""
+    return any(isinstance(n, gast.Call) and isinstance(n.func, gast.Attribute) and
+               n.func.attr in ("pop", "append") for n in gast.walk(node))
+
+
 def _pure(stmt):
     return isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and \
+        not _mutates(stmt.value) and \
         isinstance(stmt.targets[0], (gast.Name, gast.Tuple)) and \
         all(isinstance(e, gast.Name) for e in (
             stmt.targets[0].elts if isinstance(stmt.targets[0], gast.Tuple) else []))
@@ -133,7 +144,7 @@ def _inline_once(stmts, keep, temps):
         if not (isinstance(stmt, gast.Assign) and isinstance(stmt.targets[0], gast.Name)):
             continue
         tmp = stmt.targets[0].id
-        if tmp not in temps or tmp in keep:
+        if tmp not in temps or tmp in keep or _mutates(stmt.value):
             continue
         reads = set(_names(stmt.value))
         if tmp in reads:  # `v = f(v)` updates v: inlining it would substitute forever

@@ -114,6 +114,7 @@ class LoweredModule:
     data: list = field(default_factory=list)  # module arrays passed to functions as arguments
     wrappers: dict = field(default_factory=dict)  # entry name -> plain wrapper FunctionDef
     compiled: set = field(default_factory=set)  # names of functions a target compiles
+    data_args: dict = field(default_factory=dict)  # entry name -> data names appended to calls
 
     def entry_name(self, entry):
         """The name to call for `entry` (its wrapper when it needs module data)."""
@@ -126,9 +127,12 @@ def render(lowered, decorator=None, doc_note=None):
     every compiled function, `doc_note` is appended to the module docstring."""
     parts = []
     header = list(lowered.header)
+    if doc_note and not (header and _is_docstring(header[0])):
+        header.insert(0, gast.Expr(value=gast.Constant(value="", kind=None)))
     for i, stmt in enumerate(header):
         if i == 0 and _is_docstring(stmt) and doc_note:
-            text = stmt.value.value.rstrip("\n") + "\n\n" + doc_note.strip("\n") + "\n"
+            text = stmt.value.value.rstrip("\n")
+            text = (text + "\n\n" if text else "") + doc_note.strip("\n") + "\n"
             stmt = gast.Expr(value=gast.Constant(value=text, kind=None))
         parts.append(_render_stmt(stmt))
     text = _join_header(parts)
@@ -747,6 +751,7 @@ def _thread_data(lowered, data, entries, taken):
         if entry not in by_name or not needs[entry]:
             continue
         fn = by_name[entry]
+        lowered.data_args[entry] = list(needs[entry])
         wrapper_name = _fresh(f"{entry}_entry", taken)
         params = [a.id for a in fn.args.args[:len(fn.args.args) - len(needs[entry])]]
         call = f"{entry}({', '.join(params + needs[entry])})"

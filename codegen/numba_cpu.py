@@ -63,16 +63,20 @@ class NumbaOptions:
 
 
 def versions():
-    """Versions that decide whether compiled code can be reused (part of the cache key).
+    """Versions (and a non-default LLVM optimization level) that decide whether compiled code
+    can be reused: part of the module text, so of the content hash that names its file.
 
-    >>> sorted(versions())
+    >>> sorted(versions())[:4]
     ['llvmlite', 'numba', 'numpy', 'python']
     """
     import llvmlite
     import numba
     import numpy
-    return {"python": platform.python_version(), "numpy": numpy.__version__,
-            "numba": numba.__version__, "llvmlite": llvmlite.__version__}
+    out = {"python": platform.python_version(), "numpy": numpy.__version__,
+           "numba": numba.__version__, "llvmlite": llvmlite.__version__}
+    if int(numba.config.OPT) != 3 or numba.config.OPT.is_opt_max:
+        out["NUMBA_OPT"] = "max" if numba.config.OPT.is_opt_max else str(int(numba.config.OPT))
+    return out
 
 
 class CompileFailure(Exception):
@@ -113,7 +117,7 @@ def compile_module(source, name, entries, injected=None, options=None, note=None
         setattr(module, key, value)
     compiled = {fn: getattr(module, fn) for fn in sorted(lowered.compiled)}
     rebuilt = verify_cache(module.__file__, compiled.values()) if options.cache else []
-    return CompiledModule(module, lowered, compiled, text, rebuilt, options)
+    return CompiledModule(module, lowered, compiled, text, rebuilt, options, injected)
 
 
 def _import_numba(lowered):
@@ -126,8 +130,9 @@ class CompiledModule:
     """A loaded compiled module: attribute access gives its functions; entry points compile on
     their first call and report Numba failures as :class:`CompileFailure`."""
 
-    def __init__(self, module, lowered, compiled, source, rebuilt, options):
+    def __init__(self, module, lowered, compiled, source, rebuilt, options, data):
         self.module = module
+        self._data = data  # this compilation's injected module data (the module is shared)
         self.source = source
         self.rebuilt = rebuilt  # functions whose cache files failed the manifest check
         self._lowered = lowered
@@ -136,10 +141,12 @@ class CompiledModule:
         self._entries = {}
 
     def entry(self, name):
-        """The callable for generated function `name` (through its data wrapper if any)."""
+        """The callable for generated function `name`, passing it the module data it reads."""
         if name not in self._entries:
-            target = getattr(self.module, self._lowered.entry_name(name))
-            self._entries[name] = _Entry(self, name, target, self._compiled.get(name))
+            data = [self._data[d] if d in self._data else getattr(self.module, d)
+                    for d in self._lowered.data_args.get(name, ())]
+            target = getattr(self.module, name)
+            self._entries[name] = _Entry(self, name, target, self._compiled.get(name), data)
         return self._entries[name]
 
     def __getattr__(self, name):
@@ -166,17 +173,18 @@ class CompiledModule:
 
 
 class _Entry:
-    def __init__(self, owner, name, target, dispatcher):
+    def __init__(self, owner, name, target, dispatcher, data):
         from numba.core.errors import NumbaError
         self.owner = owner
         self.name = name
         self.target = target
+        self.data = data
         self.signatures = dispatcher.overloads if dispatcher is not None else ()
         self.seen = 0
         self.error = NumbaError
 
     def __call__(self, *args):
-        args = [_writeable(a) for a in args]
+        args = [_writeable(a) for a in args] + self.data
         try:
             result = self.target(*args)
         except self.error as exc:

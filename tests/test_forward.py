@@ -141,6 +141,13 @@ def test_generated_source_names_tangents_after_values_and_quotes_lines():
     compile(source, "<jvp>", "exec")
 
 
+def test_jvp_transform_shows_its_source():
+    t = ad.jvp_transform(model)
+    out, out_dot = t((V3, V3), (np.ones(3), np.zeros(3)))
+    assert np.isclose(out_dot, ad.jvp(model, (V3, V3), (np.ones(3), np.zeros(3)))[1])
+    assert "def jvp_model(x, w, x_dot, w_dot):" in t.source
+
+
 def test_generated_source_is_deterministic():
     specs = {"x": spec_of(np.ones(2)), "w": spec_of(np.ones(2))}
     assert build_jvp(model, specs).source == build_jvp(model, specs).source
@@ -280,11 +287,40 @@ def appends(x):
     return np.sum(np.stack(out) ** 2)
 
 
+def self_update(x):
+    y = x
+    for _ in range(3):
+        y = np.sin(y)  # the tangent reads the old y, the primal writes the new one
+        y = y * x
+    return np.sum(y)
+
+
+def polar(a, b):
+    return np.sqrt(a * a + b * b), np.arctan2(b, a)
+
+
+def helper_in_loop(x, y):
+    s = 0.0
+    for i in range(x.shape[0]):
+        r, theta = polar(x[i], y[i])
+        s = s + r * theta
+    return s
+
+
+def column_scaling(q, s):
+    q = q.copy()
+    for j in range(q.shape[1]):
+        column = q[:, j]  # a view: the write below changes it
+        q[:, j] = column * s
+    return np.sum(q * q)
+
+
 @pytest.mark.parametrize("fun, args", [
     (loop, (V3, 3)), (branch, (V3,)), (branch, (-V3,)), (writes, (V3,)),
-    (heat, (np.linspace(0.0, 1.0, 6), 0.1, 3)), (until, (V3,)), (appends, (V3,))],
+    (heat, (np.linspace(0.0, 1.0, 6), 0.1, 3)), (until, (V3,)), (appends, (V3,)),
+    (self_update, (V3,)), (helper_in_loop, (V3, B[:3])), (column_scaling, (A, 1.3))],
     ids=["loop", "branch_taken", "branch_not_taken", "in_place_writes", "heat", "while",
-         "list_append"])
+         "list_append", "self_update", "helper_in_loop", "view_then_write"])
 def test_forward_mode_through_loops_branches_and_writes(fun, args):
     ad.check_grads(fun, args, modes=("fwd",))
 

@@ -792,3 +792,11 @@ def batch(bc):
 __all__ = ["BATCHING", "BatchCall", "NoBatchingRule", "ValueDependentShape", "batch",
            "broadcast_batch", "creator_with_batch", "expand_after_batch", "rule_for",
            "SHAPE_QUERIES", "batch_shape", "replace_names", "subscript"]
+
+
+def _python_object(bc):
+    """range()/slice() built from batched bounds: a different object per example."""
+    raise ValueDependentShape(f"{bc.rule.name}() of a batched value differs per example")
+
+
+_register(("range", "slice"), _python_object)

@@ -691,3 +691,10 @@ for _name in ("allclose", "any", "all", "array_equal"):
                   nondiff_output=True), getattr(np, _name))
 register(Rule("count_nonzero", "np.count_nonzero", ("x",), {}, (), lambda call: T.INT,
               nondiff_output=True), np.count_nonzero)
+
+
+# Python's range() and slice() as values (generated backward loops and scatter indices use them).
+register(Rule("range", "range", ("start", "stop", "step"), {}, (),
+              lambda call: T.AType("object"), nondiff_output=True), range)
+register(Rule("slice", "slice", ("start", "stop", "step"), {}, (),
+              lambda call: T.AType("object"), nondiff_output=True), slice)

@@ -12,21 +12,20 @@ def vmap_potential_fwd_jvp(x, x_dot):
     pow_2 = x ** 2
     pow_2_dot = 2.0 * x * x_dot
     sum_ = np.sum(tanh * pow_2)
-    sum__dot = np.sum(pow_2 * tanh_dot + tanh * pow_2_dot, axis=1)
-    return ((sum_, tanh, pow_2), (sum__dot, tanh_dot, pow_2_dot))
+    return ((sum_, tanh, pow_2), (0.0, tanh_dot, pow_2_dot))
 
 
 def vmap_potential_bwd_jvp(x, tanh, pow_2, out_bar, x_dot, tanh_dot, pow_2_dot):
     sub = 1.0 - tanh * tanh
     x_bar = out_bar * tanh * (2.0 * x) + out_bar * pow_2 * sub
-    x_bar_dot = 2.0 * x * (out_bar * tanh_dot) + out_bar * tanh * (2.0 * x_dot) + (sub * (out_bar * pow_2_dot) - out_bar * pow_2 * (tanh * tanh_dot + tanh * tanh_dot))
+    x_bar_dot = 2.0 * x * (out_bar * tanh_dot) + out_bar * tanh * (2.0 * x_dot) + (sub * (out_bar * pow_2_dot) - out_bar * pow_2 * (2.0 * (tanh * tanh_dot)))
     return (x_bar, x_bar_dot)
 
 
 def vmap_jvp_jacrev_potential(x, x_dot):
     potential_fwd_out, potential_fwd_out_dot = vmap_potential_fwd_jvp(x, x_dot)
     out, tanh, pow_2 = potential_fwd_out
-    out_dot, tanh_dot, pow_2_dot = potential_fwd_out_dot
+    _, tanh_dot, pow_2_dot = potential_fwd_out_dot
     x_bar, x_bar_dot = vmap_potential_bwd_jvp(x, tanh, pow_2, 1.0, x_dot, tanh_dot, pow_2_dot)
     return (x_bar, x_bar_dot)
 

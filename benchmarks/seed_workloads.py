@@ -1,0 +1,517 @@
+"""Benchmark: the seed workloads, our jit(grad) against hand-written gradients, JAX and autograd.
+
+Workloads (float64 everywhere; JAX runs with ``jax_enable_x64``):
+
+- logistic regression, N=100,000 examples, D=100 features;
+- an MLP 784-128-128-10 (tanh, softmax cross-entropy; parameters in a dict) at batch 32 and 1024;
+- linear regression on N=1,000,000 points (the gradient of one training step; 1,000 steps cost
+  1,000 times that);
+- the 1-D heat equation, 1,000 points x 500 steps, written with per-element in-place updates
+  (the loop kernel), gradient with respect to the initial state and the diffusion constant;
+- start-up: a new process to its first compiled gradient, with the on-disk caches cold and warm.
+
+Ours is ``jit(grad(f))`` on the plain NumPy function. Competitors, all optional: a hand-written
+NumPy gradient, a hand-written Numba adjoint, JAX ``jit(grad)``, autograd ``grad``, and our
+uncompiled generated NumPy source. Each time is the median over several repeats of one call,
+warm (compilation happens before timing and is reported in the notes).
+
+``run()`` returns one dict per workload: ``name``, ``ours_s``, ``competitors`` ({name: seconds})
+and ``notes``. ``python benchmarks/seed_workloads.py`` prints them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import types
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+# ---------------------------------------------------------------- the user's functions (NumPy)
+def logistic_loss(w, X, y):
+    """Mean negative log-likelihood of logistic regression (stable form)."""
+    z = np.dot(X, w)
+    return np.sum(np.logaddexp(0.0, z) - y * z) / X.shape[0]
+
+
+def mlp_loss(params, x, y):
+    """Softmax cross-entropy of a two-hidden-layer tanh MLP; y holds one-hot rows."""
+    h1 = np.tanh(np.dot(x, params["W1"]) + params["b1"])
+    h2 = np.tanh(np.dot(h1, params["W2"]) + params["b2"])
+    logits = np.dot(h2, params["W3"]) + params["b3"]
+    shifted = logits - np.max(logits, axis=1, keepdims=True)
+    lse = np.log(np.sum(np.exp(shifted), axis=1, keepdims=True))
+    return -np.sum(y * (shifted - lse)) / x.shape[0]
+
+
+def linreg_loss(w, b, x, y):
+    """Mean squared error of a line fit."""
+    r = w * x + b - y
+    return np.sum(r * r) / x.shape[0]
+
+
+def heat(u0, c, steps):
+    """Explicit 1-D heat equation with per-element in-place updates; returns sum(u**2)."""
+    u = u0.copy()
+    n = len(u)
+    for _step in range(steps):
+        un = u.copy()
+        for i in range(1, n - 1):
+            un[i] = u[i] + c * (u[i - 1] - 2.0 * u[i] + u[i + 1])
+        u = un
+    return np.sum(u * u)
+
+
+# ---------------------------------------------------------------- hand-written gradients
+def logistic_grad_numpy(w, X, y):
+    z = X @ w
+    return X.T @ (1.0 / (1.0 + np.exp(-z)) - y) / X.shape[0]
+
+
+def _logistic_grad_loops(w, X, y):
+    n, d = X.shape
+    g = np.zeros(d)
+    for i in range(n):
+        z = 0.0
+        for j in range(d):
+            z += X[i, j] * w[j]
+        s = 1.0 / (1.0 + np.exp(-z)) - y[i]
+        for j in range(d):
+            g[j] += s * X[i, j]
+    return g / n
+
+
+def _mlp_backprop(W1, b1, W2, b2, W3, b3, x, y):
+    h1 = np.tanh(x @ W1 + b1)
+    h2 = np.tanh(h1 @ W2 + b2)
+    logits = h2 @ W3 + b3
+    e = np.exp(logits - logits.max(axis=1).reshape(-1, 1))
+    p = e / e.sum(axis=1).reshape(-1, 1)
+    d3 = (p * y.sum(axis=1).reshape(-1, 1) - y) / x.shape[0]
+    d2 = (d3 @ W3.T) * (1.0 - h2 * h2)
+    d1 = (d2 @ W2.T) * (1.0 - h1 * h1)
+    return (x.T @ d1, d1.sum(axis=0), h1.T @ d2, d2.sum(axis=0), h2.T @ d3, d3.sum(axis=0))
+
+
+def mlp_grad_numpy(params, x, y):
+    names = ("W1", "b1", "W2", "b2", "W3", "b3")
+    grads = _mlp_backprop(*(params[k] for k in names), x, y)
+    return dict(zip(names, grads))
+
+
+def linreg_grad_numpy(w, b, x, y):
+    r = w * x + b - y
+    n = x.shape[0]
+    return 2.0 * np.dot(r, x) / n, 2.0 * np.sum(r) / n
+
+
+def _linreg_grad_loops(w, b, x, y):
+    gw = 0.0
+    gb = 0.0
+    for i in range(x.shape[0]):
+        r = w * x[i] + b - y[i]
+        gw += r * x[i]
+        gb += r
+    n = x.shape[0]
+    return 2.0 * gw / n, 2.0 * gb / n
+
+
+def heat_grad_numpy(u0, c, steps):
+    """Vectorized adjoint with the states kept per step (gather form)."""
+    u = u0.copy()
+    tape = np.empty((steps, len(u)))
+    for t in range(steps):
+        tape[t] = u
+        un = u.copy()
+        un[1:-1] = u[1:-1] + c * (u[:-2] - 2.0 * u[1:-1] + u[2:])
+        u = un
+    u_bar = 2.0 * u
+    c_bar = 0.0
+    for t in range(steps - 1, -1, -1):
+        u = tape[t]
+        lap = u[:-2] - 2.0 * u[1:-1] + u[2:]
+        c_bar += np.dot(u_bar[1:-1], lap)
+        g = u_bar.copy()
+        g[1:-1] -= 2.0 * c * u_bar[1:-1]
+        g[:-2] += c * u_bar[1:-1]
+        g[2:] += c * u_bar[1:-1]
+        u_bar = g
+    return u_bar, c_bar
+
+
+def _heat_grad_loops(u0, c, steps):
+    n = u0.shape[0]
+    tape = np.empty((steps, n))
+    u = u0.copy()
+    for t in range(steps):
+        tape[t] = u
+        un = u.copy()
+        for i in range(1, n - 1):
+            un[i] = u[i] + c * (u[i - 1] - 2.0 * u[i] + u[i + 1])
+        u = un
+    u_bar = 2.0 * u
+    c_bar = 0.0
+    g = np.empty(n)
+    for t in range(steps - 1, -1, -1):
+        u = tape[t]
+        for j in range(1, n - 1):  # gather form: each g[j] reads the u_bar it influenced
+            c_bar += u_bar[j] * (u[j - 1] - 2.0 * u[j] + u[j + 1])
+            inner = u_bar[j] * (1.0 - 2.0 * c)
+            if j - 1 >= 1:
+                inner += c * u_bar[j - 1]
+            if j + 1 <= n - 2:
+                inner += c * u_bar[j + 1]
+            g[j] = inner
+        # the boundary values are copied through and feed their inner neighbours
+        g[0] = u_bar[0] + c * u_bar[1] if n > 2 else u_bar[0]
+        g[n - 1] = u_bar[n - 1] + c * u_bar[n - 2] if n > 2 else u_bar[n - 1]
+        u_bar, g = g, u_bar
+    return u_bar, c_bar
+
+
+# ---------------------------------------------------------------- timing
+def median_time(call, repeats=7, min_time=0.02):
+    """Median seconds of one call over `repeats` rounds, each long enough to measure."""
+    call()
+    number = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(number):
+            call()
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_time or number >= 1 << 14:
+            break
+        number *= 2
+    times = [elapsed / number]
+    for _ in range(repeats - 1):
+        start = time.perf_counter()
+        for _ in range(number):
+            call()
+        times.append((time.perf_counter() - start) / number)
+    return float(np.median(times))
+
+
+def _timed_first_call(call):
+    start = time.perf_counter()
+    result = call()
+    return result, time.perf_counter() - start
+
+
+def _with_globals(fn, namespace):
+    """`fn` with its global names (np) taken from `namespace`: the same code for JAX/autograd."""
+    return types.FunctionType(fn.__code__, {**fn.__globals__, **namespace}, fn.__name__,
+                              fn.__defaults__, fn.__closure__)
+
+
+def _jax():
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+    jax.config.update("jax_enable_x64", True)
+    return jax, jnp
+
+
+def _autograd():
+    try:
+        import autograd
+        import autograd.numpy as anp
+    except ImportError:
+        return None
+    return autograd, anp
+
+
+def _numba_njit():
+    try:
+        from numba import njit
+    except ImportError:
+        return None
+    return njit
+
+
+def _close(a, b):
+    la = a if isinstance(a, (tuple, list)) else [a]
+    lb = b if isinstance(b, (tuple, list)) else [b]
+    if isinstance(a, dict):
+        la, lb = [a[k] for k in sorted(a)], [b[k] for k in sorted(a)]
+    return all(np.allclose(np.asarray(p), np.asarray(q), rtol=1e-6, atol=1e-9)
+               for p, q in zip(la, lb))
+
+
+def _row(name, ours, competitors, notes):
+    return {"name": name, "ours_s": ours, "competitors": competitors, "notes": notes}
+
+
+def _compare(name, ours_fn, args, reference, extra, primal=None, notes=""):
+    """Time ours and every competitor on `args`; check each against `reference`."""
+    from autodiff_ast import grad  # noqa: F401 (the import cost is not timed)
+    result, first = _timed_first_call(lambda: ours_fn(*args))
+    if not _close(result, reference):
+        notes += " OURS DISAGREES WITH THE REFERENCE."
+    ours = median_time(lambda: ours_fn(*args))
+    competitors = {}
+    for label, fn in extra.items():
+        if fn is None:
+            continue
+        try:
+            value = fn(*args)
+            if not _close(value, reference):
+                label += " (disagrees)"
+            competitors[label] = median_time(lambda fn=fn: fn(*args))
+        except Exception as exc:  # noqa: BLE001 (a competitor's failure is reported, not fatal)
+            notes += f" {label} failed: {type(exc).__name__}: {str(exc)[:80]}."
+    parts = [f"first call (generate + compile or load) {first:.2f} s"]
+    if primal is not None:
+        primal_time = median_time(lambda: primal(*args))
+        parts.append(f"grad/primal {ours / primal_time:.2f} (jit primal "
+                     f"{_fmt(primal_time)})")
+    return _row(name, ours, competitors, "; ".join(parts) + (". " + notes.strip() if notes
+                                                              else ""))
+
+
+def _fmt(seconds):
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} us"
+    if seconds < 1.0:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
+
+
+def _competitors(numpy_grad, loops, jax_fn, autograd_fn, ours_plain):
+    return {"hand-written NumPy": numpy_grad, "hand-written Numba": loops,
+            "JAX jit(grad)": jax_fn, "autograd": autograd_fn,
+            "ours without jit (NumPy source)": ours_plain}
+
+
+# ---------------------------------------------------------------- workloads
+def logistic_rows():
+    from autodiff_ast import grad
+    from autodiff_ast.jit import jit
+    rng = np.random.default_rng(0)
+    n, d = 100_000, 100
+    X = rng.standard_normal((n, d))
+    y = (rng.random(n) < 0.5).astype(np.float64)
+    w = rng.standard_normal(d) * 0.1
+    args = (w, X, y)
+    reference = logistic_grad_numpy(*args)
+    njit = _numba_njit()
+    loops = njit(cache=True)(_logistic_grad_loops) if njit else None
+    jx, ag = _jax(), _autograd()
+    jax_fn = jx[0].jit(jx[0].grad(_with_globals(logistic_loss, {"np": jx[1]}))) if jx else None
+    ag_fn = ag[0].grad(_with_globals(logistic_loss, {"np": ag[1]})) if ag else None
+    return [_compare("logistic regression N=1e5 D=100", jit(grad(logistic_loss)), args,
+                     reference, _competitors(logistic_grad_numpy, loops, jax_fn, ag_fn,
+                                             grad(logistic_loss)),
+                     primal=jit(logistic_loss))]
+
+
+def _mlp_data(batch, rng):
+    sizes = (784, 128, 128, 10)
+    params = {}
+    for k, (a, b) in enumerate(zip(sizes[:-1], sizes[1:]), start=1):
+        params[f"W{k}"] = rng.standard_normal((a, b)) / np.sqrt(a)
+        params[f"b{k}"] = np.zeros(b)
+    x = rng.standard_normal((batch, 784))
+    y = np.eye(10)[rng.integers(0, 10, batch)]
+    return params, x, y
+
+
+def mlp_rows():
+    from autodiff_ast import grad
+    from autodiff_ast.jit import jit
+    rng = np.random.default_rng(1)
+    njit = _numba_njit()
+    names = ("W1", "b1", "W2", "b2", "W3", "b3")
+    loops = None
+    if njit:
+        backprop = njit(cache=True)(_mlp_backprop)
+
+        def loops(params, x, y):
+            return dict(zip(names, backprop(*(params[k] for k in names), x, y)))
+    jx, ag = _jax(), _autograd()
+    jax_fn = jx[0].jit(jx[0].grad(_with_globals(mlp_loss, {"np": jx[1]}))) if jx else None
+    ag_fn = ag[0].grad(_with_globals(mlp_loss, {"np": ag[1]})) if ag else None
+    ours, primal = jit(grad(mlp_loss)), jit(mlp_loss)
+    rows = []
+    for batch in (32, 1024):
+        args = _mlp_data(batch, rng)
+        reference = mlp_grad_numpy(*args)
+        rows.append(_compare(f"MLP 784-128-128-10, batch {batch}", ours, args, reference,
+                             _competitors(mlp_grad_numpy, loops, jax_fn, ag_fn,
+                                          grad(mlp_loss)), primal=primal))
+    return rows
+
+
+def linreg_rows():
+    from autodiff_ast import grad
+    from autodiff_ast.jit import jit
+    rng = np.random.default_rng(2)
+    n = 1_000_000
+    x = rng.standard_normal(n)
+    y = 3.0 * x - 1.0 + 0.1 * rng.standard_normal(n)
+    args = (0.5, 0.2, x, y)
+    reference = linreg_grad_numpy(*args)
+    njit = _numba_njit()
+    loops = njit(cache=True)(_linreg_grad_loops) if njit else None
+    jx, ag = _jax(), _autograd()
+    jax_fn = jx[0].jit(jx[0].grad(_with_globals(linreg_loss, {"np": jx[1]}),
+                                  argnums=(0, 1))) if jx else None
+    ag_fn = ag[0].grad(_with_globals(linreg_loss, {"np": ag[1]}), argnum=(0, 1)) if ag \
+        else None
+    if ag_fn is not None:
+        plain_ag = ag_fn
+        ag_fn = lambda *a: tuple(plain_ag(*a))  # noqa: E731
+    return [_compare("linear regression N=1e6 (one of 1000 steps)",
+                     jit(grad(linreg_loss, argnums=(0, 1))), args, reference,
+                     _competitors(linreg_grad_numpy, loops, jax_fn, ag_fn,
+                                  grad(linreg_loss, argnums=(0, 1))),
+                     primal=jit(linreg_loss))]
+
+
+def _jax_heat(jax, jnp):
+    def loss(u0, c, steps):
+        def step(t, u):
+            return u.at[1:-1].set(u[1:-1] + c * (u[:-2] - 2.0 * u[1:-1] + u[2:]))
+        u = jax.lax.fori_loop(0, steps, step, u0)
+        return jnp.sum(u * u)
+    return jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)
+
+
+def _autograd_heat(autograd, anp):
+    def loss(u0, c, steps):
+        u = u0
+        for _ in range(steps):
+            inner = u[1:-1] + c * (u[:-2] - 2.0 * u[1:-1] + u[2:])
+            u = anp.concatenate([u[:1], inner, u[-1:]])
+        return anp.sum(u * u)
+    return autograd.grad(loss, argnum=(0, 1))
+
+
+def heat_rows():
+    from autodiff_ast import grad
+    from autodiff_ast.jit import jit
+    n, steps = 1000, 500
+    u0 = np.sin(np.linspace(0.0, np.pi, n)) + 0.1 * np.cos(np.linspace(0.0, 40.0, n))
+    args = (u0, 0.2, steps)
+    reference = heat_grad_numpy(*args)
+    njit = _numba_njit()
+    loops = njit(cache=True)(_heat_grad_loops) if njit else None
+    jx, ag = _jax(), _autograd()
+    jax_fn = _jax_heat(*jx) if jx else None
+    ag_fn = _autograd_heat(*ag) if ag else None
+    if ag_fn is not None:
+        plain_ag = ag_fn
+        ag_fn = lambda *a: tuple(plain_ag(*a))  # noqa: E731
+    extra = {"hand-written NumPy (vectorized)": heat_grad_numpy, "hand-written Numba": loops,
+             "JAX jit(grad), fori_loop + vectorized .at[].set": jax_fn,
+             "autograd (vectorized rewrite)": ag_fn}
+    return [_compare(f"1-D heat equation {n} points x {steps} steps (in-place loops)",
+                     jit(grad(heat, argnums=(0, 1))), args, reference, extra,
+                     primal=jit(heat),
+                     notes="Ours differentiates the per-element loops as written (scatter "
+                           "form with a scalar tape; gather-form loop adjoints are future "
+                           "work).")]
+
+
+# ---------------------------------------------------------------- start-up
+_STARTUP = textwrap.dedent("""\
+    import time
+    start = time.perf_counter()
+    import sys
+    sys.path.insert(0, {here!r})
+    import numpy as np
+    from autodiff_ast import grad
+    from autodiff_ast.jit import jit
+    from seed_workloads import logistic_loss
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 5))
+    y = (rng.random(200) < 0.5).astype(float)
+    jit(grad(logistic_loss))(np.zeros(5), X, y)
+    print(time.perf_counter() - start)
+""")
+
+_STARTUP_JAX = textwrap.dedent("""\
+    import time
+    start = time.perf_counter()
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+    import numpy as np
+    def logistic_loss(w, X, y):
+        z = jnp.dot(X, w)
+        return jnp.sum(jnp.logaddexp(0.0, z) - y * z) / X.shape[0]
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 5))
+    y = (rng.random(200) < 0.5).astype(float)
+    jax.jit(jax.grad(logistic_loss))(np.zeros(5), X, y).block_until_ready()
+    print(time.perf_counter() - start)
+""")
+
+
+def _process_time(code, env):
+    """(seconds from process start to exit, seconds the script measured inside)."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=600)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr else "failed")
+    return wall, float(done.stdout.strip().splitlines()[-1])
+
+
+def startup_rows():
+    code = _STARTUP.format(here=HERE)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, AUTODIFF_AST_CACHE=os.path.join(tmp, "modules"),
+                   NUMBA_CACHE_DIR=os.path.join(tmp, "numba"))
+        cold_wall, cold_inside = _process_time(code, env)
+        warm = [_process_time(code, env) for _ in range(3)]
+    warm_wall = float(np.median([w for w, _ in warm]))
+    warm_inside = float(np.median([i for _, i in warm]))
+    base = _process_time("import time; print(0.0)", dict(os.environ))[0]
+    competitors = {}
+    notes = (f"whole process (interpreter start to exit): warm {warm_wall:.2f} s, cold "
+             f"{cold_wall:.2f} s; an empty interpreter takes {base:.2f} s. Ours is measured "
+             "inside the process, from the first import to the first compiled gradient")
+    if _jax() is not None:
+        jax_wall, jax_inside = _process_time(_STARTUP_JAX, dict(os.environ))
+        competitors["JAX jit(grad), new process (no persistent cache)"] = jax_inside
+        notes += f"; JAX whole process {jax_wall:.2f} s"
+    rows.append(_row("start-up, cache warm: new process to first jit(grad) result",
+                     warm_inside, competitors, notes + "."))
+    rows.append(_row("start-up, cache cold: new process to first jit(grad) result",
+                     cold_inside, dict(competitors), "generation, lowering and Numba "
+                     "compilation of the logistic-regression gradient module, from empty "
+                     "caches."))
+    return rows
+
+
+def run():
+    """Measure every workload; one dict per row (see the module docstring)."""
+    rows = []
+    for make in (logistic_rows, mlp_rows, linreg_rows, heat_rows, startup_rows):
+        try:
+            rows.extend(make())
+        except Exception as exc:  # noqa: BLE001 (one broken workload must not hide the rest)
+            rows.append(_row(make.__name__.replace("_rows", ""), float("nan"), {},
+                             f"FAILED: {type(exc).__name__}: {str(exc)[:300]}"))
+    return rows
+
+
+if __name__ == "__main__":
+    for row in run():
+        print(row["name"])
+        print(f"  ours: {_fmt(row['ours_s'])}")
+        for label, seconds in row["competitors"].items():
+            print(f"  {label}: {_fmt(seconds)} ({seconds / row['ours_s']:.2f}x ours)")
+        print(f"  notes: {row['notes']}")

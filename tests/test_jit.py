@@ -1,0 +1,566 @@
+"""jit: compiled primal and transformed functions, the compiled dialect, the on-disk cache.
+
+Three layers, cheapest first:
+
+- the dialect helpers and rewrites, run as plain Python and compared with NumPy (no Numba);
+- Numba compiles (``@pytest.mark.numba``): every rule of the op table (tests/test_ops.py) through
+  ``jit(grad(f))``, compared with the plain-Python gradient; the public behaviour of ``jit``
+  (static arguments, pytrees, input normalisation, module data, errors on the user's line);
+- new processes sharing the on-disk cache: a warm start compiles nothing, a corrupt cache file
+  is detected and rebuilt.
+
+Compiling is the cost here, so compiled functions are shared through module-scoped fixtures,
+the op table is compiled in groups (one module per group), and LLVM runs at -O0 while these
+tests compile (typing and lowering, which decide whether Numba accepts the code, are the same
+at every optimization level; the level is part of the generated module's text, so these
+modules never meet the optimized ones in the cache).
+"""
+
+from __future__ import annotations
+
+import json
+import linecache
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import test_ops as OPS
+
+import autodiff_ast as ad
+from autodiff_ast.errors import ArgnumsError, CompileError
+from autodiff_ast.jit import jit
+from codegen import dialect
+from codegen.numba_cpu import NumbaOptions, versions
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ---------------------------------------------------------------- plain-Python dialect checks
+def _run_lowered(source, entry, *args):
+    """Lower `source`, exec the rendered module as plain Python and call `entry`."""
+    lowered = dialect.lower_source(source, entries=[entry])
+    text = dialect.render(lowered)
+    namespace = {}
+    exec(compile(text, "<lowered>", "exec"), namespace)
+    return namespace[entry](*args), text
+
+
+def _module(body, params="x"):
+    return f"import numpy as np\n\n\ndef f({params}):\n    return {body}\n"
+
+
+X3 = np.random.default_rng(0).standard_normal((2, 3, 4))
+
+REDUCTIONS = [
+    ("np.sum(x, axis=1, keepdims=True)", "keep_axis"),
+    ("np.sum(x, axis=(0, 2))", "np.sum"),
+    ("np.sum(x, axis=(0, -1), keepdims=True)", "keep_axis"),
+    ("np.sum(x, keepdims=True)", "keep_all"),
+    ("np.mean(x, axis=1)", "mean_axis"),
+    ("np.mean(x, axis=-1, keepdims=True)", "mean_axis"),
+    ("np.mean(x, axis=(0, 2))", "mean_axis"),
+    ("np.max(x, axis=0)", "max_axis"),
+    ("np.amax(x, axis=(1, 2))", "max_axis"),
+    ("np.min(x, axis=2, keepdims=True)", "min_axis"),
+    ("np.prod(x, axis=1)", "prod_axis"),
+    ("np.var(x, axis=1)", "var_axis"),
+    ("np.var(x, axis=0, ddof=1)", "var_axis"),
+    ("np.std(x, axis=(0, 2), keepdims=True)", "np.sqrt"),
+    ("np.var(x, ddof=1)", ".size"),
+    ("np.flip(x, 1)", "flip_axis"),
+    ("np.flip(x, axis=(0, 2))", "flip_axis"),
+    ("np.roll(x, 2, 2)", "roll_axis"),
+    ("np.squeeze(x, axis=1)", "reshape"),
+    ("np.expand_dims(x, (0, 2))", "np.expand_dims"),
+    ("np.matmul(x[0], x[1].T)", "@"),
+    ("np.clip(x, -0.5, 0.5)", "np.minimum"),
+    ("np.clip(x, None, 0.5)", "np.minimum"),
+    ("abs(x)", "np.abs"),
+    ("np.diagonal(x[0])", "np.diag"),
+    ("x.T.reshape(-1)", "ascontiguousarray"),
+    ("np.reshape(x.T, (4, 6))", "ascontiguousarray"),
+    ("np.heaviside(x, 0.5)", "np.where"),
+]
+
+
+@pytest.mark.parametrize("expr,marker", REDUCTIONS, ids=[r[0] for r in REDUCTIONS])
+def test_lowered_numpy_matches_numpy(expr, marker):
+    """Each rewrite computes what the NumPy call it replaces computes."""
+    src = _module(expr)
+    x = X3[:, :1] if "squeeze" in expr else X3
+    got, text = _run_lowered(src, "f", x)
+    expected = eval(expr, {"np": np, "x": x})
+    assert marker in text.split("def f(x):")[1]
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+    assert np.shape(got) == np.shape(expected)
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("name", ["max_axis", "min_axis", "prod_axis", "mean_axis"])
+def test_one_axis_helpers_on_vectors_and_matrices(name, axis):
+    ns = {"np": np}
+    exec(dialect.DIALECT_HELPERS[name], ns)
+    x = X3[0]
+    reference = {"max_axis": np.max, "min_axis": np.min, "prod_axis": np.prod,
+                 "mean_axis": np.mean}[name]
+    np.testing.assert_allclose(ns[name](x, axis), reference(x, axis=axis))
+    np.testing.assert_allclose(ns[name](x[0], 0), reference(x[0], axis=0))
+
+
+UNBROADCAST = [((2, 3), (2, 3)), ((2, 3), (3,)), ((2, 3), (2, 1)), ((2, 3), (1, 3)),
+               ((4, 2, 3), (2, 1)), ((2, 3), ()), ((3,), (1,)), ((), (2, 2))]
+
+
+@pytest.mark.parametrize("gshape,shape", UNBROADCAST, ids=str)
+def test_unbroadcast_loops_match_numpy_sums(gshape, shape):
+    ns = {"np": np}
+    exec(dialect.DIALECT_HELPERS["unbroadcast"], ns)
+    g = np.random.default_rng(1).standard_normal(gshape)
+    g = float(g) if gshape == () else g
+    expected = np.zeros(shape) + np.asarray(g)
+    lead = np.ndim(g) - len(shape)
+    if lead > 0:
+        expected = np.sum(g, axis=tuple(range(lead)))
+        for axis, size in enumerate(shape):
+            if size == 1:
+                expected = np.sum(expected, axis=axis, keepdims=True)
+    elif lead == 0 and shape:
+        expected = np.asarray(g)
+        for axis, size in enumerate(shape):
+            if size == 1 and expected.shape[axis] != 1:
+                expected = np.sum(expected, axis=axis, keepdims=True)
+    elif not shape:
+        expected = np.sum(g)
+    got = ns["unbroadcast"](g, shape)
+    np.testing.assert_allclose(got, expected)
+    assert np.shape(got) == tuple(shape)
+
+
+SCATTERS = [
+    ("np.add.at(b, idx, g)", (5,), (6,)),
+    ("np.add.at(b, idx, g)", (5, 3), (6, 3)),
+    ("np.add.at(b, idx2, g)", (5,), (2, 3)),
+    ("np.add.at(b, (slice(None), idx), g)", (3, 5), (3, 6)),
+    ("np.add.at(b, (idx, 2), g)", (5, 3), (6,)),
+    ("np.add.at(b, (idx, idx), g)", (5, 5), (6,)),
+    ("np.add.at(b, (1, slice(None), idx), g)", (2, 3, 5), (6, 3)),
+    ("np.add.at(b, [0, 0, 2], g)", (5,), (3,)),
+]
+
+
+@pytest.mark.parametrize("stmt,bshape,gshape", SCATTERS, ids=[f"{s[0]}{s[1]}" for s in SCATTERS])
+def test_scatter_add_accumulates_repeated_indices(stmt, bshape, gshape):
+    rng = np.random.default_rng(2)
+    idx = np.array([0, 2, 0, 4, 2, 0])
+    idx2 = idx.reshape(2, 3)
+    g = rng.standard_normal(gshape)
+    src = ("import numpy as np\n\n\ndef f(b, idx, idx2, g):\n    b = b.copy()\n"
+           f"    {stmt}\n    return b\n")
+    got, text = _run_lowered(src, "f", np.ones(bshape), idx, idx2, g)
+    expected = np.ones(bshape)
+    exec(stmt, {"np": np, "b": expected, "idx": idx, "idx2": idx2, "g": g})
+    assert "np.add.at" not in text.split("def f(")[1]
+    np.testing.assert_allclose(got, expected)
+
+
+EINSUMS = [("ij,jk->ik", [(2, 3), (3, 4)]), ("ij,kj->ik", [(2, 3), (4, 3)]),
+           ("ij,jk->ki", [(2, 3), (3, 4)]), ("i,i->", [(3,), (3,)]),
+           ("i,j->ij", [(2,), (3,)]), ("i,j->ji", [(2,), (3,)]), ("ij->j", [(2, 3)]),
+           ("ij->ji", [(2, 3)]), ("ij,j->i", [(2, 3), (3,)]), ("ii->i", [(3, 3)]),
+           ("bij,bjk->bik", [(2, 2, 3), (2, 3, 2)]), ("ij,jk", [(2, 3), (3, 2)]),
+           ("i,ij,j->", [(2,), (2, 3), (3,)])]
+
+
+@pytest.mark.parametrize("spec,shapes", EINSUMS, ids=[e[0] for e in EINSUMS])
+def test_einsum_lowering_matches_numpy(spec, shapes):
+    rng = np.random.default_rng(3)
+    ops = [rng.standard_normal(s) for s in shapes]
+    params = ", ".join(f"a{k}" for k in range(len(ops)))
+    src = f"import numpy as np\n\n\ndef f({params}):\n    return np.einsum({spec!r}, {params})\n"
+    got, text = _run_lowered(src, "f", *ops)
+    assert "np.einsum" not in text.split("def f(")[1]
+    np.testing.assert_allclose(got, np.einsum(spec, *ops), rtol=1e-12)
+
+
+def test_negative_integer_powers_become_float_powers():
+    got, text = _run_lowered(_module("x ** -2"), "f", 2)
+    assert "x ** (-2.0)" in text and got == 0.25
+
+
+def test_lowering_keeps_comments_and_is_deterministic():
+    src = ('"""Doc."""\nimport numpy as np\n\n\ndef f(x):\n    y = x\n\n    # y = np.max(x, 1)\n'
+           "    if y[0] > 0:\n        # a branch\n        z = np.max(y, axis=1)\n\n    else:\n"
+           "        z = y[0]\n    return z\n")
+    first = dialect.render(dialect.lower_source(src, entries=["f"]))
+    second = dialect.render(dialect.lower_source(src, entries=["f"]))
+    assert first == second
+    assert "    # y = np.max(x, 1)\n" in first and "        # a branch\n" in first
+    assert "max_axis(y, 1)" in first
+    compile(first, "<rendered>", "exec")
+
+
+def test_module_data_becomes_arguments():
+    src = ("import numpy as np\nfrom somewhere import table\n\n\ndef helper(x):\n"
+           "    return x * table\n\n\ndef f(x):\n    return np.sum(helper(x))\n")
+    lowered = dialect.lower_source(src, entries=["f"])
+    text = dialect.render(lowered)
+    assert "def helper(x, table):" in text and "helper(x, table)" in text
+    assert "def f(x, table):" in text and "def f_entry(x):" in text
+    assert lowered.data_args == {"f": ["table"]}
+
+
+# ---------------------------------------------------------------- compiled: shared fixtures
+@pytest.fixture(scope="module")
+def quick_llvm():
+    """LLVM at -O0 while this module compiles (see the module docstring)."""
+    import numba
+    saved = numba.config.OPT
+    numba.config.OPT = numba.core.config._OptLevel(0)
+    yield
+    numba.config.OPT = saved
+
+
+inputs = np.array([[0.52, 1.12, 0.77], [0.88, -1.08, 0.15], [0.52, 0.06, -1.3],
+                   [0.74, -2.49, 1.39]])
+
+
+def sigmoid(x):
+    return 0.5 * (np.tanh(x / 2.0) + 1)
+
+
+def training_loss(weights, targets):
+    preds = sigmoid(np.dot(inputs, weights))
+    label_probabilities = preds * targets + (1 - preds) * (1 - targets)
+    return -np.sum(np.log(label_probabilities))
+
+
+def mlp(params, x, scale):
+    h = np.tanh(np.dot(x, params["W"]) + params["b"])
+    return np.sum(np.max(h, axis=1, keepdims=True) * h) * scale
+
+
+def branchy(x, normal=True):
+    if normal:
+        return np.sum(x * x)
+    return np.sum(np.abs(x))
+
+
+@pytest.fixture(scope="module")
+def compiled(quick_llvm):
+    """The compiled functions the behaviour tests share (compiled once, here)."""
+    rng = np.random.default_rng(4)
+    params = {"W": rng.standard_normal((3, 4)), "b": rng.standard_normal(4)}
+    x = rng.standard_normal((5, 3))
+    w = np.array([0.1, -0.2, 0.3])
+    targets = np.array([True, True, False, True])
+    out = {"params": params, "x": x, "w": w, "targets": targets}
+    out["grad_lr"] = jit(ad.grad(training_loss))
+    out["grad_lr_value"] = out["grad_lr"](w, targets)
+    out["vg_mlp"] = jit(ad.value_and_grad(mlp, argnums=(0, 1)))
+    out["vg_mlp_value"] = out["vg_mlp"](params, x, 1.5)
+    out["primal_mlp"] = jit(mlp)
+    out["primal_mlp_value"] = out["primal_mlp"](params, x, 1.5)
+    out["branchy"] = jit(ad.grad(branchy), static_argnums=1)
+    out["branchy_values"] = (out["branchy"](w, True), out["branchy"](w, False))
+    return out
+
+
+@pytest.mark.numba
+def test_jit_grad_matches_plain_python_gradient(compiled):
+    w, targets = compiled["w"], compiled["targets"]
+    np.testing.assert_allclose(compiled["grad_lr_value"], ad.grad(training_loss)(w, targets))
+    ad.check_grads(training_loss, (w, targets), modes=("rev",))  # the reference is right
+    text = compiled["grad_lr"].source
+    assert text.count("@numba.njit(cache=True, error_model='numpy')") >= 3
+    assert "def grad_training_loss(weights, targets, inputs):" in text  # data as argument
+    for part in versions().values():
+        assert part in text
+
+
+@pytest.mark.numba
+def test_jit_value_and_grad_with_pytree_matches_plain(compiled):
+    params, x = compiled["params"], compiled["x"]
+    value, (g_params, g_x) = compiled["vg_mlp_value"]
+    ref_value, (ref_params, ref_x) = ad.value_and_grad(mlp, argnums=(0, 1))(params, x, 1.5)
+    assert value == pytest.approx(ref_value, rel=1e-12)
+    assert set(g_params) == {"W", "b"}
+    for k in params:
+        np.testing.assert_allclose(g_params[k], ref_params[k], rtol=1e-10)
+    np.testing.assert_allclose(g_x, ref_x, rtol=1e-10)
+    assert "keep_axis(max_axis(" in compiled["vg_mlp"].source
+
+
+@pytest.mark.numba
+def test_jit_primal_is_written_from_the_core_form(compiled):
+    params, x = compiled["params"], compiled["x"]
+    assert compiled["primal_mlp_value"] == pytest.approx(mlp(params, x, 1.5), rel=1e-12)
+    text = compiled["primal_mlp"].source
+    assert "def mlp(params_W, params_b, x, scale):" in text
+    assert "# h = np.tanh(np.dot(x, params['W']) + params['b'])" in text
+
+
+@pytest.mark.numba
+def test_static_argument_picks_the_branch_and_keys_the_cache(compiled):
+    w = compiled["w"]
+    g = compiled["branchy"]
+    on, off = compiled["branchy_values"]
+    np.testing.assert_allclose(on, 2 * w)
+    np.testing.assert_allclose(off, np.sign(w))
+    assert len(g._modules) == 2  # one module per static value
+    sources = [generated.source for generated, _ in g._modules.values()]
+    assert all("if " not in s.split("def grad_branchy")[1] for s in sources)
+    g(w * 2.0, True)
+    assert len(g._modules) == 2  # same value again: no new module
+    assert "Static arguments: normal=True" in sources[0] + sources[1]
+
+
+@pytest.mark.numba
+def test_static_argnames_and_bad_static_arguments(compiled):
+    w = compiled["w"]
+    by_name = jit(ad.grad(branchy), static_argnames="normal")
+    np.testing.assert_allclose(by_name(w, False), compiled["branchy_values"][1])
+    with pytest.raises(ValueError, match="hashable"):
+        jit(ad.grad(branchy), static_argnums=1)(w, [True])
+    with pytest.raises(ArgnumsError):
+        jit(ad.grad(branchy), static_argnums=5)(w, True)
+
+
+@pytest.mark.numba
+def test_inputs_are_normalised_so_one_signature_compiles_once(compiled):
+    g = compiled["grad_lr"]
+    targets = compiled["targets"]
+    wide = np.array([[0.1, 9.0], [-0.2, 9.0], [0.3, 9.0]])
+    readonly = compiled["w"].copy()
+    readonly.flags.writeable = False
+    for w in (wide[:, 0], np.asfortranarray(compiled["w"]), readonly, compiled["w"]):
+        np.testing.assert_allclose(g(w, targets), compiled["grad_lr_value"])
+    (_, module), = g._modules.values()
+    assert len(module.module.grad_training_loss.signatures) == 1
+
+
+@pytest.mark.numba
+def test_module_data_is_passed_not_frozen(quick_llvm):
+    """Two closures with the same source but different data share one compiled module and
+    still see their own data (Numba would freeze a global array into the compiled code)."""
+    def make(a):
+        def f(x):
+            return np.sum(a * x * x)
+        return f
+    x = np.array([1.0, 2.0, 3.0])
+    g1, g2 = jit(ad.grad(make(np.ones(3)))), jit(ad.grad(make(np.full(3, 3.0))))
+    np.testing.assert_allclose(g1(x), 2 * x)
+    np.testing.assert_allclose(g2(x), 6 * x)
+    np.testing.assert_allclose(g1(x), 2 * x)
+    assert g1.source == g2.source
+
+
+@pytest.mark.numba
+def test_grad_of_jit_differentiates_the_plain_source(compiled):
+    w, targets = compiled["w"], compiled["targets"]
+    np.testing.assert_allclose(ad.grad(jit(training_loss))(w, targets),
+                               compiled["grad_lr_value"])
+
+
+def _uncompilable(x):
+    y = x * 2.0
+    z = np.tile(y, (2, 2))
+    return np.sum(z)
+
+
+@pytest.mark.numba
+def test_compile_error_names_the_user_line_and_numba_reason(quick_llvm):
+    with pytest.raises(CompileError) as info:
+        jit(_uncompilable)(np.ones((2, 2)))
+    err = info.value
+    assert err.filename == __file__
+    assert err.lineno == _uncompilable.__code__.co_firstlineno + 2
+    assert "np.tile(y, (2, 2))" in err.code
+    assert "tile" in err.message and "Numba cannot compile" in err.message
+    with pytest.raises(CompileError) as info:
+        jit(ad.grad(_uncompilable))(np.ones((2, 2)))
+    assert info.value.lineno == _uncompilable.__code__.co_firstlineno + 2
+
+
+def test_targets():
+    with pytest.raises(ValueError, match="unknown jit target"):
+        jit(branchy, target="tpu")
+    with pytest.raises(NotImplementedError, match="cuda"):
+        jit(branchy, target="cuda")(np.ones(2))
+    g = jit(ad.grad(training_loss), target="python")
+    w = np.array([0.1, -0.2, 0.3])
+    targets = np.array([True, True, False, True])
+    np.testing.assert_allclose(g(w, targets), ad.grad(training_loss)(w, targets))
+    assert "numba" not in g.source and "def grad_training_loss_entry" in g.source
+
+
+def test_versions_and_options_are_part_of_the_module_text(monkeypatch):
+    import codegen.numba_cpu as numba_cpu
+    src = "import numpy as np\n\n\ndef f(x):\n    return x + 1.0\n"
+    first = numba_cpu.compile_module(src, "version_probe", ["f"])
+    monkeypatch.setattr(numba_cpu, "versions", lambda: {"numba": "0.0.0-other"})
+    second = numba_cpu.compile_module(src, "version_probe", ["f"])
+    third = numba_cpu.compile_module(src, "version_probe", ["f"],
+                                     options=NumbaOptions(parallel=True))
+    files = {first.module.__file__, second.module.__file__, third.module.__file__}
+    assert len(files) == 3  # nothing was called, so nothing compiled
+
+
+# ---------------------------------------------------------------- compiled: the op table
+def _op_cases():
+    cases = []
+    for name, f, dom in OPS.UNARY:
+        for shape in [(2, 3), ()]:
+            cases.append((f"{name}[{OPS._shape_id(shape)}]", f, [shape], [dom]))
+    for name, f, da, db in OPS.BINARY:
+        for shapes in [((2, 3), (2, 1)), ((), (2, 3))]:
+            sid = "-".join(OPS._shape_id(s) for s in shapes)
+            cases.append((f"{name}[{sid}]", f, list(shapes), [da, db]))
+    for name, f, shapes, dom in OPS.STRUCTURAL:
+        cases.append((name, f, list(shapes), [dom] * len(shapes)))
+    return cases
+
+
+OP_CASES = _op_cases()
+NUMBA_GAPS = {  # rules whose generated code Numba cannot compile yet (strict xfails)
+    "matmul-batched": "np.matmul / @ on arrays of rank 3: Numba's @ takes 1-D and 2-D only",
+    "einsum-batch": "the batched einsum's reverse rule uses np.matmul on rank-3 arrays",
+    "squeeze": "np.squeeze without an axis: the result's rank depends on the sizes",
+    "tile": "np.tile is not in Numba's nopython subset",
+    "tile-2d": "np.tile is not in Numba's nopython subset",
+    "tile-rank-up": "np.tile is not in Numba's nopython subset",
+}
+GROUP = 24
+
+
+def _group_source(entries, rng):
+    """A function summing <op_k(args_k), c_k> over the ops, its namespace and arguments."""
+    namespace = dict(vars(OPS))
+    params, lines, args = [], [], []
+    for k, (_, f, shapes, domains) in enumerate(entries):
+        values = [OPS.draw(d, s, rng) for d, s in zip(domains, shapes)]
+        names = [f"x{k}_{i}" for i in range(len(values))]
+        out = f(*values)
+        namespace[f"op{k}"] = f
+        namespace[f"c{k}"] = rng.standard_normal(np.shape(out)) if np.ndim(out) else 1.25
+        params += names
+        args += values
+        lines.append(f"    t{k} = np.sum(op{k}({', '.join(names)}) * c{k})")
+    lines.append("    return " + " + ".join(f"t{k}" for k in range(len(entries))))
+    return f"def group({', '.join(params)}):\n" + "\n".join(lines) + "\n", namespace, args
+
+
+def _compile_group(entries, rng, tag):
+    src, namespace, args = _group_source(entries, rng)
+    filename = f"<op table group {tag}>"
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    exec(compile(src, filename, "exec"), namespace)
+    fn = namespace["group"]
+    argnums = tuple(range(len(args)))
+    reference = ad.grad(fn, argnums=argnums)(*args)
+    try:
+        got = jit(ad.grad(fn, argnums=argnums))(*args)
+    except CompileError as exc:
+        return None, reference, exc
+    return got, reference, None
+
+
+@pytest.fixture(scope="module")
+def op_table(quick_llvm):
+    """{case name: (compiled gradients, plain gradients) or the CompileError}, compiled in
+    groups; a group that fails is compiled op by op to find the culprit."""
+    rng = np.random.default_rng(5)
+    cases = [c for c in OP_CASES if c[0] not in NUMBA_GAPS]
+    results = {}
+    for start in range(0, len(cases), GROUP):
+        chunk = cases[start:start + GROUP]
+        got, reference, error = _compile_group(chunk, rng, start)
+        singles = [[c] for c in chunk] if error is not None else [chunk]
+        for part in singles:
+            if error is not None:
+                got, reference, err = _compile_group(part, rng, part[0][0])
+            else:
+                err = None
+            offset = 0
+            for name, _, shapes, _ in part:
+                n = len(shapes)
+                if err is not None:
+                    results[name] = err
+                else:
+                    results[name] = (got[offset:offset + n], reference[offset:offset + n])
+                offset += n
+    return results
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("name", [c[0] for c in OP_CASES if c[0] not in NUMBA_GAPS])
+def test_every_rule_compiles_under_njit(op_table, name):
+    result = op_table[name]
+    if isinstance(result, Exception):
+        pytest.fail(f"{name}: {result}")
+    got, reference = result
+    for g, r in zip(got, reference):
+        np.testing.assert_allclose(g, r, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("name", sorted(NUMBA_GAPS))
+def test_known_numba_gaps_raise_compile_errors(quick_llvm, name):
+    """The rules Numba cannot compile yet fail with a CompileError on the user's line."""
+    (_, f, shapes, domains), = [c for c in OP_CASES if c[0] == name]
+    rng = np.random.default_rng(6)
+    args = [OPS.draw(d, s, rng) for d, s in zip(domains, shapes)]
+    with pytest.raises(CompileError, match="Numba cannot compile"):
+        jit(ad.grad(lambda *a: np.sum(f(*a)), argnums=tuple(range(len(args)))))(*args)
+
+
+# ---------------------------------------------------------------- new processes, one cache
+_CHILD = textwrap.dedent("""\
+    import json
+    import numpy as np
+    import autodiff_ast as ad
+    from autodiff_ast.jit import jit
+
+    def loss(w, x):
+        return np.sum(np.tanh(np.dot(x, w)) ** 2)
+
+    g = jit(ad.grad(loss))
+    value = g(np.array([0.5, -0.25]), np.array([[1.0, 2.0], [3.0, -1.0]]))
+    (_, module), = g._modules.values()
+    stats = module.module.grad_loss.stats
+    print(json.dumps({"value": [float(v) for v in value], "rebuilt": module.rebuilt,
+                      "hits": sum(stats.cache_hits.values()),
+                      "misses": sum(stats.cache_misses.values())}))
+""")
+
+
+def _child(tmp_path):
+    env = dict(os.environ, AUTODIFF_AST_CACHE=str(tmp_path / "modules"),
+               NUMBA_CACHE_DIR=str(tmp_path / "numba"), NUMBA_OPT="0")
+    done = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
+                          text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.numba
+def test_new_process_reuses_the_cache_and_rebuilds_a_corrupt_entry(tmp_path):
+    expected = list(ad.grad(lambda w, x: np.sum(np.tanh(np.dot(x, w)) ** 2))(
+        np.array([0.5, -0.25]), np.array([[1.0, 2.0], [3.0, -1.0]])))
+    cold = _child(tmp_path)
+    np.testing.assert_allclose(cold["value"], expected)
+    assert cold["misses"] >= 1 and cold["hits"] == 0  # compiled, nothing from disk
+    warm = _child(tmp_path)
+    np.testing.assert_allclose(warm["value"], expected)
+    assert warm["hits"] >= 1 and warm["misses"] == 0 and warm["rebuilt"] == []
+    # Corrupt every data file of the cache: the next process must notice and compile again.
+    data_files = list((tmp_path / "numba").rglob("*.nbc"))
+    assert data_files
+    for p in data_files:
+        p.write_bytes(b"not a pickle")
+    healed = _child(tmp_path)
+    np.testing.assert_allclose(healed["value"], expected)
+    assert "grad_loss" in healed["rebuilt"] and healed["misses"] >= 1
+    assert all(p.read_bytes() != b"not a pickle" for p in data_files if p.exists())
