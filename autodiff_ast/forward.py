@@ -43,7 +43,7 @@ from .rules import PrimCall
 from .templates import assign, const_value, fill, name, to_expr, unparse
 
 _KINDS = ("copy", "unpack", "tuple", "tuple_get", "user", "rule", "nondiff", "setitem",
-          "append", "list_new", "counter", "add_at", "pop")
+          "append", "list_new", "counter", "add_at", "pop", "opaque")
 
 
 @dataclass
@@ -333,7 +333,9 @@ def forward(core, active_params, registry=None, needed=None):
     outputs = ret.elts if isinstance(ret, gast.Tuple) else [ret]
     wanted = [a for i, a in enumerate(outputs) if needed is None or i in needed]
     out_names = [n.id for a in wanted for n in gast.walk(a) if isinstance(n, gast.Name)]
-    active_params = [p for p in active_params if core.types.get(p, T.UNKNOWN).is_float]
+    # Lists (the tapes generated code passes between functions) carry lists of tangents.
+    active_params = [p for p in active_params if core.types.get(p, T.UNKNOWN).is_float or
+                     core.types.get(p, T.UNKNOWN).kind == "list"]
     varied, useful = activity(core, active_params, out_names)
     live = varied & useful
     body = []
@@ -559,6 +561,10 @@ def _forward_stmt(stmt, tan, core, registry):
     """Append the tangent code of one statement; returns a replacement primal statement."""
     prim = stmt.prim
     targets = _stmt_targets(stmt)
+    if prim.kind == "opaque":  # a call with no rule: an error only if a tangent reaches it
+        if any(isinstance(a, gast.Name) and a.id in tan for a in prim.args):
+            raise prim.error
+        return None
     if prim.kind == "copy":
         src = prim.args[0]
         if isinstance(src, gast.Name) and src.id in tan.tuples:

@@ -26,6 +26,7 @@ import copy
 import dataclasses
 import inspect
 import math
+import sys
 import types as pytypes
 from dataclasses import dataclass, field
 
@@ -698,10 +699,51 @@ class Normalizer:
                 return Static(fn(*values[:len(args)], **dict(zip(kwargs, values[len(args):]))))
         if inspect.isfunction(fn) or inspect.ismethod(fn):
             return self.call_user(fn, node, target)
-        raise self.info.error(
+        error = self.info.error(
             MissingRuleError, f"{_callable_name(fn)} has no derivative rule", node,
             "write it with supported NumPy functions, or register a rule for it "
             "(see docs/adding-a-rule.md)")
+        return self.opaque_call(fn, node, target, error)
+
+    def opaque_call(self, fn, node, target, error):
+        """A call with no rule: fine while no derivative flows through it (math.lgamma of a
+        constant, say); the transformations raise `error` if one must."""
+        func = self.emittable(fn)
+        if func is None:
+            raise error
+        if node.keywords:
+            raise error
+        args = [self.atom(a) for a in node.args]
+        arg_types = [atom_type(a, self.types) for a in args]
+        module = getattr(fn, "__module__", "") or ""
+        if module == "math" or fn in vars(math).values():
+            typ = T.INT if fn.__name__ in ("floor", "ceil", "trunc", "factorial", "comb",
+                                           "perm", "gcd", "isqrt") else T.FLOAT
+        elif arg_types and all(t.kind in ("float", "int") for t in arg_types):
+            typ = T.FLOAT
+        else:
+            typ = T.broadcast(*arg_types) if arg_types else T.UNKNOWN
+        value = gast.Call(func=func, args=args, keywords=[])
+        prim = Prim("opaque", args=args)
+        prim.error = error
+        return self.emit(value, typ, prim, target, getattr(fn, "__name__", "value"))
+
+    def emittable(self, fn):
+        """How generated code names `fn`: math.x, np.x, or an import of module data."""
+        name_ = getattr(fn, "__name__", None)
+        module = getattr(fn, "__module__", None) or ""
+        if name_ is None:
+            return None
+        if (module == "math" or fn in vars(math).values()) and getattr(math, name_, None) is fn:
+            return fill(f"math.{name_}")
+        if getattr(np, name_, None) is fn:
+            return fill(f"np.{name_}")
+        imported = sys.modules.get(module)
+        if imported is not None and getattr(imported, name_, None) is fn and \
+                module not in ("__main__", "builtins"):
+            emitted = self.program.data_name(fn, name_, module)
+            return name(emitted)
+        return None
 
     def method_call(self, receiver, attr, node, target):
         if attr == "pop" and atom_type(receiver, self.types).kind == "list":
@@ -930,6 +972,23 @@ class Normalizer:
         if fn is range:
             bounds = [self.atom(a) for a in it.args]
             self.range_loop(stmt, bounds, stmt.target, [])
+            return
+        from .checkpointing import checkpoint
+        if fn is checkpoint:
+            inner = it.args[0] if len(it.args) == 1 else None
+            inner_fn = None
+            if isinstance(inner, gast.Call):
+                callee = self.expr(inner.func)
+                inner_fn = callee.value if isinstance(callee, Static) else None
+            if inner_fn is not range or len(inner.args) > 2:
+                raise self.unsupported("checkpoint() in a for loop takes range(n) or "
+                                       "range(start, stop)", stmt)
+            if self.depth > 0:
+                raise self.unsupported("a checkpointed loop must not be nested in another loop "
+                                       "or branch", stmt, "checkpoint the outer loop")
+            bounds = [self.atom(a) for a in inner.args]
+            self.range_loop(stmt, bounds, stmt.target, [])
+            self.body[-1].checkpointed = True
             return
         if fn is enumerate:
             seq = self.atom(it.args[0])

@@ -610,6 +610,8 @@ class _Builder:
         self.saves = {}  # id(core stmt) -> tape name (the statement's target is saved)
         self.pops = []  # (marker statement, name) to resolve once reads are known
         self.depth = 0
+        self.checkpoint_plans = {}  # id(checkpointed loop) -> how it is saved and recomputed
+        self.defined_before = _defined_before(core)
         self.loops = 0  # enclosing loops: residuals of helper calls there go on tapes
 
     # -- backward sweep
@@ -737,6 +739,9 @@ class _Builder:
         body = self.nested(stmt.body, loop=True)
         if not body:
             return
+        if getattr(stmt, "checkpointed", False):
+            self.backward_checkpointed(stmt, body)
+            return
         index = stmt.target.id
         args = stmt.iter.args
         if len(args) == 1:
@@ -760,6 +765,92 @@ class _Builder:
                             body=[first] + body, orelse=[], type_comment=None)
         node.origin = stmt.origin
         self.adj.out.append(node)
+
+    def backward_checkpointed(self, stmt, body):
+        """A `for t in checkpoint(range(...))` loop: the forward sweep keeps the loop's state
+        every `stride` steps only; here each segment is recomputed (with its tapes) from its
+        saved state and then walked backwards, so tapes hold one segment at a time."""
+        namer = self.core.namer
+        index = stmt.target.id
+        args = stmt.iter.args
+        start, stop = (0, args[0]) if len(args) == 1 else (args[0], args[1])
+        state = self.loop_state(stmt)
+        plan = {"state": state, "stride": namer.temp("stride"), "count": namer.temp("n_segments"),
+                "saves": {v: namer.derived(v, "checkpoints") for v in state},
+                "counter": namer.temp("steps_done"), "recompute": []}
+        self.checkpoint_plans[id(stmt)] = plan
+        segment = namer.temp("segment")
+        seg_start = namer.temp("segment_start")
+        seg_stop = namer.temp("segment_stop")
+        inner = [comment_line("last segment first: back to its saved state, recompute its "
+                              "steps keeping their tapes, then walk them backwards")]
+        for v in state:
+            inner.append(assign(v, fill("t.pop()", t=plan["saves"][v])))
+        inner.append(assign(seg_start, fill("a + k * s", a=start, k=segment, s=plan["stride"])))
+        inner.append(assign(seg_stop, fill("min(a + s, b)", a=seg_start, s=plan["stride"],
+                                           b=stop)))
+        recompute = gast.For(target=name(index, store=True),
+                             iter=fill("range(a, b)", a=seg_start, b=seg_stop),
+                             body=plan["recompute"], orelse=[], type_comment=None)
+        recompute.filled_later = True  # by the forward sweep, once tapes are known
+        reverse_loop = gast.For(target=name(index, store=True),
+                                iter=fill("range(b - 1, a - 1, -1)", a=seg_start, b=seg_stop),
+                                body=body, orelse=[], type_comment=None)
+        inner += [recompute, reverse_loop]
+        node = gast.For(target=name(segment, store=True),
+                        iter=fill("range(n - 1, -1, -1)", n=plan["count"]), body=inner,
+                        orelse=[], type_comment=None)
+        node.origin = stmt.origin
+        self.adj.out.append(node)
+
+    def loop_state(self, stmt):
+        """Names a loop carries from one step to the next: restored at each segment start."""
+        assigned, read_first = [], set()
+        seen = set()
+        for inner in walk_statements(stmt.body):
+            if isinstance(inner, CONTROL):
+                continue
+            for n in _atoms_read(inner.prim):
+                if n not in seen:
+                    read_first.add(n)
+            for t in _stmt_targets(inner):
+                seen.add(t)
+                if t not in assigned:
+                    assigned.append(t)
+        defined_before = set(self.core.params) | self.defined_before.get(id(stmt), set())
+        return [t for t in assigned if (t in defined_before or t in read_first) and
+                self.core.types.get(t, T.UNKNOWN).kind not in ("list", "tuple")]
+
+    def _checkpointed_forward(self, stmt, plan, needed, tapes, depth, defined):
+        """Forward sweep of a checkpointed loop: no tapes, the state saved every `stride`
+        steps; the same body with its tapes goes into the backward sweep's recomputation."""
+        args = stmt.iter.args
+        start, stop = (0, args[0]) if len(args) == 1 else (args[0], args[1])
+        trips = fill("max(b - a, 0)", a=start, b=stop)
+        stride, count, counter = plan["stride"], plan["count"], plan["counter"]
+        out = [comment_line(f"checkpointed loop: its state is saved every {stride} steps "
+                            "(about the square root of the step count) instead of every step"),
+               assign(stride, fill("int(np.sqrt(t)) + 1", t=trips)),
+               assign(count, fill("(t + s - 1) // s", t=trips, s=stride)),
+               assign(counter, 0)]
+        saves = []
+        for v in plan["state"]:
+            out.append(assign(plan["saves"][v], gast.List(elts=[], ctx=gast.Load())))
+            value = fill("v.copy()", v=v) if self.core.types.get(v, T.UNKNOWN).kind == \
+                "array" else name(v)
+            saves.append(gast.Expr(value=fill("t.append(v)", t=plan["saves"][v], v=value)))
+        guard = gast.If(test=fill("c % s == 0", c=counter, s=stride), body=saves or
+                        [gast.Pass()], orelse=[])
+        bump = assign(counter, fill("c + 1", c=counter))
+        loop = _shallow_copy(stmt)
+        loop.body = [guard, bump] + self._forward_block(stmt.body, needed, tapes, depth + 1,
+                                                        defined, record=False)
+        out.append(loop)
+        plan["recompute"][:] = self._forward_block(stmt.body, needed, tapes, depth + 1,
+                                                   set(defined), record=True)
+        defined |= {t for inner in walk_statements([stmt]) if not isinstance(inner, CONTROL)
+                    for t in _stmt_targets(inner)}
+        return out
 
     def backward_while(self, stmt):
         if not self._touches_active(stmt):
@@ -805,9 +896,13 @@ class _Builder:
         inits = [assign(tape, gast.List(elts=[], ctx=gast.Load())) for tape in tapes]
         return inits + forward
 
-    def _forward_block(self, stmts, needed, tapes, depth, defined):
+    def _forward_block(self, stmts, needed, tapes, depth, defined, record=True):
         out = []
         for stmt in stmts:
+            plan = self.checkpoint_plans.get(id(stmt))
+            if plan is not None and record:
+                out += self._checkpointed_forward(stmt, plan, needed, tapes, depth, defined)
+                continue
             if isinstance(stmt, CONTROL):
                 assigned = {t for inner in walk_statements([stmt]) if not isinstance(
                     inner, CONTROL) for t in _stmt_targets(inner)}
@@ -817,13 +912,14 @@ class _Builder:
                             placeholder = _placeholder(self.core.types.get(t, T.UNKNOWN))
                             out.append(assign(t, placeholder))
                 copy = _shallow_copy(stmt)
-                copy.body = self._forward_block(stmt.body, needed, tapes, depth + 1, defined)
+                copy.body = self._forward_block(stmt.body, needed, tapes, depth + 1, defined,
+                                                record)
                 copy.orelse = self._forward_block(stmt.orelse, needed, tapes, depth + 1,
-                                                  defined)
+                                                  defined, record)
                 out.append(copy)
                 defined |= assigned
                 continue
-            save = self.saves.get(id(stmt))
+            save = self.saves.get(id(stmt)) if record else None
             if isinstance(save, tuple):  # an in-place write: save what it overwrites
                 tape, base, index = save
                 if base in needed:
@@ -847,12 +943,36 @@ class _Builder:
                 replacement = _shallow_copy(stmt)
                 replacement.value = fill("v.copy()", v=stmt.value)
             out.append(replacement)
-            for tape, local in getattr(replacement, "tapes", ()):  # a helper's residuals
+            for tape, local in getattr(replacement, "tapes", ()) if record else ():
                 out.append(gast.Expr(value=fill("t.append(v)", t=tape, v=local)))
                 if tape not in tapes:
                     tapes.append(tape)
             defined.update(_stmt_targets(stmt))
         return out
+
+
+def _checkpointed_forward_doc():
+    """(documentation anchor; see _Builder._checkpointed_forward)"""
+
+
+def _defined_before(core):
+    """id(top-level loop or branch) -> names that have a value when it starts."""
+    from .tidy import stmt_defs
+    out, defined = {}, set(core.params)
+    for stmt in core.body:
+        if isinstance(stmt, CONTROL):
+            out[id(stmt)] = set(defined)
+            defined |= {t for inner in walk_statements([stmt]) if not isinstance(inner, CONTROL)
+                        for t in _stmt_targets(inner)}
+        else:
+            defined |= set(stmt_defs(stmt))
+    return out
+
+
+def comment_line(text):
+    """A comment statement in generated code."""
+    from codegen.emit import comment
+    return comment(text)
 
 
 def _stale_views(core, backward):
@@ -1007,6 +1127,9 @@ def _without(stmts, dead):
         if id(stmt) in dead:
             continue
         if isinstance(stmt, CONTROL):
+            if getattr(stmt, "filled_later", False):
+                out.append(stmt)
+                continue
             stmt.body = _without(stmt.body, dead)
             stmt.orelse = _without(stmt.orelse, dead)
             if not stmt.body and not stmt.orelse:
@@ -1078,6 +1201,8 @@ def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
             k = stmt.value.slice.value
             parts[k] = g if parts[k] is None else fill("a + b", a=parts[k], b=g)
         return None
+    if prim.kind == "opaque":  # a call with no rule, reached by a derivative after all
+        raise prim.error
     if prim.kind == "user":
         return _reverse_user_call(stmt, adj, active, core, registry, in_loop)
     if prim.kind == "rule":

@@ -150,11 +150,12 @@ class CompiledModule:
         return self._entries[name]
 
     def __getattr__(self, name):
-        if name.startswith("_"):
+        attrs = self.__dict__
+        if name.startswith("__") or "module" not in attrs:
             raise AttributeError(name)
-        if name in self._compiled or name in self._lowered.wrappers:
+        if name in attrs["_compiled"]:
             return self.entry(name)
-        return getattr(self.module, name)
+        return getattr(attrs["module"], name)
 
     def signatures(self):
         """Number of compiled signatures over all functions of the module."""

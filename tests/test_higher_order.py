@@ -316,24 +316,34 @@ def test_forward_over_forward_handles_what_reverse_code_cannot_yet():
         assert np.allclose(h, numeric_hessian(f, x), atol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, reason="the gradient module scatters with np.add.at (an "
-                   "expression statement), which the normalizer does not accept yet")
+@pytest.mark.parametrize("fun", [gathers, accumulates], ids=["np_add_at", "while_tapes"])
+def test_forward_over_reverse_through_scatters_and_tapes(fun):
+    # The gradient modules hold np.add.at and list tapes (append/pop): jvp reads them too.
+    x, v = np.array([0.3, -0.4, 1.1]), np.array([1.0, 2.0, -1.0])
+    _, hvp = ad.jvp(ad.grad(fun), (x,), (v,))
+    assert np.allclose(hvp, numeric_hessian(fun, x) @ v, atol=1e-5)
+
+
+@pytest.mark.xfail(strict=True, reason="vmap has no batching rule for np.add.at (in the jvp of "
+                   "the gradient module): its per-example loop variant returns only the first "
+                   "example's result, so the Hessian is wrong")
 def test_hessian_through_fancy_index_scatter():
     x = np.array([0.3, -0.4, 1.1])
     assert np.allclose(ad.hessian(gathers)(x), numeric_hessian(gathers, x), atol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, reason="the gradient module of a while loop pops its tape "
-                   "(list.pop()), which the normalizer does not accept yet")
+@pytest.mark.xfail(strict=True, reason="jvp of the gradient module pops a list of tangents "
+                   "(tape_dot.pop()); vmap has no batching rule for it and writes "
+                   "`tape_dot[0].pop()`, which the normalizer rejects (MissingRuleError)")
 def test_hessian_through_a_while_loop_tape():
     x = np.array([0.3, -0.4, 1.1])
     assert np.allclose(ad.hessian(accumulates)(x), numeric_hessian(accumulates, x),
                        atol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, reason="reverse over reverse of a loop: the gradient module's "
-                   "tapes (list.pop()) and reversed range loops are not accepted by the "
-                   "normalizer yet")
+@pytest.mark.xfail(strict=True, reason="reverse over reverse of a loop: the vmapped backward "
+                   "function pops tapes in a form the normalizer rejects (MissingRuleError: "
+                   ".pop() has no derivative rule)")
 def test_reverse_over_reverse_through_loops():
     x = np.array([0.3, -0.4, 1.1])
     h = ad.jacrev(ad.jacrev(accumulates))(x)
