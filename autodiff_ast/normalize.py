@@ -135,6 +135,17 @@ def _attribute_keys(value, children):
     return tuple(keys) if len(set(keys)) == len(keys) else None
 
 
+class LocalFunction:
+    """A function defined inside the differentiated function (keyed by identity)."""
+
+    def __init__(self, node, name_):
+        self.node = node
+        self.name = name_
+
+    def __repr__(self):
+        return f"<nested function {self.name}>"
+
+
 @dataclass(frozen=True)
 class TreeRef:
     """A compile-time reference to a (part of a) pytree argument."""
@@ -337,6 +348,8 @@ class Normalizer:
                                    "remove the statement, or move it outside the function")
         elif isinstance(stmt, (gast.Pass, gast.Assert)):
             return
+        elif isinstance(stmt, gast.FunctionDef):
+            self.define_local_function(stmt.name, stmt)
         else:
             what = type(stmt).__name__
             readable = {"If": "if statements", "For": "for loops", "While": "while loops",
@@ -350,6 +363,14 @@ class Normalizer:
                                    stmt, _HINTS.get(what, "rewrite the function without it"))
 
     def assign_to(self, target, value):
+        if isinstance(target, gast.Name) and isinstance(value, gast.Lambda):
+            fdef = gast.FunctionDef(name=target.id, args=value.args,
+                                    body=[gast.copy_location(gast.Return(value=value.body),
+                                                             value)],
+                                    decorator_list=[], returns=None, type_comment=None,
+                                    type_params=[])
+            self.define_local_function(target.id, gast.copy_location(fdef, value))
+            return
         if isinstance(target, gast.Name):
             resolved = self.expr(value, target=target.id)
             if isinstance(resolved, (TreeRef, Static)):
@@ -685,6 +706,8 @@ class Normalizer:
             rule = None
         if rule is not None:
             return self.call_rule(rule, node.args, node.keywords, node, target)
+        if isinstance(fn, LocalFunction):
+            return self.call_local(fn, node, target)
         from .api import _Transformed
         if isinstance(fn, _Transformed):
             return self.call_transformed(fn, node, target)
@@ -813,6 +836,73 @@ class Normalizer:
         reads = [a for p, a in bound.items() if p in rule.diff]
         base = TEMP_BASE.get(rule.name.split("@")[0], rule.name.split("@")[0])
         return self.emit(value, out, Prim(kind, rule, call, args=reads), target, base)
+
+    # -- functions defined inside the differentiated function
+    def define_local_function(self, name_, node):
+        """A nested def (or a lambda bound to a name): a function of its own in the generated
+        module, whose free variables become extra parameters passed at each call."""
+        if node.decorator_list:
+            raise self.unsupported("decorated nested functions are not supported", node)
+        self.env[name_] = Static(LocalFunction(node, name_))
+
+    def call_local(self, local, node, target):
+        fdef = local.node
+        args = fdef.args
+        if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
+            raise self.unsupported("nested functions with *args, **kwargs or keyword-only "
+                                   "parameters are not supported", node)
+        params = [a.id for a in args.args]
+        bound = {}
+        atoms = [self.expr(a) for a in node.args]
+        if len(atoms) > len(params):
+            raise self.unsupported(f"too many arguments for {local.name}", node)
+        bound.update(zip(params, atoms))
+        for kw in node.keywords:
+            if kw.arg not in params or kw.arg in bound:
+                raise self.unsupported(f"bad keyword argument {kw.arg}= for {local.name}", node)
+            bound[kw.arg] = self.expr(kw.value)
+        defaults = dict(zip(params[len(params) - len(args.defaults):], args.defaults))
+        for p in params:
+            if p not in bound:
+                if p not in defaults:
+                    raise self.unsupported(f"missing argument {p} for {local.name}", node)
+                bound[p] = self.expr(defaults[p])
+        assigned = {n.id for n in gast.walk(fdef) if isinstance(n, gast.Name) and
+                    isinstance(n.ctx, gast.Store)}
+        free = sorted({n.id for n in gast.walk(fdef) if isinstance(n, gast.Name) and
+                       isinstance(n.ctx, gast.Load) and n.id not in params and
+                       n.id not in assigned and n.id in self.env})
+        for v in free:
+            value = self.env[v]
+            bound[v] = value if isinstance(value, (TreeRef, Static)) else name(value)
+        extra = [gast.Name(id=v, ctx=gast.Param(), annotation=None, type_comment=None)
+                 for v in free]
+        new_args = gast.arguments(args=list(args.args) + extra, posonlyargs=[], vararg=None,
+                                  kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
+        fdef_full = gast.FunctionDef(name=fdef.name, args=new_args, body=fdef.body,
+                                     decorator_list=[], returns=None, type_comment=None,
+                                     type_params=[])
+        gast.copy_location(fdef_full, fdef)
+        info = FunctionInfo(fn=local, name=local.name, node=fdef_full,
+                            filename=self.info.filename, line_offset=self.info.line_offset,
+                            globals=self.info.globals, closure=dict(self.info.closure),
+                            module_name=self.info.module_name)
+        specs, flat_args = {}, []
+        for pname in params + free:
+            value = bound[pname]
+            if isinstance(value, TreeRef):
+                specs[pname] = value.spec
+                flat_args.extend(name(flat) for flat, _ in value.spec.leaves(value.base))
+            elif isinstance(value, Static):
+                specs[pname] = value
+            else:
+                value = self.runtime(value, node)
+                specs[pname] = atom_type(value, self.types)
+                flat_args.append(value)
+        callee = normalize_into(self.program, info, specs)
+        value = gast.Call(func=name(callee.name), args=flat_args, keywords=[])
+        prim = Prim("user", callee=callee, args=flat_args)
+        return self.emit(value, callee.return_type, prim, target, f"{local.name}_out")
 
     def call_transformed(self, fn, node, target):
         """A call to grad(f)/jvp(f)/... inside differentiated code: the transformed function's
@@ -1293,8 +1383,9 @@ class Normalizer:
     # -- unsupported expression kinds give specific errors
 
     def expr_Lambda(self, node, target):
-        raise self.unsupported("lambda expressions inside a differentiated function are not "
-                               "supported", node, "define the helper with def outside")
+        raise self.unsupported("a lambda is supported when it is bound to a name "
+                               "(f = lambda v: ...), not inline", node,
+                               "bind it to a name first, or use def")
 
 
 _HINTS = {

@@ -1066,10 +1066,16 @@ def _recompute_index_arithmetic(core, backward):
                 continue
             stmt = stmts[0]
             typ = core.types.get(t, T.UNKNOWN)
-            if typ.kind not in ("int", "bool") or not isinstance(stmt, gast.Assign):
+            if not isinstance(stmt, gast.Assign):
                 continue
             value = stmt.value
-            if not isinstance(value, (gast.BinOp, gast.UnaryOp, gast.Compare)):
+            # x[i] of an array nobody writes, at loop indices: read again, not saved.
+            gather = isinstance(value, gast.Subscript) and isinstance(value.value, gast.Name) \
+                and value.value.id not in overwritten and typ.kind in ("float", "int", "bool") \
+                and stmt.prim.kind == "rule"
+            if typ.kind not in ("int", "bool") and not gather:
+                continue
+            if not isinstance(value, (gast.BinOp, gast.UnaryOp, gast.Compare, gast.Subscript)):
                 continue
             operands = [n.id for n in gast.walk(value) if isinstance(n, gast.Name)]
             if all(o in indices or o in recomputable or (o not in overwritten)

@@ -125,6 +125,20 @@ class _Replace(gast.NodeTransformer):
         return node
 
 
+def _copy_back(stmt, tmp, value):
+    """``x = tmp`` where tmp was set by ``tmp = x``: x keeps its value, nothing changes."""
+    return isinstance(stmt, gast.Assign) and isinstance(stmt.value, gast.Name) and \
+        stmt.value.id == tmp and isinstance(stmt.targets[0], gast.Name) and \
+        isinstance(value, gast.Name) and value.id == stmt.targets[0].id
+
+
+def _drop_self_copies(stmts):
+    return [s for s in stmts if not (isinstance(s, gast.Assign) and
+                                     isinstance(s.targets[0], gast.Name) and
+                                     isinstance(s.value, gast.Name) and
+                                     s.value.id == s.targets[0].id)]
+
+
 def _cheap(expr):
     """One arithmetic operation on names and constants (worth repeating, not storing)."""
     atoms = (gast.Name, gast.Constant)
@@ -161,7 +175,8 @@ def _inline_once(stmts, keep, temps):
             continue
         last = uses[-1]
         redefined = any(d in reads or d == tmp for k in range(i + 1, last)
-                        for d in stmt_defs(stmts[k]))
+                        for d in stmt_defs(stmts[k])
+                        if not _copy_back(stmts[k], tmp, stmt.value))
         if redefined:
             continue
         if len(uses) > 1 and any(isinstance(stmts[j], (*_CONTROL, gast.With)) for j in uses):
@@ -322,7 +337,7 @@ def tidy_block(stmts, keep=(), temps=None):
     stmts = list(stmts)
     keep = set(keep)
     while True:
-        stmts = eliminate_dead(stmts, keep)
+        stmts = _drop_self_copies(eliminate_dead(stmts, keep))
         if not (_inline_once(stmts, keep, temps) or _fuse_accumulation(stmts)):
             _tidy_nested(stmts, keep, temps)
             return _tidy_branches(stmts)

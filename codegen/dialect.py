@@ -405,6 +405,18 @@ class _Lower(gast.NodeTransformer):
             value = _call("np.expand_dims", [value, a if isinstance(a, gast.AST) else _num(a)])
         return value
 
+    def call_np_linalg_norm(self, node):
+        # Numba's norm takes no axis: the 2-norm along an axis is a square root of a sum.
+        args = _bind(node, ("x", "ord", "axis", "keepdims"))
+        if args is None or "axis" not in args or not isinstance(args["x"], gast.Name) or \
+                _const(args.get("ord", gast.Constant(value=None, kind=None))) is not None:
+            return None
+        x = args["x"].id
+        total = _expr(f"np.sum({x} * {x})")
+        total.keywords = [gast.keyword(arg=k, value=args[k]) for k in ("axis", "keepdims")
+                          if k in args]
+        return _call("np.sqrt", [self.reduction(total, "np.sum")])
+
     def call_np_clip(self, node):
         # Numba's clip refuses scalars; clip(x, lo, hi) is maximum then minimum in NumPy too.
         args = _bind(node, ("a", "a_min", "a_max"))

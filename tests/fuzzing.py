@@ -1,0 +1,665 @@
+"""Random valid programs in our supported subset, and the checks the fuzz tests run on them.
+
+:func:`programs` is a hypothesis strategy for :class:`Program`: a module's source text (one
+entry function ``f`` and up to two helper functions) plus how to draw its arguments. The
+programs combine, with broadcasting shapes, expressions over the elementwise rule table
+(each primitive with an input domain that keeps it away from its kinks and poles: ``np.log``
+and ``np.sqrt`` see ``x * x + c``, ``np.arcsin`` sees ``0.5 * tanh(x)``), reductions with and
+without an axis, ``np.dot``/``@``, indexing, ``np.where``/``np.maximum``; statements add in-place
+writes ``y[i] = ...`` in loops (recurrences too), accumulators over data-dependent trip counts,
+while loops with value conditions, branches on values, calls of the helpers and dict (pytree)
+arguments.
+
+:func:`check_program` writes the program to a real file (so ``inspect.getsource`` works),
+imports it and runs :func:`autodiff_ast.check_grads` in forward and reverse mode at order 1 and
+2 (finite differences plus the dot-product test), checks the caller's arrays were not changed
+and, optionally, compares ``jit(f)`` and ``jit(grad(f))`` with the plain results.
+
+>>> from hypothesis import find
+>>> program = find(programs(), lambda p: "for " in p.source)
+>>> check_program(program).status
+'ok'
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib.util
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from hypothesis import strategies as st
+
+import autodiff_ast as ad
+from autodiff_ast import AutodiffError
+from autodiff_ast.checks import scalarized
+
+__all__ = ["Program", "Outcome", "programs", "check_program", "check_source", "load_program"]
+
+# ---------------------------------------------------------------- shapes
+# S: a float scalar; V: (n,); U: (m,); M: (m, n); C: (m, 1). m != n, so U and V never mix.
+SHAPES = ("S", "V", "U", "M", "C")
+
+
+def broadcast(a, b):
+    """The shape tag of an elementwise result of operands tagged `a` and `b`, or None."""
+    if a == b or b == "S":
+        return a
+    if a == "S":
+        return b
+    if {a, b} in ({"V", "M"}, {"C", "M"}, {"V", "C"}):
+        return "M"
+    return None
+
+
+# The arguments a program may take: name -> shape tag (a dict is a pytree of two leaves).
+ARGUMENTS = {"x": "V", "A": "M", "w": "S", "c": "C", "p": {"a": "V", "b": "S"}}
+
+# ---------------------------------------------------------------- the primitive table
+# Unary templates; "{0}" is the operand. Each keeps its primitive inside a smooth domain.
+UNARY = (
+    "np.sin({0})", "np.cos({0})", "np.tanh({0})", "np.arctan({0})", "np.arcsinh({0})",
+    "np.exp(np.tanh({0}))", "np.exp(0.5 * np.sin({0}))", "np.log(np.square({0}) + 1.0)",
+    "np.sqrt(np.square({0}) + 1.0)", "np.log1p(np.square({0}))",
+    "np.cbrt(np.square({0}) + 1.0)", "np.arcsin(0.5 * np.tanh({0}))",
+    "np.arccos(0.5 * np.tanh({0}))", "np.arctanh(0.5 * np.tanh({0}))",
+    "np.arccosh(np.square({0}) + 1.5)", "np.cosh(np.tanh({0}))", "np.sinh(np.tanh({0}))",
+    "np.tan(0.5 * np.tanh({0}))", "np.reciprocal(np.square({0}) + 1.0)",
+    "np.expm1(np.tanh({0}))", "np.log2(np.square({0}) + 1.0)",
+    "np.log10(np.square({0}) + 1.0)", "np.exp2(np.tanh({0}))", "np.square({0})",
+    "-{0}", "np.negative({0})", "np.abs({0})", "{0} ** 2", "{0} ** 3",
+    "(np.square({0}) + 1.0) ** 1.5", "1.0 / (np.square({0}) + 1.0)",
+    "np.sinc(0.5 * np.tanh({0}))", "np.deg2rad({0})", "np.logaddexp({0}, 0.3)",
+    "np.hypot({0}, 1.5)", "np.sqrt(np.abs({0}) + 1.0)",
+)
+# Scalar-only spellings through the math module.
+MATH_UNARY = ("math.sin({0})", "math.exp(math.tanh({0}))", "math.sqrt({0} * {0} + 1.0)",
+              "math.atan({0})", "math.log(1.0 + {0} * {0})")
+BINARY = (
+    "{0} + {1}", "{0} - {1}", "{0} * {1}", "{0} / (np.square({1}) + 1.0)",
+    "{0} / (2.0 + np.sin({1}))", "np.maximum({0}, {1})", "np.minimum({0}, {1})",
+    "np.arctan2({0}, np.square({1}) + 1.0)", "np.logaddexp({0}, {1})",
+    "np.hypot({0}, np.square({1}) + 1.0)", "np.multiply({0}, {1})", "np.add({0}, {1})",
+    "np.subtract({0}, {1})",
+)
+CONSTANTS = ("0.5", "1.5", "2.0", "0.3", "-0.7", "3.0")
+
+
+# ---------------------------------------------------------------- program and outcome
+@dataclass(frozen=True)
+class Program:
+    """A generated module and how to call its entry function ``f``."""
+
+    source: str
+    params: tuple  # parameter names, each a key of ARGUMENTS
+    n: int = 4
+    m: int = 3
+    seed: int = 0
+
+    @property
+    def has_pytree(self):
+        return "p" in self.params
+
+    def arguments(self):
+        """The argument values, drawn from a generator seeded with ``seed``."""
+        rng = np.random.default_rng(self.seed)
+        sizes = {"S": (), "V": (self.n,), "U": (self.m,), "M": (self.m, self.n),
+                 "C": (self.m, 1)}
+
+        def value(shape):
+            if isinstance(shape, dict):
+                return {k: value(v) for k, v in shape.items()}
+            if shape == "S":
+                return float(rng.uniform(-1.2, 1.2))
+            return rng.uniform(-1.2, 1.2, sizes[shape])
+        return tuple(value(ARGUMENTS[name]) for name in self.params)
+
+    def describe(self):
+        """The program as a regression test would write it."""
+        return (f"check_source('''\n{self.source}''', params={self.params!r}, n={self.n}, "
+                f"m={self.m}, seed={self.seed})")
+
+
+@dataclass
+class Outcome:
+    """What checking one program found.
+
+    status: 'ok'; 'wrong' (a derivative disagrees with finite differences or the other mode);
+    'crash' (an exception that is not an AutodiffError); 'mutated' (an argument changed);
+    'refused' (an AutodiffError from the plain transformations); 'degenerate' (the program's
+    own value is not finite at the drawn inputs: nothing to check). ``jit`` is None (not run),
+    'ok', 'unsupported' (a clear AutodiffError), 'wrong' or 'crash'.
+    """
+
+    status: str
+    detail: str = ""
+    jit: str | None = None
+    jit_detail: str = ""
+    order: int = 2
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def failed(self):
+        return self.status in ("wrong", "crash", "mutated") or self.jit in ("wrong", "crash")
+
+    def report(self, program=None):
+        text = f"status={self.status} jit={self.jit}\n{self.detail}\n{self.jit_detail}"
+        if program is not None:
+            text += "\n" + program.describe()
+        return text
+
+
+# ---------------------------------------------------------------- the generator
+class _Generator:
+    """Draws one program, statement by statement, tracking each name's shape tag."""
+
+    def __init__(self, draw, params, n, m):
+        self.draw = draw
+        self.n, self.m = n, m
+        self.scope = []  # (text, shape, is_temp)
+        for name in params:
+            shape = ARGUMENTS[name]
+            if isinstance(shape, dict):
+                self.scope.extend((f"{name}[{k!r}]", s, False) for k, s in shape.items())
+            else:
+                self.scope.append((name, shape, False))
+        self.helpers = []  # (name, source)
+        self.counter = 0
+        self.elementwise = False  # inside a helper: only elementwise operations
+
+    # -- names
+    def fresh(self, prefix):
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def names_of(self, shape):
+        return [text for text, s, _ in self.scope if s == shape]
+
+    def reachable(self):
+        """The shape tags that expressions can have with the names in scope."""
+        have = {s for _, s, _ in self.scope} | {"S"}
+        if self.elementwise:
+            return have
+        while True:
+            more = set(have)
+            if "M" in have:
+                more |= {"V", "U", "C"}
+            if "C" in have:
+                more.add("U")
+            if "U" in have:
+                more.add("C")
+            if {"C", "V"} <= have:
+                more.add("M")
+            if more == have:
+                return have
+            have = more
+
+    def pick(self, options):
+        return self.draw(st.sampled_from(options))
+
+    def constant(self):
+        return self.pick(CONSTANTS)
+
+    # -- expressions
+    def leaf(self, shape, depth=0):
+        """A name of this shape, or (scalars) a constant, or a bridge from another shape."""
+        names = self.names_of(shape)
+        # Recent temporaries first, so statements build on each other.
+        names = sorted(names, key=lambda t: (not t.startswith("t"), t))
+        options = list(names)
+        if shape == "S" and (not options or self.draw(st.booleans())):
+            options.append(None)
+        bridges = self.bridges(shape)
+        if not options or (bridges and depth < 2 and self.draw(st.integers(0, 3)) == 0):
+            if bridges:
+                return self.pick(bridges)(depth + 1)
+        choice = self.pick(options)
+        return self.constant() if choice is None else choice
+
+    def bridges(self, shape):
+        """Ways to get a `shape` value from names of another shape (indexing, reductions)."""
+        if self.elementwise:
+            return []
+        have = {s for _, s, _ in self.scope}
+        n, m = self.n, self.m
+        out = []
+
+        def sub(src, depth):
+            return self.leaf(src, depth)
+        if shape == "S":
+            if "V" in have:
+                out.append(lambda d: f"np.sum({sub('V', d)})")
+                out.append(lambda d: f"{sub('V', d)}[{self.draw(st.integers(-1, n - 1))}]")
+            if "M" in have:
+                out.append(lambda d: f"{sub('M', d)}[{self.draw(st.integers(0, m - 1))}, "
+                                     f"{self.draw(st.integers(0, n - 1))}]")
+                out.append(lambda d: f"np.mean({sub('M', d)})")
+            if "C" in have:
+                out.append(lambda d: f"{sub('C', d)}[{self.draw(st.integers(0, m - 1))}, 0]")
+        elif shape == "V" and "M" in have:
+            out.append(lambda d: f"{sub('M', d)}[{self.draw(st.integers(0, m - 1))}]")
+            out.append(lambda d: f"np.sum({sub('M', d)}, axis=0)")
+        elif shape == "U":
+            if "M" in have:
+                out.append(lambda d: f"{sub('M', d)}[:, {self.draw(st.integers(0, n - 1))}]")
+                out.append(lambda d: f"np.sum({sub('M', d)}, axis=1)")
+            if "C" in have:
+                out.append(lambda d: f"{sub('C', d)}[:, 0]")
+        elif shape == "C":
+            if "U" in have:
+                out.append(lambda d: f"{sub('U', d)}[:, None]")
+            if "M" in have:
+                out.append(lambda d: f"np.sum({sub('M', d)}, axis=1, keepdims=True)")
+        elif shape == "M" and {"C", "V"} <= have:
+            out.append(lambda d: f"({sub('C', d)} * {sub('V', d)})")
+        return out
+
+    def expr(self, shape, depth):
+        """An expression whose value has exactly this shape tag."""
+        if depth <= 0:
+            return self.leaf(shape)
+        kinds = ["leaf", "unary", "binary", "binary", "select", "power"]
+        if not self.elementwise:
+            kinds += ["reduce", "dot", "index"]
+            if self.helpers:
+                kinds.append("helper")
+        kind = self.pick(kinds)
+        method = getattr(self, f"_{kind}")
+        text = method(shape, depth)
+        return text if text is not None else self.leaf(shape)
+
+    def _leaf(self, shape, depth):
+        return self.leaf(shape)
+
+    def _unary(self, shape, depth):
+        templates = UNARY + (MATH_UNARY if shape == "S" and not self.elementwise else ())
+        template = self.pick(templates)
+        operand = self.expr(shape, depth - 1)
+        if not template.startswith(("np.", "math.", "1.0")):
+            operand = f"({operand})"
+        return template.format(operand)
+
+    def _pair(self, shape):
+        """Operand shapes (a, b) whose broadcast is `shape`, from what is reachable."""
+        reach = self.reachable()
+        pairs = [(a, b) for a in sorted(reach) for b in sorted(reach) if broadcast(a, b) == shape]
+        pairs.sort(key=lambda p: (p != (shape, shape), p))
+        return self.pick(pairs)
+
+    def _binary(self, shape, depth):
+        a, b = self._pair(shape)
+        template = self.pick(BINARY)
+        left, right = self.expr(a, depth - 1), self.expr(b, depth - 1)
+        text = template.format(left, right)
+        return text if template.startswith("np.") else f"({text})"
+
+    def _select(self, shape, depth):
+        a, b = self._pair(shape)
+        left, right = self.expr(a, depth - 1), self.expr(b, depth - 1)
+        form = self.draw(st.integers(0, 3))
+        if form == 0:
+            return f"np.where({left} > {right}, {left}, {right})"
+        if form == 1:
+            other = self.expr(shape, depth - 1)
+            return f"np.where({left} > {right}, {other}, {right})"
+        return f"np.{'maximum' if form == 2 else 'minimum'}({left}, {right})"
+
+    def _power(self, shape, depth):
+        base = self.expr(shape, depth - 1)
+        exponent = self.pick(("2", "3", "0", "1", "2.0", "0.5"))
+        if exponent == "0.5":
+            return f"(np.square({base}) + 1.0) ** 0.5"
+        return f"({base}) ** {exponent}"
+
+    def _reduce(self, shape, depth):
+        reach = self.reachable()
+        sources = {"S": ["V", "U", "M", "C"], "V": ["M"], "U": ["M"], "C": ["M"]}
+        options = [s for s in sources.get(shape, []) if s in reach]
+        if not options:
+            return None
+        src = self.pick(options)
+        operand = self.expr(src, depth - 1)
+        if shape == "S":
+            fn = self.pick(("sum", "mean", "max", "min", "prod", "var", "std"))
+            if fn == "prod":
+                return f"np.prod(1.0 + 0.5 * np.tanh({operand}))"
+            return f"np.{fn}({operand})"
+        fn = self.pick(("sum", "mean", "max", "min"))
+        if shape == "C":
+            return f"np.sum({operand}, axis=1, keepdims=True)"
+        axis = 0 if shape == "V" else self.pick(("1", "-1"))
+        return f"np.{fn}({operand}, axis={axis})"
+
+    def _dot(self, shape, depth):
+        reach = self.reachable()
+        options = []
+        if shape == "S":
+            options += [("V", "V"), ("U", "U")]
+        elif shape == "U":
+            options.append(("M", "V"))
+        elif shape == "V":
+            options.append(("U", "M"))
+        options = [o for o in options if set(o) <= reach]
+        if not options:
+            return None
+        a, b = self.pick(options)
+        left, right = self.expr(a, depth - 1), self.expr(b, depth - 1)
+        return self.pick((f"np.dot({left}, {right})", f"({left} @ {right})"))
+
+    def _index(self, shape, depth):
+        reach = self.reachable()
+        n, m = self.n, self.m
+        if shape == "S" and "V" in reach:
+            return f"{self.expr('V', depth - 1)}[{self.draw(st.integers(-1, n - 1))}]"
+        if shape == "S" and "U" in reach:
+            return f"np.sum({self.expr('U', depth - 1)}[1:])"
+        if shape == "V" and "M" in reach:
+            return f"{self.expr('M', depth - 1)}[{self.draw(st.integers(0, m - 1))}]"
+        if shape == "U" and "M" in reach:
+            return f"{self.expr('M', depth - 1)}[:, {self.draw(st.integers(0, n - 1))}]"
+        return None
+
+    def _helper(self, shape, depth):
+        name, _ = self.pick(self.helpers)
+        a, b = self._pair(shape)
+        return f"{name}({self.expr(a, depth - 1)}, {self.expr(b, depth - 1)})"
+
+    # -- statements
+    def depth(self):
+        return self.draw(st.integers(1, 3))
+
+    def shape(self):
+        return self.pick(sorted(self.reachable(), key=SHAPES.index))
+
+    def bind(self, name, shape):
+        self.scope.append((name, shape, True))
+
+    def statement(self, indent):
+        kinds = ["assign", "assign", "update", "branch", "elementwise_loop", "accumulate",
+                 "while_loop"]
+        if "M" in self.reachable():
+            kinds.append("rows_loop")
+        kind = self.pick(kinds)
+        return getattr(self, f"_stmt_{kind}")(indent)
+
+    def _fresh_value(self, shape, depth):
+        text = self.expr(shape, depth)
+        if shape != "S" and (text.isidentifier() or text.endswith("]") or "[" in text[:3]):
+            text = f"np.copy({text})"
+        return text
+
+    def _stmt_assign(self, indent):
+        shape = self.shape()
+        name = self.fresh("t")
+        line = f"{indent}{name} = {self._fresh_value(shape, self.depth())}"
+        self.bind(name, shape)
+        return [line]
+
+    def _stmt_update(self, indent):
+        temps = [(t, s) for t, s, tmp in self.scope if tmp]
+        if not temps:
+            return self._stmt_assign(indent)
+        name, shape = self.pick(temps)
+        op = self.pick(("+=", "-=", "*=", "= 0.5 * {0} +"))
+        sub = self.pick([s for s in sorted(self.reachable()) if broadcast(shape, s) == shape])
+        value = self.expr(sub, self.depth())
+        if op == "*=":
+            value = f"np.tanh({value})"
+        if op.startswith("="):
+            return [f"{indent}{name} {op.format(name)} {value}"]
+        return [f"{indent}{name} {op} {value}"]
+
+    def _stmt_branch(self, indent):
+        cond = f"{self.expr('S', self.depth())} > {self.constant()}"
+        shape = self.shape()
+        name = self.fresh("t")
+        lines = [f"{indent}if {cond}:",
+                 f"{indent}    {name} = {self._fresh_value(shape, self.depth())}"]
+        if self.draw(st.booleans()):
+            cond2 = f"{self.expr('S', self.depth())} < {self.constant()}"
+            lines += [f"{indent}elif {cond2}:",
+                      f"{indent}    {name} = {self._fresh_value(shape, self.depth())}"]
+        lines += [f"{indent}else:", f"{indent}    {name} = {self._fresh_value(shape, 1)}"]
+        self.bind(name, shape)
+        return lines
+
+    def _stmt_elementwise_loop(self, indent):
+        shape = self.pick([s for s in ("V", "U", "M") if s in self.reachable()] or ["S"])
+        if shape == "S":
+            return self._stmt_accumulate(indent)
+        name = self.fresh("y")
+        i, j = f"i{self.counter}", f"j{self.counter}"
+        init = self.pick(("np.zeros_like", "np.copy"))
+        lines = [f"{indent}{name} = {init}({self.expr(shape, 1)})"]
+        recurrence = shape != "M" and self.draw(st.booleans())
+        elements = []
+        for text, s, _ in self.scope:
+            if shape == "M":
+                index = {"M": f"[{i}, {j}]", "V": f"[{j}]", "U": f"[{i}]", "C": f"[{i}, 0]"}
+            else:
+                index = {shape: f"[{i}]", "C": f"[{i}, 0]"} if shape == "U" else {
+                    shape: f"[{i}]"}
+            if s in index and text.isidentifier():
+                elements.append((text + index[s], "S", True))
+        saved = self.scope
+        self.scope = [e for e in saved if e[1] == "S"] + elements
+        if recurrence:
+            self.scope.append((f"{name}[{i} - 1]", "S", True))
+        body = self.expr("S", self.depth())
+        self.scope = saved
+        start = "1, " if recurrence else ""
+        target = f"{name}[{i}, {j}]" if shape == "M" else f"{name}[{i}]"
+        op = self.pick(("=", "+=")) if not recurrence else "="
+        if recurrence:
+            body = f"0.5 * {name}[{i} - 1] + {body}"
+        lines.append(f"{indent}for {i} in range({start}{name}.shape[0]):")
+        if shape == "M":
+            lines.append(f"{indent}    for {j} in range({name}.shape[1]):")
+            lines.append(f"{indent}        {target} {op} {body}")
+        else:
+            lines.append(f"{indent}    {target} {op} {body}")
+        self.bind(name, shape)
+        return lines
+
+    def _stmt_accumulate(self, indent):
+        acc = self.fresh("acc")
+        k = f"k{self.counter}"
+        shape = self.pick([s for s in ("S", "V") if s in self.reachable()])
+        arrays = [s for s in ("V", "U", "M") if s in self.reachable()]
+        lines = []
+        if arrays and self.draw(st.booleans()):
+            counted = self.expr(self.pick(arrays), 1)
+            lines.append(f"{indent}{k} = int(np.sum({counted} > 0.0)) + 1")
+        else:
+            lines.append(f"{indent}{k} = int(3.0 * np.abs({self.expr('S', 1)})) + 1")
+        lines.append(f"{indent}{acc} = {self._fresh_value(shape, 1)}")
+        self.bind(acc, shape)
+        body = self.expr(shape, self.depth())
+        lines.append(f"{indent}for _ in range({k}):")
+        lines.append(f"{indent}    {acc} = 0.7 * {acc} + 0.3 * np.sin({body})")
+        return lines
+
+    def _stmt_while_loop(self, indent):
+        s = self.fresh("s")
+        count = f"n{self.counter}"
+        lines = [f"{indent}{s} = {self.expr('S', self.depth())}", f"{indent}{count} = 0"]
+        self.bind(s, "S")
+        step = self.expr("S", self.depth())
+        lines.append(f"{indent}while {s} < {self.pick(('2.0', '3.0', '1.5'))} and {count} < 6:")
+        lines.append(f"{indent}    {s} = {s} + 0.5 + 0.25 * np.sin({step})")
+        lines.append(f"{indent}    {count} += 1")
+        return lines
+
+    def _stmt_rows_loop(self, indent):
+        acc = self.fresh("r")
+        rows = self.pick([t for t, s, _ in self.scope if s == "M" and t.isidentifier()]
+                         or [None])
+        if rows is None:
+            return self._stmt_assign(indent)
+        row = f"row{self.counter}"
+        lines = [f"{indent}{acc} = {self.expr('S', 1)}"]
+        self.bind(acc, "S")
+        self.scope.append((row, "V", True))
+        body = self.expr("S", self.depth())
+        self.scope.pop()
+        lines.append(f"{indent}for {row} in {rows}:")
+        lines.append(f"{indent}    {acc} = {acc} + {body}")
+        return lines
+
+    def helper(self):
+        """A module-level elementwise helper ``h<k>(a, b)``; its result has a's and b's
+        broadcast shape."""
+        name = f"h{len(self.helpers)}"
+        saved, self.scope = self.scope, [("a", "S", True), ("b", "S", True)]
+        self.elementwise = True
+        lines = [f"def {name}(a, b):"]
+        for _ in range(self.draw(st.integers(0, 2))):
+            local = self.fresh("u")
+            lines.append(f"    {local} = {self.expr('S', self.depth())}")
+            self.bind(local, "S")
+        body = self.expr("S", self.depth())
+        form = self.pick(("{0} * a + b", "a + b * {0}", "{0} + a * b", "(a - b) * {0}"))
+        lines.append(f"    return {form.format(body)}")
+        self.scope = saved
+        self.elementwise = False
+        self.helpers.append((name, "\n".join(lines)))
+
+    def program(self, params):
+        for _ in range(self.draw(st.integers(0, 2))):
+            self.helper()
+        body = []
+        for _ in range(self.draw(st.integers(1, 5))):
+            body += self.statement("    ")
+        out_shape = self.shape() if self.draw(st.integers(0, 4)) == 0 else "S"
+        body.append(f"    return {self.expr(out_shape, self.depth())}")
+        head = ["import math", "", "import numpy as np", ""]
+        for _, text in self.helpers:
+            head += ["", text, ""]
+        head += ["", f"def f({', '.join(params)}):"]
+        return "\n".join(head + body) + "\n"
+
+
+@st.composite
+def programs(draw, allow_pytree=True):
+    """A hypothesis strategy for :class:`Program`."""
+    names = ["x", "A", "w", "c"] + (["p"] if allow_pytree else [])
+    params = draw(st.lists(st.sampled_from(names), min_size=1, max_size=3, unique=True))
+    n = draw(st.integers(3, 5))
+    m = draw(st.integers(2, 3))
+    gen = _Generator(draw, params, n, m)
+    source = gen.program(params)
+    seed = draw(st.integers(0, 2 ** 16))
+    return Program(source, tuple(params), n, m, seed)
+
+
+# ---------------------------------------------------------------- loading and checking
+_MODULE_DIR = None
+
+
+def load_program(source):
+    """Write `source` to a content-named file in a temporary directory and import it."""
+    global _MODULE_DIR
+    if _MODULE_DIR is None:
+        _MODULE_DIR = Path(tempfile.mkdtemp(prefix="autodiff_ast_fuzz_"))
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    name = f"fuzz_program_{digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    path = _MODULE_DIR / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _finite(tree):
+    return all(np.all(np.isfinite(leaf)) for leaf in ad.tree_leaves(tree))
+
+
+def _same(a, b):
+    return all(np.array_equal(x, y) for x, y in zip(ad.tree_leaves(a), ad.tree_leaves(b)))
+
+
+def check_program(program, order=2, jit=False):
+    """Check one program's derivatives; returns an :class:`Outcome` (never raises)."""
+    fn = load_program(program.source).f
+    args = program.arguments()
+    before = copy.deepcopy(args)
+    try:
+        value = fn(*args)
+    except Exception:  # noqa: BLE001 (the generator wrote a program that cannot run)
+        return Outcome("crash", "the program itself fails:\n" + traceback.format_exc())
+    if not _finite(value):
+        return Outcome("degenerate", "the program's value is not finite")
+    # Order 2 of functions with pytree arguments is refused (transforming a transformed
+    # function with pytree arguments): check those at order 1.
+    used_order = 1 if program.has_pytree else order
+    outcome = Outcome("ok", order=used_order)
+    try:
+        ad.check_grads(fn, args, order=used_order, modes=("fwd", "rev"))
+    except AssertionError as exc:
+        return Outcome("wrong", f"{exc}\n{traceback.format_exc()}", order=used_order)
+    except AutodiffError as exc:
+        return Outcome("refused", f"{type(exc).__name__}: {exc}", order=used_order)
+    except Exception:  # noqa: BLE001 (any other exception is an internal error)
+        return Outcome("crash", traceback.format_exc(), order=used_order)
+    if not _same(args, before):
+        return Outcome("mutated", "the caller's arguments changed", order=used_order)
+    if jit:
+        outcome.jit, outcome.jit_detail = _check_jit(fn, args, value)
+    return outcome
+
+
+def _check_jit(fn, args, value):
+    """Compare jit(f) and jit(grad(<u, f>)) with the plain results (checked above)."""
+    try:
+        from autodiff_ast.jit import jit
+    except ImportError:
+        return None, "autodiff_ast.jit is not available"
+    rng = np.random.default_rng(1)
+    cotangent = ad.tree_map(lambda v: rng.standard_normal(np.shape(v)), value)
+    target = fn if np.ndim(value) == 0 else scalarized(fn, cotangent, len(args))
+    argnums = tuple(range(len(args)))
+    try:
+        expected = ad.grad(target, argnums=argnums)(*args)
+    except AutodiffError as exc:  # already differentiated above: should not happen
+        return "crash", f"plain grad failed: {exc}"
+    try:
+        got_value = jit(fn)(*args)
+        got = jit(ad.grad(target, argnums=argnums))(*args)
+    except AutodiffError as exc:
+        return "unsupported", f"{type(exc).__name__}: {exc}"
+    except Exception:  # noqa: BLE001
+        return "crash", traceback.format_exc()
+    if not _close_trees(got_value, value) or not _close_trees(got, expected):
+        return "wrong", f"jit disagrees with plain: {got_value} vs {value}; {got} vs {expected}"
+    return "ok", ""
+
+
+def _close_trees(a, b):
+    la, lb = ad.tree_leaves(a), ad.tree_leaves(b)
+    return len(la) == len(lb) and all(
+        np.allclose(x, y, rtol=1e-7, atol=1e-9) for x, y in zip(la, lb))
+
+
+def check_source(source, params, n=4, m=3, seed=0, order=2, jit=False):
+    """Check a program given as text (the form regression tests keep); raises on failure.
+
+    >>> check_source('''
+    ... import numpy as np
+    ...
+    ... def f(x, w):
+    ...     return np.sum(np.tanh(x) * w)
+    ... ''', params=("x", "w"))
+    """
+    program = Program(source.lstrip("\n"), tuple(params), n, m, seed)
+    outcome = check_program(program, order=order, jit=jit)
+    if outcome.status != "ok" or outcome.failed:
+        raise AssertionError(outcome.report(program))
