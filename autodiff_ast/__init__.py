@@ -12,8 +12,12 @@ JAX's transformations, written as readable Python source instead of traced graph
 from .api import grad, source, value_and_grad, vjp
 from .batching import BatchingError, vmap
 from .checkpointing import checkpoint
+from .collectives import all_gather, axis_index, pmax, pmean, pmin, psum
 from .checks import check_grads
+from .config import config
 from .custom import RuleCheckError, custom_jvp, custom_vjp, register_rule, unregister_rule
+from .debug import explain
+from .display import show
 from .errors import (
     ArgnumsError,
     AutodiffError,
@@ -36,8 +40,10 @@ from .pytrees import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "grad", "value_and_grad", "vjp", "source", "check_grads", "checkpoint",
+    "grad", "value_and_grad", "vjp", "source", "check_grads", "checkpoint", "config",
+    "show", "explain",
     "vmap", "BatchingError",
+    "psum", "pmean", "pmax", "pmin", "all_gather", "axis_index",
     "jvp", "jvp_transform", "linearize", "jacfwd", "jacrev", "hessian",
     "custom_jvp", "custom_vjp", "register_rule", "unregister_rule", "RuleCheckError",
     "AutodiffError", "ArgnumsError", "MissingRuleError", "NonFloatInputError",

@@ -16,6 +16,7 @@ True
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import inspect
 import linecache
@@ -25,15 +26,14 @@ import numpy as np
 
 from codegen.loader import load_source
 
-from . import pytrees
+from . import debug, pytrees
 from . import types as T
-from .build import build_reverse, build_vjp, param_names
+from .build import build_reverse, build_vjp
 from .errors import ArgnumsError, SourceUnavailableError
 from .frontend import parse_function
 from .naming import sanitize
 from .normalize import Static, TreeSpec, spec_of
 from .rules import lookup
-
 
 # ---------------------------------------------------------------- functions without source
 _PRIMITIVE_WRAPPERS = {}
@@ -144,10 +144,38 @@ def _normalize_argnums(argnums, nparams, info):
     return single, resolved
 
 
+def _annotating(call):
+    """`call` (a transformed function's __call__), adding to any exception raised inside
+    generated code a note naming the user's line (autodiff_ast.debug)."""
+    @functools.wraps(call)
+    def wrapper(self, *args, **kwargs):
+        self._in_call = getattr(self, "_in_call", 0) + 1
+        try:
+            return call(self, *args, **kwargs)
+        except Exception as exc:
+            debug.annotate(exc)
+            raise
+        finally:
+            self._in_call -= 1
+    wrapper.annotates = True
+    return wrapper
+
+
+#: Transformations that take debug_nans (the global config applies to these).
+_NAN_KINDS = ("grad", "value_and_grad", "vjp", "jvp")
+
+
 class _Transformed:
     """A transformed function: call it like the original; `.source` shows the generated code."""
 
     kind = "transform"
+    debug_nans = None  # None: follow autodiff_ast.config
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        call = cls.__dict__.get("__call__")
+        if call is not None and not getattr(call, "annotates", False):
+            cls.__call__ = _annotating(call)
 
     def __init__(self, fun, verbose=False):
         self.fun = fun
@@ -179,11 +207,22 @@ class _Transformed:
         return self._last[0].source
 
     def _module_for(self, key, build):
+        # debug_nans: a variant with checks, for calls only (composed transforms read the
+        # plain source).
+        nans = getattr(self, "_in_call", 0) and self.kind in _NAN_KINDS and \
+            debug.nans_enabled(self.debug_nans)
+        key = (key, "debug_nans") if nans else key
         if key not in self._modules:
             generated = build()
-            module = load_source(generated.source, sanitize(f"{generated.entry}"))
+            name = sanitize(f"{generated.entry}")
+            if nans:
+                name = f"debug_{name}"
+                text = debug.nan_variant(generated.source, debug.user_function_of(self))
+                generated = dataclasses.replace(generated, source=text)
+            module = load_source(generated.source, name)
             for n, v in generated.injected.items():
                 setattr(module, n, v)
+            debug.register(module.__file__, debug.user_function_of(self))
             self._modules[key] = (generated, module)
             if self.verbose:
                 print(generated.source)
@@ -255,27 +294,34 @@ class _ReverseTransform(_Transformed):
         return grads
 
 
-def grad(fun, argnums=0, has_aux=False, verbose=False):
+def grad(fun, argnums=0, has_aux=False, verbose=False, debug_nans=None):
     """Gradient of a scalar-output function, as generated source (JAX's ``grad``).
 
     argnums picks the differentiated positional argument(s) (an int or a tuple); with
     has_aux=True, `fun` returns ``(output, aux)`` and the result is ``(gradient, aux)``.
-    verbose=True prints the generated module when it is written.
+    verbose=True prints the generated module when it is written. debug_nans=True raises
+    FloatingPointError at the first generated statement that produces a NaN or inf, naming
+    your line (None: follow ``autodiff_ast.config``).
 
     >>> import numpy as np
     >>> grad(lambda x, y: x * y, argnums=(0, 1))(2.0, 3.0)
     (np.float64(3.0), np.float64(2.0))
     """
-    return _ReverseTransform(fun, argnums, has_aux, with_value=False, verbose=verbose)
+    transformed = _ReverseTransform(fun, argnums, has_aux, with_value=False, verbose=verbose)
+    transformed.debug_nans = debug_nans
+    return transformed
 
 
-def value_and_grad(fun, argnums=0, has_aux=False, verbose=False):
+def value_and_grad(fun, argnums=0, has_aux=False, verbose=False, debug_nans=None):
     """``(value, gradient)`` in one pass; ``((value, aux), gradient)`` with has_aux.
+    debug_nans as for :func:`grad`.
 
     >>> value_and_grad(lambda x: x ** 3)(2.0)
     (8.0, np.float64(12.0))
     """
-    return _ReverseTransform(fun, argnums, has_aux, with_value=True, verbose=verbose)
+    transformed = _ReverseTransform(fun, argnums, has_aux, with_value=True, verbose=verbose)
+    transformed.debug_nans = debug_nans
+    return transformed
 
 
 class _Pullback:
@@ -299,7 +345,11 @@ class _Pullback:
         # The backward code pops its tapes and restores overwritten elements in place: each
         # call gets its own copy of the residuals, so the pullback can be called again.
         residuals = copy.deepcopy(self.residuals)
-        result = bwd(*self.flat_params, *residuals, *cts[:self.n_seeds])
+        try:
+            result = bwd(*self.flat_params, *residuals, *cts[:self.n_seeds])
+        except Exception as exc:
+            debug.annotate(exc)  # names the user's line of the failing generated line
+            raise
         n_bars = sum(len(g) for g in layout["groups"])
         if n_bars == 1 or not isinstance(result, tuple):
             result = (result,)
@@ -350,15 +400,18 @@ class _VjpBuilder(_Transformed):
         return out[0], pullback
 
 
-def vjp(fun, *primals, has_aux=False):
+def vjp(fun, *primals, has_aux=False, debug_nans=None):
     """``(output, pullback)``: pullback maps an output cotangent to input cotangents.
+    debug_nans as for :func:`grad` (the pullback checks its statements too).
 
     >>> import numpy as np
     >>> out, pullback = vjp(lambda x: np.sin(x), np.array([0.0]))
     >>> pullback(np.array([2.0]))
     (array([2.]),)
     """
-    return _VjpBuilder(fun, has_aux)(*primals)
+    builder = _VjpBuilder(fun, has_aux)
+    builder.debug_nans = debug_nans
+    return builder(*primals)
 
 
 def source(fun, *example_args, **example_kwargs):

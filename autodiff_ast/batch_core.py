@@ -298,6 +298,10 @@ class FunctionBatcher:
         rule = prim.rule if isinstance(prim.rule, Rule) else None
         if rule is not None and rule.name in R.SHAPE_QUERIES:
             return False
+        if rule is not None and rule.name in R.SAME_FOR_EVERY_EXAMPLE:  # psum, pmean, ...
+            return False
+        if rule is not None and rule.name == "axis_index":  # each example's own position
+            return True
         varies = any(flag_any(flags.get(n, False)) for n in loads(value))
         target = stmt.targets[0]
         out = self.types.get(target.id) if isinstance(target, gast.Name) else None
@@ -392,11 +396,14 @@ class FunctionBatcher:
         target = stmt.targets[0]
         target_flag = self.flag(target)
         reads_batched = any(flag_any(self.flags.get(n, False)) for n in loads(stmt.value))
-        if prim.kind == "list_new" or (not flag_any(target_flag) and not reads_batched):
+        collective = isinstance(prim.rule, Rule) and \
+            prim.rule.name in R.SAME_FOR_EVERY_EXAMPLE  # psum of a constant: n times it
+        if prim.kind == "list_new" or (not flag_any(target_flag) and not reads_batched and
+                                       not collective):
             return [_tag(clone(stmt), stmt)]
         if not isinstance(target, gast.Name):
             return [_tag(clone(stmt), stmt)]  # unpacking: each element keeps its flag
-        value = self.forced(stmt) if not reads_batched else self.value(stmt)
+        value = self.forced(stmt) if not (reads_batched or collective) else self.value(stmt)
         if isinstance(value, list):  # statements: run once per example, or computed then copied
             return [_tag(s, stmt) for s in value]
         return [_tag(assign(target.id, value), stmt)]

@@ -33,7 +33,7 @@ from .frontend import parse_function
 from .normalize import Program, TreeSpec, normalize_into
 from .reverse import SplitRegistry, _returned_names, reverse
 from .templates import fill, name, to_expr, unparse
-from .tidy import free_names, tidy_block
+from .tidy import tidy_block
 
 
 @dataclass
@@ -168,6 +168,8 @@ class ModuleBuilder:
         imports = ["import numpy as np"]
         if "math." in text:
             imports.insert(0, "import math")
+        if "collectives." in text:  # psum & co. (only meaningful inside pmap/vmap)
+            imports.append("from autodiff_ast import collectives")
         injected = {}
         from_lines = []
         used = {n.id for f in self.functions for n in gast.walk(f) if isinstance(n, gast.Name)}

@@ -1,26 +1,25 @@
-"""The command line: write a function's derivative as a Python module you can keep.
+"""The command line: write derivatives and batched variants as Python modules you can keep.
 
 ::
 
     autodiff-ast grad model.py:loss [--argnums 0,1] [--signature "w=float64[N], b=float64"]
-                                    [--has-aux] [-o grad_loss.py]
-    autodiff-ast value-and-grad pkg.module:loss ...
-    autodiff-ast vjp model.py:predict ...
+    autodiff-ast jacrev model.py:predict,loss -o jacobians.py     # several functions
+    autodiff-ast hessian model.py -o hessians.py                  # every public function
+    autodiff-ast vmap model.py:predict --in-axes 0,None --jit numba -o batched.py
+    autodiff-ast show grad model.py:loss --side-by-side
+    autodiff-ast check jacobians.py
 
 The target is ``FILE.py:FUNC`` (the file is imported as the module named after it, with its
-directory on ``sys.path``) or ``package.module:FUNC`` (imported from the current directory or
-the installed packages). ``grad`` writes a module defining ``grad_FUNC`` with FUNC's parameters;
-``value-and-grad`` writes ``value_and_grad_FUNC``; ``vjp`` writes ``FUNC_fwd``/``FUNC_bwd`` and
-``vjp_FUNC(params..., out_bar) -> (out, cotangents)``. The module imports numpy (and the data
-FUNC reads, from FUNC's module by name) and nothing of ours.
+directory on ``sys.path``), ``package.module:FUNC``, several functions ``FILE.py:f,g``, or a
+whole file ``FILE.py`` (its public functions; those that cannot be transformed are skipped with
+a note). The written module imports numpy (numba with ``--jit numba``) and the data FUNC reads,
+from FUNC's module by name, and nothing of ours. The transforms themselves live in
+:mod:`autodiff_ast.cli_transforms`, the assembly of the module in :mod:`autodiff_ast.cli_module`
+and ``check`` in :mod:`autodiff_ast.cli_check`.
 
-Argument types come from ``--signature``, else from FUNC's annotations (``x: float``,
-``x: "float64[N]"``), else from a number default, else every parameter is taken to be a float64
-array of any rank (the generated code then sums broadcast adjoints with an emitted
-``unbroadcast`` helper). Without ``-o`` the module is printed; with it, it is written
-atomically (never over the input file). Problems are reported as one line naming the file and
-line, with a non-zero exit status (1: the code cannot be differentiated or loaded; 2: bad
-options).
+Problems are reported as one line naming the file and line. Exit status: 0 success, 1 the code
+cannot be loaded or transformed, 2 bad options, 3 an internal error (a bug: please report it),
+4 ``check`` found a mismatch.
 
 >>> import contextlib, io
 >>> with contextlib.redirect_stderr(io.StringIO()) as err:
@@ -32,20 +31,28 @@ options).
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
+import dataclasses
 import importlib
 import importlib.util
 import inspect
 import os
+import shlex
 import sys
 import tempfile
 import traceback
 from pathlib import Path
 
-from . import types as T
+from .cli_transforms import COMMANDS, TransformError, generate, parse_argnums
 from .errors import AutodiffError
-from .signatures import DEFAULT, SignatureError, signature_of
+
+__all__ = ["main", "build_parser", "load_target", "load_targets", "write_atomically",
+           "parse_argnums", "CliError", "EXIT_CODES"]
+
+#: Exit statuses, as documented in ``--help`` and docs/cli.md.
+EXIT_CODES = {0: "success", 1: "the code cannot be loaded, transformed or written",
+              2: "bad options or usage", 3: "internal error (a bug: please report it)",
+              4: "check: a generated function disagrees with its reference"}
 
 
 class CliError(Exception):
@@ -118,6 +125,57 @@ def _import_module(name):
         raise CliError(f"{loc}importing {name} raised {type(exc).__name__}: {exc}") from None
 
 
+def _is_file(text):
+    return text.endswith(".py") or os.sep in text or "/" in text
+
+
+def _public_functions(module):
+    found = [v for k, v in vars(module).items() if not k.startswith("_") and
+             inspect.isfunction(v) and v.__module__ == module.__name__]
+    return sorted(found, key=lambda f: f.__code__.co_firstlineno)
+
+
+def _lookup(module, where, func):
+    value = module
+    for part in func.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            names = sorted(f.__name__ for f in _public_functions(module))
+            defined = f"; it defines {', '.join(names)}" if names else ""
+            raise CliError(f"{where}: no function named {func!r}{defined}") from None
+    if not (inspect.isfunction(value) or inspect.ismethod(value)):
+        raise CliError(f"{where}: {func} is a {type(value).__name__}, not a Python function")
+    return value
+
+
+def load_targets(target):
+    """(functions, module, where, whole_file) for ``FILE.py:f,g``, ``FILE.py`` (its public
+    functions) or ``package.module:f``.
+
+    >>> fns, module, where, whole = load_targets("autodiff_ast.checks:scalarized")
+    >>> [f.__name__ for f in fns], module.__name__, whole
+    (['scalarized'], 'autodiff_ast.checks', False)
+    """
+    left, sep, funcs = target.rpartition(":")
+    if not sep and target.endswith(".py"):
+        module = _import_file(target)
+        functions = _public_functions(module)
+        if not functions:
+            raise CliError(f"{target}: defines no public function")
+        return functions, module, target, True
+    if not sep or not left or not funcs:
+        raise CliError(f"{target}: expected FILE.py:FUNC, FILE.py:FUNC,FUNC, FILE.py or "
+                       "package.module:FUNC", status=2)
+    if _is_file(left):
+        module, where = _import_file(left), left
+    else:
+        module = _import_module(left)
+        where = getattr(module, "__file__", None) or left
+    names = [n.strip() for n in funcs.split(",") if n.strip()]
+    return [_lookup(module, where, n) for n in names], module, where, False
+
+
 def load_target(target):
     """(function, module, where) for ``FILE.py:FUNC`` or ``package.module:FUNC``.
 
@@ -125,205 +183,10 @@ def load_target(target):
     >>> fn.__name__, module.__name__
     ('scalarized', 'autodiff_ast.checks')
     """
-    left, sep, func = target.rpartition(":")
-    if not sep or not left or not func:
-        raise CliError(f"{target}: expected FILE.py:FUNC or package.module:FUNC", status=2)
-    if left.endswith(".py") or os.sep in left or "/" in left:
-        module = _import_file(left)
-        where = left
-    else:
-        module = _import_module(left)
-        where = getattr(module, "__file__", None) or left
-    value = module
-    for part in func.split("."):
-        try:
-            value = getattr(value, part)
-        except AttributeError:
-            names = sorted(k for k, v in vars(module).items()
-                           if inspect.isfunction(v) and v.__module__ == module.__name__)
-            defined = f"; it defines {', '.join(names)}" if names else ""
-            raise CliError(f"{where}: no function named {func!r}{defined}") from None
-    if not (inspect.isfunction(value) or inspect.ismethod(value)):
-        raise CliError(f"{where}: {func} is a {type(value).__name__}, not a Python function")
-    return value, module, where
-
-
-# ---------------------------------------------------------------- options
-def parse_argnums(text, params):
-    """``"0,1"`` (or parameter names, ``"w,b"``) as an int or a tuple of ints.
-
-    >>> parse_argnums("0", ["x", "y"]), parse_argnums("1,x", ["x", "y"])
-    (0, (1, 0))
-    """
-    if text is None:
-        return 0
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    if not parts:
-        raise CliError("--argnums: give argument positions, e.g. --argnums 0,1", status=2)
-    nums = []
-    for part in parts:
-        if part.lstrip("-").isdigit():
-            nums.append(int(part))
-        elif part in params:
-            nums.append(params.index(part))
-        else:
-            raise CliError(f"--argnums: {part!r} is neither a position nor a parameter "
-                           f"({', '.join(params)})", status=2)
-    return nums[0] if len(nums) == 1 and "," not in text else tuple(nums)
-
-
-def _specs(fn, text):
-    """Abstract types of fn's parameters (signature, annotations, number defaults, default)."""
-    try:
-        specs = signature_of(fn, text)
-    except SignatureError as exc:
-        raise CliError(f"--signature: {exc}" if text else f"{fn.__code__.co_filename}:"
-                       f"{fn.__code__.co_firstlineno}: {exc}", status=2) from None
-    given = set()
-    if text:
-        given = {part.partition("=")[0].strip() for part in text.split(",") if "=" in part}
-    for p in inspect.signature(fn).parameters.values():
-        default = p.default
-        if p.name in given or specs.get(p.name) is not DEFAULT or default is p.empty:
-            continue
-        if isinstance(default, (int, float)):  # a number default says what the value is
-            typ = T.abstract_of(default)
-            specs[p.name] = T.AType(typ.kind, typ.dtype)
-    return specs
-
-
-# ---------------------------------------------------------------- generating
-def _literal(value):
-    return isinstance(value, (int, float, bool, str)) or value is None
-
-
-def _parameter_list(fn):
-    """FUNC's parameters as written in a def line, with literal defaults kept."""
-    params = [p for p in inspect.signature(fn).parameters.values()
-              if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    keep_defaults = all(_literal(p.default) for p in params if p.default is not p.empty)
-    parts, star_done = [], False
-    for p in params:
-        if p.kind is p.KEYWORD_ONLY and not star_done:
-            parts.append("*")
-            star_done = True
-        text = p.name
-        if keep_defaults and p.default is not p.empty:
-            text += f"={p.default!r}"
-        parts.append(text)
-        if p.kind is p.POSITIONAL_ONLY and (
-                p is params[-1] or params[params.index(p) + 1].kind is not p.POSITIONAL_ONLY):
-            parts.append("/")
-    return ", ".join(parts)
-
-
-def _with_parameters(source, entry, flat_params, fn):
-    """Give the entry function FUNC's own parameter list (defaults, keyword-only markers)."""
-    names = [p.name for p in inspect.signature(fn).parameters.values()
-             if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    if names != list(flat_params):
-        return source
-    old = f"def {entry}({', '.join(flat_params)}):"
-    new = f"def {entry}({_parameter_list(fn)}):"
-    return source.replace(old, new, 1) if source.count(old) == 1 else source
-
-
-def _check_standalone(generated, fn):
-    if generated.injected:
-        names = ", ".join(sorted(generated.injected))
-        code = fn.__code__
-        raise CliError(f"{code.co_filename}:{code.co_firstlineno}: {fn.__name__} reads "
-                       f"{names}, which the generated module cannot import (not a module-level "
-                       "name of an importable module); make it a module-level name or pass it "
-                       "as an argument")
-
-
-def _vjp_wrapper(generated, fn):
-    """``vjp_FUNC(params..., out_bar)`` calling the generated forward and backward functions."""
-    tree = ast.parse(generated.source)
-    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
-    fwd, bwd = functions[generated.entry], functions[generated.extra["bwd"]]
-    params = generated.layout["params"]
-    returned = fwd.body[-1].value
-    n_res = generated.layout["residuals"]
-    if n_res:
-        residuals = [ast.unparse(e) for e in returned.elts[1:]] if isinstance(
-            returned, ast.Tuple) else []
-    else:
-        residuals = []
-    taken = set(params) | set(residuals)
-
-    def free(base):
-        name, k = base, 2
-        while name in taken:
-            name, k = f"{base}_{k}", k + 1
-        taken.add(name)
-        return name
-    out = free("out")
-    n_seeds = generated.layout["n_seeds"]
-    seeds = [free("out_bar")] if n_seeds == 1 else [free(f"out{i}_bar") for i in range(n_seeds)]
-    bwd_args = [a.arg for a in bwd.args.args]
-    n_bwd_params = len(generated.layout["bwd_params"])
-    call_args = bwd_args[:n_bwd_params] + residuals + seeds
-    lhs = ", ".join([out] + residuals)
-    name = f"vjp_{fn.__name__}"
-    lines = [
-        f"def {name}({', '.join(params + seeds)}):",
-        f'    """{fn.__name__}(...) and the cotangents of its inputs for {", ".join(seeds)}."""',
-        f"    {lhs} = {generated.entry}({', '.join(params)})",
-        f"    return {out}, {generated.extra['bwd']}({', '.join(call_args)})",
-    ]
-    return generated.source + "\n\n" + "\n".join(lines) + "\n"
-
-
-def _jax_layout(source, entry, with_value, has_aux, single):
-    """Rewrite the entry's flat ``return value, aux, g0, g1`` as JAX lays it out:
-    ``((value, aux), (g0, g1))``, ``(value, g)``, ``(g, aux)``..."""
-    if not (with_value or has_aux or not single):
-        return source
-    tree = ast.parse(source)
-    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == entry)
-    ret = fn.body[-1]
-    elts = list(ret.value.elts) if isinstance(ret.value, ast.Tuple) else [ret.value]
-    n_extra = int(with_value) + int(has_aux)
-    extra, grads = elts[:n_extra], elts[n_extra:]
-    grads = grads[0] if single else ast.Tuple(elts=grads, ctx=ast.Load())
-    if with_value and has_aux:
-        value = ast.Tuple(elts=[ast.Tuple(elts=extra, ctx=ast.Load()), grads], ctx=ast.Load())
-    elif with_value:
-        value = ast.Tuple(elts=[extra[0], grads], ctx=ast.Load())
-    elif has_aux:
-        value = ast.Tuple(elts=[grads, extra[0]], ctx=ast.Load())
-    else:
-        value = grads
-    lines = source.split("\n")
-    indent = lines[ret.lineno - 1][:ret.col_offset]
-    lines[ret.lineno - 1:ret.end_lineno] = [indent + "return " + ast.unparse(value)]
-    return "\n".join(lines)
-
-
-def generate(command, fn, module, argnums=None, signature=None, has_aux=False):
-    """The source of the module `command` (grad, value-and-grad, vjp) writes for `fn`."""
-    from .build import build_reverse, build_vjp
-    specs = _specs(fn, signature)
-    params = list(specs)
-    module_name = module.__name__
-    if command == "vjp":
-        generated = build_vjp(fn, specs, standalone_module=module_name)
-        _check_standalone(generated, fn)
-        return _vjp_wrapper(generated, fn)
-    nums = parse_argnums(argnums, params)
-    single = isinstance(nums, int)
-    resolved = tuple(i % len(params) if -len(params) <= i < 0 else i
-                     for i in ((nums,) if single else nums))
-    with_value = command == "value-and-grad"
-    generated = build_reverse(fn, specs, argnums=resolved, has_aux=has_aux,
-                              with_value=with_value, standalone_module=module_name,
-                              argnums_text=nums)
-    _check_standalone(generated, fn)
-    source = _jax_layout(generated.source, generated.entry, with_value, has_aux, single)
-    flat = generated.layout.get("params") or params
-    return _with_parameters(source, generated.entry, flat, fn)
+    functions, module, where, _ = load_targets(target)
+    if len(functions) != 1:
+        raise CliError(f"{target}: name one function", status=2)
+    return functions[0], module, where
 
 
 # ---------------------------------------------------------------- writing
@@ -355,37 +218,215 @@ def write_atomically(path, text, protect=()):
             os.unlink(tmp)
 
 
-# ---------------------------------------------------------------- entry point
+# ---------------------------------------------------------------- the parser
+_EXAMPLES = """\
+examples:
+  autodiff-ast grad model.py:loss --argnums 0,1 -o grad_loss.py
+  autodiff-ast grad model.py:loss --signature "w=float64[N], b=float64"
+  autodiff-ast value-and-grad model.py:loss --has-aux
+  autodiff-ast jvp model.py:predict --signature "w=float64[N]"
+  autodiff-ast vjp pkg.model:predict -o vjp_predict.py
+  autodiff-ast jacfwd model.py:predict,residual -o jacobians.py
+  autodiff-ast hessian model.py -o hessians.py        (every public function of the file)
+  autodiff-ast vmap model.py:predict --in-axes 0,None --out-axes 0
+  autodiff-ast grad model.py:simulate --static steps=100 --jit numba -o grad_simulate.py
+  autodiff-ast show grad model.py:loss --side-by-side
+  autodiff-ast check grad_loss.py
+
+targets: FILE.py:FUNC, FILE.py:FUNC,FUNC, FILE.py (its public functions), package.module:FUNC
+types:   --signature gives each argument a dtype and axes: float64 (a scalar), float64[N]
+         (N: any size), float64[N,1] (1: size one), float64[...] (any rank), int, bool;
+         else annotations (x: "float64[N]", x: float), else number defaults, else float64
+         arrays of any rank.
+
+exit status:
+""" + "\n".join(f"  {code}  {text}" for code, text in EXIT_CODES.items())
+
+_HELP = {
+    "grad": "write grad_FUNC, the gradient of a scalar-output function",
+    "value-and-grad": "write value_and_grad_FUNC, returning (value, gradient)",
+    "jvp": "write jvp_FUNC(params..., tangents...) -> (out, out_dot)",
+    "vjp": "write FUNC_fwd, FUNC_bwd and vjp_FUNC(params..., out_bar) -> (out, cotangents)",
+    "jacfwd": "write jacfwd_FUNC, the Jacobian by forward mode (JAX's layout)",
+    "jacrev": "write jacrev_FUNC, the Jacobian by reverse mode (JAX's layout)",
+    "hessian": "write hessian_FUNC, the Hessian of a scalar-output function",
+    "vmap": "write vmap_FUNC, FUNC mapped over an axis of its arguments",
+}
+
+
+def _transform_arguments(sub, name):
+    sub.add_argument("target", metavar="TARGET",
+                     help="FILE.py:FUNC, FILE.py:FUNC,FUNC, FILE.py or package.module:FUNC")
+    if name in ("grad", "value-and-grad", "jacfwd", "jacrev", "hessian"):
+        sub.add_argument("--argnums", metavar="0,1",
+                         help="positions (or names) of the differentiated arguments "
+                              "(default 0)")
+    if name in ("grad", "value-and-grad", "jvp", "jacfwd", "jacrev"):
+        sub.add_argument("--has-aux", action="store_true",
+                         help="FUNC returns (output, aux); aux is passed through")
+    if name == "vmap":
+        sub.add_argument("--in-axes", metavar="0,None", default=None,
+                         help="the mapped axis of each argument (int or None; one value for "
+                              "all; default 0)")
+        sub.add_argument("--out-axes", metavar="0", default=None,
+                         help="where the batch axis goes in each output (default 0)")
+    sub.add_argument("--signature", metavar='"x=float64[N], y=float64"',
+                     help="argument types (for vmap: of one example): dtype[axes], each axis "
+                          "N (any size) or 1; float64 alone is a scalar")
+    sub.add_argument("--static", metavar="NAME=VALUE", action="append", default=[],
+                     help="fix an argument to a Python literal when writing (repeatable); "
+                          "the written function no longer takes it")
+
+
+def _add_transforms(commands, with_output=True):
+    for name in COMMANDS:
+        sub = commands.add_parser(name, help=_HELP[name], description=_HELP[name],
+                                  epilog=_EXAMPLES,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        _transform_arguments(sub, name)
+        if with_output:
+            sub.add_argument("--jit", choices=("numba", "cuda"),
+                             help="write compiled code: numba puts @numba.njit(cache=True) on "
+                                  "every function; cuda is not available yet")
+            sub.add_argument("-o", "--output", metavar="OUT.py",
+                             help="write the module here (atomically) instead of printing it")
+        sub.add_argument("--traceback", action="store_true", help=argparse.SUPPRESS)
+
+
 def build_parser():
+    """The ``autodiff-ast`` argument parser."""
     parser = argparse.ArgumentParser(
         prog="autodiff-ast",
-        description="Write the derivative of a Python/NumPy function as a standalone module.")
+        description="Write derivatives and batched variants of Python/NumPy functions as "
+                    "standalone modules.",
+        epilog=_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    helps = {"grad": "write grad_FUNC, the gradient of a scalar-output function",
-             "value-and-grad": "write value_and_grad_FUNC, returning (value, gradient)",
-             "vjp": "write FUNC_fwd, FUNC_bwd and vjp_FUNC (vector-Jacobian product)"}
-    for name, text in helps.items():
-        sub = commands.add_parser(name, help=text, description=text)
-        sub.add_argument("target", metavar="FILE.py:FUNC | package.module:FUNC")
-        if name != "vjp":
-            sub.add_argument("--argnums", metavar="0,1",
-                             help="positions (or names) of the differentiated arguments "
-                                  "(default 0)")
-            sub.add_argument("--has-aux", action="store_true",
-                             help="FUNC returns (output, aux); aux is passed through")
-        sub.add_argument("--signature", metavar='"x=float64[N], y=float64"',
-                         help="argument types: dtype[axes], each axis N (any size) or 1; "
-                              "float64 alone is a scalar; float64[...] any rank")
-        sub.add_argument("-o", "--output", metavar="OUT.py",
-                         help="write the module here (atomically) instead of printing it")
-        sub.add_argument("--traceback", action="store_true", help=argparse.SUPPRESS)
+    _add_transforms(commands)
+    show = commands.add_parser(
+        "show", help="print the generated source with syntax highlighting",
+        description="Print what a transform would write, highlighted in a terminal (Pygments "
+                    "when installed). Example: autodiff-ast show grad model.py:loss",
+        epilog=_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    show.add_argument("--side-by-side", action="store_true",
+                      help="FUNC beside the generated code, each generated line numbered "
+                           "with the line of FUNC it comes from")
+    show.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                      help="colours: auto (a terminal with Pygments), always or never")
+    show.add_argument("--html", metavar="PAGE.html",
+                      help="write FUNC and the generated code side by side as an HTML page")
+    show.add_argument("--width", type=int, default=None, help="columns for --side-by-side")
+    inner = show.add_subparsers(dest="transform", required=True, metavar="TRANSFORM")
+    _add_transforms(inner, with_output=False)
+    check = commands.add_parser(
+        "check", help="verify a written module against finite differences at random inputs",
+        description="Read the command recorded in a module written by autodiff-ast, draw "
+                    "random inputs and compare each function with a reference computed from "
+                    "FUNC itself (central differences; a loop over examples for vmap). "
+                    "Exit status 4 when one disagrees.",
+        epilog=_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    check.add_argument("module", metavar="MODULE.py", help="a module written with -o")
+    check.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    check.add_argument("--size", type=int, default=3,
+                       help="size of each N axis and of arrays of unknown rank (default 3)")
+    check.add_argument("--sizes", metavar="n=4,d=3", default="",
+                       help="sizes of named axes in the signature (float64[n,d])")
+    check.add_argument("--positive", action="store_true",
+                       help="draw inputs from [0.5, 1.5] (default: normal, falling back to "
+                            "[0.5, 1.5] where FUNC is not finite)")
+    check.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance")
+    check.add_argument("--atol", type=float, default=1e-6,
+                       help="absolute tolerance (scaled by the largest reference value)")
+    check.add_argument("--traceback", action="store_true", help=argparse.SUPPRESS)
     return parser
 
 
-def run(args):
-    fn, module, where = load_target(args.target)
-    source = generate(args.command, fn, module, argnums=getattr(args, "argnums", None),
-                      signature=args.signature, has_aux=getattr(args, "has_aux", False))
+# ---------------------------------------------------------------- running
+def _command_text(command, args):
+    """The canonical command line of a transform (recorded in the module it writes)."""
+    parts = [command, args.target]
+    if getattr(args, "argnums", None) is not None:
+        parts += ["--argnums", args.argnums]
+    if getattr(args, "has_aux", False):
+        parts.append("--has-aux")
+    for flag in ("in_axes", "out_axes"):
+        if getattr(args, flag, None) is not None:
+            parts += ["--" + flag.replace("_", "-"), getattr(args, flag)]
+    if args.signature:
+        parts += ["--signature", args.signature]
+    for item in args.static:
+        parts += ["--static", item]
+    if getattr(args, "jit", None):
+        parts += ["--jit", args.jit]
+    return "autodiff-ast " + shlex.join(parts)
+
+
+def _options(args):
+    from .cli_check import options_from
+    try:
+        return options_from(args)
+    except TransformError as exc:
+        raise CliError(str(exc), exc.status) from None
+
+
+def _options_for(fn, options):
+    """The options of one of several functions: the signature and static entries naming its
+    own parameters."""
+    from .signatures import _split_top_level
+    params = set(inspect.signature(fn).parameters)
+    parts = [p for p in _split_top_level(options.signature or "")
+             if p.partition("=")[0].strip() in params]
+    return dataclasses.replace(options, signature=",".join(parts) or None,
+                               static={k: v for k, v in options.static.items() if k in params})
+
+
+def _check_names(functions, options):
+    from .signatures import _split_top_level
+    taken = set()
+    for fn in functions:
+        taken |= set(inspect.signature(fn).parameters)
+    named = [p.partition("=")[0].strip() for p in _split_top_level(options.signature or "")]
+    unknown = sorted((set(named) | set(options.static)) - taken)
+    if unknown:
+        raise CliError(f"--signature/--static name {', '.join(unknown)}, which none of "
+                       f"{', '.join(f.__name__ for f in functions)} takes", status=2)
+
+
+def _transform(command, args):
+    """(module text, functions, module) that a transform command writes."""
+    from .cli_module import lower_for_numba, merge
+    functions, module, where, whole = load_targets(args.target)
+    options = _options(args)
+    pieces, skipped = [], []
+    if len(functions) > 1:
+        _check_names(functions, options)
+    for fn in functions:
+        try:
+            own = _options_for(fn, options) if len(functions) > 1 else options
+            pieces.append(generate(command, fn, module, own))
+        except (TransformError, AutodiffError, NotImplementedError, TypeError) as exc:
+            if not whole:
+                raise
+            text = exc.one_line() if isinstance(exc, AutodiffError) else str(exc)
+            skipped.append(f"autodiff-ast: skipped {fn.__name__}: {text}")
+    for line in skipped:
+        print(line.splitlines()[0], file=sys.stderr)
+    if not pieces:
+        raise CliError(f"{where}: no function could be transformed by {command}")
+    entries = [p.entry for p in pieces]
+    source = merge([p.source for p in pieces], _command_text(command, args), entries)
+    jit = getattr(args, "jit", None)
+    if jit == "cuda":
+        raise CliError("--jit cuda: CUDA code generation is not available yet "
+                       "(autodiff_ast.jit has no CUDA target); use --jit numba, or write "
+                       "plain NumPy (no --jit)", status=2)
+    if jit == "numba":
+        source = lower_for_numba(source, entries)
+    return source, [fn for fn in functions if fn.__name__ in {p.function for p in pieces}], \
+        module, where
+
+
+def _run_transform(args):
+    source, _, module, where = _transform(args.command, args)
     if args.output:
         protect = [p for p in (getattr(module, "__file__", None), where) if p]
         write_atomically(args.output, source, protect)
@@ -393,16 +434,89 @@ def run(args):
         sys.stdout.write(source)
 
 
+def _run_show(args):
+    from .display import highlight, html_page, side_by_side
+    from .linemap import line_map
+    source, functions, _, _ = _transform(args.transform, args)
+    color = {"always": True, "never": False, "auto": None}[args.color]
+    if not (args.side_by_side or args.html):
+        sys.stdout.write(highlight(source, color))
+        return
+    if len(functions) != 1:
+        raise CliError("--side-by-side and --html show one function: name one", status=2)
+    fn = functions[0]
+    lines, first = inspect.getsourcelines(fn)
+    filename = fn.__code__.co_filename
+    last = first + len(lines) - 1
+    mapping = line_map(source, filename, (first, last))
+    user = [(first + k, line.rstrip("\n")) for k, line in enumerate(lines)]
+    text = source.rstrip("\n").split("\n")
+    start = next((k for k, line in enumerate(text) if line.startswith(("def ", "@"))), 0)
+    generated = [(k + 1, text[k]) for k in range(start, len(text))]
+    title = (f"{fn.__name__} ({os.path.basename(filename)})", f"autodiff-ast {args.transform}")
+    if args.html:
+        write_atomically(args.html, html_page(user, generated, mapping, title,
+                                              heading=f"{args.transform}({fn.__name__})"))
+        return
+    from .display import _use_color
+    sys.stdout.write(side_by_side(user, generated, mapping, title, args.width,
+                                  _use_color(color)))
+
+
+def _run_check(args):
+    from .cli_check import check_module
+    fixed = {}
+    for item in [s for s in args.sizes.split(",") if s.strip()]:
+        name, _, value = item.partition("=")
+        if not value.strip().isdigit():
+            raise CliError(f"--sizes: write NAME=SIZE, e.g. --sizes n=4,d=3 (got {item!r})",
+                           status=2)
+        fixed[name.strip()] = int(value)
+    if not Path(args.module).is_file():
+        raise CliError(f"{args.module}: no such file")
+
+    def parse(argv):
+        try:
+            return build_parser().parse_args(argv)
+        except SystemExit:
+            raise CliError(f"{args.module}: the recorded command is not valid") from None
+
+    def load(target):
+        functions, module, where, _ = load_targets(target)
+        return functions, module, where
+    results = check_module(args.module, parse, load, seed=args.seed, size=args.size,
+                           fixed=fixed, positive=args.positive, tol=(args.rtol, args.atol))
+    for result in results:
+        print(result.line())
+    if not all(r.ok for r in results):
+        return 4
+    return 0
+
+
+def run(args):
+    """Run parsed arguments; returns the exit status."""
+    if args.command == "show":
+        _run_show(args)
+        return 0
+    if args.command == "check":
+        return _run_check(args)
+    _run_transform(args)
+    return 0
+
+
 def main(argv=None):
     """Run the command line; returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
-        run(args)
-    except CliError as exc:
+        return run(args)
+    except (CliError, TransformError) as exc:
         print(f"autodiff-ast: error: {exc}", file=sys.stderr)
         return exc.status
     except AutodiffError as exc:
         print(f"autodiff-ast: error: {exc.one_line()}", file=sys.stderr)
+        return 1
+    except NotImplementedError as exc:
+        print(f"autodiff-ast: error: not supported yet: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # noqa: BLE001 - a bug of ours: still one line unless asked
         if args.traceback:
@@ -412,7 +526,6 @@ def main(argv=None):
         print(f"autodiff-ast: internal error: {type(exc).__name__}: {exc}{at} (please report "
               "it; --traceback shows the details)", file=sys.stderr)
         return 3
-    return 0
 
 
 if __name__ == "__main__":

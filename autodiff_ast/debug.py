@@ -19,10 +19,11 @@ generated line comes from (:mod:`autodiff_ast.linemap` keeps the map):
 ...     y = np.log(x)
 ...     return np.sum(y)
 >>> try:
-...     ad.grad(f, debug_nans=True)(np.array([1.0, -1.0]))
+...     ad.value_and_grad(f, debug_nans=True)(np.array([1.0, -1.0]))
 ... except FloatingPointError as exc:
-...     print(str(exc).split(" at ")[0])
-debug_nans: y = np.log(x) produced a NaN or inf in y
+...     print(str(exc).replace(", from", ",\\nfrom"))
+debug_nans: NaN or inf in y, computed by the generated line `y = np.log(x)`,
+from your line <doctest autodiff_ast.debug[2]>:2: y = np.log(x)
 """
 
 from __future__ import annotations
@@ -204,11 +205,9 @@ def _targets(stmt):
     return out
 
 
-def nan_variant(source, filename, user_fn):
+def nan_variant(source, user_fn):
     """`source` with a ``check_finite(...)`` call after every assignment of every generated
     function: the first NaN or inf raises, naming the generated statement and the user's line.
-
-    `filename` is the base name the module will be known by (for the messages).
     """
     where = _location(user_fn) if user_fn is not None else None
     mapping = line_map(source, where[0], where[1]) if where else {}
@@ -227,11 +226,11 @@ def nan_variant(source, filename, user_fn):
             indent = " " * stmt.col_offset
             for target in targets:
                 what = ast.unparse(target)
-                code = origin.code if origin else generated
-                at = (f"{os.path.basename(origin.filename)}:{origin.lineno}" if origin else
-                      "an unknown line")
-                message = (f"debug_nans: {code} produced a NaN or inf in {what} at {at} "
-                           f"(generated line {stmt.lineno} of {filename}: {generated})")
+                message = f"debug_nans: NaN or inf in {what}, computed by the generated line " \
+                          f"`{generated}`"
+                if origin is not None:
+                    message += (f", from your line {os.path.basename(origin.filename)}:"
+                                f"{origin.lineno}: {origin.code}")
                 inserts.setdefault(stmt.end_lineno, []).append(
                     f"{indent}check_finite({what}, {message!r})")
     if not inserts:

@@ -56,6 +56,15 @@ class TangentSweep:
     body: list  # primal and tangent statements (tangent ones have ``.tangent = True``)
     out_dots: list  # tangent expression of each output (None: structurally zero)
     helpers: set = field(default_factory=set)
+    is_pending: bool = False  # a placeholder while the function is still being built
+    used: bool = False  # a recursive call reached the placeholder
+
+    @classmethod
+    def pending(cls, core):
+        """Stands for a tangent function under construction (for recursive calls)."""
+        n = len(core.returns.elts) if isinstance(core.returns, gast.Tuple) else 1
+        return cls(core, [], [], [], [gast.Constant(value=0.0, kind=None)] * n,
+                   is_pending=True)
 
 
 @dataclass
@@ -78,17 +87,20 @@ class JvpRegistry:
         `needed` lists the outputs (of a tuple return) whose tangents the caller reads."""
         key = (core.name, tuple(active), needed)
         if key not in self.functions:
-            self.functions[key] = "pending"  # recursion guard
+            # Reserved first: a recursive call inside finds this function by its name (its
+            # output tangents are taken as non-zero there).
+            fname = self.program.module_names.fresh(f"{core.name}_jvp")
+            placeholder = JvpFunction(fname, TangentSweep.pending(core))
+            self.functions[key] = placeholder
             sweep = forward(core, active, registry=self, needed=needed)
-            if all(d is None for d in sweep.out_dots):
+            if all(d is None for d in sweep.out_dots) and not placeholder.sweep.used:
                 self.functions[key] = None
             else:
-                fname = self.program.module_names.fresh(f"{core.name}_jvp")
-                self.functions[key] = JvpFunction(fname, sweep)
-        if self.functions[key] == "pending":
-            raise core.info.error(MissingRuleError, "recursive functions cannot be "
-                                  "differentiated yet", core.info.node)
-        return self.functions[key]
+                placeholder.sweep = sweep
+        found = self.functions[key]
+        if found is not None and found.sweep.is_pending:
+            found.sweep.used = True
+        return found
 
     def generated(self):
         """Every tangent function generated so far, in creation order."""

@@ -137,7 +137,7 @@ class _JvpTransform(_Transformed):
         return out, out_dot
 
 
-def jvp_transform(fun, has_aux=False):
+def jvp_transform(fun, has_aux=False, debug_nans=None):
     """The transformation behind :func:`jvp`: call it with ``(primals, tangents)``; after a
     call, ``.source`` is the generated module (``jvp_f(x, x_dot) -> (out, out_dot)``).
 
@@ -147,20 +147,25 @@ def jvp_transform(fun, has_aux=False):
     >>> "x_dot" in t.source
     True
     """
-    return _cached(("jvp", has_aux), fun, lambda: _JvpTransform(fun, has_aux))
+    def make():
+        transformed = _JvpTransform(fun, has_aux)
+        transformed.debug_nans = debug_nans
+        return transformed
+    return _cached(("jvp", has_aux, debug_nans), fun, make)
 
 
-def jvp(fun, primals, tangents, has_aux=False):
+def jvp(fun, primals, tangents, has_aux=False, debug_nans=None):
     """``(fun(*primals), J @ tangents)``: the output and its directional derivative.
 
     `primals` and `tangents` are tuples of the same pytree structure (JAX's ``jvp``); with
     has_aux=True `fun` returns ``(output, aux)`` and the result is ``(out, out_dot, aux)``.
+    debug_nans=True raises at the first generated statement producing a NaN or inf.
 
     >>> import numpy as np
     >>> jvp(lambda x, y: x * y, (2.0, 3.0), (1.0, 0.0))
     (6.0, 3.0)
     """
-    return jvp_transform(fun, has_aux)(primals, tangents)
+    return jvp_transform(fun, has_aux, debug_nans)(primals, tangents)
 
 
 # ---------------------------------------------------------------- linearize

@@ -35,7 +35,6 @@ import numpy as np
 from .api import _flat_values, _match_leaf, _ReverseTransform, _spec_key, _Transformed
 from .build import Generated
 from .errors import ArgnumsError, CompileError
-from .frontend import parse_function
 from .naming import sanitize
 from .normalize import Static
 
@@ -85,9 +84,12 @@ class _Python:
 
 
 class _Cuda:
+    """``target='cuda'``: a kernel with one thread per example (autodiff_ast/cuda.py). It
+    works from the per-example function, not from a generated module: jit() hands the whole
+    transformation to :func:`autodiff_ast.cuda.cuda_jit`."""
+
     def compile(self, generated, options, name, note):
-        raise NotImplementedError("jit(target='cuda') is not written yet: generated modules "
-                                  "compile for the CPU (target='cpu')")
+        raise NotImplementedError("the CUDA target is built by autodiff_ast.cuda.cuda_jit")
 
 
 #: jit targets by name; a new target is an object with ``compile(generated, options, name,
@@ -287,13 +289,16 @@ def _jitted_class(cls):
     return _CLASSES[cls]
 
 
-def jit(fun, static_argnums=(), static_argnames=(), target="cpu", parallel=False, cache=True):
+def jit(fun, static_argnums=(), static_argnames=(), target="cpu", parallel=False, cache=True,
+        **target_options):
     """Compile `fun` (a function, or one transformed by grad/value_and_grad/vmap/...) with Numba.
 
     static_argnums / static_argnames: arguments whose values are compile-time constants (they
     must be hashable; each value compiles its own version). target: 'cpu' (numba.njit) or
     'python' (the compiled dialect as plain Python, for debugging). parallel: passed to
-    numba.njit. cache: keep compiled code on disk for the next process.
+    numba.njit. cache: keep compiled code on disk for the next process. target='cuda' writes a
+    CUDA kernel with one thread per example (autodiff_ast/cuda.py) and takes the options
+    tape_size, threads_per_block and reduce ('sum': results added with cuda.atomic.add).
 
     >>> import numpy as np
     >>> from autodiff_ast import grad
@@ -307,6 +312,14 @@ def jit(fun, static_argnums=(), static_argnames=(), target="cpu", parallel=False
     """
     if target not in TARGETS:
         raise ValueError(f"unknown jit target {target!r}; choose one of {sorted(TARGETS)}")
+    if target == "cuda":  # options: tape_size, threads_per_block, reduce (autodiff_ast/cuda.py)
+        from .cuda import cuda_jit
+        if static_argnums or static_argnames:
+            raise ValueError("jit(target='cuda') takes no static arguments yet")
+        return cuda_jit(fun.jit_plain if isinstance(fun, _Jitted) else fun, **target_options)
+    if target_options:
+        raise TypeError(f"jit(target={target!r}) got unexpected options "
+                        f"{sorted(target_options)}")
     nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
     names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
     options = JitOptions(target, bool(parallel), bool(cache), nums, names)
@@ -338,26 +351,16 @@ def compile_error(failure, user_fn):
     """A :class:`CompileError` for a Numba failure, located on the user's line.
 
     The generated line is traced back through the ``# <user line>`` comment above it (or, in
-    the forward sweep, its own text) to a line of the user's file.
+    the forward sweep, its own text) to a line of the user's function or of a function it calls.
     """
     from codegen.numba_cpu import comment_above
-    filename, lineno, code = None, None, None
-    try:
-        info = parse_function(user_fn)
-    except Exception:  # noqa: BLE001 (no source: report the generated line only)
-        info = None
-    source = linecache.getlines(failure.filename) or []
-    text = "".join(source)
+    text = "".join(linecache.getlines(failure.filename))
     candidates = []
     if failure.lineno:
         above = comment_above(text, failure.lineno)
-        if above:
-            candidates.append(above)
-        if failure.code:
-            candidates.append(failure.code)
-    if info is not None:
-        filename = info.filename
-        lineno, code = _find_user_line(info, candidates)
+        candidates += [above] if above else []
+        candidates += [failure.code] if failure.code else []
+    filename, lineno, code = _find_user_line(user_fn, candidates)
     where = f"line {failure.lineno} of {os.path.basename(failure.filename)}"
     if failure.function:
         where = f"{failure.function}, {where}"
@@ -369,15 +372,49 @@ def compile_error(failure, user_fn):
                              "(numba-notes.md), or call the function without jit")
 
 
-def _find_user_line(info, candidates):
-    lines = linecache.getlines(info.filename)
-    first = info.file_line(info.node) or 1
-    last = max((getattr(n, "end_lineno", None) or 0) for n in [info.node]) + info.line_offset
-    ranges = [range(first, max(first, last) + 1), range(1, len(lines) + 1)]
+def _related_functions(fn, limit=50):
+    """`fn` and the Python functions it reaches through its globals and closure."""
+    seen, order, queue = set(), [], [fn]
+    while queue and len(order) < limit:
+        f = queue.pop(0)
+        if not inspect.isfunction(f) or id(f) in seen:
+            continue
+        seen.add(id(f))
+        order.append(f)
+        code = f.__code__
+        names = [f.__globals__.get(n) for n in code.co_names]
+        cells = [c.cell_contents for c in (f.__closure__ or ()) if _has_contents(c)]
+        queue += [v for v in names + cells if inspect.isfunction(v)]
+    return order
+
+
+def _has_contents(cell):
+    try:
+        cell.cell_contents  # noqa: B018 (an empty cell raises)
+    except ValueError:
+        return False
+    return True
+
+
+def _find_user_line(user_fn, candidates):
+    """(file, line, text) of the first candidate text found in the user's functions; the
+    user function's def line when none is found."""
+    spans = []
+    for f in _related_functions(user_fn):
+        try:
+            lines, first = inspect.getsourcelines(f)
+        except (OSError, TypeError):
+            continue
+        spans.append((f.__code__.co_filename, first, first + len(lines) - 1))
     for wanted in candidates:
         wanted = " ".join(wanted.split())
-        for rows in ranges:
-            for row in rows:
-                if row - 1 < len(lines) and " ".join(lines[row - 1].split()) == wanted:
-                    return row, lines[row - 1].strip()
-    return first, (lines[first - 1].strip() if 0 < first <= len(lines) else None)
+        for filename, first, last in spans:
+            lines = linecache.getlines(filename)
+            for row in range(first, min(last, len(lines)) + 1):
+                if " ".join(lines[row - 1].split()) == wanted:
+                    return filename, row, lines[row - 1].strip()
+    if not spans:
+        return None, None, None
+    filename, first, _ = spans[0]
+    lines = linecache.getlines(filename)
+    return filename, first, (lines[first - 1].strip() if 0 < first <= len(lines) else None)

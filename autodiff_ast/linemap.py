@@ -9,8 +9,9 @@ line, in order of preference:
 1. the line itself, as written in the user's function (a primal statement kept as it was);
 2. the right-hand side of an assignment found inside one of the user's lines (a primal
    expression given a temporary name: ``tanh = np.tanh(W @ x)``);
-3. the nearest ``# <user line>`` comment above it in the same generated function;
-4. the ``def`` line of the user's function (setup code, returns).
+3. the user's only line assigning the same name (``z = ...``);
+4. the nearest ``# <user line>`` comment above it in the same generated function;
+5. the ``def`` line of the user's function (setup code, returns).
 
 Lines are searched in the user function first, then in the rest of its file.
 
@@ -144,6 +145,14 @@ class _UserLines:
                 return self.origin(row)
         return None
 
+    def assigning(self, target):
+        """The user's line assigning `target` (a plain name), when exactly one does."""
+        if not target.isidentifier():
+            return None
+        pattern = re.compile(re.escape(target) + r"\s*(\[.*\])?\s*[-+*/@]?=[^=]")
+        rows = [r for r in self.order if pattern.match(self.normed[r])]
+        return self.origin(rows[0]) if len(rows) == 1 else None
+
     def definition(self):
         if self.first <= len(self.lines):
             return self.origin(self.first)
@@ -189,6 +198,8 @@ def line_map(source, user_filename, function_lines=None):
         found = user.exact(text)
         if found is None and match is not None:
             found = user.containing(match.group("rhs"))
+        if found is None and match is not None:
+            found = user.assigning(text.split("=")[0].strip())
         if found is None and text.startswith("return "):
             found = user.containing(text[len("return "):])
         found = found or comment or user.definition()

@@ -393,6 +393,8 @@ class Normalizer:
                     self.bind_value(t, self.static(v, value, None))
                 return
             typ = atom_type(atom, self.types)
+            if typ.kind == "unknown":  # e.g. a recursive call, typed on a second pass
+                typ = T.AType("tuple", elts=tuple(T.UNKNOWN for _ in names))
             if typ.kind != "tuple" or typ.elts is None or len(typ.elts) != len(names):
                 raise self.unsupported("can only unpack tuples whose length is known", target)
             if not all(isinstance(t, gast.Name) for t in names):

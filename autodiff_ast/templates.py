@@ -19,7 +19,7 @@ import functools
 import gast
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _parse(template):
     return gast.parse(template, mode="eval").body
 

@@ -480,7 +480,22 @@ class _Lower(gast.NodeTransformer):
         name = self.module.einsum_helper(ins, out)
         return _call(name, operands)
 
+    def joined(self, node):
+        # Numba joins a tuple of arrays, not a list display.
+        if node.args and isinstance(node.args[0], gast.List):
+            node.args[0] = gast.Tuple(elts=node.args[0].elts, ctx=gast.Load())
+            return node
+        return None
+
+    call_np_concatenate = call_np_stack = call_np_hstack = call_np_vstack = joined
+
     # -- statements and operators
+    def visit_Subscript(self, node):
+        self.generic_visit(node)
+        if isinstance(node.slice, gast.List):  # x[[0, 0, 2]]: an index array
+            node.slice = _call("np.array", [node.slice])
+        return node
+
     def visit_Expr(self, node):
         self.generic_visit(node)
         value = node.value

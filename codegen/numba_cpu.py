@@ -46,6 +46,7 @@ class NumbaOptions:
     parallel: bool = False
     error_model: str = "numpy"  # x / 0.0 gives inf as in NumPy, and no division checks
     fastmath: bool = False
+    nogil: bool = False  # release the GIL while compiled code runs (pmap's worker threads)
 
     def decorator(self):
         """The decorator written above each compiled function.
@@ -58,6 +59,8 @@ class NumbaOptions:
             parts.append("parallel=True")
         if self.fastmath:
             parts.append("fastmath=True")
+        if self.nogil:
+            parts.append("nogil=True")
         parts.append(f"error_model={self.error_model!r}")
         return f"numba.njit({', '.join(parts)})"
 

@@ -155,6 +155,18 @@ class Outcome:
 
 
 # ---------------------------------------------------------------- the generator
+def _atom(text):
+    """`text` in parentheses unless it is one call (``np.sin(...)``), so it can be indexed."""
+    if text.startswith(("np.", "math.")) and text.endswith(")"):
+        depth = 0
+        for k, ch in enumerate(text):
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth == 0 and ch == ")":
+                return text if k == len(text) - 1 else f"({text})"
+    return f"({text})"
+
+
 class _Generator:
     """Draws one program, statement by statement, tracking each name's shape tag."""
 
@@ -212,7 +224,7 @@ class _Generator:
         # Recent temporaries first, so statements build on each other.
         names = sorted(names, key=lambda t: (not t.startswith("t"), t))
         options = list(names)
-        if shape == "S" and (not options or self.draw(st.booleans())):
+        if shape == "S" and (not options or self.draw(st.integers(0, 5)) == 0):
             options.append(None)
         bridges = self.bridges(shape)
         if not options or (bridges and depth < 2 and self.draw(st.integers(0, 3)) == 0):
@@ -282,7 +294,7 @@ class _Generator:
         operand = self.expr(shape, depth - 1)
         if not template.startswith(("np.", "math.", "1.0")):
             operand = f"({operand})"
-        return template.format(operand)
+        return _atom(template.format(operand))
 
     def _pair(self, shape):
         """Operand shapes (a, b) whose broadcast is `shape`, from what is reachable."""
@@ -313,8 +325,8 @@ class _Generator:
         base = self.expr(shape, depth - 1)
         exponent = self.pick(("2", "3", "0", "1", "2.0", "0.5"))
         if exponent == "0.5":
-            return f"(np.square({base}) + 1.0) ** 0.5"
-        return f"({base}) ** {exponent}"
+            return f"((np.square({base}) + 1.0) ** 0.5)"
+        return f"(({base}) ** {exponent})"
 
     def _reduce(self, shape, depth):
         reach = self.reachable()
@@ -536,7 +548,14 @@ class _Generator:
         for _ in range(self.draw(st.integers(1, 5))):
             body += self.statement("    ")
         out_shape = self.shape() if self.draw(st.integers(0, 4)) == 0 else "S"
-        body.append(f"    return {self.expr(out_shape, self.depth())}")
+        # Every temporary reaches the output, so every statement's derivative is checked.
+        terms = [self.expr(out_shape, self.depth())]
+        for text, shape, is_temp in self.scope:
+            if is_temp and shape == "S":
+                terms.append(text)
+            elif is_temp:
+                terms.append(self.pick(("np.sum({0})", "np.sum(np.sin({0}))")).format(text))
+        body.append(f"    return {' + '.join(terms)}")
         head = ["import math", "", "import numpy as np", ""]
         for _, text in self.helpers:
             head += ["", text, ""]
@@ -663,3 +682,96 @@ def check_source(source, params, n=4, m=3, seed=0, order=2, jit=False):
     outcome = check_program(program, order=order, jit=jit)
     if outcome.status != "ok" or outcome.failed:
         raise AssertionError(outcome.report(program))
+
+
+# ---------------------------------------------------------------- the long profile
+class _Stats:
+    def __init__(self):
+        self.tried = 0
+        self.by_status = {}
+        self.jit = {}
+        self.refusals = {}
+        self.failures = []  # (kind, program, outcome), minimized by hypothesis
+
+    def add(self, outcome):
+        self.tried += 1
+        self.by_status[outcome.status] = self.by_status.get(outcome.status, 0) + 1
+        if outcome.jit is not None:
+            self.jit[outcome.jit] = self.jit.get(outcome.jit, 0) + 1
+        if outcome.status == "refused" or outcome.jit == "unsupported":
+            text = outcome.detail if outcome.status == "refused" else outcome.jit_detail
+            key = " ".join(text.split("\n")[0].split(": ")[-1:])[:100]
+            self.refusals[key] = self.refusals.get(key, 0) + 1
+
+
+def run_for(seconds, jit_every=10, batch=25, out=sys.stdout):
+    """The long profile: check random programs for `seconds`; failures are minimized by
+    hypothesis and printed as regression tests. Returns the :class:`_Stats`."""
+    import time
+
+    from hypothesis import HealthCheck, given, settings
+
+    stats = _Stats()
+    deadline = time.monotonic() + seconds
+    counter = [0]
+    last = {}
+
+    @settings(max_examples=batch, deadline=None, database=None, print_blob=False,
+              suppress_health_check=list(HealthCheck))
+    @given(programs())
+    def one(program):
+        if not last.get("shrinking") and time.monotonic() > deadline:
+            return  # time is up: let hypothesis finish this batch at once
+        counter[0] += 1
+        use_jit = jit_every > 0 and counter[0] % jit_every == 0
+        outcome = check_program(program, jit=use_jit)
+        if not last.get("shrinking"):
+            stats.add(outcome)
+        if outcome.failed:
+            last["shrinking"] = True
+            last["program"], last["outcome"] = program, outcome
+            raise AssertionError(outcome.report(program))
+
+    while time.monotonic() < deadline:
+        last.clear()
+        try:
+            one()
+        except Exception:  # noqa: BLE001 (AssertionError, or hypothesis's Flaky errors)
+            if "program" not in last:
+                raise
+            program, outcome = last["program"], last["outcome"]
+            stats.failures.append((program, outcome))
+            print(f"\n=== failure {len(stats.failures)} (minimized): {outcome.status} "
+                  f"jit={outcome.jit}\n{outcome.detail[-3000:]}\n{outcome.jit_detail[-3000:]}"
+                  f"\n{program.describe()}\n", file=out, flush=True)
+    return stats
+
+
+def main(argv=None):
+    """``python tests/fuzzing.py [--seconds S] [--jit-every K]`` (``make fuzz``)."""
+    import argparse
+    import os
+    import time
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--seconds", type=float,
+                        default=float(os.environ.get("FUZZ_SECONDS", "600")))
+    parser.add_argument("--jit-every", type=int,
+                        default=int(os.environ.get("FUZZ_JIT_EVERY", "10")),
+                        help="also check jit on every K-th program (0: never)")
+    options = parser.parse_args(argv)
+    start = time.monotonic()
+    stats = run_for(options.seconds, options.jit_every)
+    elapsed = time.monotonic() - start
+    print(f"\nfuzz: {stats.tried} programs tried in {elapsed:.0f} s "
+          f"({stats.tried / max(elapsed, 1e-9):.1f}/s)")
+    print("  outcomes: " + ", ".join(f"{k}={v}" for k, v in sorted(stats.by_status.items())))
+    print("  jit: " + (", ".join(f"{k}={v}" for k, v in sorted(stats.jit.items())) or "none"))
+    print(f"  failures (minimized): {len(stats.failures)}")
+    for key, count in sorted(stats.refusals.items(), key=lambda kv: -kv[1]):
+        print(f"  refused/unsupported x{count}: {key}")
+    return 1 if stats.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -304,7 +304,8 @@ def test_missing_function(project):
 
 
 def test_target_without_a_function(project):
-    run = cli("grad", "model.py", cwd=project, check=False)
+    # (a whole file, model.py, is a target: tests/test_cli_transforms.py)
+    run = cli("grad", "model", cwd=project, check=False)
     assert_one_line_error(run, "FILE.py:FUNC")
     assert run.returncode == 2
 

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import autodiff_ast as ad
-from autodiff_ast import MissingRuleError, NonFloatInputError, UnsupportedSyntaxError, check_grads
+from autodiff_ast import check_grads
 
 # ---------------------------------------------------------------- helpers the programs call
 

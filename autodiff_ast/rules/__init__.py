@@ -119,6 +119,6 @@ def covered_callables():
 
 
 # Importing the rule modules fills the registry.
-from . import elementwise, structural, linalg  # noqa: E402,F401
+from . import elementwise, linalg, structural  # noqa: E402,F401
 
 __all__ = ["Rule", "PrimCall", "register", "lookup", "by_name", "all_rules", "T"]

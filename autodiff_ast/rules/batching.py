@@ -497,6 +497,8 @@ def creator_with_batch(bc):
         dt = np.dtype(bc.call.out_type.dtype or "float64").name
         kw = "" if dt == "float64" else f", dtype=np.{dt}"
         return fill(f"np.zeros(s{kw}) + v", s=new, v=bc.aligned("fill_value", len(dims)))
+    if name == "axis_index":  # collectives: the example's position along the mapped axis
+        return fill("np.arange(n)", n=bc.n_batch)
     raise NoBatchingRule(f"{name} cannot hold a batch")
 
 
@@ -718,6 +720,8 @@ def getitem(bc):
 
 # ---------------------------------------------------------------- the table
 BATCHING = {}
+#: rules whose result is the same for every example (collectives: psum, pmean, ...)
+SAME_FOR_EVERY_EXAMPLE = ("psum", "pmean", "pmax", "pmin", "all_gather")
 
 
 def _register(names, fn):
