@@ -24,7 +24,7 @@ TEST_ENV := OPENBLAS_NUM_THREADS=1 \
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[test]'
+	$(PIP) install -q -e '.[test,cuda,mpi]'  # the CUDA (PTX) and MPI tests need both
 	touch $@
 
 # Optional extras (bench, examples) get their own stamps, redone after a base reinstall.

@@ -12,8 +12,8 @@ JAX's transformations, written as readable Python source instead of traced graph
 from .api import grad, source, value_and_grad, vjp
 from .batching import BatchingError, vmap
 from .checkpointing import checkpoint
-from .collectives import all_gather, axis_index, pmax, pmean, pmin, psum
 from .checks import check_grads
+from .collectives import all_gather, axis_index, pmax, pmean, pmin, psum
 from .config import config
 from .custom import RuleCheckError, custom_jvp, custom_vjp, register_rule, unregister_rule
 from .debug import explain
@@ -21,6 +21,7 @@ from .display import show
 from .errors import (
     ArgnumsError,
     AutodiffError,
+    CompileError,
     MissingRuleError,
     NonFloatInputError,
     NonScalarOutputError,
@@ -28,6 +29,8 @@ from .errors import (
     UnsupportedSyntaxError,
 )
 from .jacobians import hessian, jacfwd, jacrev, jvp, jvp_transform, linearize
+from .jit import jit
+from .pmap import PmapError, pmap
 from .pytrees import (
     register_pytree_node,
     tree_flatten,
@@ -43,8 +46,8 @@ __all__ = [
     "grad", "value_and_grad", "vjp", "source", "check_grads", "checkpoint", "config",
     "show", "explain",
     "vmap", "BatchingError",
-    "psum", "pmean", "pmax", "pmin", "all_gather", "axis_index",
-    "jvp", "jvp_transform", "linearize", "jacfwd", "jacrev", "hessian",
+    "psum", "pmean", "pmax", "pmin", "all_gather", "axis_index", "pmap", "PmapError",
+    "jvp", "jvp_transform", "linearize", "jacfwd", "jacrev", "hessian", "jit", "CompileError",
     "custom_jvp", "custom_vjp", "register_rule", "unregister_rule", "RuleCheckError",
     "AutodiffError", "ArgnumsError", "MissingRuleError", "NonFloatInputError",
     "NonScalarOutputError", "SourceUnavailableError", "UnsupportedSyntaxError",

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import importlib
 import importlib.util
 import inspect
@@ -43,7 +42,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from .cli_transforms import COMMANDS, TransformError, generate, parse_argnums
+from .cli_transforms import COMMANDS, TransformError, generate, options_for, parse_argnums
 from .errors import AutodiffError
 
 __all__ = ["main", "build_parser", "load_target", "load_targets", "write_atomically",
@@ -284,6 +283,8 @@ def _add_transforms(commands, with_output=True):
                                   epilog=_EXAMPLES,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
         _transform_arguments(sub, name)
+        if not with_output:  # under show: its options may follow the transform too
+            _show_arguments(sub, default=argparse.SUPPRESS)
         if with_output:
             sub.add_argument("--jit", choices=("numba", "cuda"),
                              help="write compiled code: numba puts @numba.njit(cache=True) on "
@@ -291,6 +292,20 @@ def _add_transforms(commands, with_output=True):
             sub.add_argument("-o", "--output", metavar="OUT.py",
                              help="write the module here (atomically) instead of printing it")
         sub.add_argument("--traceback", action="store_true", help=argparse.SUPPRESS)
+
+
+def _show_arguments(parser, default=None):
+    def given(value):
+        return value if default is None else default
+    parser.add_argument("--side-by-side", action="store_true", default=given(False),
+                        help="FUNC beside the generated code, each generated line numbered "
+                             "with the line of FUNC it comes from")
+    parser.add_argument("--color", choices=("auto", "always", "never"), default=given("auto"),
+                        help="colours: auto (a terminal with Pygments), always or never")
+    parser.add_argument("--html", metavar="PAGE.html", default=given(None),
+                        help="write FUNC and the generated code side by side as an HTML page")
+    parser.add_argument("--width", type=int, default=given(None),
+                        help="columns for --side-by-side")
 
 
 def build_parser():
@@ -307,14 +322,7 @@ def build_parser():
         description="Print what a transform would write, highlighted in a terminal (Pygments "
                     "when installed). Example: autodiff-ast show grad model.py:loss",
         epilog=_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    show.add_argument("--side-by-side", action="store_true",
-                      help="FUNC beside the generated code, each generated line numbered "
-                           "with the line of FUNC it comes from")
-    show.add_argument("--color", choices=("auto", "always", "never"), default="auto",
-                      help="colours: auto (a terminal with Pygments), always or never")
-    show.add_argument("--html", metavar="PAGE.html",
-                      help="write FUNC and the generated code side by side as an HTML page")
-    show.add_argument("--width", type=int, default=None, help="columns for --side-by-side")
+    _show_arguments(show)
     inner = show.add_subparsers(dest="transform", required=True, metavar="TRANSFORM")
     _add_transforms(inner, with_output=False)
     check = commands.add_parser(
@@ -368,17 +376,6 @@ def _options(args):
         raise CliError(str(exc), exc.status) from None
 
 
-def _options_for(fn, options):
-    """The options of one of several functions: the signature and static entries naming its
-    own parameters."""
-    from .signatures import _split_top_level
-    params = set(inspect.signature(fn).parameters)
-    parts = [p for p in _split_top_level(options.signature or "")
-             if p.partition("=")[0].strip() in params]
-    return dataclasses.replace(options, signature=",".join(parts) or None,
-                               static={k: v for k, v in options.static.items() if k in params})
-
-
 def _check_names(functions, options):
     from .signatures import _split_top_level
     taken = set()
@@ -401,7 +398,7 @@ def _transform(command, args):
         _check_names(functions, options)
     for fn in functions:
         try:
-            own = _options_for(fn, options) if len(functions) > 1 else options
+            own = options_for(fn, options) if len(functions) > 1 else options
             pieces.append(generate(command, fn, module, own))
         except (TransformError, AutodiffError, NotImplementedError, TypeError) as exc:
             if not whole:

@@ -30,7 +30,14 @@ from pathlib import Path
 import numpy as np
 
 from .cli_module import COMMAND_PREFIX
-from .cli_transforms import Options, TransformError, entry_name, parse_argnums, specs_of
+from .cli_transforms import (
+    Options,
+    TransformError,
+    entry_name,
+    options_for,
+    parse_argnums,
+    specs_of,
+)
 from .normalize import Static
 
 __all__ = ["check_module", "Result", "fd_jacobian", "axis_sizes"]
@@ -391,13 +398,22 @@ def check_module(path, parse, load_functions, seed=0, size=3, fixed=None, positi
         entry = getattr(module, name, None)
         if entry is None:
             raise TransformError(f"{path}: no function {name} (written for {fn.__name__})")
-        use_positive = positive
-        specs, values = _inputs(fn, options, rng, size, fixed or {}, use_positive)
-        if not use_positive and not _finite(fn, values):
-            specs, values = _inputs(fn, options, rng, size, fixed or {}, True)
-        with np.errstate(all="ignore"):
-            ok, err, against = _check_entry(args.command, fn, entry, options, values, specs,
-                                            rng, tol)
+        own = options_for(fn, options) if len(functions) > 1 else options
+        specs, values = _inputs(fn, own, rng, size, fixed or {}, positive)
+        if not positive and not _finite(fn, values):
+            specs, values = _inputs(fn, own, rng, size, fixed or {}, True)
+        try:
+            with np.errstate(all="ignore"):
+                ok, err, against = _check_entry(args.command, fn, entry, own, values, specs,
+                                                rng, tol)
+        except Exception as exc:  # noqa: BLE001 - reported as one line
+            shapes = ", ".join(f"{k}: {np.shape(v)}" for k, v in values.items()
+                               if not isinstance(specs[k], Static))
+            raise TransformError(
+                f"{path}: checking {name} at random inputs ({shapes}) raised "
+                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} (hint: "
+                "give the axis sizes the function needs in the signature, e.g. float64[3], "
+                "or name them, float64[n], and pass --sizes n=3)") from None
         results.append(Result(name, ok, err, against))
     return results
 

@@ -21,6 +21,7 @@ defaults); for ``vmap`` they are the types of one example, and the mapped axes a
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import re
 import sys
@@ -30,7 +31,7 @@ from . import types as T
 from .normalize import Static
 from .signatures import DEFAULT, SignatureError, signature_of
 
-__all__ = ["Options", "Piece", "generate", "COMMANDS", "entry_name", "parse_axes",
+__all__ = ["Options", "Piece", "generate", "COMMANDS", "entry_name", "parse_axes", "options_for",
            "parse_static", "resolve_generated_imports", "TransformError"]
 
 #: The transform commands, in the order the help lists them.
@@ -141,6 +142,17 @@ def parse_argnums(text, params):
             raise TransformError(f"--argnums: {part!r} is neither a position nor a parameter "
                                  f"({', '.join(params)})", status=2)
     return nums[0] if len(nums) == 1 and "," not in text else tuple(nums)
+
+
+def options_for(fn, options):
+    """The options of one of several functions: the --signature and --static entries that
+    name its own parameters."""
+    from .signatures import _split_top_level
+    params = set(inspect.signature(fn).parameters)
+    parts = [p for p in _split_top_level(options.signature or "")
+             if p.partition("=")[0].strip() in params]
+    return dataclasses.replace(options, signature=",".join(parts) or None,
+                               static={k: v for k, v in options.static.items() if k in params})
 
 
 def specs_of(fn, options):

@@ -153,8 +153,9 @@ class CudaJitted:
 
     # -- calling
     def __call__(self, *args):
-        from codegen.numba_cuda import is_device_array, launch
         from numba import cuda
+
+        from codegen.numba_cuda import is_device_array, launch
         names, values, axes, shapes, per_specs, likes, batch = self._plan(args)
         built = self._build(names, axes, shapes, per_specs, likes)
         on_device = any(is_device_array(v) for v in values)
@@ -214,6 +215,7 @@ class CudaJitted:
         """PTX for the kernel at these example arguments: type-checks the device code with
         Numba's CUDA compiler (needs numba-cuda[cu13], no GPU; not under the simulator)."""
         import numba
+
         from codegen.numba_cuda import compile_ptx
         names, values, axes, shapes, per_specs, likes, batch = self._plan(args)
         built = self._build(names, axes, shapes, per_specs, likes)

@@ -19,7 +19,8 @@ generated line comes from (:mod:`autodiff_ast.linemap` keeps the map):
 ...     y = np.log(x)
 ...     return np.sum(y)
 >>> try:
-...     ad.value_and_grad(f, debug_nans=True)(np.array([1.0, -1.0]))
+...     with np.errstate(invalid="ignore"):
+...         ad.value_and_grad(f, debug_nans=True)(np.array([1.0, -1.0]))
 ... except FloatingPointError as exc:
 ...     print(str(exc).replace(", from", ",\\nfrom"))
 debug_nans: NaN or inf in y, computed by the generated line `y = np.log(x)`,

@@ -486,7 +486,7 @@ class _FunctionLowering:
             tuple_out = True
         out_shapes, out_dtypes, out_params, out_names = [], [], [], []
         bound_outs = {}
-        for k, r in enumerate(returns):
+        for r in returns:
             if isinstance(r, gast.Name) and r.id in self.shape:
                 shape = self.shape[r.id]
                 dtype = str(self.env[r.id].dtype)

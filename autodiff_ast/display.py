@@ -229,6 +229,9 @@ def show(f, *example_args, html=False, path=None, color=None, width=None, echo=T
     f = _transformed(f)
     if example_args or example_kwargs:
         f(*example_args, **example_kwargs)
+    if getattr(f, "_last", None) is None:
+        raise TypeError("show: pass example arguments (show(f, x, y)) or call the function "
+                        "once: the code is generated for the types of the arguments")
     source = f.source
     user_fn = debug.user_function_of(f)
     if user_fn is None:

@@ -381,6 +381,8 @@ class _Walker:
                 self.loop(stmt)
             elif isinstance(stmt, gast.If):
                 self.branch(stmt)
+            elif isinstance(stmt, gast.Pass):
+                continue  # an empty block's placeholder: nothing to differentiate
             else:
                 self.simple(stmt)
 

@@ -406,12 +406,19 @@ def _find_user_line(user_fn, candidates):
         except (OSError, TypeError):
             continue
         spans.append((f.__code__.co_filename, first, first + len(lines) - 1))
-    for wanted in candidates:
-        wanted = " ".join(wanted.split())
+    # Exact lines first; then a user line holding the generated statement's right-hand side
+    # (a forward statement is often a piece of the user's line).
+    tries = [(" ".join(c.split()), False) for c in candidates]
+    if candidates and "=" in candidates[-1]:
+        rhs = " ".join(candidates[-1].split("=", 1)[1].split())
+        if len(rhs) > 6:
+            tries.append((rhs, True))
+    for wanted, inside in tries:
         for filename, first, last in spans:
             lines = linecache.getlines(filename)
             for row in range(first, min(last, len(lines)) + 1):
-                if " ".join(lines[row - 1].split()) == wanted:
+                text = " ".join(lines[row - 1].split())
+                if text == wanted or (inside and wanted in text):
                     return filename, row, lines[row - 1].strip()
     if not spans:
         return None, None, None

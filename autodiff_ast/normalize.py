@@ -442,6 +442,14 @@ class Normalizer:
         self.env[user_name] = core
         return core
 
+    def empty_block(self):
+        """A `pass` standing for an empty block: a core statement that computes nothing."""
+        stmt = gast.Pass()
+        stmt.prim = Prim("nondiff")
+        stmt.origin = self.origin
+        stmt.info = self.info
+        return gast.copy_location(stmt, self.origin)
+
     def append(self, stmt, prim):
         stmt.prim = prim
         stmt.origin = self.origin
@@ -819,14 +827,19 @@ class Normalizer:
             value = self.expr(kw.value)
             bound[kw.arg] = value
             kws.append(kw.arg)
+        static_values = {}
         for p, a in list(bound.items()):
             if isinstance(a, Static):
+                static_values[p] = a.value  # a dtype: rules read its value
                 bound[p] = _dtype_atom(a, node, self)
         value = _emit_call(rule, bound, kws)
-        return self.apply_rule(rule, bound, node, target, value=value, keywords=kws)
+        return self.apply_rule(rule, bound, node, target, value=value, keywords=kws,
+                               static_values=static_values)
 
-    def apply_rule(self, rule, bound, node, target, value, keywords=()):
+    def apply_rule(self, rule, bound, node, target, value, keywords=(), static_values=None):
         types_ = {p: atom_type(a, self.types) for p, a in bound.items()}
+        for p, v in (static_values or {}).items():
+            types_[p] = T.AType("object", value=v)
         call = PrimCall(rule, bound, types_, None, None, keywords)
         try:
             out = rule.infer(call)
@@ -974,6 +987,8 @@ class Normalizer:
         old = self.types.get(core_name)
         if old is None or old == typ:
             return typ
+        if old.kind == typ.kind == "array" and (old.dims is None or typ.dims is None):
+            return old if typ.dims is None else typ  # the side whose rank is known
         if old.kind == typ.kind == "array" and old.ndim == typ.ndim and old.ndim is not None:
             dims = tuple(a if a == b else T.N for a, b in zip(old.dims, typ.dims))
             return T.array(dims, old.dtype if old.dtype == typ.dtype else "float64")
@@ -1034,7 +1049,7 @@ class Normalizer:
         self.env = {**before, **new}
         orelse = self.block(stmt.orelse)
         self.env.update({k: v for k, v in after_body.items() if k not in self.env})
-        node = gast.If(test=test, body=body or [gast.Pass()], orelse=orelse)
+        node = gast.If(test=test, body=body or [self.empty_block()], orelse=orelse)
         self.append(node, Prim("if", args=[test]))
 
     def loop_body(self, make_body):
@@ -1147,7 +1162,7 @@ class Normalizer:
         body = self.loop_body(make_body)
         loop = gast.For(target=name(index, store=True),
                         iter=gast.Call(func=name("range"), args=bounds, keywords=[]),
-                        body=body or [gast.Pass()], orelse=[], type_comment=None)
+                        body=body or [self.empty_block()], orelse=[], type_comment=None)
         self.append(loop, Prim("for", args=list(bounds)))
 
     def subscript_value(self, seq, index, node):

@@ -471,7 +471,7 @@ def make_split(sweep, program, bwd_name=None, recompute=False):
     sweep.backward = backward
     forward = tidy_block(sweep.forward, keep=set(_returned_names(core)) | set(
         free_names(backward)), temps=core.namer)
-    needed = free_names(backward) + _zero_bar_params(sweep)
+    needed = free_names(backward, maybe_unbound=True) + _zero_bar_params(sweep)
     defined_fwd = set()
     for stmt in forward:
         defined_fwd.update(_stmt_targets(stmt))
@@ -890,11 +890,58 @@ class _Builder:
         # Drop the restores nobody needs.
         self.adj.out[:] = _without(self.adj.out, dead)
         self.stale_views = _stale_views(self.core, self.adj.out)
+        self.preallocated = self._plan_preallocated_tapes(needed)
         tapes = []
         forward = self._forward_block(self.core.body, needed, tapes, depth=0,
                                       defined=set(self.core.params))
         inits = [assign(tape, gast.List(elts=[], ctx=gast.Load())) for tape in tapes]
         return inits + forward
+
+    def _plan_preallocated_tapes(self, needed):
+        """Tapes written once per step of a top-level ``for`` over a range become arrays sized
+        by the trip count, indexed by the step (``y_tape[i] = y`` ... ``y = y_tape[i]``);
+        the others stay lists used as stacks."""
+        uses = {}
+        for saves in self.saves.values():
+            if isinstance(saves, list):
+                for tape, _ in saves:
+                    uses[tape] = uses.get(tape, 0) + 1
+        written = {t for inner in walk_statements(self.core.body)
+                   if not isinstance(inner, CONTROL) and inner.prim.kind in ("setitem", "add_at")
+                   for t in _stmt_targets(inner)}
+        plan = {}
+        for loop in self.core.body:
+            if not isinstance(loop, gast.For) or id(loop) in self.checkpoint_plans or \
+                    len(loop.iter.args) > 2:
+                continue
+            args = loop.iter.args
+            start, stop = (None, args[0]) if len(args) == 1 else (args[0], args[1])
+            trips = fill("max(b - a, 0)", a=start, b=stop) if start is not None else to_expr(stop)
+            step = name(loop.target.id) if start is None else fill("i - a", i=loop.target.id,
+                                                                   a=start)
+            for stmt in loop.body:
+                saves = self.saves.get(id(stmt))
+                if isinstance(stmt, CONTROL) or not isinstance(saves, list):
+                    continue
+                for tape, target in saves:
+                    t = self.core.types.get(target, T.UNKNOWN)
+                    if target not in needed or uses.get(tape) != 1:
+                        continue
+                    if t.kind in ("float", "int", "bool"):
+                        dtype = {"float": t.dtype or "float64", "int": "int64",
+                                 "bool": "bool_"}[t.kind]
+                        shape = trips
+                    else:  # arrays stay on lists: as fast (numba-notes.md), no shape to know
+                        continue
+                    plan[tape] = {"loop": id(loop), "step": step, "shape": shape,
+                                  "dtype": dtype, "copy": t.kind == "array" and target in written}
+        for restore, _ in self.pops:
+            tape = _popped_tape(restore)
+            if tape in plan:
+                row = gast.Subscript(value=name(tape), slice=to_expr(plan[tape]["step"]),
+                                     ctx=gast.Load())
+                restore.value = fill("r.copy()", r=row) if plan[tape]["copy"] else row
+        return plan
 
     def _forward_block(self, stmts, needed, tapes, depth, defined, record=True):
         out = []
@@ -903,6 +950,10 @@ class _Builder:
             if plan is not None and record:
                 out += self._checkpointed_forward(stmt, plan, needed, tapes, depth, defined)
                 continue
+            for tape, info in sorted(self.preallocated.items()):
+                if info["loop"] == id(stmt) and record:
+                    out.append(assign(tape, fill(f"np.empty(s, dtype=np.{info['dtype']})",
+                                                 s=info["shape"])))
             if isinstance(stmt, CONTROL):
                 assigned = {t for inner in walk_statements([stmt]) if not isinstance(
                     inner, CONTROL) for t in _stmt_targets(inner)}
@@ -934,7 +985,12 @@ class _Builder:
                         tapes.append(tape)
             elif save:
                 for tape, target in save:
-                    if target in needed:
+                    if tape in self.preallocated:
+                        row = gast.Subscript(value=name(tape), slice=to_expr(
+                            self.preallocated[tape]["step"]), ctx=gast.Store())
+                        out.append(gast.Assign(targets=[row], value=name(target),
+                                               type_comment=None))
+                    elif target in needed:
                         out.append(gast.Expr(value=fill("t.append(v)", t=tape, v=target)))
                         if tape not in tapes:
                             tapes.append(tape)
@@ -953,6 +1009,15 @@ class _Builder:
 
 def _checkpointed_forward_doc():
     """(documentation anchor; see _Builder._checkpointed_forward)"""
+
+
+def _popped_tape(restore):
+    """The tape a restore statement (``x = x_tape.pop()``) reads from."""
+    value = restore.value
+    if isinstance(value, gast.Call) and isinstance(value.func, gast.Attribute) and \
+            value.func.attr == "pop" and isinstance(value.func.value, gast.Name):
+        return value.func.value.id
+    return None
 
 
 def _defined_before(core):

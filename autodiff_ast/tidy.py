@@ -87,14 +87,20 @@ def _pure(stmt):
             stmt.targets[0].elts if isinstance(stmt.targets[0], gast.Tuple) else []))
 
 
-def free_names(stmts):
-    """Names read by `stmts` before any of them binds them (what the block needs from outside)."""
+def free_names(stmts, maybe_unbound=False):
+    """Names read by `stmts` before any of them binds them (what the block needs from outside).
+
+    With maybe_unbound=True a name bound only inside a loop or a branch is not taken as bound
+    after it: the loop may run zero times (a backward sweep's ``x = x_tape.pop()`` then never
+    runs), so a later read still needs the value from outside.
+    """
     defined, free = set(), []
     for stmt in stmts:
         for n in stmt_uses(stmt):
             if n not in defined and n not in free:
                 free.append(n)
-        defined.update(stmt_defs(stmt))
+        if not (maybe_unbound and isinstance(stmt, (gast.For, gast.While, gast.If))):
+            defined.update(stmt_defs(stmt))
     return free
 
 
@@ -275,15 +281,38 @@ def _tidy_nested(stmts, keep, temps):
                     outside.update(_all_reads([other]))
             if isinstance(stmt, (gast.For, gast.While)):
                 outside.update(_names(stmt.iter if isinstance(stmt, gast.For) else stmt.test))
-                # Values read in the body may come from the previous iteration, except
-                # temporaries set in the body before they are read.
-                outside.update(set(_all_reads(body)) - _single_list_temps(body, temps))
+                # Values read in the body may come from the previous iteration: those read
+                # before they are set (in the body's order) must stay.
+                outside.update(_carried(body))
             else:
                 outside.update(_names(stmt.test))
             other_field = stmt.orelse if field == "body" else stmt.body
             outside.update(_all_reads(other_field or []))
             new = tidy_block(body, keep=outside, temps=temps)
             setattr(stmt, field, new or [gast.Pass()])
+
+
+def _carried(body):
+    """Names a loop body reads before it sets them: they carry a value between iterations."""
+    seen_def, carried = set(), set()
+
+    def walk(stmts):
+        for stmt in stmts:
+            if isinstance(stmt, _CONTROL):
+                header = stmt.iter if isinstance(stmt, gast.For) else stmt.test
+                for n in _names(header):
+                    if n not in seen_def:
+                        carried.add(n)
+                walk(stmt.body)
+                walk(stmt.orelse)
+                seen_def.update(_names(stmt, gast.Store))
+                continue
+            for n in stmt_uses(stmt):
+                if n not in seen_def:
+                    carried.add(n)
+            seen_def.update(stmt_defs(stmt))
+    walk(body)
+    return carried
 
 
 def _single_list_temps(body, temps):

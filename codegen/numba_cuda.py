@@ -16,7 +16,8 @@ def f_kernel(x, w, out_0, n_batch):
     \"\"\"Thread i computes example i: f(x[i], w).\"\"\"
     i = cuda.grid(1)
     if i < n_batch:
-        out_0[i] = f(x[i], w)
+        r0 = f(x[i], w)
+        out_0[i] = r0
 """
 
 from __future__ import annotations

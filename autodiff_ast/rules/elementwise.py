@@ -98,6 +98,12 @@ ALIASES.setdefault("minimum", []).append(min)
 def infer_elementwise(call):
     """Type of an elementwise result: the broadcast of the operands; int stays int for +-*."""
     operands = [call.types[p] for p in call.rule.params if p in call.types]
+    if call.rule.name == "add" and len(operands) == 2 and all(
+            t.kind == "tuple" and t.elts is not None for t in operands):
+        # `(n,) + x.shape`: tuple concatenation, as in shapes built for np.empty
+        a, b = operands
+        value = a.value + b.value if a.value is not None and b.value is not None else None
+        return T.AType("tuple", elts=a.elts + b.elts, value=value)
     out = T.broadcast(*operands)
     if call.rule.name in ("add", "subtract", "multiply", "negative", "positive", "absolute",
                           "maximum", "minimum", "remainder", "floor_divide", "square",

@@ -1,0 +1,306 @@
+"""Every transform of the command line, end to end: the installed ``autodiff-ast`` script on a
+real file, the module it wrote imported by a fresh interpreter that cannot import autodiff_ast
+(``run_isolated``), and checked there against finite differences of the user's own function (or
+a loop over examples for vmap). Also: several functions into one module, whole files,
+``--static``, ``--jit numba|cuda``, ``show`` and ``check``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(sys.executable).parent / "autodiff-ast"
+
+MODEL = '''\
+import numpy as np
+
+W = np.array([[1.0, 2.0], [0.5, -1.0], [0.3, 0.2]])
+
+
+def loss(x: "float64[2]", y: "float64[3]"):
+    z = np.tanh(W @ x) * y
+    return np.sum(z * z)
+
+
+def predict(x: "float64[2]"):
+    return np.sin(W @ x)
+
+
+def energy(x: "float64[2]"):
+    return np.sum(x ** 4) + x[0] * x[1]
+
+
+def simulate(x: "float64[2]", steps, rate=0.5):
+    for _ in range(steps):
+        x = x - rate * np.tanh(x)
+    return np.sum(x * x)
+
+
+def unsupported(x):
+    try:
+        y = x * 2.0
+    except ValueError:
+        y = x
+    return y
+'''
+
+# Finite differences computed in the fresh interpreter itself, from the user's function.
+FD = '''
+import numpy as np
+
+def jac(f, args, k, eps=1e-6):
+    """d f(*args) / d args[k]: shape out.shape + arg.shape."""
+    x = np.asarray(args[k], dtype=float)
+    cols = []
+    for i in np.ndindex(x.shape):
+        step = np.zeros_like(x)
+        step[i] = eps
+        up, down = list(args), list(args)
+        up[k], down[k] = x + step, x - step
+        cols.append((np.asarray(f(*up)) - np.asarray(f(*down))) / (2 * eps))
+    return np.stack(cols, -1).reshape(np.shape(cols[0]) + x.shape)
+
+def check(got, want, rtol=1e-6, atol=1e-8):
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+x = np.array([0.3, -0.7])
+y = np.array([1.0, -2.0, 0.5])
+'''
+
+
+def cli(*args, cwd, check=True):
+    env = dict(os.environ, AUTODIFF_AST_CACHE=str(cwd / ".modules"))
+    run = subprocess.run([str(SCRIPT)] + list(args), cwd=cwd, env=env, capture_output=True,
+                         text=True, timeout=180)
+    if check:
+        assert run.returncode == 0, run.stderr
+    return run
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "model.py").write_text(MODEL)
+    return tmp_path
+
+
+def isolated_ok(run_isolated, code, cwd, timeout=60):
+    out = run_isolated(FD + textwrap.dedent(code) + "\nprint('ok')\n", cwd, timeout=timeout)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr
+    return out
+
+
+def test_grad(project, run_isolated):
+    cli("grad", "model.py:loss", "--argnums", "0,1", "-o", "g.py", cwd=project)
+    assert "def grad_loss(x, y):" in (project / "g.py").read_text()
+    isolated_ok(run_isolated, """
+        import model, g
+        gx, gy = g.grad_loss(x, y)
+        check(gx, jac(model.loss, (x, y), 0))
+        check(gy, jac(model.loss, (x, y), 1))
+    """, project)
+
+
+def test_value_and_grad(project, run_isolated):
+    cli("value-and-grad", "model.py:energy", "-o", "vg.py", cwd=project)
+    isolated_ok(run_isolated, """
+        import model, vg
+        value, g = vg.value_and_grad_energy(x)
+        check(value, model.energy(x))
+        check(g, jac(model.energy, (x,), 0))
+    """, project)
+
+
+def test_jvp(project, run_isolated):
+    cli("jvp", "model.py:loss", "-o", "j.py", cwd=project)
+    isolated_ok(run_isolated, """
+        import model, j
+        dx, dy = np.array([1.0, 0.5]), np.array([0.2, -0.1, 0.3])
+        out, out_dot = j.jvp_loss(x, y, dx, dy)
+        check(out, model.loss(x, y))
+        check(out_dot, jac(model.loss, (x, y), 0) @ dx + jac(model.loss, (x, y), 1) @ dy)
+    """, project)
+
+
+def test_vjp(project, run_isolated):
+    cli("vjp", "model.py:predict", "-o", "v.py", cwd=project)
+    isolated_ok(run_isolated, """
+        import model, v
+        u = np.array([1.0, -2.0, 0.5])
+        out, x_bar = v.vjp_predict(x, u)
+        check(out, model.predict(x))
+        check(x_bar, u @ jac(model.predict, (x,), 0))
+    """, project)
+
+
+@pytest.mark.parametrize("command", ["jacfwd", "jacrev"])
+def test_jacobians(project, run_isolated, command):
+    cli(command, "model.py:predict", "-o", f"{command}.py", cwd=project)
+    source = (project / f"{command}.py").read_text()
+    assert "from model import W" in source and "autodiff_ast_generated" not in source
+    isolated_ok(run_isolated, f"""
+        import model, {command}
+        check({command}.{command}_predict(x), jac(model.predict, (x,), 0))
+    """, project)
+
+
+def test_hessian(project, run_isolated):
+    cli("hessian", "model.py:energy", "-o", "h.py", cwd=project)
+    source = (project / "h.py").read_text()
+    assert source.startswith('"""hessian(energy) = jacfwd(jacrev(energy))')
+    assert "def hessian_energy(x):" in source
+    isolated_ok(run_isolated, """
+        import model, h
+        grad = lambda x: jac(model.energy, (x,), 0, eps=1e-5)
+        check(h.hessian_energy(x), jac(grad, (x,), 0, eps=1e-4), rtol=1e-4, atol=1e-5)
+    """, project)
+
+
+def test_vmap(project, run_isolated):
+    cli("vmap", "model.py:loss", "--in-axes", "0,None", "-o", "b.py", cwd=project)
+    cli("vmap", "model.py:predict", "--in-axes", "1", "--out-axes", "1", "-o", "b1.py",
+        cwd=project)
+    isolated_ok(run_isolated, """
+        import model, b, b1
+        xs = np.arange(8.0).reshape(4, 2) / 8
+        check(b.vmap_loss(xs, y), [model.loss(xi, y) for xi in xs], rtol=1e-12)
+        check(b1.vmap_predict(xs.T), np.stack([model.predict(xi) for xi in xs], 1),
+              rtol=1e-12)
+    """, project)
+
+
+def test_several_functions_into_one_module(project, run_isolated):
+    cli("jacrev", "model.py:predict,loss", "-o", "jr.py", cwd=project)
+    source = (project / "jr.py").read_text()
+    assert source.startswith('"""jacrev(predict), jacrev(loss), generated by autodiff-ast')
+    assert source.count("import numpy as np") == 1
+    isolated_ok(run_isolated, """
+        import model, jr
+        check(jr.jacrev_predict(x), jac(model.predict, (x,), 0))
+        check(jr.jacrev_loss(x, y), jac(model.loss, (x, y), 0))
+    """, project)
+
+
+def test_a_whole_file(project, run_isolated):
+    run = cli("grad", "model.py", "-o", "all.py", cwd=project)
+    # predict (a vector output), simulate (steps has no type) and unsupported are skipped,
+    # each with one line naming it
+    skipped = [line for line in run.stderr.splitlines() if line.startswith("autodiff-ast: ")]
+    assert any("skipped predict" in line for line in skipped), run.stderr
+    assert any("skipped unsupported" in line and "model.py:" in line for line in skipped)
+    source = (project / "all.py").read_text()
+    assert "def grad_loss(" in source and "def grad_energy(" in source
+    isolated_ok(run_isolated, """
+        import model, all
+        check(all.grad_loss(x, y), jac(model.loss, (x, y), 0))
+        check(all.grad_energy(x), jac(model.energy, (x,), 0))
+    """, project)
+
+
+def test_static_arguments(project, run_isolated):
+    cli("grad", "model.py:simulate", "--static", "steps=3", "-o", "s.py", cwd=project)
+    source = (project / "s.py").read_text()
+    assert "Static arguments (fixed when this module was written): steps=3." in source
+    isolated_ok(run_isolated, """
+        import model, s
+        check(s.grad_simulate(x, 0.5), jac(lambda x: model.simulate(x, 3, 0.5), (x,), 0))
+        check(s.grad_simulate(x, 0.25), jac(lambda x: model.simulate(x, 3, 0.25), (x,), 0))
+    """, project)
+
+
+def test_jit_numba(project, run_isolated):
+    cli("grad", "model.py:loss", "--argnums", "0,1", "--jit", "numba", "-o", "gn.py",
+        cwd=project)
+    source = (project / "gn.py").read_text()
+    assert "import numba" in source
+    assert "@numba.njit(cache=True" in source
+    # W is passed to the compiled function, not frozen into it; grad_loss keeps its name
+    assert "def grad_loss(x, y):" in source and "def grad_loss_compiled(x, y, W):" in source
+    out = isolated_ok(run_isolated, """
+        import numba, model, gn
+        gx, gy = gn.grad_loss(x, y)
+        check(gx, jac(model.loss, (x, y), 0))
+        check(gy, jac(model.loss, (x, y), 1))
+        assert isinstance(gn.grad_loss_compiled, numba.core.registry.CPUDispatcher)
+        print(len(gn.grad_loss_compiled.signatures))
+    """, project, timeout=180)
+    assert out.stdout.split()[-2] == "1"  # compiled once, in nopython mode
+
+
+def test_jit_cuda_is_a_clear_error(project):
+    run = cli("grad", "model.py:loss", "--jit", "cuda", cwd=project, check=False)
+    assert run.returncode == 2
+    assert run.stderr.count("\n") == 1 and "--jit cuda" in run.stderr
+    assert "not available" in run.stderr and run.stdout == ""
+
+
+def test_show_prints_plain_or_highlighted_source(project):
+    plain = cli("show", "grad", "model.py:energy", cwd=project).stdout
+    written = cli("grad", "model.py:energy", cwd=project).stdout
+    assert plain == written  # not a terminal: no colours
+    coloured = cli("show", "--color", "always", "grad", "model.py:energy", cwd=project).stdout
+    assert "\x1b[" in coloured  # Pygments is installed in the test environment
+    side = cli("show", "grad", "model.py:loss", "--argnums", "0,1", "--side-by-side",
+               "--width", "140", cwd=project).stdout
+    rows = side.splitlines()
+    assert rows[0].startswith("loss (model.py)")
+    # the user's line 7 and the generated line computing the adjoint of y, marked with 7
+    assert any(r.split("|")[0].strip().startswith("7 ") and "z = np.tanh" in r for r in rows)
+    assert any(r.split("|")[1].strip().startswith("7 ") and "y_bar =" in r for r in rows)
+    cli("show", "grad", "model.py:loss", "--html", "page.html", cwd=project)
+    page = (project / "page.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "grad_loss" in page
+
+
+def test_check_passes_and_catches_a_wrong_module(project):
+    cli("hessian", "model.py:energy", "-o", "h.py", cwd=project)
+    cli("vmap", "model.py:loss", "--in-axes", "0,None", "-o", "b.py", cwd=project)
+    cli("grad", "model.py:loss", "--argnums", "0,1", "-o", "g.py", cwd=project)
+    for name in ("h.py", "b.py", "g.py"):
+        run = cli("check", name, cwd=project)
+        assert run.stdout.startswith("ok   "), run.stdout
+    wrong = (project / "g.py").read_text().replace("z_bar = z + z", "z_bar = 2.001 * z")
+    assert wrong != (project / "g.py").read_text()
+    (project / "bad.py").write_text(wrong)
+    run = cli("check", "bad.py", cwd=project, check=False)
+    assert run.returncode == 4
+    assert run.stdout.startswith("FAIL grad_loss: max abs error")
+
+
+def test_check_without_a_recorded_command(project):
+    (project / "plain.py").write_text("x = 1\n")
+    run = cli("check", "plain.py", cwd=project, check=False)
+    assert run.returncode == 1
+    assert run.stderr.strip().startswith("autodiff-ast: error: plain.py: not written by")
+
+
+def test_help_documents_exit_codes_and_examples(project):
+    text = cli("--help", cwd=project).stdout
+    for line in ("exit status:", "  0  success", "  2  bad options or usage",
+                 "  4  check:", "autodiff-ast hessian model.py -o hessians.py"):
+        assert line in text
+    for command in ("grad", "value-and-grad", "jvp", "vjp", "jacfwd", "jacrev", "hessian",
+                    "vmap", "show", "check"):
+        assert command in text
+        assert "exit status:" in cli(command, "--help", cwd=project).stdout
+
+
+def test_bad_axes_are_one_line_errors(project):
+    run = cli("vmap", "model.py:loss", "--in-axes", "0,x", cwd=project, check=False)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "axes" in run.stderr
+    run = cli("vmap", "model.py:loss", "--in-axes", "0", "--signature", "x=float64[...]",
+              cwd=project, check=False)
+    assert run.returncode == 2 and "rank" in run.stderr and "model.py" not in run.stdout
+
+
+def test_doctests_of_the_cli_modules():
+    import doctest
+
+    from autodiff_ast import cli_check, cli_module, cli_transforms
+    for module in (cli_transforms, cli_module, cli_check):
+        result = doctest.testmod(module)
+        assert result.failed == 0 and result.attempted > 0
