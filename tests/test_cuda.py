@@ -67,8 +67,6 @@ def test_heat_per_example_gradients(data):
                                rtol=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason="vmap(grad(heat)) on the CPU reads `v_bar[:, i]` as a "
-                   "view and then zeroes it (vectorized variant aliasing bug)")
 def test_heat_matches_cpu_vmap(data):
     kernel = jit(vmap(grad(heat), in_axes=(0, None)), target="cuda")
     np.testing.assert_allclose(kernel(data["u"], 0.1),

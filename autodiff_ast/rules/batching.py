@@ -677,7 +677,14 @@ def getitem(bc):
                                                if t.kind in ("int", "bool")})
         if len(advanced) > 1 and advanced != list(range(advanced[0], advanced[-1] + 1)):
             raise NoBatchingRule("advanced indices separated by a slice")
-        return subscript(x, [_slice()] + [to_expr(p) for p in parts])
+        gathered = subscript(x, [_slice()] + [to_expr(p) for p in parts])
+        out_type = getattr(bc.call, "out_type", None)
+        if not advanced and not bc.store and out_type is not None and \
+                out_type.kind in ("float", "int", "bool"):
+            # One number per example was a copy; the batched column x[:, i] would be a view
+            # of x, which later in-place writes to x must not change.
+            return fill("g.copy()", g=gathered)
+        return gathered
     for k in advanced:
         if batched[k] and types[k].kind == "array" and types[k].dtype == "bool":
             raise ValueDependentShape("a boolean mask that differs per example")
