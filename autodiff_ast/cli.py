@@ -36,12 +36,14 @@ import importlib
 import importlib.util
 import inspect
 import os
+import re
 import shlex
 import sys
 import tempfile
 import traceback
 from pathlib import Path
 
+from .cli_module import COMMAND_PREFIX, _after_docstring
 from .cli_transforms import COMMANDS, TransformError, generate, options_for, parse_argnums
 from .errors import AutodiffError
 
@@ -288,7 +290,9 @@ def _add_transforms(commands, with_output=True):
         if with_output:
             sub.add_argument("--jit", choices=("numba", "cuda"),
                              help="write compiled code: numba puts @numba.njit(cache=True) on "
-                                  "every function; cuda is not available yet")
+                                  "every function; cuda writes a kernel with one thread per "
+                                  "example (vmap, or grad for per-example gradients; needs "
+                                  "per-example sizes in --signature)")
             sub.add_argument("-o", "--output", metavar="OUT.py",
                              help="write the module here (atomically) instead of printing it")
         sub.add_argument("--traceback", action="store_true", help=argparse.SUPPRESS)
@@ -393,6 +397,8 @@ def _transform(command, args):
     from .cli_module import lower_for_numba, merge
     functions, module, where, whole = load_targets(args.target)
     options = _options(args)
+    if getattr(args, "jit", None) == "cuda":
+        return _cuda_kernel(command, functions, options, args), functions, module, where
     pieces, skipped = [], []
     if len(functions) > 1:
         _check_names(functions, options)
@@ -411,15 +417,55 @@ def _transform(command, args):
         raise CliError(f"{where}: no function could be transformed by {command}")
     entries = [p.entry for p in pieces]
     source = merge([p.source for p in pieces], _command_text(command, args), entries)
-    jit = getattr(args, "jit", None)
-    if jit == "cuda":
-        raise CliError("--jit cuda: CUDA code generation is not available yet "
-                       "(autodiff_ast.jit has no CUDA target); use --jit numba, or write "
-                       "plain NumPy (no --jit)", status=2)
-    if jit == "numba":
+    if getattr(args, "jit", None) == "numba":
         source = lower_for_numba(source, entries)
     return source, [fn for fn in functions if fn.__name__ in {p.function for p in pieces}], \
         module, where
+
+
+def _cuda_kernel(command, functions, options, args):
+    """The CUDA kernel module of ``vmap`` (one thread per example) or of ``grad`` (per-example
+    gradients: every argument mapped along axis 0), for the per-example sizes the signature
+    gives (device code needs constant sizes)."""
+    from .cli_check import axis_sizes
+    from .cli_transforms import specs_of
+    if command not in ("vmap", "grad"):
+        raise CliError(f"--jit cuda writes a kernel with one thread per example: use it with "
+                       f"vmap (or grad, for per-example gradients), not {command}", status=2)
+    if len(functions) != 1:
+        raise CliError("--jit cuda writes one kernel: name one function", status=2)
+    fn = functions[0]
+    axes = re.findall(r"\[([^\]]*)\]", options.signature or "")
+    if not options.signature or not all(t.strip().isdigit() for a in axes for t in a.split(",")):
+        raise CliError(f"--jit cuda: a CUDA kernel is specialised on the per-example sizes: "
+                       f"give them, e.g. --signature \"x=float64[8]\" (for {fn.__name__})",
+                       status=2)
+    import numpy as np
+
+    from .batching import vmap
+    from .cuda import kernel_source
+    from .normalize import Static
+    sizes = axis_sizes(fn, options, 1, {})
+    specs = specs_of(fn, options)
+    names = [n for n in specs if not isinstance(specs[n], Static)]
+    if command == "grad":
+        from .api import grad
+        nums = parse_argnums(options.argnums, list(specs))
+        transform, axes = vmap(grad(fn, nums)), (0,) * len(names)
+    else:
+        axes = options.in_axes if isinstance(options.in_axes, tuple) else \
+            (options.in_axes,) * len(names)
+        transform = vmap(fn, in_axes=options.in_axes, out_axes=options.out_axes)
+    examples = []
+    for n, axis in zip(names, axes):
+        one = np.ones(sizes[n]) if sizes[n] is not None else 1.0
+        examples.append(one if axis is None else np.stack([one, one], axis=axis))
+    try:
+        text = kernel_source(transform, *examples)
+    except (ImportError, ModuleNotFoundError) as exc:
+        raise CliError(f"--jit cuda needs numba's CUDA support: {exc}", status=2) from None
+    return _after_docstring(text, COMMAND_PREFIX + _command_text(command, args)[
+        len("autodiff-ast "):])
 
 
 def _run_transform(args):

@@ -197,6 +197,7 @@ def _register_batching():
     R._register(("pmax",), _batched_reduction("np.max"))
     R._register(("pmin",), _batched_reduction("np.min"))
     R._register(("all_gather",), _batched_gather)
+    R._register(("axis_index",), lambda bc: fill("np.arange(n)", n=bc.n_batch))
 
 
 _register_batching()

@@ -174,6 +174,7 @@ class _Jitted:
                 generated, self.jit_options, name, self._static_note())
             if hasattr(module, "failure"):  # a target that reports compile failures
                 module.failure_hook = self._compile_error
+                module.generated = out  # .source follows the module if it is written again
             self._modules[key] = (out, module)
             if self.verbose:
                 print(out.source)

@@ -160,6 +160,15 @@ def _cheap(expr):
 
 
 def _inline_once(stmts, keep, temps):
+    # Each statement's reads and writes, computed once per call: nothing changes `stmts`
+    # until an inlining is done, and then the function returns.
+    all_uses = [stmt_uses(s) for s in stmts]
+    all_defs = [None] * len(stmts)
+
+    def defs_of(k):
+        if all_defs[k] is None:
+            all_defs[k] = stmt_defs(stmts[k])
+        return all_defs[k]
     for i, stmt in enumerate(stmts):
         if not (isinstance(stmt, gast.Assign) and isinstance(stmt.targets[0], gast.Name)):
             continue
@@ -169,8 +178,8 @@ def _inline_once(stmts, keep, temps):
         reads = set(_names(stmt.value))
         if tmp in reads:  # `v = f(v)` updates v: inlining it would substitute forever
             continue
-        uses = [j for j in range(i + 1, len(stmts)) if tmp in stmt_uses(stmts[j])]
-        count = sum(stmt_uses(stmts[j]).count(tmp) for j in uses)
+        uses = [j for j in range(i + 1, len(stmts)) if tmp in all_uses[j]]
+        count = sum(all_uses[j].count(tmp) for j in uses)
         if count != 1:
             if count == 0:
                 continue
@@ -181,7 +190,7 @@ def _inline_once(stmts, keep, temps):
             continue
         last = uses[-1]
         redefined = any(d in reads or d == tmp for k in range(i + 1, last)
-                        for d in stmt_defs(stmts[k])
+                        for d in defs_of(k)
                         if not _copy_back(stmts[k], tmp, stmt.value))
         if redefined:
             continue

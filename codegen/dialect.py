@@ -439,6 +439,11 @@ class _Lower(gast.NodeTransformer):
         return _call(gast.Attribute(value=base, attr="reshape", ctx=gast.Load()),
                      [args["newshape"]])
 
+    def call_np_dot(self, node):
+        if not self.module.general_dot or len(node.args) != 2 or node.keywords:
+            return None
+        return _call(self.helper("dot_nd"), node.args)
+
     def call_np_matmul(self, node):
         if len(node.args) != 2 or node.keywords:
             return None
@@ -656,6 +661,7 @@ class _Module:
         self.taken = {n.id for n in gast.walk(tree) if isinstance(n, gast.Name)}
         self.taken |= {n.name for n in gast.walk(tree) if isinstance(n, gast.FunctionDef)}
         self.needed = set()
+        self.general_dot = False
         self.generated = {}  # name -> source of helpers written for one einsum/pattern
 
     def need(self, name):
@@ -699,14 +705,17 @@ def keep_all(r, x):
 '''
 
 
-def lower_source(source, entries=(), injected=()):
+def lower_source(source, entries=(), injected=(), general_dot=False):
     """Lower a generated module's source into the compiled dialect.
 
     `entries` are the functions callers use (they get a plain wrapper when module arrays must be
     passed to them); `injected` names module data the loader sets (not imported).
+    general_dot=True writes every ``np.dot`` as ``dot_nd`` (any ranks, as batched code needs);
+    a target asks for it when Numba refused the module written without it.
     """
     tree = parse_with_comments(source)
     module = _Module(tree)
+    module.general_dot = general_dot
     header, functions = [], []
     for stmt in tree.body:
         (functions if isinstance(stmt, gast.FunctionDef) else header).append(stmt)

@@ -140,6 +140,18 @@ def scatter_add(b, index, g):
         for k in np.ndindex(index.shape):
             b[index[k]] += g[k]
 ''',
+    "dot_nd": '''\
+def dot_nd(a, b):
+    """np.dot for operands of any rank (Numba's np.dot takes 1-D and 2-D arrays)."""
+    if a.ndim <= 2 and b.ndim <= 2:
+        return np.dot(a, b)
+    rows = np.ascontiguousarray(a).reshape((-1, a.shape[-1]))
+    if b.ndim == 1:
+        return np.dot(rows, b).reshape(a.shape[:-1])
+    moved = np.ascontiguousarray(np.moveaxis(b, -2, 0))
+    out = np.dot(rows, moved.reshape((moved.shape[0], -1)))
+    return out.reshape(a.shape[:-1] + moved.shape[1:])
+''',
     "unbroadcast": '''\
 def unbroadcast(g, shape):
     """Sum `g` down to `shape`: the adjoint of broadcasting a value of that shape (loops)."""

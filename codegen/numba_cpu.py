@@ -100,27 +100,45 @@ def compile_module(source, name, entries, injected=None, options=None, note=None
     """Lower, decorate, write and import `source`; returns a :class:`CompiledModule`.
 
     `entries` are the functions callers use; `injected` maps module data names the loader sets
-    to their values; `note` is added to the module docstring.
+    to their values; `note` is added to the module docstring. Functions compile on their first
+    call; if Numba then refuses an ``np.dot`` of rank above 2 (batched code), the module is
+    lowered again with ``np.dot`` written for any rank and compiled once more.
     """
     import numba  # noqa: F401  (imported here: the module text imports it too)
-    options = options or NumbaOptions()
-    injected = dict(injected or {})
-    lowered = lower_source(source, entries=entries, injected=list(injected))
-    _import_numba(lowered)
-    stamp = ", ".join(f"{k} {v}" for k, v in versions().items())
-    lines = [f"Compiled with @{options.decorator()} ({stamp})."]
-    if lowered.data:
-        lines.append("Module arrays are passed as arguments, not frozen into the compiled code: "
-                     + ", ".join(lowered.data) + ".")
-    if note:
-        lines.append(note)
-    text = render(lowered, decorator=options.decorator(), doc_note="\n".join(lines))
-    module = load_source(text, name)
-    for key, value in injected.items():
-        setattr(module, key, value)
-    compiled = {fn: getattr(module, fn) for fn in sorted(lowered.compiled)}
-    rebuilt = verify_cache(module.__file__, compiled.values()) if options.cache else []
-    return CompiledModule(module, lowered, compiled, text, rebuilt, options, injected)
+    build = _Build(source, name, list(entries), dict(injected or {}),
+                   options or NumbaOptions(), note)
+    return CompiledModule(build, *build.make(general_dot=False))
+
+
+class _Build:
+    """Everything needed to (re)write one compiled module."""
+
+    def __init__(self, source, name, entries, injected, options, note):
+        self.source, self.name, self.entries = source, name, entries
+        self.injected, self.options, self.note = injected, options, note
+
+    def make(self, general_dot):
+        options = self.options
+        lowered = lower_source(self.source, entries=self.entries,
+                               injected=list(self.injected), general_dot=general_dot)
+        _import_numba(lowered)
+        stamp = ", ".join(f"{k} {v}" for k, v in versions().items())
+        lines = [f"Compiled with @{options.decorator()} ({stamp})."]
+        if lowered.data:
+            lines.append("Module arrays are passed as arguments, not frozen into the compiled "
+                         "code: " + ", ".join(lowered.data) + ".")
+        if general_dot:
+            lines.append("np.dot is written as dot_nd: this module multiplies arrays of rank "
+                         "above 2, which Numba's np.dot refuses.")
+        if self.note:
+            lines.append(self.note)
+        text = render(lowered, decorator=options.decorator(), doc_note="\n".join(lines))
+        module = load_source(text, self.name)
+        for key, value in self.injected.items():
+            setattr(module, key, value)
+        compiled = {fn: getattr(module, fn) for fn in sorted(lowered.compiled)}
+        rebuilt = verify_cache(module.__file__, compiled.values()) if options.cache else []
+        return module, lowered, compiled, text, rebuilt
 
 
 def _import_numba(lowered):
@@ -133,23 +151,44 @@ class CompiledModule:
     """A loaded compiled module: attribute access gives its functions; entry points compile on
     their first call and report Numba failures as :class:`CompileFailure`."""
 
-    def __init__(self, module, lowered, compiled, source, rebuilt, options, data):
+    def __init__(self, build, module, lowered, compiled, source, rebuilt):
+        self._build = build
+        self._data = build.injected  # this compilation's module data (the module is shared)
+        self._options = build.options
+        self._entries = {}
+        self._general = False
+        self.generated = None  # a Generated whose .source follows this module's text
+        self._set(module, lowered, compiled, source, rebuilt)
+
+    def _set(self, module, lowered, compiled, source, rebuilt):
         self.module = module
-        self._data = data  # this compilation's injected module data (the module is shared)
         self.source = source
         self.rebuilt = rebuilt  # functions whose cache files failed the manifest check
         self._lowered = lowered
         self._compiled = compiled
-        self._options = options
-        self._entries = {}
+        if self.generated is not None:
+            self.generated.source = source
+        for name, entry in self._entries.items():
+            entry.bind(*self._target(name))
+
+    def _target(self, name):
+        data = [self._data[d] if d in self._data else getattr(self.module, d)
+                for d in self._lowered.data_args.get(name, ())]
+        return getattr(self.module, name), self._compiled.get(name), data
+
+    def generalize(self):
+        """Lower the module again with np.dot for any rank; False when that was done already
+        or cannot help."""
+        if self._general or "np.dot(" not in self.source:
+            return False
+        self._general = True
+        self._set(*self._build.make(general_dot=True))
+        return True
 
     def entry(self, name):
         """The callable for generated function `name`, passing it the module data it reads."""
         if name not in self._entries:
-            data = [self._data[d] if d in self._data else getattr(self.module, d)
-                    for d in self._lowered.data_args.get(name, ())]
-            target = getattr(self.module, name)
-            self._entries[name] = _Entry(self, name, target, self._compiled.get(name), data)
+            self._entries[name] = _Entry(self, name, *self._target(name))
         return self._entries[name]
 
     def __getattr__(self, name):
@@ -181,18 +220,26 @@ class _Entry:
         from numba.core.errors import NumbaError
         self.owner = owner
         self.name = name
+        self.error = NumbaError
+        self.bind(target, dispatcher, data)
+
+    def bind(self, target, dispatcher, data):
         self.target = target
         self.data = data
         self.signatures = dispatcher.overloads if dispatcher is not None else ()
         self.seen = 0
-        self.error = NumbaError
 
     def __call__(self, *args):
-        args = [_writeable(a) for a in args] + self.data
+        args = [_writeable(a) for a in args]
         try:
-            result = self.target(*args)
+            result = self.target(*args, *self.data)
         except self.error as exc:
-            raise self.owner.failure(exc) from None
+            if not self.owner.generalize():
+                raise self.owner.failure(exc) from None
+            try:  # the module was lowered again (and this entry rebound): one more try
+                result = self.target(*args, *self.data)
+            except self.error as again:
+                raise self.owner.failure(again) from None
         if len(self.signatures) != self.seen:  # newly compiled (and cached): record it
             self.seen = len(self.signatures)
             self.owner.record_cache()

@@ -5,7 +5,7 @@ The gradient is generated once for the signature of the arguments and reused for
 gradient is printed at the end.
 
     python examples/linear_regression.py             # N = 1,000,000 points, 1000 steps
-    python examples/linear_regression.py --small     # N = 1,000, 50 steps (the smoke test)
+    python examples/linear_regression.py --small     # N = 1,000, 100 steps (the smoke test)
     python examples/linear_regression.py --n 100000 --steps 200
 """
 
@@ -34,9 +34,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=1_000_000, help="number of points")
     parser.add_argument("--steps", type=int, default=1000, help="gradient steps")
-    parser.add_argument("--small", action="store_true", help="1,000 points, 50 steps")
+    parser.add_argument("--small", action="store_true", help="1,000 points, 100 steps")
     args = parser.parse_args(argv)
-    n, steps = (1000, 50) if args.small else (args.n, args.steps)
+    n, steps = (1000, 100) if args.small else (args.n, args.steps)
 
     rng = np.random.default_rng(0)
     x, y, true_w, true_b = make_data(n, rng)
@@ -54,6 +54,8 @@ def main(argv=None):
     print(f"{steps} steps on {n:,} points in {seconds:.2f} s "
           f"({1e3 * seconds / steps:.2f} ms per step)")
     print(f"learned w = {np.round(w, 3)}, b = {b:.3f}; true w = {true_w}, b = {true_b}")
+    error = max(np.max(np.abs(w - true_w)), abs(b - true_b))
+    print(f"largest parameter error {error:.2e}")
     print()
     print("The generated value_and_grad of loss:")
     print(step.source)

@@ -704,7 +704,7 @@ class _Stats:
             self.refusals[key] = self.refusals.get(key, 0) + 1
 
 
-def run_for(seconds, jit_every=10, batch=25, out=sys.stdout):
+def run_for(seconds, jit_every=10, batch=25, shrink_seconds=90, out=sys.stdout):
     """The long profile: check random programs for `seconds`; failures are minimized by
     hypothesis and printed as regression tests. Returns the :class:`_Stats`."""
     import time
@@ -722,12 +722,16 @@ def run_for(seconds, jit_every=10, batch=25, out=sys.stdout):
     def one(program):
         if not last.get("shrinking") and time.monotonic() > deadline:
             return  # time is up: let hypothesis finish this batch at once
+        if last.get("shrinking") and time.monotonic() > last["shrink_until"]:
+            return  # shrunk long enough: keep the smallest failure seen so far
         counter[0] += 1
         use_jit = jit_every > 0 and counter[0] % jit_every == 0
         outcome = check_program(program, jit=use_jit)
         if not last.get("shrinking"):
             stats.add(outcome)
         if outcome.failed:
+            if not last.get("shrinking"):
+                last["shrink_until"] = time.monotonic() + shrink_seconds
             last["shrinking"] = True
             last["program"], last["outcome"] = program, outcome
             raise AssertionError(outcome.report(program))

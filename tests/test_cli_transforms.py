@@ -7,6 +7,7 @@ a loop over examples for vmap). Also: several functions into one module, whole f
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -231,11 +232,53 @@ def test_jit_numba(project, run_isolated):
     assert out.stdout.split()[-2] == "1"  # compiled once, in nopython mode
 
 
-def test_jit_cuda_is_a_clear_error(project):
-    run = cli("grad", "model.py:loss", "--jit", "cuda", cwd=project, check=False)
-    assert run.returncode == 2
-    assert run.stderr.count("\n") == 1 and "--jit cuda" in run.stderr
-    assert "not available" in run.stderr and run.stdout == ""
+RNN = """\
+import numpy as np
+
+
+def rnn(w, x):
+    h = 0.0
+    for t in range(8):
+        h = np.tanh(w * h + x[t])
+    return h
+"""
+
+
+def test_jit_cuda_writes_a_kernel(project, run_isolated):
+    """Per-example gradients as a kernel, run in Numba's CUDA simulator (conftest sets
+    NUMBA_ENABLE_CUDASIM=1, which the fresh interpreter inherits)."""
+    (project / "rnn.py").write_text(RNN)
+    cli("grad", "rnn.py:rnn", "--jit", "cuda", "--signature", "w=float64, x=float64[8]",
+        "-o", "kernel.py", cwd=project)
+    source = (project / "kernel.py").read_text()
+    assert "@cuda.jit\ndef grad_rnn_kernel(w, x, out_0, n_batch):" in source
+    assert "# autodiff-ast grad rnn.py:rnn --signature" in source
+    isolated_ok(run_isolated, """
+        import os
+        assert os.environ["NUMBA_ENABLE_CUDASIM"] == "1"
+        import rnn, kernel
+        ws = np.array([0.5, -0.3, 0.9])
+        xs = np.linspace(-1, 1, 24).reshape(3, 8)
+        out = np.zeros(3)
+        kernel.grad_rnn_kernel[1, 32](ws, xs, out, 3)
+        for k in range(3):
+            check(out[k], jac(lambda w: rnn.rnn(w, xs[k]), (np.array(ws[k]),), 0))
+    """, project, timeout=180)
+
+
+def test_jit_cuda_errors(project):
+    (project / "rnn.py").write_text(RNN)
+    run = cli("jvp", "rnn.py:rnn", "--jit", "cuda", "--signature", "w=float64, x=float64[8]",
+              cwd=project, check=False)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1
+    assert "one thread per example" in run.stderr and run.stdout == ""
+    run = cli("grad", "rnn.py:rnn", "--jit", "cuda", "--signature", "w=float64, x=float64[N]",
+              cwd=project, check=False)
+    assert run.returncode == 2 and "per-example sizes" in run.stderr
+    run = cli("grad", "model.py:loss", "--jit", "cuda", "--signature",
+              "x=float64[2], y=float64[3]", cwd=project, check=False)
+    assert run.returncode == 1 and run.stderr.count("\n") == 1  # W: module data
+    assert re.search(r"model.py:\d+: `W @ x`", run.stderr) and "CUDA device code" in run.stderr
 
 
 def test_show_prints_plain_or_highlighted_source(project):

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autodiff_ast import pytrees
@@ -401,6 +401,8 @@ def test_path_to_name_names_every_leaf():
 keys = st.one_of(st.text(max_size=8), st.integers(-1000, 1000))
 
 
+# The machine is shared by two test workers and compiles: generation may be slow, never wrong.
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(base=st.text(max_size=8), path=st.lists(keys, max_size=4).map(tuple))
 def test_path_to_name_is_an_identifier(base, path):
     name = path_to_name(base, path)

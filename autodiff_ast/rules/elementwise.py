@@ -217,8 +217,8 @@ def _power_jvp(call, dots):
     partials = _power_partials(call)
     terms = [fill("d * t", d=partials[p], t=dots[p]) for p in ("a", "b")
              if p in dots and partials[p] is not None]
-    if not terms:
-        return None
+    if not terms:  # x ** 0: a constant; its tangent is zero (of the tangent's shape)
+        return fill("0.0 * t", t=next(iter(dots.values())))
     return terms[0] if len(terms) == 1 else fill("a + b", a=terms[0], b=terms[1])
 
 
