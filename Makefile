@@ -16,7 +16,7 @@ TEST_ENV := OPENBLAS_NUM_THREADS=1 \
 	NUMBA_CACHE_DIR=$(CURDIR)/.cache/numba \
 	AUTODIFF_AST_CACHE=$(CURDIR)/.cache/modules
 
-.PHONY: .venv demo test bench lint examples clean
+.PHONY: .venv demo test bench lint examples clean fuzz
 .PRECIOUS: $(VENV)/.installed-%
 
 .venv: $(STAMP)
@@ -37,6 +37,15 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(TEST_ENV) $(PY) -m pytest -q -n 2
+
+# Property-based fuzzing of the derivative code for FUZZ_SECONDS (default 10 minutes): random
+# programs checked against finite differences in forward and reverse mode, order 1 and 2,
+# every FUZZ_JIT_EVERY-th also under jit. Prints programs tried, failures (minimized), refusals.
+FUZZ_SECONDS ?= 600
+FUZZ_JIT_EVERY ?= 10
+fuzz: $(STAMP)
+	$(TEST_ENV) NUMBA_BOUNDSCHECK=1 $(PY) tests/fuzzing.py --seconds $(FUZZ_SECONDS) \
+		--jit-every $(FUZZ_JIT_EVERY)
 
 bench: $(STAMP)
 	@if [ ! -f benchmarks/run.py ]; then \

@@ -165,6 +165,17 @@ def _annotating(call):
 _NAN_KINDS = ("grad", "value_and_grad", "vjp", "jvp")
 
 
+def _private_copy(module):
+    """A second module object executing the same file (tracebacks still show its lines)."""
+    import types as pytypes
+    copy = pytypes.ModuleType(module.__name__, module.__doc__)
+    copy.__file__ = module.__file__
+    with open(module.__file__, "rb") as handle:
+        code = compile(handle.read(), module.__file__, "exec", dont_inherit=True)
+    exec(code, copy.__dict__)
+    return copy
+
+
 class _Transformed:
     """A transformed function: call it like the original; `.source` shows the generated code."""
 
@@ -220,8 +231,12 @@ class _Transformed:
                 text = debug.nan_variant(generated.source, debug.user_function_of(self))
                 generated = dataclasses.replace(generated, source=text)
             module = load_source(generated.source, name)
-            for n, v in generated.injected.items():
-                setattr(module, n, v)
+            if generated.injected:
+                # Values this function closes over: its own module object, so that two closures
+                # with the same source never share (and overwrite) each other's data.
+                module = _private_copy(module)
+                for n, v in generated.injected.items():
+                    setattr(module, n, v)
             debug.register(module.__file__, debug.user_function_of(self))
             self._modules[key] = (generated, module)
             if self.verbose:

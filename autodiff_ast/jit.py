@@ -32,7 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .api import _flat_values, _match_leaf, _ReverseTransform, _spec_key, _Transformed
+from . import pytrees
+from .api import _flat_values, _match_leaf, _rebuild, _ReverseTransform, _spec_key, _Transformed
 from .build import Generated
 from .errors import ArgnumsError, CompileError
 from .naming import sanitize
@@ -154,16 +155,15 @@ class _Jitted:
                     return None
                 parts.append(("static", type(a), a))
                 continue
-            kind = type(a)
-            if kind is np.ndarray:
-                flags = a.flags
-                if not (flags.c_contiguous and flags.writeable) or a.ndim == 0:
+            part = _leaf_key(a)
+            if part is None:
+                if type(a) not in (dict, list, tuple):
                     return None
-                parts.append((a.dtype, tuple(s == 1 for s in a.shape)))
-            elif kind in (float, int, bool) or isinstance(a, np.generic):
-                parts.append(kind)
-            else:
-                return None
+                leaves, treedef = pytrees.tree_flatten(a)
+                part = ("tree", treedef) + tuple(_leaf_key(leaf) for leaf in leaves)
+                if None in part:
+                    return None
+            parts.append(part)
         return tuple(parts)
 
     def _module_for(self, key, build):
@@ -218,6 +218,19 @@ class _Jitted:
         return compile_error(failure, _user_function(self))
 
 
+def _leaf_key(a):
+    """What decides the compiled signature for one array or scalar; None for anything else."""
+    kind = type(a)
+    if kind is np.ndarray:
+        flags = a.flags
+        if not (flags.c_contiguous and flags.writeable) or a.ndim == 0:
+            return None
+        return (a.dtype, tuple(s == 1 for s in a.shape))
+    if kind in (float, int, bool) or isinstance(a, np.generic):
+        return kind
+    return None
+
+
 def _make_plan(jitted, args):
     """A function of the call's arguments doing what the last (slow) call did, or None."""
     if jitted.jit_options.static_argnames or jitted._last is None:
@@ -230,29 +243,47 @@ def _make_plan(jitted, args):
     if nparams != len(args):
         return None  # defaults filled in: keep the general path
     static = {i % len(args) for i in jitted.jit_options.static_argnums}
-    dynamic = [i for i in range(len(args)) if i not in static]
+    dynamic = [(i, _leaf_key(args[i]) is None) for i in range(len(args)) if i not in static]
     entry = getattr(module, generated.entry)
+
+    def flat(args):
+        out = []
+        for i, tree in dynamic:
+            if tree:
+                out.extend(pytrees.tree_leaves(args[i]))
+            else:
+                out.append(args[i])
+        return out
+
     if isinstance(jitted, _Primal):
         def primal_plan(args):
-            return entry(*[args[i] for i in dynamic])
+            return entry(*flat(args))
         return primal_plan
     if not isinstance(jitted, _ReverseTransform):
         return None
     layout = generated.layout
-    if any(len(g) != 1 for g in layout["groups"]):
-        return None
+    sizes = [len(g) for g in layout["groups"]]
     single = isinstance(jitted.argnums, int)
     nums = (jitted.argnums,) if single else tuple(jitted.argnums)
     argnums = [i % len(args) for i in nums]
+    if any(n != 1 and _leaf_key(args[i]) is not None for n, i in zip(sizes, argnums)):
+        return None
     n_extra = int(layout["value"]) + int(layout["aux"])
-    one = n_extra + len(argnums) == 1
+    one = n_extra + sum(sizes) == 1
     with_value, has_aux = jitted.with_value, jitted.has_aux
 
     def reverse_plan(args):
-        result = entry(*[args[i] for i in dynamic])
+        result = entry(*flat(args))
         if one:
             result = (result,)
-        grads = [_match_leaf(g, args[i]) for g, i in zip(result[n_extra:], argnums)]
+        grads, at = [], n_extra
+        for i, n in zip(argnums, sizes):
+            like = args[i]
+            if _leaf_key(like) is None:
+                grads.append(_rebuild(like, list(result[at:at + n])))
+            else:
+                grads.append(_match_leaf(result[at], like))
+            at += n
         grads = grads[0] if single else tuple(grads)
         if not n_extra:
             return grads

@@ -1223,7 +1223,12 @@ def _shallow_copy(stmt):
 def _placeholder(t):
     """A value of t's type that is never read: it lets the first save before a loop run."""
     if t.kind == "array" and t.dims is not None:
-        return fill("np.zeros(s)", s=tuple(0 for _ in t.dims))
+        # Size-one axes stay size one and the dtype is kept: a function that receives the
+        # placeholder (a helper's backward function) must infer the same type from it.
+        shape = tuple(1 if d == 1 else 0 for d in t.dims)
+        if t.dtype in (None, "float64"):
+            return fill("np.zeros(s)", s=shape)
+        return fill(f"np.zeros(s, np.{t.dtype})", s=shape)
     if t.kind == "int":
         return fill("0")
     if t.kind == "bool":

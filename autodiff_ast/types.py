@@ -154,9 +154,10 @@ def result_dtype(*types):
     if "float32" in arrays:
         return "float32"
     if any(t.kind == "float" for t in types):
+        # Integer or boolean arrays with a float scalar give float64 (NumPy's promotion),
+        # float scalars alone keep the widest float.
         floats = [t.dtype for t in types if t.kind == "float"]
-        return "float64" if "float64" in floats and not arrays else (arrays[0] if arrays
-                                                                    else floats[0])
+        return "float64" if "float64" in floats or arrays else floats[0]
     if dtypes and all(d and d.startswith("int") or d == "bool" for d in dtypes):
         return "int64"
     return "float64"

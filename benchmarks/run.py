@@ -32,6 +32,9 @@ ROOT = os.path.dirname(HERE)
 os.environ.setdefault("AUTODIFF_AST_CACHE", os.path.join(ROOT, ".cache", "bench", "modules"))
 os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(ROOT, ".cache", "bench", "numba"))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# On small shared machines OpenBLAS's spinning threads stall every BLAS call for milliseconds
+# (numba-notes.md, "Parallel CPU"); one BLAS thread gives every competitor the same footing.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 

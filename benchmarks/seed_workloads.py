@@ -101,6 +101,21 @@ def _mlp_backprop(W1, b1, W2, b2, W3, b3, x, y):
     return (x.T @ d1, d1.sum(axis=0), h1.T @ d2, d2.sum(axis=0), h2.T @ d3, d3.sum(axis=0))
 
 
+def _mlp_backprop_loops(W1, b1, W2, b2, W3, b3, x, y):
+    """The same backpropagation with the softmax written as a loop over rows (for Numba)."""
+    h1 = np.tanh(x @ W1 + b1)
+    h2 = np.tanh(h1 @ W2 + b2)
+    logits = h2 @ W3 + b3
+    n = x.shape[0]
+    d3 = np.empty_like(logits)
+    for i in range(n):
+        e = np.exp(logits[i] - logits[i].max())
+        d3[i] = (e / e.sum() * y[i].sum() - y[i]) / n
+    d2 = (d3 @ W3.T) * (1.0 - h2 * h2)
+    d1 = (d2 @ W2.T) * (1.0 - h1 * h1)
+    return (x.T @ d1, d1.sum(axis=0), h1.T @ d2, d2.sum(axis=0), h2.T @ d3, d3.sum(axis=0))
+
+
 def mlp_grad_numpy(params, x, y):
     names = ("W1", "b1", "W2", "b2", "W3", "b3")
     grads = _mlp_backprop(*(params[k] for k in names), x, y)
@@ -333,7 +348,7 @@ def mlp_rows():
     names = ("W1", "b1", "W2", "b2", "W3", "b3")
     loops = None
     if njit:
-        backprop = njit(cache=True)(_mlp_backprop)
+        backprop = njit(cache=True)(_mlp_backprop_loops)
 
         def loops(params, x, y):
             return dict(zip(names, backprop(*(params[k] for k in names), x, y)))

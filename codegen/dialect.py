@@ -447,6 +447,8 @@ class _Lower(gast.NodeTransformer):
     def call_np_matmul(self, node):
         if len(node.args) != 2 or node.keywords:
             return None
+        if self.module.general_dot:
+            return _call(self.helper("matmul_nd"), node.args)
         return gast.BinOp(left=node.args[0], op=gast.MatMult(), right=node.args[1])
 
     def call_abs(self, node):
@@ -520,6 +522,8 @@ class _Lower(gast.NodeTransformer):
 
     def visit_BinOp(self, node):
         self.generic_visit(node)
+        if isinstance(node.op, gast.MatMult) and self.module.general_dot:
+            return _call(self.helper("matmul_nd"), [node.left, node.right])
         if isinstance(node.op, gast.Pow):
             p = _const(node.right)
             if isinstance(p, int) and not isinstance(p, bool) and p < 0:
@@ -710,7 +714,8 @@ def lower_source(source, entries=(), injected=(), general_dot=False):
 
     `entries` are the functions callers use (they get a plain wrapper when module arrays must be
     passed to them); `injected` names module data the loader sets (not imported).
-    general_dot=True writes every ``np.dot`` as ``dot_nd`` (any ranks, as batched code needs);
+    general_dot=True writes every ``np.dot`` as ``dot_nd`` and ``@`` as ``matmul_nd`` (any
+    ranks, as batched code needs);
     a target asks for it when Numba refused the module written without it.
     """
     tree = parse_with_comments(source)

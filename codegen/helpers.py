@@ -152,6 +152,34 @@ def dot_nd(a, b):
     out = np.dot(rows, moved.reshape((moved.shape[0], -1)))
     return out.reshape(a.shape[:-1] + moved.shape[1:])
 ''',
+    "matmul_nd": '''\
+def matmul_nd(a, b):
+    """a @ b for operands of any rank (Numba's @ takes 1-D and 2-D arrays): a loop over the
+    stacked matrices, the smaller stack broadcast when it holds one matrix."""
+    if a.ndim <= 2 and b.ndim <= 2:
+        return np.dot(a, b)
+    if a.ndim == 1 or b.ndim == 1 or b.ndim == 2:
+        return dot_nd(a, b)  # np.dot and @ agree on these ranks
+    n, m = a.shape[-2], b.shape[-1]
+    b3 = np.ascontiguousarray(b).reshape((-1, b.shape[-2], m))
+    if a.ndim == 2:
+        out = np.empty((b3.shape[0], n, m))
+        for i in range(b3.shape[0]):
+            out[i] = np.dot(a, b3[i])
+        return out.reshape(b.shape[:-2] + (n, m))
+    a3 = np.ascontiguousarray(a).reshape((-1, n, a.shape[-1]))
+    count = max(a3.shape[0], b3.shape[0])
+    out = np.empty((count, n, m))
+    for i in range(count):
+        out[i] = np.dot(a3[i % a3.shape[0]], b3[i % b3.shape[0]])
+    if a.ndim > b.ndim:
+        return out.reshape(a.shape[:-2] + (n, m))
+    if b.ndim > a.ndim:
+        return out.reshape(b.shape[:-2] + (n, m))
+    if a3.shape[0] >= b3.shape[0]:
+        return out.reshape(a.shape[:-2] + (n, m))
+    return out.reshape(b.shape[:-2] + (n, m))
+''',
     "unbroadcast": '''\
 def unbroadcast(g, shape):
     """Sum `g` down to `shape`: the adjoint of broadcasting a value of that shape (loops)."""
@@ -159,10 +187,10 @@ def unbroadcast(g, shape):
     if len(shape) == 0:
         return np.sum(garr)
     out = np.zeros(shape)
-    if garr.ndim == 0:
-        return out + garr
+    flat_g = np.ravel(garr)
+    if garr.ndim == 0:  # (garr is not an argument: Numba types this branch for every rank)
+        return out + flat_g[0]
     flat_out = out.reshape(-1)
-    flat_g = np.ascontiguousarray(garr).reshape(-1)
     lead = garr.ndim - len(shape)
     for k in range(flat_g.size):
         rest = k
@@ -182,7 +210,7 @@ def unbroadcast(g, shape):
 }
 
 #: Helpers a dialect helper calls (emitted with it).
-DIALECT_DEPENDS = {"var_axis": ("keep_axis", "mean_axis")}
+DIALECT_DEPENDS = {"var_axis": ("keep_axis", "mean_axis"), "matmul_nd": ("dot_nd",)}
 
 
 def dialect_helper_source(names):

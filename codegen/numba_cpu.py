@@ -16,6 +16,19 @@ crashed) are deleted so Numba rebuilds them instead of loading them.
 
 When Numba cannot compile, the entry point raises :class:`CompileFailure` naming the generated
 function, line and Numba's reason; :mod:`autodiff_ast.jit` maps it back to the user's line.
+
+Not done yet (notes for whoever continues):
+
+- very long generated functions are not split; Numba's compile time grows faster than linearly
+  with function length (numba-notes.md: 800 statements ~150 s, ~55 s split in 50s). A pass
+  here could cut a long straight-line body into helper functions passing live names;
+- ``parallel=True`` is passed through as is: size-one broadcasting under it (numba#3729) is not
+  lowered, and batched modules do not yet use a ``prange`` loop over per-example functions;
+- loop adjoints come from reverse.py as written (scatter form, per-iteration scalar tapes):
+  gather-form stencil adjoints, hoisting and fusing elementwise chains into one loop belong to
+  the loop support in reverse.py and would be checked here by looking at the LLVM Numba emits;
+- Numba here has no SVML, so transcendental-heavy array expressions (tanh, exp, log) run slower
+  than NumPy's vectorized versions; installing ``icc_rt`` gives Numba SVML.
 """
 
 from __future__ import annotations
@@ -101,13 +114,21 @@ def compile_module(source, name, entries, injected=None, options=None, note=None
 
     `entries` are the functions callers use; `injected` maps module data names the loader sets
     to their values; `note` is added to the module docstring. Functions compile on their first
-    call; if Numba then refuses an ``np.dot`` of rank above 2 (batched code), the module is
-    lowered again with ``np.dot`` written for any rank and compiled once more.
+    call; if Numba then refuses the module and it holds ``np.dot`` or ``@`` (which Numba takes
+    for 1-D and 2-D arrays only: batched code needs more), it is lowered again with both written
+    for any rank and compiled once more.
     """
     import numba  # noqa: F401  (imported here: the module text imports it too)
     build = _Build(source, name, list(entries), dict(injected or {}),
                    options or NumbaOptions(), note)
-    return CompiledModule(build, *build.make(general_dot=False))
+    compiled = CompiledModule(build, *build.make(general_dot=False))
+    if os.path.exists(_general_marker(compiled.module.__file__)):
+        compiled.generalize()  # an earlier process found Numba refuses the first form
+    return compiled
+
+
+def _general_marker(module_file):
+    return os.path.splitext(module_file)[0] + ".needs-nd"
 
 
 class _Build:
@@ -128,8 +149,8 @@ class _Build:
             lines.append("Module arrays are passed as arguments, not frozen into the compiled "
                          "code: " + ", ".join(lowered.data) + ".")
         if general_dot:
-            lines.append("np.dot is written as dot_nd: this module multiplies arrays of rank "
-                         "above 2, which Numba's np.dot refuses.")
+            lines.append("np.dot and @ are written as dot_nd and matmul_nd: this module "
+                         "multiplies arrays of rank above 2, which Numba's refuse.")
         if self.note:
             lines.append(self.note)
         text = render(lowered, decorator=options.decorator(), doc_note="\n".join(lines))
@@ -179,9 +200,13 @@ class CompiledModule:
     def generalize(self):
         """Lower the module again with np.dot for any rank; False when that was done already
         or cannot help."""
-        if self._general or "np.dot(" not in self.source:
+        if self._general or ("np.dot(" not in self.source and " @ " not in self.source):
             return False
         self._general = True
+        marker = _general_marker(self.module.__file__)
+        with contextlib.suppress(OSError):
+            with open(marker, "w", encoding="utf-8") as handle:
+                handle.write("Numba refused this module: use the any-rank np.dot and @.\n")
         self._set(*self._build.make(general_dot=True))
         return True
 

@@ -340,6 +340,9 @@ class _Generator:
             fn = self.pick(("sum", "mean", "max", "min", "prod", "var", "std"))
             if fn == "prod":
                 return f"np.prod(1.0 + 0.5 * np.tanh({operand}))"
+            if fn == "std":  # not differentiable where the values are all equal: an argument
+                args = [t for t, s, tmp in self.scope if not tmp and s in ("V", "M", "U")]
+                return f"np.std({self.pick(args)})" if args else f"np.var({operand})"
             return f"np.{fn}({operand})"
         fn = self.pick(("sum", "mean", "max", "min"))
         if shape == "C":
@@ -715,6 +718,8 @@ def run_for(seconds, jit_every=10, batch=25, shrink_seconds=90, out=sys.stdout):
     deadline = time.monotonic() + seconds
     counter = [0]
     last = {}
+    started = time.monotonic()
+    jit_time = [0.0]
 
     @settings(max_examples=batch, deadline=None, database=None, print_blob=False,
               suppress_health_check=list(HealthCheck))
@@ -725,8 +730,15 @@ def run_for(seconds, jit_every=10, batch=25, shrink_seconds=90, out=sys.stdout):
         if last.get("shrinking") and time.monotonic() > last["shrink_until"]:
             return  # shrunk long enough: keep the smallest failure seen so far
         counter[0] += 1
-        use_jit = jit_every > 0 and counter[0] % jit_every == 0
+        # Numba compiles take seconds to minutes: jit every K-th program, within a quarter
+        # of the time spent so far.
+        spent = time.monotonic() - started
+        use_jit = jit_every > 0 and counter[0] % jit_every == 0 and \
+            jit_time[0] < 0.25 * spent and not last.get("shrinking")
+        before = time.monotonic()
         outcome = check_program(program, jit=use_jit)
+        if use_jit:
+            jit_time[0] += time.monotonic() - before
         if not last.get("shrinking"):
             stats.add(outcome)
         if outcome.failed:

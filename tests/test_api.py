@@ -454,3 +454,16 @@ def test_docstring_names_the_transformation():
     src = ad.source(ad.grad(three_args, argnums=(0, 2)), X, Y, 0.4)
     first = textwrap.dedent(src).splitlines()[0]
     assert first.startswith('"""grad(three_args, argnums=(0, 2))')
+
+
+def test_two_closures_with_the_same_source_keep_their_own_data():
+    def make(w):
+        def f(x):
+            return np.sum(w * x)
+        return f
+    g1 = ad.grad(make(np.array([1.0, 2.0])))
+    g2 = ad.grad(make(np.array([5.0, 7.0])))
+    x = np.ones(2)
+    np.testing.assert_array_equal(g1(x), [1.0, 2.0])
+    np.testing.assert_array_equal(g2(x), [5.0, 7.0])
+    np.testing.assert_array_equal(g1(x), [1.0, 2.0])  # g2's data did not replace g1's

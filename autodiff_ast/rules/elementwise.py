@@ -119,6 +119,10 @@ def infer_elementwise(call):
         return T.INT
     if call.rule.name in ("isnan", "isinf", "isfinite"):
         return T.array(out.dims, "bool") if out.kind == "array" else T.BOOL
+    if out.dtype and out.dtype.startswith(("int", "bool")) and call.rule.name not in (
+            "floor_divide", "sign", "round", "around"):
+        # true division and every transcendental function of integers give floats
+        return T.array(out.dims, "float64") if out.kind == "array" else T.FLOAT
     return out
 
 
