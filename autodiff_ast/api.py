@@ -29,7 +29,7 @@ from codegen.loader import load_source
 from . import debug, pytrees
 from . import types as T
 from .build import build_reverse, build_vjp
-from .errors import ArgnumsError, SourceUnavailableError
+from .errors import ArgnumsError, ShapeMismatchError, SourceUnavailableError, UnsupportedError
 from .frontend import parse_function
 from .naming import sanitize
 from .normalize import Static, TreeSpec, spec_of
@@ -167,13 +167,21 @@ _NAN_KINDS = ("grad", "value_and_grad", "vjp", "jvp")
 
 def _private_copy(module):
     """A second module object executing the same file (tracebacks still show its lines)."""
+    import sys
     import types as pytypes
-    copy = pytypes.ModuleType(module.__name__, module.__doc__)
+    # Registered under its own name: code generated from this module's functions imports
+    # their data by module name (`from <module> import cotangent`) and must find this copy.
+    count = _PRIVATE_COPIES[module.__name__] = _PRIVATE_COPIES.get(module.__name__, 0) + 1
+    copy = pytypes.ModuleType(f"{module.__name__}_data{count}", module.__doc__)
     copy.__file__ = module.__file__
     with open(module.__file__, "rb") as handle:
         code = compile(handle.read(), module.__file__, "exec", dont_inherit=True)
+    sys.modules[copy.__name__] = copy
     exec(code, copy.__dict__)
     return copy
+
+
+_PRIVATE_COPIES = {}
 
 
 class _Transformed:
@@ -272,8 +280,10 @@ class _ReverseTransform(_Transformed):
 
     def function_for(self, specs):
         if any(isinstance(s, (TreeSpec, Static)) for s in specs.values()):
-            raise NotImplementedError("transforming a transformed function with pytree or "
-                                      "static arguments is not supported yet")
+            raise UnsupportedError("transforming a transformed function with pytree or "
+                                   "static arguments is not supported yet",
+                                   hint="differentiate with respect to flat array arguments, "
+                                        "or use jacfwd/jacrev of the pytree function")
         info = parse_function(self._python_function(specs))
         _, argnums = _normalize_argnums(self.argnums, len(specs), info)
         generated, module = self._generate(specs, argnums)
@@ -355,6 +365,13 @@ class _Pullback:
     def __call__(self, cotangent):
         layout = self.generated.layout
         cts = list(cotangent) if self.tuple_out else [cotangent]
+        shapes = getattr(self, "out_shapes", None)
+        if shapes is not None and (len(cts) != len(shapes) or any(
+                np.shape(c) != s for c, s in zip(cts, shapes))):
+            raise ShapeMismatchError(
+                f"vjp: the cotangent has shape(s) {[np.shape(c) for c in cts]}, but the "
+                f"output has shape(s) {list(shapes)}",
+                hint="pass a cotangent shaped like the function's output")
         cts = [np.asarray(c, dtype=float) if np.ndim(c) else float(c) for c in cts]
         bwd = getattr(self.module, self.generated.extra["bwd"])
         # The backward code pops its tapes and restores overwritten elements in place: each
@@ -410,6 +427,8 @@ class _VjpBuilder(_Transformed):
         bwd_params = [by_name[p] for p in layout["bwd_params"]]
         pullback = _Pullback(generated, module, residuals, bwd_params, values,
                              layout["n_seeds"], layout["tuple_out"])
+        outs = out[0] if layout["tuple_out"] and isinstance(out[0], tuple) else (out[0],)
+        pullback.out_shapes = [np.shape(o) for o in outs]
         if self.has_aux:
             return out[0], pullback, out[1]
         return out[0], pullback

@@ -74,8 +74,10 @@ def active_leaves(info, specs, argnums):
         leaves = _leaves(pname, spec)
         leaf_types = spec.leaves(pname) if isinstance(spec, TreeSpec) else [(pname, spec)]
         for flat, t in leaf_types:
-            if not t.is_float:
-                what = "complex" if t.dtype and "complex" in t.dtype else (t.dtype or t.kind)
+            if not getattr(t, "is_float", False):  # a Static (None, a string...) too
+                dtype = getattr(t, "dtype", None)
+                what = "complex" if dtype and "complex" in dtype else (
+                    dtype or getattr(t, "kind", None) or type(getattr(t, "value", t)).__name__)
                 raise NonFloatInputError(
                     f"grad requires real floating-point inputs, but argument {pname!r} "
                     f"{'leaf ' + flat + ' ' if flat != pname else ''}is {what}",
@@ -246,7 +248,8 @@ def build_reverse(fn, specs, argnums=(0,), has_aux=False, with_value=False, entr
     active = [leaf for group in groups for leaf in group]
     if len(set(active)) != len(active):
         raise ArgnumsError(f"argnums {argnums!r} names an argument twice",
-                           filename=info.filename, lineno=info.file_line(info.node))
+                           filename=info.filename, lineno=info.file_line(info.node),
+                           hint="list each argument once")
     if has_aux and not (isinstance(core.returns, gast.Tuple) and len(core.returns.elts) == 2):
         raise UnsupportedSyntaxError(
             "has_aux=True needs the function to return a pair (output, aux)",

@@ -80,6 +80,14 @@ class SourceUnavailableError(AutodiffError):
     """The function's source text cannot be found (built-ins, C extensions, the REPL)."""
 
 
+class UnsupportedError(AutodiffError, NotImplementedError):
+    """A combination of transformations or arguments that is not supported (yet)."""
+
+
+class ShapeMismatchError(AutodiffError, ValueError):
+    """A tangent or cotangent whose shape does not match its primal."""
+
+
 class TypeInferenceError(AutodiffError):
     """Static inference found values whose type changes in a way Numba cannot follow."""
 

@@ -33,6 +33,7 @@ from .api import (
 from .build_forward import build_jvp, build_linearize
 from .build_jacobian import Argnums, build_jacfwd, build_jacrev
 from .custom import register_route, source_function
+from .errors import ShapeMismatchError
 from .frontend import parse_function
 from .normalize import Static, TreeSpec
 
@@ -64,14 +65,16 @@ def _tangent_leaves(primals, tangents):
         t = pytrees.tree_map(lambda x: 0 if x is None else x, t, is_leaf=lambda x: x is None)
         t_leaves, t_def = pytrees.tree_flatten(t)
         if p_def != t_def:
-            raise TypeError(f"jvp: primal {k} has structure {p_def} but its tangent has "
-                            f"structure {t_def}")
+            raise ShapeMismatchError(f"jvp: primal {k} has structure {p_def} but its tangent "
+                                     f"has structure {t_def}",
+                                     hint="pass tangents shaped like the primals")
         for pl, tl in zip(p_leaves, t_leaves):
             if not _float_leaf(pl):
                 continue
             if np.shape(tl) != np.shape(pl):
-                raise ValueError(f"jvp: a tangent of shape {np.shape(tl)} was given for a "
-                                 f"primal of shape {np.shape(pl)} (argument {k})")
+                raise ShapeMismatchError(
+                    f"jvp: a tangent of shape {np.shape(tl)} was given for a primal of shape "
+                    f"{np.shape(pl)} (argument {k})", hint="pass tangents shaped like the primals")
             if isinstance(pl, np.ndarray):
                 out.append(_prepare_leaf(np.asarray(tl, dtype=pl.dtype)))
             else:

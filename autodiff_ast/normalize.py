@@ -261,7 +261,9 @@ class Normalizer:
 
     # -- errors
     def unsupported(self, message, node, hint=None):
-        return self.info.error(UnsupportedSyntaxError, message, node, hint)
+        return self.info.error(UnsupportedSyntaxError, message, node, hint or (
+            "rewrite this line with the supported subset: NumPy calls, arithmetic, "
+            "if/for/while, in-place writes and calls of your own functions"))
 
     # -- entry point
     def run(self):
@@ -396,7 +398,8 @@ class Normalizer:
             if typ.kind == "unknown":  # e.g. a recursive call, typed on a second pass
                 typ = T.AType("tuple", elts=tuple(T.UNKNOWN for _ in names))
             if typ.kind != "tuple" or typ.elts is None or len(typ.elts) != len(names):
-                raise self.unsupported("can only unpack tuples whose length is known", target)
+                raise self.unsupported("can only unpack tuples whose length is known", target,
+                                       "index the values one by one (a = x[0]) instead")
             if not all(isinstance(t, gast.Name) for t in names):
                 raise self.unsupported("nested unpacking is not supported", target)
             out = [self.define(t.id) for t in names]
@@ -408,7 +411,8 @@ class Normalizer:
         if isinstance(target, gast.Subscript):
             self.setitem(target, self.atom(value))
             return
-        raise self.unsupported(f"cannot assign to {type(target).__name__}", target)
+        raise self.unsupported(f"cannot assign to {type(target).__name__}", target,
+                               "assign to a local name, or return the value instead")
 
     def bind_value(self, target, atom):
         if not isinstance(target, gast.Name):
@@ -857,7 +861,8 @@ class Normalizer:
         """A nested def (or a lambda bound to a name): a function of its own in the generated
         module, whose free variables become extra parameters passed at each call."""
         if node.decorator_list:
-            raise self.unsupported("decorated nested functions are not supported", node)
+            raise self.unsupported("decorated nested functions are not supported", node,
+                                   "define the helper at module level, without decorators")
         self.env[name_] = Static(LocalFunction(node, name_))
 
     def call_local(self, local, node, target):

@@ -557,6 +557,11 @@ def reverse(core, active_params, registry=None, seed="grad", output_index=None):
                 f"{core.info.name} returns {what}", core.return_node,
                 "return one value, or return (output, aux) and pass has_aux=True")
         for a in outputs:
+            if isinstance(a, gast.Constant) and not isinstance(a.value, float):
+                raise core.info.error(
+                    NonScalarOutputError, f"grad requires a real scalar output, but "
+                    f"{core.info.name} returns the constant {a.value!r}", core.return_node,
+                    "return a float")
             if isinstance(a, gast.Name):
                 t = core.types.get(a.id, T.UNKNOWN)
                 if t.kind == "array" or not t.is_float and t.kind != "unknown":

@@ -89,6 +89,11 @@ BINARY = (
 )
 CONSTANTS = ("0.5", "1.5", "2.0", "0.3", "-0.7", "3.0")
 
+#: Constructs the generator leaves out because they hit a known bug, kept as strict-xfail
+#: regression tests in test_fuzz.py (remove a name here when its test starts passing).
+#: rows_loop: ``for row in A`` at order 2 (a zero-size placeholder tape, ValueError).
+KNOWN_GAPS = {"rows_loop"}
+
 
 # ---------------------------------------------------------------- program and outcome
 @dataclass(frozen=True)
@@ -397,7 +402,7 @@ class _Generator:
     def statement(self, indent):
         kinds = ["assign", "assign", "update", "branch", "elementwise_loop", "accumulate",
                  "while_loop"]
-        if "M" in self.reachable():
+        if "M" in self.reachable() and "rows_loop" not in KNOWN_GAPS:
             kinds.append("rows_loop")
         kind = self.pick(kinds)
         return getattr(self, f"_stmt_{kind}")(indent)
@@ -698,6 +703,7 @@ class _Stats:
 
     def add(self, outcome):
         self.tried += 1
+        self.order2 = getattr(self, "order2", 0) + (outcome.order == 2)
         self.by_status[outcome.status] = self.by_status.get(outcome.status, 0) + 1
         if outcome.jit is not None:
             self.jit[outcome.jit] = self.jit.get(outcome.jit, 0) + 1
@@ -707,7 +713,8 @@ class _Stats:
             self.refusals[key] = self.refusals.get(key, 0) + 1
 
 
-def run_for(seconds, jit_every=10, batch=25, shrink_seconds=90, out=sys.stdout):
+def run_for(seconds, jit_every=10, order2_every=2, batch=25, shrink_seconds=45,
+            out=sys.stdout):
     """The long profile: check random programs for `seconds`; failures are minimized by
     hypothesis and printed as regression tests. Returns the :class:`_Stats`."""
     import time
@@ -736,7 +743,8 @@ def run_for(seconds, jit_every=10, batch=25, shrink_seconds=90, out=sys.stdout):
         use_jit = jit_every > 0 and counter[0] % jit_every == 0 and \
             jit_time[0] < 0.25 * spent and not last.get("shrinking")
         before = time.monotonic()
-        outcome = check_program(program, jit=use_jit)
+        order = 2 if order2_every and counter[0] % order2_every == 0 else 1
+        outcome = check_program(program, order=order, jit=use_jit)
         if use_jit:
             jit_time[0] += time.monotonic() - before
         if not last.get("shrinking"):
@@ -775,13 +783,17 @@ def main(argv=None):
     parser.add_argument("--jit-every", type=int,
                         default=int(os.environ.get("FUZZ_JIT_EVERY", "10")),
                         help="also check jit on every K-th program (0: never)")
+    parser.add_argument("--order2-every", type=int,
+                        default=int(os.environ.get("FUZZ_ORDER2_EVERY", "2")),
+                        help="check order 2 on every K-th program, order 1 on the others")
     options = parser.parse_args(argv)
     start = time.monotonic()
-    stats = run_for(options.seconds, options.jit_every)
+    stats = run_for(options.seconds, options.jit_every, options.order2_every)
     elapsed = time.monotonic() - start
     print(f"\nfuzz: {stats.tried} programs tried in {elapsed:.0f} s "
           f"({stats.tried / max(elapsed, 1e-9):.1f}/s)")
     print("  outcomes: " + ", ".join(f"{k}={v}" for k, v in sorted(stats.by_status.items())))
+    print(f"  checked at order 2 (order 1 included): {getattr(stats, 'order2', 0)}")
     print("  jit: " + (", ".join(f"{k}={v}" for k, v in sorted(stats.jit.items())) or "none"))
     print(f"  failures (minimized): {len(stats.failures)}")
     for key, count in sorted(stats.refusals.items(), key=lambda kv: -kv[1]):

@@ -98,6 +98,7 @@ ALIASES.setdefault("minimum", []).append(min)
 def infer_elementwise(call):
     """Type of an elementwise result: the broadcast of the operands; int stays int for +-*."""
     operands = [call.types[p] for p in call.rule.params if p in call.types]
+    base = call.rule.name.split("@")[0]  # max(a, b) is maximum@max, abs(x) absolute@abs...
     if call.rule.name == "add" and len(operands) == 2 and all(
             t.kind == "tuple" and t.elts is not None for t in operands):
         # `(n,) + x.shape`: tuple concatenation, as in shapes built for np.empty
@@ -105,21 +106,20 @@ def infer_elementwise(call):
         value = a.value + b.value if a.value is not None and b.value is not None else None
         return T.AType("tuple", elts=a.elts + b.elts, value=value)
     out = T.broadcast(*operands)
-    if call.rule.name in ("add", "subtract", "multiply", "negative", "positive", "absolute",
-                          "maximum", "minimum", "remainder", "floor_divide", "square",
-                          "sign", "fmax", "fmin"):
+    if base in ("add", "subtract", "multiply", "negative", "positive", "absolute", "maximum",
+                "minimum", "remainder", "floor_divide", "square", "sign", "fmax", "fmin"):
         if all(t.kind in ("int", "bool") or (t.kind == "array" and t.dtype and
                                               t.dtype.startswith(("int", "bool")))
                for t in operands):
             if out.kind == "array":
                 return T.AType("array", "int64", out.dims)
             return T.INT
-    if call.rule.name in ("floor", "ceil", "trunc") and out.kind == "float" and \
+    if base in ("floor", "ceil", "trunc") and out.kind == "float" and \
             call.rule.emit.startswith("math."):
         return T.INT
-    if call.rule.name in ("isnan", "isinf", "isfinite"):
+    if base in ("isnan", "isinf", "isfinite"):
         return T.array(out.dims, "bool") if out.kind == "array" else T.BOOL
-    if out.dtype and out.dtype.startswith(("int", "bool")) and call.rule.name not in (
+    if out.dtype and out.dtype.startswith(("int", "bool")) and base not in (
             "floor_divide", "sign", "round", "around"):
         # true division and every transcendental function of integers give floats
         return T.array(out.dims, "float64") if out.kind == "array" else T.FLOAT
