@@ -107,6 +107,10 @@ def _flat_values(specs, names, values):
 def _prepare_leaf(value):
     if isinstance(value, np.ndarray) and not value.flags.c_contiguous:
         return np.ascontiguousarray(value)
+    if type(value) is float:
+        # NumPy's scalar, like JAX: log'(0) and sqrt'(0) are inf (with a RuntimeWarning)
+        # where a Python float would raise ZeroDivisionError in the generated code.
+        return np.float64(value)
     return value
 
 
@@ -418,9 +422,9 @@ class _VjpBuilder(_Transformed):
         flat = _flat_values(specs, names, values)
         result = getattr(module, generated.entry)(*flat)
         layout = generated.layout
-        if not isinstance(result, tuple):
-            result = (result,)
         n_out = 2 if self.has_aux else 1
+        if not isinstance(result, tuple) or n_out + layout.get("residuals", 1) == 1:
+            result = (result,)  # the output alone (a tuple output is not split up)
         out, residuals = result[:n_out], result[n_out:]
         params = layout["params"]
         by_name = dict(zip(params, flat))

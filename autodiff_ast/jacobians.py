@@ -221,6 +221,17 @@ def linearize(fun, *primals):
 
 
 # ---------------------------------------------------------------- Jacobians
+def _single_precision_like(values, tree):
+    """float32 inputs give float32 Jacobians and Hessians (JAX's dtype rule)."""
+    floats = [np.asarray(v).dtype for v in pytrees.tree_leaves(values)
+              if np.issubdtype(np.asarray(v).dtype, np.floating)]
+    if not floats or any(d != np.float32 for d in floats):
+        return tree
+    return pytrees.tree_map(
+        lambda a: a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype == np.float64
+        else (np.float32(a) if isinstance(a, (float, np.float64)) else a), tree)
+
+
 class _JacobianTransform(_Transformed):
     """``jacfwd`` / ``jacrev`` of a function: call it like the function; `.source` shows the
     generated module (vmap of the jvp or vjp module, and the wrapper that lays out blocks)."""
@@ -283,7 +294,7 @@ class _JacobianTransform(_Transformed):
         aux = None
         if self.has_aux:
             raw, aux = raw
-        jac = self.assemble(values, specs, raw)
+        jac = _single_precision_like(values, self.assemble(values, specs, raw))
         return (jac, aux) if self.has_aux else jac
 
     def assemble(self, values, specs, raw):

@@ -159,6 +159,19 @@ def _cheap(expr):
     return False
 
 
+_MAX_INLINE_DEPTH = 24
+
+
+def _depth(node):
+    """How deeply expressions nest in `node` (iteratively: the tree may be very deep)."""
+    deepest, stack = 0, [(node, 1)]
+    while stack:
+        current, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in gast.iter_child_nodes(current))
+    return deepest
+
+
 def _inline_once(stmts, keep, temps):
     # Each statement's reads and writes, computed once per call: nothing changes `stmts`
     # until an inlining is done, and then the function returns.
@@ -178,6 +191,8 @@ def _inline_once(stmts, keep, temps):
         reads = set(_names(stmt.value))
         if tmp in reads:  # `v = f(v)` updates v: inlining it would substitute forever
             continue
+        if _depth(stmt.value) > _MAX_INLINE_DEPTH:
+            continue  # long chains stay statements: readable, and no recursion limits hit
         uses = [j for j in range(i + 1, len(stmts)) if tmp in all_uses[j]]
         count = sum(all_uses[j].count(tmp) for j in uses)
         if count != 1:
@@ -258,6 +273,8 @@ def _fuse_accumulation(stmts):
                 isinstance(value.left, gast.Name) and value.left.id == t1.id and
                 t1.id not in _names(value.right) and t1.id not in _names(first.value)):
             continue
+        if _depth(first.value) > _MAX_INLINE_DEPTH:
+            continue  # a long sum stays several statements
         second.value = simplify(gast.BinOp(left=first.value, op=gast.Add(), right=value.right))
         del stmts[i]
         return True

@@ -82,17 +82,27 @@ def versions():
     """Versions (and a non-default LLVM optimization level) that decide whether compiled code
     can be reused: part of the module text, so of the content hash that names its file.
 
-    >>> sorted(versions())[:4]
-    ['llvmlite', 'numba', 'numpy', 'python']
+    >>> sorted(versions())[:5]
+    ['autodiff-ast', 'llvmlite', 'numba', 'numpy', 'python']
     """
     import llvmlite
     import numba
     import numpy
     out = {"python": platform.python_version(), "numpy": numpy.__version__,
-           "numba": numba.__version__, "llvmlite": llvmlite.__version__}
+           "numba": numba.__version__, "llvmlite": llvmlite.__version__,
+           "autodiff-ast": _our_version()}
     if int(numba.config.OPT) != 3 or numba.config.OPT.is_opt_max:
         out["NUMBA_OPT"] = "max" if numba.config.OPT.is_opt_max else str(int(numba.config.OPT))
     return out
+
+
+def _our_version():
+    """This package's installed version (the code that wrote the module is part of its key)."""
+    from importlib import metadata
+    try:
+        return metadata.version("autodiff-ast")
+    except metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown"
 
 
 class CompileFailure(Exception):

@@ -162,7 +162,7 @@ def mutants(draw):
         elif kind == "long" and body:
             at = draw(st.sampled_from(body))
             depth = len(lines[at]) - len(lines[at].lstrip())
-            lines[at:at] = [" " * depth + f"pad_{k} = {k}.0 * 0.5" for k in range(300)]
+            lines[at:at] = [" " * depth + f"pad_{k} = {k}.0 * 0.5" for k in range(150)]
         elif kind == "docstring":
             first = next(i for i, line in enumerate(lines) if line.startswith("def "))
             lines.insert(first + 1, '    """A docstring: with "quotes".\n\n    >>> f(1)\n    """')
@@ -252,7 +252,7 @@ def test_unsupported_statement_names_its_line():
 
 
 def test_very_long_function():
-    body = "".join(f"    y = y * 0.999 + np.sin(x) * {k / 1000.0}\n" for k in range(400))
+    body = "".join(f"    y = y * 0.999 + np.sin(x) * {k / 1000.0}\n" for k in range(120))
     source = f"def f(x, w):\n    y = x * w\n{body}    return np.sum(y)\n"
     module = _load(PRELUDE + source)
     assert _differentiate(module.f, module.__file__) is None
