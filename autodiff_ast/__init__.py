@@ -25,7 +25,10 @@ from .errors import (
     MissingRuleError,
     NonFloatInputError,
     NonScalarOutputError,
+    ShapeMismatchError,
     SourceUnavailableError,
+    TypeInferenceError,
+    UnsupportedError,
     UnsupportedSyntaxError,
 )
 from .jacobians import hessian, jacfwd, jacrev, jvp, jvp_transform, linearize
@@ -51,6 +54,7 @@ __all__ = [
     "custom_jvp", "custom_vjp", "register_rule", "unregister_rule", "RuleCheckError",
     "AutodiffError", "ArgnumsError", "MissingRuleError", "NonFloatInputError",
     "NonScalarOutputError", "SourceUnavailableError", "UnsupportedSyntaxError",
+    "UnsupportedError", "ShapeMismatchError", "TypeInferenceError",
     "register_pytree_node", "tree_flatten", "tree_unflatten", "tree_map", "tree_leaves",
     "tree_structure",
 ]

@@ -246,10 +246,30 @@ class Adjoints:
     def init_zero(self, value):
         """``x_bar = 0`` of x's type (before a loop, or after x is overwritten in one)."""
         bar = self.namer.adjoint(value)
+        self.pin_readers(bar)
         self.out.append(assign(bar, self.zero_expr(value)))
         self.owned.add(bar)
         self.exprs[value] = name(bar)
         self.atypes[value] = self.type_of(value)
+
+    def pin_readers(self, bar):
+        """Before `bar` is reassigned: adjoints still held as expressions that read it (say
+        ``np.full_like(y, t_bar)``, not yet written out) get their own variables now, so they
+        keep the value `bar` has here."""
+        for other, expr in list(self.exprs.items()):
+            own = self.namer.adjoint(other)
+            if expr is None or own == bar or bar not in {
+                    n.id for n in gast.walk(expr) if isinstance(n, gast.Name)}:
+                continue
+            if self.smaller(self.atypes.get(other, self.type_of(other)), other):
+                self.materialized(other)  # written out at its full shape
+                continue
+            self.out.append(assign(own, expr))
+            if not isinstance(expr, gast.Name):
+                self.owned.add(own)
+            else:
+                self.owned.discard(own)
+            self.exprs[other] = name(own)
 
     def prepare_accumulation(self, values, written):
         """Before a loop or branch in the backward sweep: give each adjoint a variable."""
@@ -325,7 +345,8 @@ class Adjoints:
         offset = len(td) - len(fd)
         for i in range(len(fd)):
             if td[i + offset] == 1 and fd[i] == T.N:
-                expr = fill("np.sum(c, axis=a, keepdims=True)", c=expr, a=i + offset)
+                # axis i of the contribution (it may have fewer axes than the target)
+                expr = fill("np.sum(c, axis=a, keepdims=True)", c=expr, a=i)
                 fd[i] = 1
         return expr, T.array(tuple(fd), target.dtype or "float64")
 

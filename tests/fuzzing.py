@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib.util
+import re
 import sys
 import tempfile
 import traceback
@@ -501,7 +502,7 @@ class _Generator:
         self.bind(acc, shape)
         body = self.expr(shape, self.depth())
         lines.append(f"{indent}for _ in range({k}):")
-        lines.append(f"{indent}    {acc} = 0.7 * {acc} + 0.3 * np.sin({body})")
+        lines.append(f"{indent}    {acc} = 0.7 * {acc} + 0.3 * np.sin(np.tanh({body}))")
         return lines
 
     def _stmt_while_loop(self, indent):
@@ -511,7 +512,8 @@ class _Generator:
         self.bind(s, "S")
         step = self.expr("S", self.depth())
         lines.append(f"{indent}while {s} < {self.pick(('2.0', '3.0', '1.5'))} and {count} < 6:")
-        lines.append(f"{indent}    {s} = {s} + 0.5 + 0.25 * np.sin({step})")
+        # tanh keeps sin's argument small: a huge argument makes finite differences useless
+        lines.append(f"{indent}    {s} = {s} + 0.5 + 0.25 * np.sin(np.tanh({step}))")
         lines.append(f"{indent}    {count} += 1")
         return lines
 
@@ -709,7 +711,8 @@ class _Stats:
             self.jit[outcome.jit] = self.jit.get(outcome.jit, 0) + 1
         if outcome.status == "refused" or outcome.jit == "unsupported":
             text = outcome.detail if outcome.status == "refused" else outcome.jit_detail
-            key = " ".join(text.split("\n")[0].split(": ")[-1:])[:100]
+            first = text.split("\n")[0]
+            key = re.sub(r"^\w+: (\S+:\d+: )?", "", first)[:100]  # class and place dropped
             self.refusals[key] = self.refusals.get(key, 0) + 1
 
 

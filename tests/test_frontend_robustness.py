@@ -252,7 +252,7 @@ def test_unsupported_statement_names_its_line():
 
 
 def test_very_long_function():
-    body = "".join(f"    y = y * 0.999 + np.sin(x) * {k / 1000.0}\n" for k in range(120))
+    body = "".join(f"    y = y * 0.999 + np.sin(x) * {k / 1000.0}\n" for k in range(80))
     source = f"def f(x, w):\n    y = x * w\n{body}    return np.sum(y)\n"
     module = _load(PRELUDE + source)
     assert _differentiate(module.f, module.__file__) is None

@@ -167,6 +167,110 @@ def test_regression_same_source_different_data_composes():
     assert np.allclose(t1, [-np.sin(0.1), 0.0]) and np.allclose(t2, [0.0, -np.sin(0.2)])
 
 
+def test_regression_vjp_of_a_tuple_output_without_residuals():
+    """vjp of a function returning a tuple whose forward function keeps no residuals: the
+    output tuple was split into an output and 'residuals' (TypeError: takes 4 positional
+    arguments but 6 were given)."""
+    check_source('''
+import numpy as np
+
+
+def f(w, c, x):
+    t1 = c ** 2
+    return (np.sum(x)) ** 0 + np.sum(t1)
+''', params=("w", "c", "x"), n=5, m=2, seed=4)
+    out, pullback = ad.vjp(lambda a, b: (a * b, a + b), 2.0, 3.0)
+    assert out == (6.0, 5.0) and pullback((1.0, 1.0)) == (4.0, 3.0)
+
+
+def test_regression_adjoint_read_after_it_was_zeroed_in_a_branch():
+    """A value assigned in a branch whose adjoint feeds a lazily written one: `t1_bar = 0.0`
+    was emitted before `np.full_like(matmul, t1_bar)` was written out, so the gradient through
+    the branch was silently zero (first order, plain grad)."""
+    check_source('''
+import numpy as np
+
+
+def f(c, x):
+    if np.sum(x) > 100.0:
+        t1 = 0.0
+    else:
+        t1 = np.sum((c * x) @ x)
+    return x + t1
+''', params=("c", "x"))
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "rev-over-rev of a value computed in a branch with keepdims: the second-order backward "
+    "function pops an adjoint tape the first-order code never pushed (IndexError: pop from "
+    "empty list)"))
+def test_regression_branch_tape_second_order():
+    check_source('''
+import numpy as np
+
+
+def f(x, A, c):
+    if -0.7 > -0.7:
+        t1 = A + np.sum(A, axis=1, keepdims=True) * x
+    else:
+        t1 = np.exp(np.tanh(np.sum(A, axis=1, keepdims=True) * x))
+    return np.sum(t1)
+''', params=("x", "A", "c"), n=4, m=3, seed=3)
+
+
+def test_regression_reverse_over_forward_slice_in_loop():
+    """Reverse over forward mode through a loop reading `np.sum(x[1:])`: the same lazily
+    written adjoint as above lost the tangent term (a silently wrong second derivative)."""
+    check_source('''
+import numpy as np
+
+
+def f(w, x):
+    acc1 = x[1] * w
+    for _ in range(2):
+        acc1 = 0.7 * acc1 + 0.3 * np.sin(np.sum(x[1:]) ** 2)
+    return acc1
+''', params=("w", "x"))
+
+
+def test_regression_lower_rank_contribution_to_size_one_axis():
+    """`np.mean(c * x)` with c of shape (m, 1), x of shape (n,): the adjoint of c summed the
+    contribution (shape (n,)) over axis 1, which it does not have (AxisError, first order)."""
+    check_source('''
+import numpy as np
+
+
+def f(c, x):
+    t1 = np.copy(x)
+    t1 *= np.mean(c * t1)
+    return np.sum(t1) + np.sum(x * np.mean(c * x))
+''', params=("c", "x"), n=5, m=3, seed=1)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "rev-over-rev through branches with (m,1)*(n,) broadcasting and column reads: the "
+    "second-order backward reshapes an (m, n) adjoint to (m,) (ValueError: cannot reshape "
+    "array of size 10 into shape (2,)); minimized by hand from a `make fuzz` failure"))
+def test_regression_second_order_broadcast_column_in_branches():
+    check_source('''
+import numpy as np
+
+
+def h0(a, b):
+    return b * np.negative(a)
+
+
+def f(x, c, A):
+    if np.dot(np.cbrt(np.square((((c * x)[:, 4]) ** 1)) + 1.0), ((A / (np.square((c * np.sum(A, axis=0))) + 1.0)) @ np.minimum(x, A[1, 0]))) > 0.5:
+        t1 = np.arctan(np.reciprocal(np.square(np.sum((c * np.sum(A, axis=0)), axis=-1)) + 1.0))
+    elif h0(3.0, A[1, 3]) < 2.0:
+        t1 = np.where((c * x)[:, 2] > c[:, 0], A[:, 0], c[:, 0])
+    else:
+        t1 = np.minimum(c[:, 0], 2.0)
+    return np.sum(np.sin(t1))
+''', params=("x", "c", "A"), n=5, m=2, seed=65536)  # noqa: E501
+
+
 @pytest.mark.xfail(strict=True, raises=ValueError, reason=(
     "rev-over-rev of `for row in A`: the row is saved on a tape that starts with a zero-size "
     "placeholder, and the second-order backward sweep adds the placeholder's (0,)-shaped "
@@ -187,11 +291,8 @@ def f(A):
                    modes=("rev",))
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "reverse over forward mode through a while loop reading `c[:, 0][1:]`: the backward "
-    "function of the jvp module never propagates the tangent output's cotangent (s5_dot_bar) "
-    "through the loop, so the derivative of the directional derivative is silently 0"))
 def test_regression_reverse_over_forward_while_chained_slice():
+    """The same through a while loop reading `c[:, 0][1:]`."""
     check_source('''
 import numpy as np
 

@@ -588,8 +588,6 @@ _PLACEHOLDER = ("rev-over-rev: a row taken in the loop (`row = a[k]`) is saved o
 _WRONG2 = ("rev-over-rev gives a wrong second derivative here (AssertionError against finite "
            "differences): {}")
 XFAIL = {
-    ("gram_schmidt", "rev2"): (_WRONG2.format("columns q[:, j] written in place inside nested "
-                                              "loops"), AssertionError),
     ("tuple_return_helper", "rev2"): (_WRONG2.format("a helper returning a tuple, called in a "
                                                      "loop"), AssertionError),
     ("loop_over_rows", "rev2"): (_PLACEHOLDER, ValueError),
