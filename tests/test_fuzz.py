@@ -271,6 +271,23 @@ def f(x, c, A):
 ''', params=("x", "c", "A"), n=5, m=2, seed=65536)  # noqa: E501
 
 
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "rev-over-rev of `x ** 0` inside a loop: the first-order code pushes the base on a tape "
+    "that the second-order backward pops in a different count (IndexError: pop from empty "
+    "list); minimized by hand from a `make fuzz` failure"))
+def test_regression_power_zero_in_loop_second_order():
+    check_source('''
+import numpy as np
+
+
+def f(A):
+    acc4 = A[1] * 1.0
+    for _ in range(2):
+        acc4 = 0.7 * acc4 + 0.3 * np.sin((acc4 * 2.0) ** 0)
+    return np.sum(acc4)
+''', params=("A",), n=4, m=2, seed=1)
+
+
 @pytest.mark.xfail(strict=True, raises=ValueError, reason=(
     "rev-over-rev of `for row in A`: the row is saved on a tape that starts with a zero-size "
     "placeholder, and the second-order backward sweep adds the placeholder's (0,)-shaped "
