@@ -52,7 +52,7 @@ from . import pytrees
 from .api import _as_python_function, _bind, _Transformed
 from .batch_core import loads
 from .batching import BatchingError, _per_example_spec, _placeholder, _target_for
-from .build import ModuleBuilder
+from .build import ModuleBuilder, _with_comments
 from .collectives import COLLECTIVES, reduce_shards
 from .errors import AutodiffError
 from .frontend import parse_function
@@ -221,17 +221,6 @@ def _expr(atom):
     return gast.parse(unparse(atom), mode="eval").body
 
 
-def _with_comments(stmts, info):
-    out, last = [], None
-    for stmt in stmts:
-        origin = getattr(stmt, "origin", None)
-        if origin is not None and origin is not last:
-            text = info.source_line(origin)
-            if text:
-                out.append(comment(text))
-            last = origin
-        out.append(stmt)
-    return out
 
 
 # ---------------------------------------------------------------- backends
