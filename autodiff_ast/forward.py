@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import gast
 
 from . import types as T
+from .derivative_table import DerivativeTable
 from .errors import MissingRuleError, UnsupportedSyntaxError
 from .normalize import CoreFunction, Prim, atom_type
 from .reverse import (
@@ -108,7 +109,7 @@ class JvpRegistry:
 
 
 # ---------------------------------------------------------------- tangents of values
-class Tangents:
+class Tangents(DerivativeTable):
     """The tangent of each active value: an expression, its abstract type, tuple parts."""
 
     def __init__(self, core, out):
@@ -124,9 +125,6 @@ class Tangents:
 
     def __contains__(self, value):
         return value in self.exprs or value in self.tuples
-
-    def type_of(self, value):
-        return self.core.types.get(value, T.UNKNOWN)
 
     def get(self, value):
         return self.exprs.get(value)
@@ -198,33 +196,8 @@ class Tangents:
         stmt.tangent = True
         self.out.append(stmt)
 
-    def expr_type(self, expr):
-        """Type of an elementwise expression: the broadcast of the names it reads."""
-        found = []
-        for node in gast.walk(expr):
-            if isinstance(node, gast.Name):
-                for value, dot in self.exprs.items():
-                    if isinstance(dot, gast.Name) and dot.id == node.id:
-                        found.append(self.ttypes.get(value, T.UNKNOWN))
-                        break
-                else:
-                    if node.id in self.core.types:
-                        found.append(self.core.types[node.id])
-        return T.broadcast(*found) if found else T.FLOAT
-
-    def smaller(self, typ, value):
-        """Whether a tangent of type `typ` has fewer or size-one axes than `value`."""
-        target = self.type_of(value)
-        if target.kind != "array":
-            return False
-        if typ.kind == "float":
-            return True
-        if typ.kind != "array" or typ.dims is None or target.dims is None:
-            return False
-        if len(typ.dims) < len(target.dims):
-            return True
-        offset = len(typ.dims) - len(target.dims)
-        return any(t == T.N and typ.dims[i + offset] == 1 for i, t in enumerate(target.dims))
+    def derivative_types(self):
+        return self.ttypes
 
     def materialized(self, value):
         """The tangent of `value` with exactly value's shape (writing a broadcast if lazy)."""

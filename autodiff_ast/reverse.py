@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import gast
 
 from . import types as T
+from .derivative_table import DerivativeTable
 from .errors import MissingRuleError, NonScalarOutputError
 from .normalize import CoreFunction, atom_type
 from .rules import PrimCall
@@ -140,7 +141,7 @@ def activity(core, active_params, outputs):
     return varied, useful
 
 
-class Adjoints:
+class Adjoints(DerivativeTable):
     """Accumulates the adjoint of each active value into `name_bar` variables.
 
     An adjoint may be held lazily with fewer or size-one axes than its value (the cotangent of
@@ -171,36 +172,8 @@ class Adjoints:
         if isinstance(expr, float):
             self.atypes[value] = T.FLOAT
 
-    def type_of(self, value):
-        return self.core.types.get(value, T.UNKNOWN)
-
-    def expr_type(self, expr):
-        """Type of an elementwise expression: the broadcast of the names it reads."""
-        found = []
-        for node in gast.walk(expr):
-            if isinstance(node, gast.Name):
-                for value, bar_expr in self.exprs.items():
-                    if isinstance(bar_expr, gast.Name) and bar_expr.id == node.id:
-                        found.append(self.atypes.get(value, T.UNKNOWN))
-                        break
-                else:
-                    if node.id in self.core.types:
-                        found.append(self.core.types[node.id])
-        return T.broadcast(*found) if found else T.FLOAT
-
-    def smaller(self, typ, value):
-        """Whether an adjoint of type `typ` has fewer or size-one axes than `value`."""
-        target = self.type_of(value)
-        if target.kind != "array":
-            return False
-        if typ.kind == "float":
-            return True
-        if typ.kind != "array" or typ.dims is None or target.dims is None:
-            return False
-        if len(typ.dims) < len(target.dims):
-            return True
-        offset = len(typ.dims) - len(target.dims)
-        return any(t == T.N and typ.dims[i + offset] == 1 for i, t in enumerate(target.dims))
+    def derivative_types(self):
+        return self.atypes
 
     def add(self, value, contrib, ctype=None):
         """Accumulate `contrib` (of abstract type `ctype`) into the adjoint of `value`."""
