@@ -66,42 +66,6 @@ def mean_axis(x, axis):
     """np.mean(x, axis=axis) for one integer axis."""
     return np.sum(x, axis=axis) / x.shape[axis]
 ''',
-    "max_axis": '''\
-def max_axis(x, axis):
-    """np.max(x, axis=axis) for one integer axis."""
-    if x.ndim == 1:
-        return x.max()
-    moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))
-    rows = moved.reshape((-1, moved.shape[-1]))
-    out = np.empty(rows.shape[0], dtype=x.dtype)
-    for i in range(rows.shape[0]):
-        out[i] = rows[i].max()
-    return out.reshape(moved.shape[:-1])
-''',
-    "min_axis": '''\
-def min_axis(x, axis):
-    """np.min(x, axis=axis) for one integer axis."""
-    if x.ndim == 1:
-        return x.min()
-    moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))
-    rows = moved.reshape((-1, moved.shape[-1]))
-    out = np.empty(rows.shape[0], dtype=x.dtype)
-    for i in range(rows.shape[0]):
-        out[i] = rows[i].min()
-    return out.reshape(moved.shape[:-1])
-''',
-    "prod_axis": '''\
-def prod_axis(x, axis):
-    """np.prod(x, axis=axis) for one integer axis."""
-    if x.ndim == 1:
-        return np.prod(x)
-    moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))
-    rows = moved.reshape((-1, moved.shape[-1]))
-    out = np.empty(rows.shape[0], dtype=x.dtype)
-    for i in range(rows.shape[0]):
-        out[i] = np.prod(rows[i])
-    return out.reshape(moved.shape[:-1])
-''',
     "var_axis": '''\
 def var_axis(x, axis, ddof):
     """np.var(x, axis=axis, ddof=ddof) for one integer axis."""
@@ -208,6 +172,26 @@ def unbroadcast(g, shape):
     return out
 ''',
 }
+
+
+# np.max / np.min / np.prod over one axis: Numba has only the whole-array forms, so each row of
+# the axis moved last is reduced in a loop.
+_REDUCE_ALONG_AXIS = '''\
+def {op}_axis(x, axis):
+    """np.{op}(x, axis=axis) for one integer axis."""
+    if x.ndim == 1:
+        return {whole}
+    moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))
+    rows = moved.reshape((-1, moved.shape[-1]))
+    out = np.empty(rows.shape[0], dtype=x.dtype)
+    for i in range(rows.shape[0]):
+        out[i] = {row}
+    return out.reshape(moved.shape[:-1])
+'''
+for _op, _whole, _row in (("max", "x.max()", "rows[i].max()"),
+                          ("min", "x.min()", "rows[i].min()"),
+                          ("prod", "np.prod(x)", "np.prod(rows[i])")):
+    DIALECT_HELPERS[f"{_op}_axis"] = _REDUCE_ALONG_AXIS.format(op=_op, whole=_whole, row=_row)
 
 #: Helpers a dialect helper calls (emitted with it).
 DIALECT_DEPENDS = {"var_axis": ("keep_axis", "mean_axis"), "matmul_nd": ("dot_nd",)}
