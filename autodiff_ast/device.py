@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 import gast
 import numpy as np
 
+from codegen.dialect import dotted_name
+
 from . import types as T
 from .errors import AutodiffError
 from .frontend import parse_function
@@ -129,7 +131,7 @@ class _ScalarMath(gast.NodeTransformer):
 
     def visit_Call(self, node):
         self.generic_visit(node)
-        func = _dotted(node.func)
+        func = dotted_name(node.func)
         if func is None:
             return node
         module, _, attr = func.rpartition(".")
@@ -148,15 +150,6 @@ class _ScalarMath(gast.NodeTransformer):
         except IndexError:
             self.fail(f"{func}() with {len(args)} argument(s)")
         return gast.parse(text, mode="eval").body
-
-
-def _dotted(node):
-    if isinstance(node, gast.Name):
-        return node.id
-    if isinstance(node, gast.Attribute):
-        base = _dotted(node.value)
-        return None if base is None else f"{base}.{node.attr}"
-    return None
 
 
 def _names(node):
@@ -303,7 +296,7 @@ class _FunctionLowering:
     def _trip_count(self, stmt):
         """The number of iterations of a for loop, when known before it runs."""
         it = stmt.iter
-        if isinstance(it, gast.Call) and _dotted(it.func) == "range" and not it.keywords:
+        if isinstance(it, gast.Call) and dotted_name(it.func) == "range" and not it.keywords:
             values = [self._const(a) for a in it.args]
             if all(v is not _UNKNOWN and isinstance(v, int) for v in values):
                 return len(range(*values))
@@ -410,7 +403,7 @@ class _FunctionLowering:
             if isinstance(node, gast.Attribute) and node.attr in ("shape", "size", "ndim") and \
                     isinstance(node.value, gast.Name):
                 allowed.add(id(node.value))
-            if isinstance(node, gast.Call) and _dotted(node.func) in ("len", "np.shape",
+            if isinstance(node, gast.Call) and dotted_name(node.func) in ("len", "np.shape",
                                                                       "np.size", "np.ndim"):
                 allowed.update(id(a) for a in node.args if isinstance(a, gast.Name))
         for node in gast.walk(value):
@@ -986,7 +979,7 @@ def _indexes(value, name_):
         if isinstance(node, gast.Attribute) and isinstance(node.value, gast.Name) and \
                 node.value.id == name_:
             direct.append(node.value)
-        if isinstance(node, gast.Call) and _dotted(node.func) == "len":
+        if isinstance(node, gast.Call) and dotted_name(node.func) == "len":
             direct.extend(a for a in node.args if isinstance(a, gast.Name))
     return all(any(r is d for d in direct) for r in reads)
 

@@ -188,12 +188,12 @@ def _call(func, args, keywords=()):
                      keywords=list(keywords))
 
 
-def _dotted(node):
+def dotted_name(node):
     """'np.sum' for the expression np.sum (None for anything but a dotted name)."""
     if isinstance(node, gast.Name):
         return node.id
     if isinstance(node, gast.Attribute):
-        base = _dotted(node.value)
+        base = dotted_name(node.value)
         return None if base is None else f"{base}.{node.attr}"
     return None
 
@@ -274,7 +274,7 @@ class _Lower(gast.NodeTransformer):
     # -- calls
     def visit_Call(self, node):
         self.generic_visit(node)
-        func = _dotted(node.func)
+        func = dotted_name(node.func)
         if func in _REDUCTIONS:
             return self.reduction(node, func)
         method = getattr(self, "call_" + (func or "").replace(".", "_"), None)
@@ -506,7 +506,7 @@ class _Lower(gast.NodeTransformer):
     def visit_Expr(self, node):
         self.generic_visit(node)
         value = node.value
-        if isinstance(value, gast.Call) and _dotted(value.func) == "np.add.at" and \
+        if isinstance(value, gast.Call) and dotted_name(value.func) == "np.add.at" and \
                 len(value.args) == 3 and not value.keywords:
             target, index, g = value.args
             if isinstance(index, gast.List):
@@ -533,7 +533,7 @@ class _Lower(gast.NodeTransformer):
 
 def _is_array_call(node):
     """Whether `node` is a call known to return an array (never a scalar)."""
-    return isinstance(node, gast.Call) and (_dotted(node.func) in (
+    return isinstance(node, gast.Call) and (dotted_name(node.func) in (
         "np.asarray", "np.expand_dims", "np.zeros", "np.ones", "np.empty", "np.array",
         "np.zeros_like", "np.ones_like", "np.full", "np.full_like", "np.outer",
         "np.ascontiguousarray") or (isinstance(node.func, gast.Attribute) and
@@ -542,7 +542,7 @@ def _is_array_call(node):
 
 def _is_contiguous_call(node):
     """Whether `node` is a call known to return a new C-contiguous array."""
-    return isinstance(node, gast.Call) and _dotted(node.func) in (
+    return isinstance(node, gast.Call) and dotted_name(node.func) in (
         "np.ascontiguousarray", "np.zeros", "np.ones", "np.empty", "np.array", "np.dot",
         "np.zeros_like", "np.ones_like", "np.full", "np.full_like", "np.outer", "np.copy")
 
@@ -682,7 +682,7 @@ class _Module:
     def scatter_helper(self, parts):
         kinds = []
         for p in parts:
-            if isinstance(p, gast.Call) and _dotted(p.func) == "slice":
+            if isinstance(p, gast.Call) and dotted_name(p.func) == "slice":
                 kinds.append("s")
             elif _const(p) is Ellipsis or _const(p) is None:
                 return None

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from codegen.dialect import parse_subscripts
+
 from .. import types as T
 from ..templates import fill, to_expr
 from . import Rule, register
@@ -99,27 +101,6 @@ register(Rule("outer", "np.outer", ("a", "b"), {}, ("a", "b"),
 
 
 # ---------------------------------------------------------------- einsum
-def parse_subscripts(spec, count):
-    """('ij,jk', 'ik') from 'ij,jk->ik'; implicit output as NumPy defines it.
-
-    >>> parse_subscripts("ij,jk->ik", 2)
-    (['ij', 'jk'], 'ik')
-    >>> parse_subscripts("ij,jk", 2)
-    (['ij', 'jk'], 'ik')
-    """
-    spec = spec.replace(" ", "")
-    if "->" in spec:
-        ins, out = spec.split("->")
-    else:
-        ins = spec
-        letters = ins.replace(",", "")
-        out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
-    parts = ins.split(",")
-    if len(parts) != count or "." in spec:
-        raise ValueError(f"unsupported einsum subscripts {spec!r}")
-    return parts, out
-
-
 def _infer_einsum(call):
     spec = call.const("subscripts")
     operands = call.types["operands"].elts or ()
