@@ -47,6 +47,33 @@ def regen_golden(request):
         os.environ.get("AUTODIFF_AST_REGEN_GOLDEN", "") not in ("", "0")
 
 
+@pytest.fixture(scope="session")
+def golden(regen_golden):
+    """``golden(name, text)``: fail with a diff when `text` differs from tests/golden/<name>.
+
+    With --regen-golden the file is rewritten instead; a missing file is written and the test
+    fails so that it gets reviewed and committed.
+    """
+    import difflib
+    directory = Path(__file__).resolve().parent / "golden"
+
+    def compare(name, text):
+        path = directory / name
+        if regen_golden or not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            if not regen_golden:
+                pytest.fail(f"{path} did not exist; it was written now: review and commit it")
+            return
+        expected = path.read_text()
+        if text != expected:
+            diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True),
+                                                f"golden/{name}", "generated now"))
+            pytest.fail(f"generated source differs from golden/{name} (regenerate with "
+                        f"--regen-golden if intended and review):\n{diff}")
+    return compare
+
+
 @pytest.fixture
 def run_isolated():
     """Run Python code in a fresh interpreter that can import numpy and the files in `cwd`, but

@@ -9,7 +9,6 @@ with ``pytest tests/test_generated_source.py --regen-golden`` (or set
 from __future__ import annotations
 
 import ast
-import difflib
 import importlib
 import linecache
 import os
@@ -23,7 +22,6 @@ import pytest
 import autodiff_ast as ad
 
 REPO = Path(__file__).resolve().parents[1]
-GOLDEN = REPO / "tests" / "golden"
 EXAMPLES = REPO / "examples"
 
 
@@ -45,26 +43,9 @@ def logistic_source(module):
     return ad.source(ad.grad(module.training_loss), weights, module.targets)
 
 
-def compare_golden(name, text, regen):
-    path = GOLDEN / name
-    if regen or not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        if not regen:
-            pytest.fail(f"{path} did not exist; it was written now: review and commit it")
-        return
-    expected = path.read_text()
-    if text != expected:
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True),
-                                            f"golden/{name}", "generated now"))
-        pytest.fail(f"generated source differs from golden/{name} (regenerate with "
-                    f"--regen-golden if intended):\n{diff}")
-
-
 # ---------------------------------------------------------------- golden files
-def test_logistic_regression_gradient_matches_golden(logistic_regression, regen_golden):
-    compare_golden("logistic_regression_grad.py", logistic_source(logistic_regression),
-                   regen_golden)
+def test_logistic_regression_gradient_matches_golden(logistic_regression, golden):
+    golden("logistic_regression_grad.py", logistic_source(logistic_regression))
 
 
 def test_golden_gradient_is_correct(logistic_regression):
