@@ -21,6 +21,8 @@ import functools
 import inspect
 import linecache
 import os
+import sys
+from types import FunctionType
 
 import numpy as np
 
@@ -28,12 +30,17 @@ from codegen.loader import load_source
 
 from . import debug, pytrees
 from . import types as T
-from .build import build_reverse, build_vjp
-from .errors import ArgnumsError, ShapeMismatchError, SourceUnavailableError, UnsupportedError
-from .frontend import parse_function
+from .errors import (
+    ArgnumsError,
+    ArgumentError,
+    ShapeMismatchError,
+    SourceUnavailableError,
+    UnsupportedError,
+)
 from .naming import sanitize
-from .normalize import Static, TreeSpec, spec_of
-from .rules import lookup
+
+# The front end and the passes (frontend, build, normalize, rules) are imported where they are
+# used: a process whose compiled modules are all cached (autodiff_ast.jit) never needs them.
 
 # ---------------------------------------------------------------- functions without source
 _PRIMITIVE_WRAPPERS = {}
@@ -41,12 +48,15 @@ _PRIMITIVE_WRAPPERS = {}
 
 def _as_python_function(fun):
     """A Python function we can read: `fun` itself, or a one-line wrapper of a primitive."""
-    from .custom import wrapper_for  # a function with a custom rule: a call that routes to it
-    wrapped = wrapper_for(fun)
+    # A function with a custom rule: a call that routes to it. Custom rules live in
+    # autodiff_ast.custom: until it is imported, no function has one.
+    custom = sys.modules.get(f"{__package__}.custom")
+    wrapped = custom.wrapper_for(fun) if custom is not None else None
     if wrapped is not None:
         return wrapped
     if inspect.isfunction(fun) or inspect.ismethod(fun):
         return fun
+    from .rules import lookup
     rule = lookup(fun)
     if rule is None:
         raise SourceUnavailableError(
@@ -70,36 +80,85 @@ def _as_python_function(fun):
 
 
 # ---------------------------------------------------------------- argument handling
-def _bind(fun, args, kwargs):
-    """Positional values of every parameter (keyword arguments placed by name)."""
+_VARIADIC = inspect.CO_VARARGS | inspect.CO_VARKEYWORDS
+
+
+def _bind(fun, args, kwargs, transform=None):
+    """Positional values of every parameter (keyword arguments placed by name). Arguments that
+    do not fit raise ArgumentError naming `transform` (``"grad"``) and the function."""
+    code = getattr(fun, "__code__", None)
+    if not kwargs and type(fun) is FunctionType and len(args) == code.co_argcount and \
+            not code.co_kwonlyargcount and not code.co_flags & _VARIADIC and not fun.__dict__:
+        # Every parameter passed by position (the common call): what sig.bind would give
+        # (a function with attributes may carry __wrapped__ or __signature__: bound below).
+        return list(code.co_varnames[:len(args)]), list(args)
     target = fun.__func__ if inspect.ismethod(fun) else fun
     sig = inspect.signature(target)
+    try:
+        if inspect.ismethod(fun):
+            bound = sig.bind(fun.__self__, *args, **kwargs)
+        else:
+            bound = sig.bind(*args, **kwargs)
+    except TypeError as exc:  # a missing argument, one too many, an unknown keyword
+        name = getattr(target, "__name__", "the function")
+        shown = ", ".join([type(a).__name__ for a in args] +
+                          [f"{k}={type(v).__name__}" for k, v in kwargs.items()])
+        called = f"{transform}({name})" if transform else f"the transformed {name}{sig}"
+        raise ArgumentError(
+            f"{called} was called as {name}({shown}): {exc}",
+            hint=f"pass the arguments of {name}{sig}: a transformed function takes the "
+                 "arguments of the function it transforms") from None
+    bound.apply_defaults()
+    names, values = list(bound.arguments), list(bound.arguments.values())
     if inspect.ismethod(fun):
-        bound = sig.bind(fun.__self__, *args, **kwargs)
-        bound.apply_defaults()
-        values = list(bound.arguments.values())[1:]
-        names = list(bound.arguments)[1:]
-    else:
-        bound = sig.bind(*args, **kwargs)
-        bound.apply_defaults()
-        names, values = list(bound.arguments), list(bound.arguments.values())
+        names, values = names[1:], values[1:]
     return names, values
+
+
+#: Argument types whose spec is their abstract value (never a pytree container).
+_LEAF_TYPES = (np.ndarray, float, int, bool, np.float64, np.float32, np.int64, np.int32,
+               np.bool_)
+
+
+_ARRAY_SPECS = {}  # (dtype, which axes have size one) -> AType (immutable, so shared)
+
+
+def _spec_of(value):
+    """``normalize.spec_of(value)``, without importing normalize for arrays and scalars."""
+    if type(value) is np.ndarray and value.ndim:
+        key = (value.dtype, tuple(s == 1 for s in value.shape))
+        spec = _ARRAY_SPECS.get(key)
+        if spec is None:
+            spec = _ARRAY_SPECS[key] = T.abstract_of(value)
+        return spec
+    if type(value) in _LEAF_TYPES:
+        return T.abstract_of(value)
+    from .normalize import spec_of
+    return spec_of(value)
+
+
+def _spec_kind(spec):
+    """'leaf', 'static' or 'tree' (a spec that is not an AType comes from normalize)."""
+    if isinstance(spec, T.AType):
+        return "leaf"
+    from .normalize import Static
+    return "static" if isinstance(spec, Static) else "tree"
 
 
 def _spec_key(specs):
     items = []
     for k, v in specs.items():
-        items.append((k, ("static", id(v.value)) if isinstance(v, Static) else v))
+        items.append((k, ("static", id(v.value)) if _spec_kind(v) == "static" else v))
     return tuple(items)
 
 
 def _flat_values(specs, names, values):
     flat = []
     for pname, value in zip(names, values):
-        spec = specs[pname]
-        if isinstance(spec, TreeSpec):
+        kind = _spec_kind(specs[pname])
+        if kind == "tree":
             flat.extend(pytrees.tree_leaves(value))
-        elif not isinstance(spec, Static):
+        elif kind == "leaf":
             flat.append(_prepare_leaf(value))
     return flat
 
@@ -128,12 +187,16 @@ def _match_leaf(grad_value, like):
 
 def _rebuild(value, leaves):
     """`leaves` arranged like the pytree `value`."""
+    if type(value) in _LEAF_TYPES and type(value) not in pytrees._REGISTRY:
+        return _match_leaf(leaves[0], value)
     treedef = pytrees.tree_structure(value)
     like = pytrees.tree_leaves(value)
     return pytrees.tree_unflatten(treedef, [_match_leaf(g, v) for g, v in zip(leaves, like)])
 
 
 def _normalize_argnums(argnums, nparams, info):
+    """(single, argnums resolved to non-negative ints). `info` (the user function's
+    FunctionInfo, or a function returning it) places the error when argnums is malformed."""
     single = isinstance(argnums, int)
     try:
         nums = (argnums,) if single else tuple(argnums)
@@ -141,6 +204,7 @@ def _normalize_argnums(argnums, nparams, info):
         nums = (argnums,)
     for i in nums:
         if not isinstance(i, int) or isinstance(i, bool):
+            info = info() if callable(info) else info
             raise ArgnumsError(f"argnums must be an int or a tuple of ints, got {argnums!r}",
                                filename=info.filename, lineno=info.file_line(info.node),
                                hint="write argnums=0 or argnums=(0, 2)")
@@ -219,6 +283,17 @@ class _Transformed:
             return self.py_fun
         return self.fun.function_for(specs)
 
+    def _forget_if_redefined(self):
+        """Drop the generated modules when the user's function has a new code object
+        (``f.__code__ = g.__code__``): they were generated from the old one."""
+        code = getattr(self.py_fun, "__code__", None)
+        seen = self.__dict__.get("_code")
+        if seen is not None and seen is not code:
+            self._modules.clear()
+            self._last = None
+            self.__dict__.get("jit_plans", {}).clear()
+        self._code = code
+
     @property
     def source(self):
         """The generated module (for the most recent call's signature) as text."""
@@ -230,6 +305,7 @@ class _Transformed:
         return self._last[0].source
 
     def _module_for(self, key, build):
+        self._forget_if_redefined()
         # debug_nans: a variant with checks, for calls only (composed transforms read the
         # plain source).
         nans = getattr(self, "_in_call", 0) and self.kind in _NAN_KINDS and \
@@ -258,8 +334,8 @@ class _Transformed:
 
     def _specs(self, args, kwargs):
         target = self.py_fun if self.py_fun is not None else self.fun._signature_function()
-        names, values = _bind(target, args, kwargs)
-        specs = {n: spec_of(v) for n, v in zip(names, values)}
+        names, values = _bind(target, args, kwargs, getattr(self, "kind", None))
+        specs = {n: _spec_of(v) for n, v in zip(names, values)}
         return names, values, specs
 
     def _signature_function(self):
@@ -278,25 +354,37 @@ class _ReverseTransform(_Transformed):
     def _generate(self, specs, argnums):
         py_fun = self._python_function(specs)
         key = (_spec_key(specs), argnums)
-        return self._module_for(key, lambda: build_reverse(
-            py_fun, specs, argnums=argnums, has_aux=self.has_aux,
-            with_value=self.with_value, argnums_text=self.argnums))
+
+        def build():
+            from .build import build_reverse
+            return build_reverse(py_fun, specs, argnums=argnums, has_aux=self.has_aux,
+                                 with_value=self.with_value, argnums_text=self.argnums)
+        return self._module_for(key, build)
+
+    def _argnums(self, nparams, specs):
+        """(single, resolved argnums) for `nparams` arguments, worked out once per count;
+        the user's function is parsed only to report a malformed argnums."""
+        known = self.__dict__.setdefault("_argnums_by_count", {})
+        if nparams not in known:
+            def info():
+                from .frontend import cached_parse
+                return cached_parse(self._python_function(specs))
+            known[nparams] = _normalize_argnums(self.argnums, nparams, info)
+        return known[nparams]
 
     def function_for(self, specs):
-        if any(isinstance(s, (TreeSpec, Static)) for s in specs.values()):
+        if any(_spec_kind(s) != "leaf" for s in specs.values()):
             raise UnsupportedError("transforming a transformed function with pytree or "
                                    "static arguments is not supported yet",
                                    hint="differentiate with respect to flat array arguments, "
                                         "or use jacfwd/jacrev of the pytree function")
-        info = parse_function(self._python_function(specs))
-        _, argnums = _normalize_argnums(self.argnums, len(specs), info)
+        _, argnums = self._argnums(len(specs), specs)
         generated, module = self._generate(specs, argnums)
         return getattr(module, generated.entry)
 
     def __call__(self, *args, **kwargs):
         names, values, specs = self._specs(args, kwargs)
-        info = parse_function(self._python_function(specs))
-        single, argnums = _normalize_argnums(self.argnums, len(names), info)
+        single, argnums = self._argnums(len(names), specs)
         generated, module = self._generate(specs, argnums)
         flat = _flat_values(specs, names, values)
         result = getattr(module, generated.entry)(*flat)
@@ -346,7 +434,7 @@ def value_and_grad(fun, argnums=0, has_aux=False, verbose=False, debug_nans=None
     debug_nans as for :func:`grad`.
 
     >>> value_and_grad(lambda x: x ** 3)(2.0)
-    (8.0, np.float64(12.0))
+    (np.float64(8.0), np.float64(12.0))
     """
     transformed = _ReverseTransform(fun, argnums, has_aux, with_value=True, verbose=verbose)
     transformed.debug_nans = debug_nans
@@ -417,8 +505,11 @@ class _VjpBuilder(_Transformed):
         names, values, specs = self._specs(primals, {})
         key = _spec_key(specs)
         py_fun = self._python_function(specs)
-        generated, module = self._module_for(key, lambda: build_vjp(
-            py_fun, specs, has_aux=self.has_aux))
+
+        def build():
+            from .build import build_vjp
+            return build_vjp(py_fun, specs, has_aux=self.has_aux)
+        generated, module = self._module_for(key, build)
         flat = _flat_values(specs, names, values)
         result = getattr(module, generated.entry)(*flat)
         layout = generated.layout

@@ -222,6 +222,10 @@ class FunctionBatcher:
             elif kind == "append":
                 if flag_any(self.flag(stmt.value.args[0], flags)) or control:
                     flags[prim.base] = True
+            elif kind == "add_at":  # np.add.at(base, index, value) writes into base
+                if flag_any(self.flag(prim.args[0], flags)) or \
+                        flag_any(self.flag(prim.rule, flags)) or control:
+                    flags[prim.base] = True
             elif isinstance(stmt, gast.Assign) and prim is not None:
                 value = self._value_flag(stmt, prim, flags)
                 for target in stmt.targets:
@@ -230,7 +234,11 @@ class FunctionBatcher:
                 self.loop_reasons.append((f"{type(stmt).__name__} statements have no "
                                           "batching rule", stmt))
                 varies = control or any(flag_any(flags.get(n, False)) for n in loads(stmt))
-                for n in _stores(stmt):
+                written = set(_stores(stmt))
+                if isinstance(stmt, gast.Expr):  # a call may write into what it is given
+                    written |= {n for n in loads(stmt)
+                                if self.types.get(n, T.UNKNOWN).kind in ("array", "list")}
+                for n in written:
                     flags[n] = _merge(flags.get(n), varies)
 
     def _analyze_control(self, stmt, flags, control):
@@ -393,6 +401,10 @@ class FunctionBatcher:
             return [_tag(s, stmt) for s in self.setitem(stmt)]
         if prim.kind == "append":
             return [_tag(self.append(stmt), stmt)]
+        if prim.kind == "add_at":
+            if not flag_any(self.flags.get(prim.base, False)):
+                return [_tag(clone(stmt), stmt)]
+            return [_tag(s, stmt) for s in self.add_at(stmt)]
         target = stmt.targets[0]
         target_flag = self.flag(target)
         reads_batched = any(flag_any(self.flags.get(n, False)) for n in loads(stmt.value))
@@ -564,6 +576,40 @@ class FunctionBatcher:
         if flag_any(self.flag(value)):
             value = R.expand_after_batch(value, region.ndim - value_type.ndim)
         return [gast.Assign(targets=[target], value=to_expr(value), type_comment=None)]
+
+    def add_at(self, stmt):
+        """``np.add.at(b, idx, v)`` on a batched b: ``np.add.at(b, (slice(None), idx), v)``
+        for an index shared by every example, once per example for a batched index."""
+        base, index, value = stmt.prim.base, stmt.prim.rule, stmt.prim.args[0]
+        index_kind = atom_type(index, self.types)
+        if flag_any(self.flag(index)) or index_kind.kind not in ("int", "array") or \
+                (index_kind.kind == "array" and index_kind.dtype not in ("int64", "int32")):
+            return self.add_at_loop(stmt)
+        value_type = atom_type(value, self.types)
+        region = index_type(self.types.get(base, T.UNKNOWN), index, self.types)
+        if flag_any(self.flag(value)):
+            if region.ndim is None or value_type.ndim is None:
+                return self.add_at_loop(stmt)
+            value = R.expand_after_batch(value, region.ndim - value_type.ndim)
+        rows = gast.Tuple(elts=[fill("slice(None)"), clone(index)], ctx=gast.Load())
+        return [gast.Expr(value=gast.Call(func=fill("np.add.at"),
+                                          args=[name(base), rows, to_expr(value)],
+                                          keywords=[]))]
+
+    def add_at_loop(self, stmt):
+        """``np.add.at`` into each example's row in turn."""
+        base, index, value = stmt.prim.base, stmt.prim.rule, stmt.prim.args[0]
+        names = self.batched_names()
+        i = self.index
+        at_i = {n: R.subscript(n, [name(i)]) for n in names
+                if n in loads(index) or n in loads(value)}
+        call = gast.Call(func=fill("np.add.at"),
+                         args=[R.subscript(base, [name(i)]), R.replace_names(index, at_i),
+                               R.replace_names(value, at_i)], keywords=[])
+        return [comment("np.add.at with an index that differs between examples: once per "
+                        "example"),
+                gast.For(target=name(i, store=True), iter=fill("range(n)", n=self.n()),
+                         body=[gast.Expr(value=call)], orelse=[], type_comment=None)]
 
     def write_loop(self, stmt, why):
         """An in-place write done once per example."""

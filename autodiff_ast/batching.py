@@ -424,7 +424,7 @@ class _Vmapped(_Transformed):
         return self._module_for(key, build)
 
     def __call__(self, *args, **kwargs):
-        names, values = _bind(self._signature_function(), args, kwargs)
+        names, values = _bind(self._signature_function(), args, kwargs, "vmap")
         per_arg = self._per_arg_axes(names, len(args), set(kwargs))
         specs = {n: spec_of(v) for n, v in zip(names, values)}
         leaf_axes, labels = self._leaf_axes(names, values, specs, per_arg)
@@ -435,7 +435,29 @@ class _Vmapped(_Transformed):
         if no_mapped:
             flat.append(batch)
         result = getattr(module, generated.entry)(*flat)
+        self._last_call = None if no_mapped or kwargs else (
+            leaf_axes, labels, tuple(isinstance(spec_of(v), Static) for v in values))
         return _assemble(generated.layout, result)
+
+    def _batched_plan(self):
+        """For jit's fast path: the last call's work, for arguments of the same types and
+        shapes (flatten, check the batch sizes, call the compiled entry, assemble)."""
+        last = getattr(self, "_last_call", None)
+        if last is None or self._last is None:
+            return None
+        leaf_axes, labels, static = last
+        generated, module = self._last
+        entry = getattr(module, generated.entry)
+        layout = generated.layout
+
+        def plan(args):
+            flat = []
+            for value, skip in zip(args, static):
+                if not skip:
+                    flat.extend(_prepare_leaf(v) for v in pytrees.tree_leaves(value))
+            self._batch_size(leaf_axes, labels, flat)
+            return _assemble(layout, entry(*flat))
+        return plan
 
     def _flat_entry(self, names, likes, specs):
         """(generated entry, output structure) for batched `specs` (used by other transforms).

@@ -88,6 +88,20 @@ def active_leaves(info, specs, argnums):
     return result
 
 
+def _spellings(tree):
+    """The identifiers, attribute names and strings in `tree` (what its source text spells
+    besides keywords, operators and numbers)."""
+    for node in gast.walk(tree):
+        if isinstance(node, gast.Name):
+            yield node.id
+        elif isinstance(node, gast.Attribute):
+            yield node.attr
+        elif isinstance(node, gast.Constant) and isinstance(node.value, str):
+            yield node.value
+        elif isinstance(node, (gast.FunctionDef, gast.alias, gast.keyword)):
+            yield getattr(node, "name", None) or getattr(node, "arg", None) or ""
+
+
 def _zero(param, t):
     if t.kind == "float":
         return fill("0.0")
@@ -166,7 +180,11 @@ class ModuleBuilder:
 
     def imports_and_data(self, standalone_module=None):
         """Import lines and the data the loader injects (when not importable)."""
-        text = "\n".join(unparse(f) for f in self.functions)
+        # Rendering every function only to look for "math." is slow: do it only when some name,
+        # attribute or string could spell one of the two words looked for.
+        words = ("math", "collectives")
+        text = "\n".join(unparse(f) for f in self.functions) if any(
+            any(w in s for w in words) for f in self.functions for s in _spellings(f)) else ""
         imports = ["import numpy as np"]
         if "math." in text:
             imports.insert(0, "import math")

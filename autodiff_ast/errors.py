@@ -94,3 +94,22 @@ class TypeInferenceError(AutodiffError):
 
 class CompileError(AutodiffError):
     """A compile target (Numba) cannot compile the generated code; names the user's line."""
+
+
+class ArgumentError(AutodiffError, TypeError):
+    """A transformed function was called with arguments that do not fit its parameters (one
+    missing, one too many, an unknown keyword): the message names the function and its
+    parameters, as Python's own TypeError would.
+
+    >>> issubclass(ArgumentError, TypeError)
+    True
+    """
+
+
+class StaticArgumentError(AutodiffError, ValueError):
+    """A static argument of ``jit`` (``static_argnums``/``static_argnames``) that cannot key the
+    cache of compiled versions: it is not hashable (JAX raises ValueError here too).
+
+    >>> issubclass(StaticArgumentError, ValueError)
+    True
+    """

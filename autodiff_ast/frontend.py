@@ -18,6 +18,7 @@ import inspect
 import linecache
 import re
 import textwrap
+import weakref
 from dataclasses import dataclass, field
 
 import gast
@@ -180,3 +181,29 @@ def parse_function(fn):
     return FunctionInfo(fn=fn, name=name, node=node, filename=filename, line_offset=offset,
                         globals=fn.__globals__, closure=closure,
                         module_name=fn.__module__)
+
+
+# ---------------------------------------------------------------- parsed once per function
+_PARSED = weakref.WeakKeyDictionary()  # function -> (code object, FunctionInfo)
+
+
+def cached_parse(fn):
+    """:func:`parse_function` of `fn`, parsed once per function and code object.
+
+    The result is shared: callers read it and must not change its tree. Assigning a new
+    ``fn.__code__`` parses again. Bound methods and other callables are parsed on every call.
+
+    >>> def square(x):
+    ...     return x * x
+    >>> cached_parse(square) is cached_parse(square)
+    True
+    """
+    if not inspect.isfunction(fn):
+        return parse_function(fn)
+    code = fn.__code__
+    hit = _PARSED.get(fn)
+    if hit is not None and hit[0] is code:
+        return hit[1]
+    info = parse_function(fn)
+    _PARSED[fn] = (code, info)
+    return info

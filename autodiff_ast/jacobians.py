@@ -33,7 +33,7 @@ from .api import (
 from .build_forward import build_jvp, build_linearize
 from .build_jacobian import Argnums, build_jacfwd, build_jacrev
 from .custom import register_route, source_function
-from .errors import ShapeMismatchError
+from .errors import NonFloatInputError, ShapeMismatchError
 from .frontend import parse_function
 from .normalize import Static, TreeSpec
 
@@ -166,7 +166,7 @@ def jvp(fun, primals, tangents, has_aux=False, debug_nans=None):
 
     >>> import numpy as np
     >>> jvp(lambda x, y: x * y, (2.0, 3.0), (1.0, 0.0))
-    (6.0, 3.0)
+    (np.float64(6.0), np.float64(3.0))
     """
     return jvp_transform(fun, has_aux, debug_nans)(primals, tangents)
 
@@ -254,6 +254,7 @@ class _JacobianTransform(_Transformed):
         if cached is not None:  # the module and argnums of a signature seen before
             self._last = cached[:2]
             return cached
+        self._refuse_non_float(specs)
         py_fun = self._python_function(specs)
         argnums = self._argnums(specs, py_fun)
         build = build_jacfwd if self.mode == "fwd" else build_jacrev
@@ -265,6 +266,40 @@ class _JacobianTransform(_Transformed):
         # Kept with the modules (jit starts a transform with none of them).
         self._modules[("plan", _spec_key(specs))] = (generated, module, argnums)
         return generated, module, argnums
+
+    def _refuse_non_float(self, specs):
+        """Differentiated arguments must be real floats, as for grad (NonFloatInputError)."""
+        names = list(specs)
+        nums = (self.argnums,) if isinstance(self.argnums, int) else tuple(self.argnums)
+        for i in nums:
+            if not isinstance(i, int) or not -len(names) <= i < len(names):
+                continue  # a malformed argnums is reported by _argnums
+            name, spec = names[i], specs[names[i]]
+            leaves = spec.leaves(name) if isinstance(spec, TreeSpec) else [(name, spec)]
+            for flat, t in leaves:
+                if getattr(t, "is_float", False):
+                    continue
+                dtype = getattr(t, "dtype", None)
+                what = "complex" if dtype and "complex" in dtype else (
+                    dtype or getattr(t, "kind", None) or type(getattr(t, "value", t)).__name__)
+                code = getattr(self._signature_function(), "__code__", None)
+                if code is not None and code.co_filename.startswith("<autodiff-ast"):
+                    code = None  # a NumPy function's stand-in has no file of the user's
+                raise NonFloatInputError(
+                    f"{self.public_name()} requires real floating-point inputs, but argument "
+                    f"{name!r} {'leaf ' + flat + ' ' if flat != name else ''}is {what}",
+                    filename=code.co_filename if code else None,
+                    lineno=code.co_firstlineno if code else None,
+                    hint="pass floats (e.g. x.astype(float) or 1.0 instead of 1), or leave "
+                         "this argument out of argnums")
+
+    def public_name(self):
+        """``hessian(f)``, ``jacfwd(f)`` or ``jacrev(f)``, as the user wrote it."""
+        inner = self.fun
+        while isinstance(inner, _Transformed) and inner.py_fun is None:
+            inner = inner.fun
+        fn = getattr(inner, "__name__", "f")
+        return f"{'hessian' if getattr(self, 'is_hessian', False) else self.kind}({fn})"
 
     def label(self):
         """How the docstring names this transform: ``jacfwd(jacrev(f))``."""
@@ -286,8 +321,8 @@ class _JacobianTransform(_Transformed):
             return tree_wrapper(entry, specs)
         return entry
 
-    def __call__(self, *args):
-        names, values, specs = self._specs(args, {})
+    def __call__(self, *args, **kwargs):
+        names, values, specs = self._specs(args, kwargs)  # keywords are placed by name
         generated, module, argnums = self._generate(specs)
         flat = _flat_values(specs, names, values)
         raw = getattr(module, generated.entry)(*flat)
@@ -389,7 +424,9 @@ def hessian(fun, argnums=0):
     array([[ 6.,  0.],
            [ 0., 12.]])
     """
-    return jacfwd(jacrev(fun, argnums), argnums)
+    outer = jacfwd(jacrev(fun, argnums), argnums)
+    outer.is_hessian = True  # names it in error messages
+    return outer
 
 
 # ---------------------------------------------------------------- inside differentiated code

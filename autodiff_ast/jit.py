@@ -25,19 +25,22 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import linecache
 import os
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import pytrees
 from .api import _flat_values, _match_leaf, _rebuild, _ReverseTransform, _spec_key, _Transformed
-from .build import Generated
-from .errors import ArgnumsError, CompileError
+from .errors import ArgnumsError, CompileError, StaticArgumentError
 from .naming import sanitize
-from .normalize import Static
+
+# build and normalize (the passes) are imported where they are used: a warm start loads
+# compiled modules without them (autodiff_ast/warmstart.py).
 
 __all__ = ["jit", "JitOptions", "TARGETS"]
 
@@ -51,6 +54,7 @@ class JitOptions:
     cache: bool = True
     static_argnums: tuple = ()
     static_argnames: tuple = ()
+    batching: str = "auto"  # jit(vmap(...)): 'auto', 'vectorized' or 'loop' (batch_loop.py)
 
 
 # ---------------------------------------------------------------- targets
@@ -59,10 +63,14 @@ class _NumbaCpu:
 
     def compile(self, generated, options, name, note):
         from codegen.numba_cpu import NumbaOptions, compile_module
+        # batch_loop.py drivers: only they are parallel (never the per-example functions
+        # they call in their prange loop: no nested parallelism)
+        prange = tuple((generated.layout or {}).get("prange", ()))
         compiled = compile_module(
             generated.source, name, _entries(generated), generated.injected,
-            NumbaOptions(cache=options.cache, parallel=options.parallel), note=note)
-        out = Generated(compiled.source, generated.entry, {}, generated.layout, generated.extra)
+            NumbaOptions(cache=options.cache, parallel=options.parallel and not prange,
+                         prange=prange), note=note)
+        out = dataclasses.replace(generated, source=compiled.source, injected={})
         return out, compiled
 
 
@@ -80,7 +88,7 @@ class _Python:
         module = load_source(text, name)
         for key, value in generated.injected.items():
             setattr(module, key, value)
-        out = Generated(text, generated.entry, {}, generated.layout, generated.extra)
+        out = dataclasses.replace(generated, source=text, injected={})
         return out, _PlainModule(module, lowered, dict(generated.injected))
 
 
@@ -132,6 +140,7 @@ class _Jitted:
     kind = "jit"
 
     def __call__(self, *args, **kwargs):
+        self._forget_if_redefined()
         key = None if kwargs else self._quick_key(args)
         if key is not None:
             plan = self.jit_plans.get(key)
@@ -168,10 +177,18 @@ class _Jitted:
 
     def _module_for(self, key, build):
         if key not in self._modules:
-            generated = build()
-            name = sanitize(f"jit_{generated.entry}")
-            out, module = TARGETS[self.jit_options.target].compile(
-                generated, self.jit_options, name, self._static_note())
+            from . import warmstart
+            index = warmstart.key_for(self, key) if self.jit_options.cache else None
+            found = warmstart.load(index) if index else None
+            if found is not None:  # compiled by an earlier process: nothing to generate
+                out, module = found
+            else:
+                generated = build()
+                name = sanitize(f"jit_{generated.entry}")
+                out, module = TARGETS[self.jit_options.target].compile(
+                    generated, self.jit_options, name, self._static_note())
+                if index:
+                    warmstart.store(index, generated, out, module, name, self._static_note())
             if hasattr(module, "failure"):  # a target that reports compile failures
                 module.failure_hook = self._compile_error
                 module.generated = out  # .source follows the module if it is written again
@@ -196,6 +213,7 @@ class _Jitted:
         self._statics = {}
         for n, v in zip(names, values):
             if n in static:
+                from .normalize import Static
                 specs[n] = Static(self._intern(n, v))
                 self._statics[n] = v
         return names, values, specs
@@ -205,8 +223,12 @@ class _Jitted:
             key = (type(value), value)
             return self.jit_interned.setdefault(key, value)
         except TypeError:
-            raise ValueError(f"static argument {name!r} must be hashable (jit compiles one "
-                             f"version per value), got {type(value).__name__}") from None
+            fn = getattr(_user_function(self), "__name__", "the function")
+            raise StaticArgumentError(
+                f"jit({fn}): static argument {name!r} must be hashable (jit compiles one "
+                f"version per value), got {type(value).__name__}",
+                hint=f"pass {name} as a tuple instead of a list or array, or leave it out of "
+                     "static_argnums/static_argnames") from None
 
     def _static_note(self):
         statics = getattr(self, "_statics", {})
@@ -255,6 +277,9 @@ def _make_plan(jitted, args):
                 out.append(args[i])
         return out
 
+    batched_plan = getattr(jitted, "_batched_plan", None)
+    if batched_plan is not None:
+        return batched_plan()
     if isinstance(jitted, _Primal):
         def primal_plan(args):
             return entry(*flat(args))
@@ -304,10 +329,13 @@ class _Primal(_Transformed):
         return self._python_function(specs)
 
     def __call__(self, *args, **kwargs):
-        from .primal import build_primal
         names, values, specs = self._specs(args, kwargs)
         fn = self._python_function(specs)
-        generated, module = self._module_for(_spec_key(specs), lambda: build_primal(fn, specs))
+
+        def build():
+            from .primal import build_primal  # not imported when the module is indexed
+            return build_primal(fn, specs)
+        generated, module = self._module_for(_spec_key(specs), build)
         flat = _flat_values(specs, names, values)
         return getattr(module, generated.entry)(*flat)
 
@@ -317,12 +345,17 @@ _CLASSES = {}
 
 def _jitted_class(cls):
     if cls not in _CLASSES:
-        _CLASSES[cls] = type(f"Jitted{cls.__name__}", (_Jitted, cls), {})
+        batching = sys.modules.get(f"{__package__}.batching")  # no vmap before it is imported
+        mixins = (_Jitted,)
+        if batching is not None and issubclass(cls, batching._Vmapped):
+            from .batch_loop import JittedBatching
+            mixins = (JittedBatching, _Jitted)
+        _CLASSES[cls] = type(f"Jitted{cls.__name__}", mixins + (cls,), {})
     return _CLASSES[cls]
 
 
 def jit(fun, static_argnums=(), static_argnames=(), target="cpu", parallel=False, cache=True,
-        **target_options):
+        batching="auto", **target_options):
     """Compile `fun` (a function, or one transformed by grad/value_and_grad/vmap/...) with Numba.
 
     static_argnums / static_argnames: arguments whose values are compile-time constants (they
@@ -331,6 +364,9 @@ def jit(fun, static_argnums=(), static_argnames=(), target="cpu", parallel=False
     numba.njit. cache: keep compiled code on disk for the next process. target='cuda' writes a
     CUDA kernel with one thread per example (autodiff_ast/cuda.py) and takes the options
     tape_size, threads_per_block and reduce ('sum': results added with cuda.atomic.add).
+    batching (for ``jit(vmap(...))``): 'vectorized' compiles vmap's batched module, 'loop' a
+    ``numba.prange`` loop calling the compiled per-example function, 'auto' picks the loop when
+    the per-example code has a loop or no matrix product (autodiff_ast/batch_loop.py).
 
     >>> import numpy as np
     >>> from autodiff_ast import grad
@@ -354,7 +390,11 @@ def jit(fun, static_argnums=(), static_argnames=(), target="cpu", parallel=False
                         f"{sorted(target_options)}")
     nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
     names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
-    options = JitOptions(target, bool(parallel), bool(cache), nums, names)
+    if batching != "auto":  # batch_loop imports the passes: not for a warm start's jit(grad)
+        from .batch_loop import STRATEGIES
+        if batching not in STRATEGIES:
+            raise ValueError(f"unknown batching {batching!r}; choose one of {STRATEGIES}")
+    options = JitOptions(target, bool(parallel), bool(cache), nums, names, batching)
     if isinstance(fun, _Jitted):
         fun = fun.jit_plain
     plain = fun if isinstance(fun, _Transformed) else _Primal(fun)

@@ -357,7 +357,7 @@ class Normalizer:
             readable = {"If": "if statements", "For": "for loops", "While": "while loops",
                         "With": "with blocks", "Try": "try/except", "TryStar": "try/except*",
                         "Raise": "raise", "Global": "global declarations",
-                        "Nonlocal": "nonlocal declarations", "ClassDef": "class definitions",
+                        "Nonlocal": "nonlocal statements", "ClassDef": "class definitions",
                         "FunctionDef": "nested function definitions", "Import": "imports",
                         "ImportFrom": "imports", "Delete": "del", "Match": "match statements",
                         "AsyncFor": "async for", "AsyncWith": "async with"}.get(what, what)
@@ -863,6 +863,10 @@ class Normalizer:
         if node.decorator_list:
             raise self.unsupported("decorated nested functions are not supported", node,
                                    "define the helper at module level, without decorators")
+        for inner in gast.walk(node):
+            if isinstance(inner, gast.Nonlocal):  # its calls rebind our names: refuse it here
+                raise self.unsupported("nonlocal statements are not supported in "
+                                       "differentiated code yet", inner, _HINTS["Nonlocal"])
         self.env[name_] = Static(LocalFunction(node, name_))
 
     def call_local(self, local, node, target):

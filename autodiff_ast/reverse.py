@@ -162,6 +162,7 @@ class Adjoints(DerivativeTable):
         # Names whose adjoint is a variable initialised before a loop or branch: every
         # contribution adds to it (in straight-line code the first one may assign).
         self.accumulate = set()
+        self.in_place = []  # ``x_bar += c`` statements (see can_add_in_place)
 
     def get(self, value):
         return self.exprs.get(value)
@@ -204,11 +205,42 @@ class Adjoints(DerivativeTable):
                 self.owned.add(bar)
             self.exprs[value] = name(bar)
             self.atypes[value] = fitted
+        elif self.can_add_in_place(value, bar, current, fitted):
+            # In a loop: add into the array the adjoint already owns, no new array per step.
+            stmt = gast.AugAssign(target=name(bar, store=True), op=gast.Add(),
+                                  value=to_expr(contrib))
+            self.out.append(stmt)
+            self.in_place.append(stmt)
         else:
             self.out.append(assign(bar, fill("a + c", a=current, c=contrib)))
             self.owned.add(bar)
             self.exprs[value] = name(bar)
             self.atypes[value] = T.broadcast(self.atypes.get(value, fitted), fitted)
+
+    def can_add_in_place(self, value, bar, current, fitted):
+        """Whether ``bar += c`` may replace ``bar = bar + c``: an accumulating adjoint (a loop
+        or branch adds into it) holding an array of value's full shape that it owns and no
+        pending adjoint expression reads, with a contribution that does not broadcast it up
+        (see also _undo_aliased_in_place, which checks the finished sweep)."""
+        t = self.type_of(value)
+        if value not in self.accumulate or bar not in self.owned or not (
+                isinstance(current, gast.Name) and current.id == bar):
+            return False
+        if t.kind != "array" or t.dims is None or (t.dtype or "float64") != "float64":
+            return False
+        if self.atypes.get(value) != t or not (
+                fitted.kind == "float" or (fitted.kind == "array" and fitted.dims is not None and
+                                           len(fitted.dims) <= len(t.dims) and
+                                           (fitted.dtype or "float64") == "float64")):
+            return False
+        if fitted.kind == "array" and any(
+                d == T.N and t.dims[len(t.dims) - len(fitted.dims) + k] != T.N
+                for k, d in enumerate(fitted.dims)):
+            return False
+        return not any(
+            other != value and expr is not None and bar in {
+                n.id for n in gast.walk(expr) if isinstance(n, gast.Name)}
+            for other, expr in self.exprs.items())
 
     def zero_expr(self, value):
         t = self.type_of(value)
@@ -443,7 +475,7 @@ def make_split(sweep, program, bwd_name=None, recompute=False):
     With recompute=True the forward function is the primal and the backward function runs
     the forward sweep again before its adjoint code (checkpointing, recursion).
     """
-    from .tidy import free_names, tidy_block
+    from .tidy import drop_unread_tapes, free_names, tidy_block
     core = sweep.core
     bar_names = {e.id for e in sweep.param_bars if isinstance(e, gast.Name)}
     if recompute:
@@ -462,10 +494,13 @@ def make_split(sweep, program, bwd_name=None, recompute=False):
         return Split(sweep, core.name, bwd_name or program.module_names.fresh(
             f"{core.name}_bwd"), [], bwd_params)
     backward = tidy_block(sweep.backward, keep=bar_names, temps=core.namer)
+    sweep.forward = list(sweep.forward)
+    drop_unread_tapes(sweep.forward, backward)  # saved for reads that tidying removed
     sweep.backward = backward
     forward = tidy_block(sweep.forward, keep=set(_returned_names(core)) | set(
         free_names(backward)), temps=core.namer)
-    needed = free_names(backward, maybe_unbound=True) + _zero_bar_params(sweep)
+    zeros_at_entry = _zeros_at_entry(sweep, forward)
+    needed = free_names(backward, maybe_unbound=True) + _zero_bar_params(sweep) + zeros_at_entry
     defined_fwd = set()
     for stmt in forward:
         defined_fwd.update(_stmt_targets(stmt))
@@ -489,6 +524,32 @@ def make_split(sweep, program, bwd_name=None, recompute=False):
     fwd_name = program.module_names.fresh(f"{base}_fwd") if residuals else core.name
     bwd_name = bwd_name or program.module_names.fresh(f"{base}_bwd")
     return Split(sweep, fwd_name, bwd_name, residuals, bwd_params)
+
+
+def _zeros_at_entry(sweep, forward):
+    """Zero adjoints of parameters the function rebinds or pops from, made at the start of
+    `forward` (which changes) from their values there: the backward function sees only their
+    last values (another shape, say a tape's zero-size placeholder, or an emptied list).
+    Returns their names (residuals), which become those parameters' adjoints."""
+    core = sweep.core
+    changed = set()
+    for stmt in walk_statements(core.body):
+        if not isinstance(stmt, CONTROL):
+            changed.update(_stmt_targets(stmt))
+            if stmt.prim.kind in ("pop", "append"):
+                changed.add(stmt.prim.base)
+    names = []
+    for k, (p, bar) in enumerate(zip(sweep.active_params, sweep.param_bars)):
+        t = core.types.get(p, T.UNKNOWN)
+        if bar is not None or p not in changed or t.kind == "float":
+            continue
+        zero = core.namer.fresh(f"{p}_bar_zero")
+        value = fill("[0.0] * len(p)", p=p) if t.kind == "list" else fill("np.zeros_like(p)",
+                                                                           p=p)
+        forward.insert(len(names), assign(zero, value))
+        sweep.param_bars[k] = name(zero)
+        names.append(zero)
+    return names
 
 
 def _zero_bar_params(sweep):
@@ -584,9 +645,279 @@ def reverse(core, active_params, registry=None, seed="grad", output_index=None):
     builder.backward_block(core.body)
     forward = builder.forward_sweep()
     param_bars = [adj.materialized(p) for p in active_params]
+    _undo_aliased_in_place(backward, adj.in_place, seeds)
+    _run_forward_where_order_free(backward, seeds)
     sweep = Sweep(core, list(active_params), forward, backward, param_bars, seeds,
                   adj.helpers)
     return sweep
+
+
+def _run_forward_where_order_free(backward, seeds=()):
+    """Backward loops whose steps do not depend on each other's order run in the primal's
+    order (``for j in range(d)`` rather than ``range(d - 1, -1, -1)``: Numba compiles the
+    ascending loop better). A step's order does not matter when its body is straight-line
+    code without tapes in which every name it assigns is a temporary of the step (set before
+    it is read, not read after the loop), a sum (``c_bar = c_bar + e``, ``x_bar[j] += e``)
+    nobody else in the body reads, or a per-step adjoint the step resets to 0.0 and nothing
+    outside the loop changes; and every array it writes otherwise is touched at ``[j]`` only."""
+    events = _control_events(backward)
+    for stmt in walk_statements(backward):
+        if not (isinstance(stmt, gast.For) and getattr(stmt, "reversed_range", False)):
+            continue
+        args = stmt.iter.args
+        if len(args) != 3:
+            continue
+        stop, start = (_plus_one(a) for a in args[:2])
+        if stop is not None and start is not None and _order_free(stmt, events, seeds):
+            stmt.iter = fill("range(b)", b=stop) if _is_const(start, 0) else \
+                fill("range(a, b)", a=start, b=stop)
+
+
+def _plus_one(expr):
+    """`expr + 1` for the bounds of a reversed range (``n - 1`` -> ``n``, ``-1`` -> ``0``)."""
+    if isinstance(expr, gast.BinOp) and isinstance(expr.op, gast.Sub) and _is_const(expr.right, 1):
+        return expr.left
+    if isinstance(expr, gast.UnaryOp) and isinstance(expr.op, gast.USub) and \
+            isinstance(expr.operand, gast.Constant) and type(expr.operand.value) is int:
+        return to_expr(1 - expr.operand.value)
+    if isinstance(expr, gast.Constant) and type(expr.value) is int:
+        return to_expr(expr.value + 1)
+    return None
+
+
+def _order_free(loop, events, seeds=()):
+    index = loop.target.id
+    body = loop.body
+    if any(not isinstance(s, (gast.Assign, gast.AugAssign)) for s in body):
+        return False
+    for s in body:
+        for n in gast.walk(s):
+            if isinstance(n, gast.Call) and isinstance(n.func, gast.Attribute) and \
+                    n.func.attr in ("pop", "append"):
+                return False
+    inside = {id(s) for s in body}
+    outside_reads, outside_writes = set(), {}
+    for node, reads, _controls in events:
+        if id(node) in inside or node is loop:
+            continue
+        outside_reads |= reads
+        if isinstance(node, gast.Assign):
+            for t in node.targets:
+                for n in gast.walk(t):
+                    if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store):
+                        outside_writes.setdefault(n.id, []).append(node.value)
+        elif isinstance(node, gast.AugAssign) and isinstance(node.target, gast.Name):
+            outside_writes.setdefault(node.target.id, []).append(node.value)
+    if index in outside_reads and not _index_rebound(events, loop, index):
+        return False
+
+    def target_name(s):
+        target = s.target if isinstance(s, gast.AugAssign) else s.targets[0]
+        return target
+
+    names = {}
+    for k, s in enumerate(body):
+        target = target_name(s)
+        if isinstance(target, gast.Name):
+            names.setdefault(target.id, []).append(k)
+        elif isinstance(target, gast.Subscript) and isinstance(target.value, gast.Name):
+            names.setdefault(target.value.id, []).append(k)
+        else:
+            return False
+    if index in names:
+        return False
+    in_stmt = [_all_names(s) for s in body]
+    for x in names:
+        touching = [k for k, found in enumerate(in_stmt) if x in found]
+        if not (_step_temporary(body, x, touching, outside_reads) or
+                _sum_only(body, x, touching) or
+                (x not in seeds and _reset_each_step(body, x, touching, outside_writes)) or
+                _passed_through(body, x, touching) or
+                _own_element(body, x, touching, index)):
+            return False
+    return True
+
+
+def _index_rebound(events, loop, index):
+    """Whether every read of `index` outside `loop` is inside another loop binding it."""
+    for node, reads, controls in events:
+        if index not in reads or node is loop:
+            continue
+        if not any(isinstance(c, gast.For) and c.target.id == index
+                   for c in _enclosing(events, controls)):
+            return False
+    return True
+
+
+def _enclosing(events, controls):
+    ids = {c[0] for c in controls}
+    return [node for node, _, _ in events if id(node) in ids]
+
+
+def _all_names(stmt):
+    return {n.id for n in gast.walk(stmt) if isinstance(n, gast.Name)}
+
+
+def _step_temporary(body, x, touching, outside_reads):
+    first = body[touching[0]]
+    return x not in outside_reads and isinstance(first, gast.Assign) and \
+        isinstance(first.targets[0], gast.Name) and x not in _all_names(first.value)
+
+
+def _sum_only(body, x, touching):
+    """Every statement touching x adds to it: ``x = x + e``, ``x = x - e``, ``x[...] += e``."""
+    for k in touching:
+        s = body[k]
+        if isinstance(s, gast.AugAssign) and isinstance(s.op, gast.Add):
+            base = s.target.value if isinstance(s.target, gast.Subscript) else s.target
+            if isinstance(base, gast.Name) and base.id == x and x not in _all_names(s.value) \
+                    and (not isinstance(s.target, gast.Subscript) or
+                         x not in _all_names(s.target.slice)):
+                continue
+            return False
+        if isinstance(s, gast.Assign) and isinstance(s.targets[0], gast.Name) and \
+                s.targets[0].id == x and isinstance(s.value, gast.BinOp) and \
+                isinstance(s.value.op, (gast.Add, gast.Sub)) and \
+                isinstance(s.value.left, gast.Name) and s.value.left.id == x and \
+                x not in _all_names(s.value.right):
+            continue
+        return False
+    return True
+
+
+def _reset_each_step(body, x, touching, outside_writes):
+    """x is 0.0 when each step starts: the step ends by setting it to 0.0, and outside the
+    loop it is only ever set to 0.0."""
+    last = body[touching[-1]]
+    if not (isinstance(last, gast.Assign) and isinstance(last.targets[0], gast.Name) and
+            last.targets[0].id == x and _is_const(last.value, 0.0)):
+        return False
+    return bool(outside_writes.get(x)) and all(_is_const(v, 0.0) for v in outside_writes[x])
+
+
+def _passed_through(body, x, touching):
+    """The step gives x back unchanged: ``t = x`` ... ``x = 0.0`` then ``x = x + t`` (the
+    adjoint of an accumulation ``s = s + e``), x only read otherwise."""
+    writes = [k for k in touching if isinstance(body[k], gast.AugAssign) or any(
+        isinstance(n, gast.Name) and n.id == x and isinstance(n.ctx, gast.Store)
+        for t in body[k].targets for n in gast.walk(t))]
+    if len(writes) != 2 or writes[1] != writes[0] + 1:
+        return False
+    zero, add = body[writes[0]], body[writes[1]]
+    if not (isinstance(zero, gast.Assign) and isinstance(zero.targets[0], gast.Name) and
+            _is_const(zero.value, 0.0) and isinstance(add, gast.Assign) and
+            isinstance(add.targets[0], gast.Name) and isinstance(add.value, gast.BinOp) and
+            isinstance(add.value.op, gast.Add) and isinstance(add.value.left, gast.Name) and
+            add.value.left.id == x and isinstance(add.value.right, gast.Name)):
+        return False
+    t = add.value.right.id
+    copies = [k for k, s in enumerate(body) if t in _all_names(s) and isinstance(s, gast.Assign)
+              and any(isinstance(n, gast.Name) and n.id == t and isinstance(n.ctx, gast.Store)
+                      for n in gast.walk(s.targets[0]))]
+    return len(copies) == 1 and copies[0] < writes[0] and \
+        isinstance(body[copies[0]].value, gast.Name) and body[copies[0]].value.id == x
+
+
+def _own_element(body, x, touching, index):
+    """Every access to the array x in the body is ``x[index]``: each step has its own."""
+    for k in touching:
+        subs = [n for n in gast.walk(body[k]) if isinstance(n, gast.Subscript) and
+                isinstance(n.value, gast.Name) and n.value.id == x]
+        bare = sum(1 for n in gast.walk(body[k]) if isinstance(n, gast.Name) and n.id == x)
+        if bare != len(subs) or not all(isinstance(n.slice, gast.Name) and
+                                        n.slice.id == index for n in subs):
+            return False
+    return True
+
+
+def _not_surely_new(backward, updated, in_place):
+    """Names of `updated` that some ``x_bar += c`` of `in_place` may find holding an array
+    that is not its own: in the order of the top-level statements, the last assignment
+    before it must be a new array (``np.zeros_like``, arithmetic, a copy), and inside loops
+    and branches every assignment must be."""
+    ids = {id(s) for s in in_place}
+    fresh = dict.fromkeys(updated, False)
+    out = set()
+
+    def bound(stmt):
+        """(name, whether the value is a new array) for each name `stmt` assigns."""
+        if not isinstance(stmt, gast.Assign):
+            return []
+        pairs = []
+        for target in stmt.targets:
+            if isinstance(target, gast.Name):
+                pairs.append((target.id, _allocates(stmt.value)))
+            elif isinstance(target, gast.Tuple):
+                pairs += [(e.id, False) for e in target.elts if isinstance(e, gast.Name)]
+        return pairs
+
+    for stmt in backward:
+        inner = list(walk_statements([stmt])) if isinstance(stmt, CONTROL) else [stmt]
+        for s in inner:
+            if id(s) in ids and not fresh[s.target.id]:
+                out.add(s.target.id)
+            for n, new in bound(s):
+                if n in fresh and not new and isinstance(stmt, CONTROL):
+                    out.add(n)
+        if not isinstance(stmt, CONTROL):
+            for n, new in bound(stmt):
+                if n in fresh:
+                    fresh[n] = new
+    return out
+
+
+def _undo_aliased_in_place(backward, in_place, seeds=()):
+    """``x_bar += c`` goes back to ``x_bar = x_bar + c`` where another name may share x_bar's
+    array there: x_bar handed on as it is (``y_bar = x_bar``, appended to a list, put in a
+    tuple) inside a loop or branch, or before that update; x_bar a parameter (a seed) or
+    ever assigned something other than a new array."""
+    if not in_place:
+        return
+    events = []
+
+    def scan(stmts, depth):
+        for stmt in stmts:
+            if isinstance(stmt, CONTROL):
+                events.append((stmt, depth))
+                scan(stmt.body, depth + 1)
+                scan(stmt.orelse, depth + 1)
+            else:
+                events.append((stmt, depth))
+    scan(backward, 0)
+    position = {id(s): k for k, (s, _) in enumerate(events)}
+    updated = {s.target.id for s in in_place}
+    last = {}
+    for s in in_place:
+        last[s.target.id] = max(last.get(s.target.id, -1), position.get(id(s), -1))
+    escaping = updated & set(seeds) | _not_surely_new(backward, updated, in_place)
+    for k, (stmt, depth) in enumerate(events):
+        if isinstance(stmt, CONTROL):
+            continue
+        for sub in gast.walk(stmt):
+            handed = []
+            if isinstance(sub, gast.Assign) and isinstance(sub.value, gast.Name):
+                handed.append(sub.value.id)
+            elif isinstance(sub, (gast.Tuple, gast.List)):
+                handed += [e.id for e in sub.elts if isinstance(e, gast.Name) and
+                           isinstance(e.ctx, gast.Load)]
+            elif isinstance(sub, gast.Call):
+                handed += [a.id for a in sub.args if isinstance(a, gast.Name)] if isinstance(
+                    sub.func, gast.Attribute) and sub.func.attr in ("append", "extend") else []
+            for n in handed:
+                if n in updated and (depth > 0 or k < last[n]):
+                    escaping.add(n)
+    if not escaping:
+        return
+    undo = {id(s) for s in in_place if s.target.id in escaping}
+
+    def rewrite(stmts):
+        for i, stmt in enumerate(stmts):
+            if id(stmt) in undo:
+                stmts[i] = assign(stmt.target.id, fill("a + c", a=stmt.target.id, c=stmt.value))
+            elif isinstance(stmt, CONTROL):
+                rewrite(stmt.body)
+                rewrite(stmt.orelse)
+    rewrite(backward)
 
 
 class _Builder:
@@ -612,6 +943,7 @@ class _Builder:
         self.checkpoint_plans = {}  # id(checkpointed loop) -> how it is saved and recomputed
         self.defined_before = _defined_before(core)
         self.loops = 0  # enclosing loops: residuals of helper calls there go on tapes
+        self.unsaved = set()  # (id(core stmt), name): that save's restore was dropped
 
     # -- backward sweep
     def backward_block(self, stmts):
@@ -655,6 +987,7 @@ class _Builder:
                 if restore is not None:
                     adj.out.append(restore)
                     self.pops.append((restore, t))
+                    restore.saved_by = (id(stmt), t)
         for t in zero:
             # The value t had before this statement gets its own adjoint, of its own shape
             # (so after t is restored).
@@ -755,6 +1088,7 @@ class _Builder:
                           a=start, b=stop)
             node = gast.For(target=name(index, store=True), iter=header, body=body, orelse=[],
                             type_comment=None)
+            node.reversed_range = step_value == 1  # (see _run_forward_where_order_free)
         else:
             trips = fill("len(range(a, b, s))", a=start, b=stop, s=step)
             k = self.core.namer.temp(f"{index}_k")
@@ -762,7 +1096,9 @@ class _Builder:
             node = gast.For(target=name(k, store=True),
                             iter=fill("range(n - 1, -1, -1)", n=trips),
                             body=[first] + body, orelse=[], type_comment=None)
+            node.header_lines = 1
         node.origin = stmt.origin
+        node.primal_loop = stmt  # (its loop-local values may be recomputed in its body)
         self.adj.out.append(node)
 
     def backward_checkpointed(self, stmt, body):
@@ -872,20 +1208,37 @@ class _Builder:
     # -- forward sweep
     def forward_sweep(self):
         """The primal code, with helper calls replaced and needed values pushed on tapes."""
-        _recompute_index_arithmetic(self.core, self.adj.out)
+        recomputed = _recompute_index_arithmetic(self.core, self.adj.out)
         events = []
         _linearize(self.adj.out, (), events)
         position = {id(e[1]): k for k, e in enumerate(events) if e[0] == "stmt"}
         needed, dead = set(), set()
+        steps = _control_events(self.adj.out)
+        step_of = {id(e[0]): k for k, e in enumerate(steps)}
         for restore, target in self.pops:
+            if target in recomputed:  # computed again in the backward step instead
+                dead.add(id(restore))
+                self.unsaved.add(getattr(restore, "saved_by", None))
+                continue
             k = position.get(id(restore))
             loops = events[k][3] if k is not None else ()
             read_later = any(target in e[2] and (j > k or set(e[3]) & set(loops))
                              for j, e in enumerate(events)) if k is not None else True
+            if read_later and _overwritten_unread(steps, step_of.get(id(restore)), target):
+                # e.g. the partial sums of an accumulation loop: only the last is read
+                read_later = False
+                self.unsaved.add(getattr(restore, "saved_by", None))
             if read_later:
                 needed.add(target)
             else:
                 dead.add(id(restore))
+        # A tape is a stack: a restore nobody reads still pops when its push stays (another
+        # restore of the same name needs the tape), or the pops after it (and, at second
+        # order, the adjoint tape's pushes and pops) get out of step.
+        for restore, target in self.pops:
+            if id(restore) in dead and target in needed and target not in recomputed and \
+                    getattr(restore, "saved_by", None) not in self.unsaved:
+                dead.discard(id(restore))
         # Drop the restores nobody needs.
         self.adj.out[:] = _without(self.adj.out, dead)
         self.stale_views = _stale_views(self.core, self.adj.out)
@@ -972,7 +1325,7 @@ class _Builder:
             save = self.saves.get(id(stmt)) if record else None
             if isinstance(save, tuple):  # an in-place write: save what it overwrites
                 tape, base, index = save
-                if base in needed:
+                if base in needed and (id(stmt), base) not in self.unsaved:
                     current = gast.Subscript(value=name(base), slice=to_expr(index),
                                              ctx=gast.Load())
                     t = self.core.types.get(base, T.UNKNOWN)
@@ -989,7 +1342,7 @@ class _Builder:
                             self.preallocated[tape]["step"]), ctx=gast.Store())
                         out.append(gast.Assign(targets=[row], value=name(target),
                                                type_comment=None))
-                    elif target in needed:
+                    elif target in needed and (id(stmt), target) not in self.unsaved:
                         out.append(gast.Expr(value=fill("t.append(v)", t=tape, v=target)))
                         if tape not in tapes:
                             tapes.append(tape)
@@ -1083,6 +1436,43 @@ def value_reads(node):
             isinstance(n.ctx, gast.Load) and id(n) not in skip}
 
 
+def _control_events(stmts, controls=(), out=None):
+    """Backward statements in execution order as (node, value reads, enclosing controls), a
+    control being (id, is_loop, which block) of each enclosing ``for``/``while``/``if``."""
+    out = [] if out is None else out
+    for stmt in stmts:
+        if isinstance(stmt, CONTROL):
+            header = stmt.iter if isinstance(stmt, gast.For) else stmt.test
+            out.append((stmt, value_reads(header), controls))
+            loop = not isinstance(stmt, gast.If)
+            _control_events(stmt.body, controls + ((id(stmt), loop, "body"),), out)
+            _control_events(stmt.orelse, controls + ((id(stmt), loop, "orelse"),), out)
+        else:
+            out.append((stmt, value_reads(stmt), controls))
+    return out
+
+
+def _overwritten_unread(steps, k, target):
+    """Whether the value a restore at ``steps[k]`` gives `target` is surely replaced before
+    anything reads it: going on from k, a statement that always runs at the restore's level
+    assigns `target` again before any read (leaving a loop, a read anywhere in that loop
+    counts: its next step may read it)."""
+    if k is None:
+        return False
+    level = steps[k][2]
+    for node, reads, controls in steps[k + 1:]:
+        while controls[:len(level)] != level:  # left the innermost control of `level`
+            if level[-1][1] and any(target in r for _, r, c in steps if level[-1] in c):
+                return False
+            level = level[:-1]
+        if target in reads:
+            return False
+        if controls == level and isinstance(node, gast.Assign) and any(
+                isinstance(t, gast.Name) and t.id == target for t in node.targets):
+            return True
+    return False
+
+
 def _linearize(stmts, loops, out):
     """Backward statements in execution order: ('stmt', node, value reads, enclosing loops)."""
     for stmt in stmts:
@@ -1101,15 +1491,20 @@ def _linearize(stmts, loops, out):
 def _recompute_index_arithmetic(core, backward):
     """Integer temporaries such as ``i + 1`` are recomputed where the backward sweep reads
     them instead of being saved on a tape: their operands are loop indices (which the
-    backward loops bind again) or values that are never overwritten."""
+    backward loops bind again) or values that are never overwritten. A loop's own scalars
+    (see _loop_locals) are computed again at the top of its backward step when the step does
+    not change what they read. Returns the names so recomputed (their tapes are dropped)."""
     defs = {}
     overwritten = set()
     indices = set()
+    loop_local = {}  # name -> (its loop, what the loop body writes): see _loop_locals
+    reads = {}  # id(core statement) -> the names it reads (shared by the _loop_locals calls)
 
     def scan(stmts, depth):
         for stmt in stmts:
             if isinstance(stmt, gast.For):
                 indices.add(stmt.target.id)
+                loop_local.update({t: (stmt, w) for t, w in _loop_locals(stmt, core, reads)})
                 scan(stmt.body, depth + 1)
                 continue
             if isinstance(stmt, CONTROL):
@@ -1122,6 +1517,7 @@ def _recompute_index_arithmetic(core, backward):
                 defs.setdefault(t, []).append(stmt)
     scan(core.body, 0)
     recomputable = {}
+    in_loop = {}  # loop-local value -> its loop: recomputed at the top of the backward step
     changed = True
     while changed:
         changed = False
@@ -1146,16 +1542,145 @@ def _recompute_index_arithmetic(core, backward):
                    for o in operands):
                 recomputable[t] = value
                 changed = True
-    if not recomputable:
-        return
+    # A value computed in a loop body from values the body does not change: computed again
+    # at the top of the backward step, not pushed on a tape.
+    changed = True
+    while changed:
+        changed = False
+        for t, (loop, written) in loop_local.items():
+            stmt = defs[t][0]
+            if t in recomputable or t in in_loop or not _cheap(stmt):
+                continue
+            value = stmt.value
+            operands = [n.id for n in gast.walk(value) if isinstance(n, gast.Name) and
+                        not (isinstance(value, gast.Call) and n is value.func)]
+            if all(o in indices or o in recomputable or o not in written or
+                   in_loop.get(o) is loop for o in operands):
+                in_loop[t] = loop
+                changed = True
+    inserted = _insert_recomputation(backward, in_loop, core.namer)
 
     class Substitute(gast.NodeTransformer):
         def visit_Name(self, node):
             if isinstance(node.ctx, gast.Load) and node.id in recomputable:
                 return self.visit(to_expr(recomputable[node.id]))
             return node
-    for i, stmt in enumerate(backward):
-        backward[i] = Substitute().visit(stmt)
+    if recomputable:
+        for i, stmt in enumerate(backward):
+            backward[i] = Substitute().visit(stmt)
+    return inserted
+
+
+def _insert_recomputation(backward, in_loop, namer):
+    """Put ``t = <t's primal expression>`` at the top of each backward step that reads t, for
+    the loop-local values of `in_loop` (in the primal's order, with the ones they read).
+    Temporaries get new names there (so tidy may inline them in both sweeps). Returns the
+    names recomputed (their tapes are not needed)."""
+    by_loop = {}
+    for t, loop in in_loop.items():
+        by_loop.setdefault(id(loop), (loop, set()))[1].add(t)
+    inserted = set()
+
+    def visit(stmts):
+        for stmt in stmts:
+            if not isinstance(stmt, CONTROL):
+                continue
+            visit(stmt.body)
+            visit(stmt.orelse)
+            entry = by_loop.get(id(getattr(stmt, "primal_loop", None)))
+            if entry is None:
+                continue
+            loop, names = entry
+            reads = set()
+            for inner in stmt.body:
+                reads |= value_reads(inner)
+            wanted = names & reads
+            body = [s for s in loop.body if not isinstance(s, CONTROL)]
+            for s in reversed(body):  # and what they read, in the same step
+                targets = _stmt_targets(s)
+                if targets and targets[0] in wanted:
+                    wanted |= names & value_reads(s.value)
+            if not wanted:
+                continue
+            lines = [assign(s.targets[0].id, to_expr(s.value)) for s in body
+                     if _stmt_targets(s) and _stmt_targets(s)[0] in wanted]
+            skip = getattr(stmt, "header_lines", 0)
+            stmt.body[skip:skip] = lines
+            inserted.update(wanted)
+            renames = {t: namer.temp(t) for t in (x.targets[0].id for x in lines)
+                       if t in namer.temps}
+            for inner in stmt.body[skip:]:
+                for n in gast.walk(inner):
+                    if isinstance(n, gast.Name) and n.id in renames and (
+                            isinstance(n.ctx, gast.Load) or inner in lines):
+                        n.id = renames[n.id]
+    visit(backward)
+    return inserted
+
+
+def _cheap(stmt):
+    """A statement worth computing again rather than saving: arithmetic, a comparison, a
+    read of one element or of a shape, or one elementwise NumPy function of such values."""
+    value = stmt.value
+    if isinstance(value, (gast.BinOp, gast.UnaryOp, gast.Subscript, gast.Compare)):
+        return True
+    if isinstance(value, gast.Attribute) and value.attr == "shape":
+        return True
+    prim = getattr(stmt, "prim", None)
+    return isinstance(value, gast.Call) and prim is not None and prim.kind == "rule" and \
+        prim.rule.name in _ELEMENTWISE_OK and all(
+            isinstance(a, (gast.Name, gast.Constant)) for a in value.args) and not value.keywords
+
+
+def _loop_locals(loop, core, reads=None):
+    """Scalars (and shape tuples) a ``for`` body assigns once, directly, and reads only later
+    in the same step and nowhere outside the loop (its own temporaries: ``lap = u[i - 1] -
+    2.0 * u[i] + u[i + 1]``, ``m = x.shape[1]``), each paired with the names the body writes.
+    Such a value can be recomputed at the top of the backward step from operands the body
+    does not write: there they hold the values they had during the step."""
+    inside = list(walk_statements(loop.body))
+    simple = [s for s in inside if not isinstance(s, CONTROL)]
+    written = {t for s in simple for t in _stmt_targets(s)}
+    written |= {s.prim.base for s in simple if s.prim.kind == "pop"}
+    count = {}
+    for s in simple:
+        for t in _stmt_targets(s):
+            count[t] = count.get(t, 0) + 1
+    reads = {} if reads is None else reads
+
+    def reads_of(s):
+        if id(s) not in reads:
+            reads[id(s)] = _reads_of(s)
+        return reads[id(s)]
+    ids = {id(s) for s in inside}
+    outside = set()
+    for s in walk_statements(core.body):
+        if id(s) not in ids:
+            outside |= reads_of(s)
+    out, seen = [], set()
+    for s in loop.body:
+        if isinstance(s, CONTROL):
+            for inner in walk_statements([s]):
+                seen |= reads_of(inner)
+            continue
+        targets = _stmt_targets(s)
+        if len(targets) == 1 and isinstance(s, gast.Assign) and \
+                isinstance(s.targets[0], gast.Name) and s.prim.kind not in (
+                    "setitem", "append", "add_at", "pop", "user") and \
+                count.get(targets[0]) == 1 and targets[0] not in seen | outside and \
+                core.types.get(targets[0], T.UNKNOWN).kind in ("float", "int", "bool", "tuple"):
+            out.append((targets[0], written))
+        seen |= reads_of(s)
+    return out
+
+
+def _reads_of(stmt):
+    """Names a core statement reads (for a loop or branch: its header)."""
+    if isinstance(stmt, gast.For):
+        return value_reads(stmt.iter)
+    if isinstance(stmt, (gast.If, gast.While)):
+        return value_reads(stmt.test)
+    return value_reads(stmt)
 
 
 def _blocks(stmt):
@@ -1257,6 +1782,10 @@ def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
         if isinstance(src, gast.Name) and src.id in active:
             parts = adj.tuples.setdefault(src.id, [None] * len(targets))
             for i, t in enumerate(targets):
+                # A tuple's parts are taken at their elements' full shapes (a helper's
+                # backward function, say, gets them as its outputs' cotangents).
+                if adj.get(t) is not None and adj.smaller(adj.atypes.get(t, adj.type_of(t)), t):
+                    adj.materialized(t)
                 g = _snapshot(adj, adj.get(t))
                 if g is not None:
                     parts[i] = g if parts[i] is None else fill("a + b", a=parts[i], b=g)

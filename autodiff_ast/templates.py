@@ -24,10 +24,53 @@ def _parse(template):
     return gast.parse(template, mode="eval").body
 
 
+_ATOMS = (str, int, float, bool, complex, bytes, type(None), type(Ellipsis))
+
+
+def copy_tree(node, memo=None):
+    """A deep copy of a gast tree, as ``copy.deepcopy`` makes it (a node reached twice is
+    copied once) but several times faster: nodes are rebuilt from their attribute
+    dictionaries, and only values that are not nodes, lists, tuples or atoms go through
+    ``copy.deepcopy``.
+
+    >>> tree = gast.parse("a + b * 2.0", mode="eval").body
+    >>> twin = copy_tree(tree)
+    >>> twin is not tree and unparse(twin) == unparse(tree)
+    True
+    """
+    if memo is None:
+        memo = {}
+    return _copy_value(node, memo)
+
+
+def _copy_value(value, memo):
+    if type(value) in _ATOMS:
+        return value
+    key = id(value)
+    done = memo.get(key)
+    if done is not None:
+        return done
+    if isinstance(value, gast.AST):
+        cls = type(value)
+        new = cls.__new__(cls)
+        memo[key] = new
+        new.__dict__.update({k: _copy_value(v, memo) for k, v in value.__dict__.items()})
+        return new
+    if type(value) is list:
+        new = []
+        memo[key] = new
+        new.extend(_copy_value(v, memo) for v in value)
+        return new
+    if type(value) is tuple:
+        new = tuple(_copy_value(v, memo) for v in value)
+        return memo.setdefault(key, new)
+    return copy.deepcopy(value, memo)
+
+
 def to_expr(value):
     """A gast expression for a name (str), a number or an existing expression."""
     if isinstance(value, gast.AST):
-        return copy.deepcopy(value)
+        return copy_tree(value)
     if isinstance(value, str):
         return gast.Name(id=value, ctx=gast.Load(), annotation=None, type_comment=None)
     if isinstance(value, (bool, int, float)) or value is None:
@@ -51,7 +94,7 @@ class _Substitute(gast.NodeTransformer):
 
 def fill(template, **subs):
     """Parse `template` and replace its placeholder names; returns a simplified expression."""
-    tree = copy.deepcopy(_parse(template))
+    tree = copy_tree(_parse(template))
     tree = _Substitute(subs).visit(tree)
     return simplify(tree)
 
@@ -99,9 +142,27 @@ def _num(value):
 
 
 class _Simplify(gast.NodeTransformer):
-    """Local algebraic clean-ups that keep the arithmetic exactly equal."""
+    """Local algebraic clean-ups that keep the arithmetic exactly equal.
+
+    ``changed`` records whether a clean-up rewrote anything (every rewrite returns a node
+    other than the one visited; re-spelling a negative constant as itself does not count).
+    """
+
+    changed = False
 
     def visit_UnaryOp(self, node):
+        result = self._unary(node)
+        if result is not node and not _same_negative_constant(node, result):
+            self.changed = True
+        return result
+
+    def visit_BinOp(self, node):
+        result = self._binary(node)
+        if result is not node:
+            self.changed = True
+        return result
+
+    def _unary(self, node):
         self.generic_visit(node)
         if isinstance(node.op, gast.USub):
             inner = node.operand
@@ -124,7 +185,7 @@ class _Simplify(gast.NodeTransformer):
                                     comparators=inner.comparators)
         return node
 
-    def visit_BinOp(self, node):
+    def _binary(self, node):
         self.generic_visit(node)
         left, right, op = node.left, node.right, node.op
         lv, rv = const_value(left), const_value(right)
@@ -175,6 +236,18 @@ class _Simplify(gast.NodeTransformer):
         return node
 
 
+def _same_negative_constant(node, result):
+    """Whether `result` spells the same ``-c`` as `node` (a constant's sign re-normalized)."""
+    def parts(n):
+        if isinstance(n, gast.UnaryOp) and isinstance(n.op, gast.USub) and \
+                isinstance(n.operand, gast.Constant):
+            c = n.operand
+            return type(c.value), c.value, getattr(c, "kind", None)
+        return None
+    mine = parts(node)
+    return mine is not None and mine == parts(result)
+
+
 def _float_compare(node):
     """Ordered comparisons can't be flipped when NaN may be involved (not (a < b) != a >= b);
     == and != always can."""
@@ -187,13 +260,11 @@ def simplify(expr):
     >>> print(unparse(simplify(fill("g * (1.0 / b)", g="y_bar", b="w"))))
     y_bar / w
     """
-    before = None
     while True:
-        expr = _Simplify().visit(expr)
-        text = gast.dump(expr)
-        if text == before:
+        cleaner = _Simplify()
+        expr = cleaner.visit(expr)
+        if not cleaner.changed:
             return expr
-        before = text
 
 
 def unparse(node):

@@ -17,14 +17,51 @@ value nobody reads (dead stores).
 
 from __future__ import annotations
 
+from collections import deque
+
 import gast
 
-from .templates import simplify
+from .templates import copy_tree, simplify
+
+_AST = gast.AST
+
+
+def _walk(node):
+    """Every node under `node`, breadth first: the order of ``gast.walk``, without its
+    per-node generator overhead (the passes below walk statements many thousand times)."""
+    todo = deque((node,))
+    pop, push = todo.popleft, todo.append
+    while todo:
+        current = pop()
+        yield current
+        for field in current._fields:
+            value = getattr(current, field, None)
+            if isinstance(value, _AST):
+                push(value)
+            elif isinstance(value, list):
+                for item in value:
+                    if isinstance(item, _AST):
+                        push(item)
+
+
+def _children(node):
+    """The direct child nodes of `node` (as ``gast.iter_child_nodes``)."""
+    out = []
+    for field in node._fields:
+        value = getattr(node, field, None)
+        if isinstance(value, _AST):
+            out.append(value)
+        elif isinstance(value, list):
+            out.extend(item for item in value if isinstance(item, _AST))
+    return out
 
 
 def _names(node, ctx=None):
-    return [n.id for n in gast.walk(node) if isinstance(n, gast.Name) and
-            (ctx is None or isinstance(n.ctx, ctx))]
+    """Identifiers of the Name nodes under `node` (load or store: `ctx`), breadth first."""
+    name = gast.Name
+    if ctx is None:
+        return [n.id for n in _walk(node) if type(n) is name]
+    return [n.id for n in _walk(node) if type(n) is name and isinstance(n.ctx, ctx)]
 
 
 def stmt_defs(stmt):
@@ -38,16 +75,12 @@ def stmt_defs(stmt):
                 out += [e.id for e in target.elts if isinstance(e, gast.Name)]
             elif isinstance(target, gast.Subscript):
                 out += _names(target.value)[:1]
-        for n in gast.walk(stmt.value):  # `v = t.pop()` changes t too
-            if isinstance(n, gast.Call) and isinstance(n.func, gast.Attribute) and \
-                    n.func.attr == "pop" and isinstance(n.func.value, gast.Name):
-                out.append(n.func.value.id)
-        return out
+        return out + _popped(stmt.value)  # `v = t.pop()` changes t too
     if isinstance(stmt, gast.AugAssign):
         base = stmt.target
         while isinstance(base, (gast.Subscript, gast.Attribute)):
             base = base.value
-        return [base.id] if isinstance(base, gast.Name) else []
+        return ([base.id] if isinstance(base, gast.Name) else []) + _popped(stmt.value)
     if isinstance(stmt, gast.Expr) and isinstance(stmt.value, gast.Call):
         func = stmt.value.func
         if isinstance(func, gast.Attribute) and func.attr == "at" and stmt.value.args:
@@ -55,9 +88,18 @@ def stmt_defs(stmt):
         if isinstance(func, gast.Attribute) and func.attr in ("pop", "append") and \
                 isinstance(func.value, gast.Name):
             return [func.value.id]  # changes the list (and what len() of it gives)
+    if isinstance(stmt, gast.Expr):  # `g.pop() if g else 0.0`
+        return _popped(stmt.value)
     if isinstance(stmt, (gast.For, gast.While, gast.If, gast.With)):
         return _names(stmt, gast.Store)
     return []
+
+
+def _popped(node):
+    """Lists that evaluating `node` pops from (``t.pop()``)."""
+    return [n.func.value.id for n in _walk(node)
+            if isinstance(n, gast.Call) and isinstance(n.func, gast.Attribute) and
+            n.func.attr == "pop" and isinstance(n.func.value, gast.Name)]
 
 
 def stmt_uses(stmt):
@@ -70,13 +112,27 @@ def stmt_uses(stmt):
         return uses
     if isinstance(stmt, gast.AugAssign):
         return _names(stmt.target) + _names(stmt.value)
-    return _names(stmt, gast.Load)
+    return _loads(stmt)
+
+
+def _loads(node):
+    """Names read anywhere under `node`: the loads, and the names ``x += ...`` updates
+    (their Name is a store, but the statement reads the old value: a loop's ``x_bar += c``
+    reads the ``x_bar`` set before the loop)."""
+    names = _names(node, gast.Load)
+    seen = set(names)
+    for inner in _walk(node):
+        if type(inner) is gast.AugAssign and type(inner.target) is gast.Name and \
+                inner.target.id not in seen:
+            seen.add(inner.target.id)
+            names.append(inner.target.id)
+    return names
 
 
 def _mutates(node):
     """Whether evaluating `node` changes a list (pop/append): never moved nor dropped."""
     return any(isinstance(n, gast.Call) and isinstance(n.func, gast.Attribute) and
-               n.func.attr in ("pop", "append") for n in gast.walk(node))
+               n.func.attr in ("pop", "append") for n in _walk(node))
 
 
 def _pure(stmt):
@@ -85,6 +141,126 @@ def _pure(stmt):
         isinstance(stmt.targets[0], (gast.Name, gast.Tuple)) and \
         all(isinstance(e, gast.Name) for e in (
             stmt.targets[0].elts if isinstance(stmt.targets[0], gast.Tuple) else []))
+
+
+def _scan(node):
+    """In one breadth-first walk of an expression: its Name identifiers (as :func:`_names`),
+    the lists it pops from (as :func:`_popped`), whether it changes a list (as
+    :func:`_mutates`) and its nesting depth (as :func:`_depth`)."""
+    names, popped, mutates, deepest = [], [], False, 0
+    todo = deque(((node, 1),))
+    pop, push = todo.popleft, todo.append
+    name_type, call_type, attribute_type = gast.Name, gast.Call, gast.Attribute
+    while todo:
+        current, depth = pop()
+        if depth > deepest:
+            deepest = depth
+        kind = type(current)
+        if kind is name_type:
+            names.append(current.id)
+        elif kind is call_type:
+            func = current.func
+            if isinstance(func, attribute_type) and func.attr in ("pop", "append"):
+                mutates = True
+                if func.attr == "pop" and isinstance(func.value, name_type):
+                    popped.append(func.value.id)
+        depth += 1
+        for field in current._fields:
+            value = getattr(current, field, None)
+            if isinstance(value, _AST):
+                push((value, depth))
+            elif isinstance(value, list):
+                for item in value:
+                    if isinstance(item, _AST):
+                        push((item, depth))
+    return names, popped, mutates, deepest
+
+
+class _Facts:
+    """What the passes need to know about each statement, computed once per statement.
+
+    The passes of :func:`tidy_block` repeat until nothing changes, and each repetition used
+    to walk every statement again. The facts are kept per statement object (the object itself
+    is held, so its id is never reused) and a pass that changes a statement calls
+    :meth:`forget` on it.
+    """
+
+    def __init__(self):
+        self.memo = {}
+
+    def _entry(self, stmt):
+        entry = self.memo.get(id(stmt))
+        if entry is None:
+            entry = self.memo[id(stmt)] = [stmt, None, None, None, None, None, None]
+        return entry
+
+    def _value_scan(self, entry):
+        """:func:`_scan` of an assignment's value, done once."""
+        if entry[6] is None:
+            entry[6] = _scan(entry[0].value)
+        return entry[6]
+
+    def forget(self, stmt):
+        self.memo.pop(id(stmt), None)
+
+    def uses(self, stmt):
+        entry = self._entry(stmt)
+        if entry[1] is None:
+            if type(stmt) is gast.Assign:  # as stmt_uses, from the one walk of the value
+                uses = list(self._value_scan(entry)[0])
+                for target in stmt.targets:
+                    if isinstance(target, gast.Subscript):
+                        uses += _names(target)
+                entry[1] = uses
+            else:
+                entry[1] = stmt_uses(stmt)
+        return entry[1]
+
+    def defs(self, stmt):
+        entry = self._entry(stmt)
+        if entry[2] is None:
+            if type(stmt) is gast.Assign:  # as stmt_defs
+                out = []
+                for target in stmt.targets:
+                    if isinstance(target, gast.Name):
+                        out.append(target.id)
+                    elif isinstance(target, gast.Tuple):
+                        out += [e.id for e in target.elts if isinstance(e, gast.Name)]
+                    elif isinstance(target, gast.Subscript):
+                        out += _names(target.value)[:1]
+                entry[2] = out + self._value_scan(entry)[1]
+            else:
+                entry[2] = stmt_defs(stmt)
+        return entry[2]
+
+    def pure(self, stmt):
+        entry = self._entry(stmt)
+        if entry[3] is None:
+            if type(stmt) is gast.Assign:  # as _pure
+                target = stmt.targets[0]
+                entry[3] = len(stmt.targets) == 1 and not self._value_scan(entry)[2] and \
+                    isinstance(target, (gast.Name, gast.Tuple)) and \
+                    all(isinstance(e, gast.Name) for e in (
+                        target.elts if isinstance(target, gast.Tuple) else []))
+            else:
+                entry[3] = _pure(stmt)
+        return entry[3]
+
+    def reads(self, stmt):
+        """As :func:`_all_reads` of the one statement."""
+        entry = self._entry(stmt)
+        if entry[4] is None:
+            entry[4] = _all_reads([stmt])
+        return entry[4]
+
+    def value(self, stmt):
+        """For an assignment: (names its value reads, the value's nesting depth, whether the
+        value changes a list)."""
+        entry = self._entry(stmt)
+        if entry[5] is None:
+            names, _, mutates, depth = self._value_scan(entry)
+            entry[5] = (set(names), depth, mutates)
+        return entry[5]
 
 
 def free_names(stmts, maybe_unbound=False):
@@ -104,17 +280,19 @@ def free_names(stmts, maybe_unbound=False):
     return free
 
 
-def eliminate_dead(stmts, keep):
+def eliminate_dead(stmts, keep, facts=None):
     """Drop pure assignments whose targets are never read later nor kept."""
+    facts = facts or _Facts()
     live = set(keep)
     out = []
     for stmt in reversed(stmts):
-        defs = stmt_defs(stmt)
-        if _pure(stmt) and not any(d in live for d in defs):
+        defs = facts.defs(stmt)
+        pure = facts.pure(stmt)
+        if pure and not any(d in live for d in defs):
             continue
-        if _pure(stmt):
+        if pure:
             live.difference_update(defs)
-        live.update(stmt_uses(stmt))
+        live.update(facts.uses(stmt))
         out.append(stmt)
     out.reverse()
     return out
@@ -168,33 +346,42 @@ def _depth(node):
     while stack:
         current, depth = stack.pop()
         deepest = max(deepest, depth)
-        stack.extend((child, depth + 1) for child in gast.iter_child_nodes(current))
+        stack.extend((child, depth + 1) for child in _children(current))
     return deepest
 
 
-def _inline_once(stmts, keep, temps):
-    # Each statement's reads and writes, computed once per call: nothing changes `stmts`
-    # until an inlining is done, and then the function returns.
-    all_uses = [stmt_uses(s) for s in stmts]
-    all_defs = [None] * len(stmts)
+def _inline_once(stmts, keep, temps, facts=None):
+    # Each statement's reads and writes come from `facts`; where each name is read is
+    # indexed once per call: nothing changes `stmts` until an inlining is done, and then the
+    # function returns.
+    facts = facts or _Facts()
+    all_uses = [facts.uses(s) for s in stmts]
+    readers = {}  # name -> [(statement index, how many times it reads the name)]
+    for j, names in enumerate(all_uses):
+        counts = {}
+        for n in names:
+            counts[n] = counts.get(n, 0) + 1
+        for n, k in counts.items():
+            readers.setdefault(n, []).append((j, k))
 
     def defs_of(k):
-        if all_defs[k] is None:
-            all_defs[k] = stmt_defs(stmts[k])
-        return all_defs[k]
+        return facts.defs(stmts[k])
     for i, stmt in enumerate(stmts):
         if not (isinstance(stmt, gast.Assign) and isinstance(stmt.targets[0], gast.Name)):
             continue
         tmp = stmt.targets[0].id
-        if tmp not in temps or tmp in keep or _mutates(stmt.value):
+        if tmp not in temps or tmp in keep:
             continue
-        reads = set(_names(stmt.value))
+        reads, depth, mutates = facts.value(stmt)
+        if mutates:
+            continue
         if tmp in reads:  # `v = f(v)` updates v: inlining it would substitute forever
             continue
-        if _depth(stmt.value) > _MAX_INLINE_DEPTH:
+        if depth > _MAX_INLINE_DEPTH:
             continue  # long chains stay statements: readable, and no recursion limits hit
-        uses = [j for j in range(i + 1, len(stmts)) if tmp in all_uses[j]]
-        count = sum(all_uses[j].count(tmp) for j in uses)
+        later = [(j, k) for j, k in readers.get(tmp, ()) if j > i]
+        uses = [j for j, _ in later]
+        count = sum(k for _, k in later)
         if count != 1:
             if count == 0:
                 continue
@@ -237,6 +424,7 @@ def _inline_once(stmts, keep, temps):
                 target_stmt.iter = replacer.visit(target_stmt.iter)
             else:
                 target_stmt.test = simplify(replacer.visit(target_stmt.test))
+            facts.forget(target_stmt)
             del stmts[i]
             return True
         for j in uses:
@@ -249,17 +437,17 @@ def _inline_once(stmts, keep, temps):
                     break
             if isinstance(stmts[j], (gast.Assign, gast.AugAssign)):
                 stmts[j].value = simplify(stmts[j].value)
+            facts.forget(stmts[j])
         del stmts[i]
         return True
     return False
 
 
 def _copy(node):
-    import copy
-    return copy.deepcopy(node)
+    return copy_tree(node)
 
 
-def _fuse_accumulation(stmts):
+def _fuse_accumulation(stmts, facts=None):
     """``v = a`` directly followed by ``v = v + b`` becomes ``v = a + b``."""
     for i in range(len(stmts) - 1):
         first, second = stmts[i], stmts[i + 1]
@@ -276,6 +464,8 @@ def _fuse_accumulation(stmts):
         if _depth(first.value) > _MAX_INLINE_DEPTH:
             continue  # a long sum stays several statements
         second.value = simplify(gast.BinOp(left=first.value, op=gast.Add(), right=value.right))
+        if facts is not None:
+            facts.forget(second)
         del stmts[i]
         return True
     return False
@@ -284,16 +474,17 @@ def _fuse_accumulation(stmts):
 def _all_reads(stmts):
     out = []
     for stmt in stmts:
-        out += stmt_uses(stmt) if not isinstance(stmt, _CONTROL) else _names(stmt, gast.Load)
+        out += stmt_uses(stmt) if not isinstance(stmt, _CONTROL) else _loads(stmt)
     return out
 
 
 _CONTROL = (gast.For, gast.While, gast.If)
 
 
-def _tidy_nested(stmts, keep, temps):
+def _tidy_nested(stmts, keep, temps, facts=None):
     """Tidy the bodies of loops and branches: inside them only names nobody outside reads,
     and nobody inside reads before they are set (loop-carried values), may disappear."""
+    facts = facts or _Facts()
     for stmt in stmts:
         if not isinstance(stmt, _CONTROL):
             continue
@@ -304,7 +495,7 @@ def _tidy_nested(stmts, keep, temps):
             outside = set(keep)
             for other in stmts:
                 if other is not stmt:
-                    outside.update(_all_reads([other]))
+                    outside.update(facts.reads(other))
             if isinstance(stmt, (gast.For, gast.While)):
                 outside.update(_names(stmt.iter if isinstance(stmt, gast.For) else stmt.test))
                 # Values read in the body may come from the previous iteration: those read
@@ -316,6 +507,7 @@ def _tidy_nested(stmts, keep, temps):
             outside.update(_all_reads(other_field or []))
             new = tidy_block(body, keep=outside, temps=temps)
             setattr(stmt, field, new or [gast.Pass()])
+            facts.forget(stmt)
 
 
 def _carried(body):
@@ -391,8 +583,97 @@ def tidy_block(stmts, keep=(), temps=None):
     temps = getattr(temps, "temps", temps) or set()
     stmts = list(stmts)
     keep = set(keep)
+    facts = _Facts()
     while True:
-        stmts = _drop_self_copies(eliminate_dead(stmts, keep))
-        if not (_inline_once(stmts, keep, temps) or _fuse_accumulation(stmts)):
-            _tidy_nested(stmts, keep, temps)
+        stmts = _drop_self_copies(eliminate_dead(stmts, keep, facts))
+        if not (_inline_once(stmts, keep, temps, facts) or _fuse_accumulation(stmts, facts)):
+            _tidy_nested(stmts, keep, temps, facts)
             return _tidy_branches(stmts)
+
+
+def drop_unread_tapes(forward, backward):
+    """Tapes whose popped values the backward code never reads: drop their pushes from
+    `forward` and their pops from `backward` (both lists change in place); returns the
+    tapes dropped.
+
+    A value can be saved for a read that tidying later removed (say ``np.cos(t)`` in an
+    adjoint that turned out zero, as for ``t ** 0``). Its tape would be pushed and popped for
+    nothing, and a second derivative would have to keep the emptied tape in step too.
+
+    >>> fwd = gast.parse("t_tape = []\\nt_tape.append(t)\\nt = x * 2.0").body
+    >>> bwd = gast.parse("t = t_tape.pop()\\nx_bar = 2.0 * t_bar").body
+    >>> drop_unread_tapes(fwd, bwd)
+    ['t_tape']
+    >>> from autodiff_ast.templates import unparse
+    >>> [unparse(s) for s in fwd + bwd]
+    ['t = x * 2.0', 'x_bar = 2.0 * t_bar']
+    """
+    def pop_target(stmt):  # `x = tape.pop()` -> (tape, x)
+        if isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and \
+                isinstance(stmt.targets[0], gast.Name) and isinstance(stmt.value, gast.Call) and \
+                not stmt.value.args and isinstance(stmt.value.func, gast.Attribute) and \
+                stmt.value.func.attr == "pop" and isinstance(stmt.value.func.value, gast.Name):
+            return stmt.value.func.value.id, stmt.targets[0].id
+        return None
+
+    def push_tape(stmt):  # `tape.append(v)` or `tape = []` -> tape
+        if isinstance(stmt, gast.Expr) and isinstance(stmt.value, gast.Call) and \
+                isinstance(stmt.value.func, gast.Attribute) and \
+                stmt.value.func.attr == "append" and isinstance(stmt.value.func.value, gast.Name):
+            return stmt.value.func.value.id
+        if isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and \
+                isinstance(stmt.targets[0], gast.Name) and isinstance(stmt.value, gast.List) and \
+                not stmt.value.elts:
+            return stmt.targets[0].id
+        return None
+
+    def simple(stmts):
+        for stmt in stmts:
+            if isinstance(stmt, _CONTROL):
+                yield from simple(stmt.body)
+                yield from simple(stmt.orelse)
+            yield stmt
+
+    candidates = {}  # tape -> names its pops bind
+    for stmt in simple(backward):
+        popped = pop_target(stmt)
+        if popped is not None:
+            candidates.setdefault(popped[0], set()).add(popped[1])
+    if not candidates:
+        return []
+    def reads_of(stmt):
+        if isinstance(stmt, (gast.If, gast.While)):
+            return _loads(stmt.test)
+        if isinstance(stmt, gast.For):
+            return _loads(stmt.iter)
+        return stmt_uses(stmt)
+    # What the backward code reads besides the pops, and what the forward code reads besides
+    # the pushes (a tape read anywhere else, say handed to a helper, stays).
+    read_back, read_fwd = set(), set()
+    for stmt in simple(backward):
+        if pop_target(stmt) is None:
+            read_back.update(reads_of(stmt))
+    for stmt in simple(forward):
+        if push_tape(stmt) not in candidates:
+            read_fwd.update(reads_of(stmt))
+    dropped = sorted(tape for tape, targets in candidates.items()
+                     if tape not in read_back and tape not in read_fwd and
+                     not any(t in read_back for t in targets))
+    if not dropped:
+        return []
+    gone = set(dropped)
+
+    def prune(stmts, is_dropped):
+        out = []
+        for stmt in stmts:
+            if isinstance(stmt, _CONTROL):
+                stmt.body = prune(stmt.body, is_dropped) or [gast.Pass()]
+                if stmt.orelse:
+                    stmt.orelse = prune(stmt.orelse, is_dropped)
+            elif is_dropped(stmt):
+                continue
+            out.append(stmt)
+        return out
+    backward[:] = prune(backward, lambda s: (pop_target(s) or (None,))[0] in gone)
+    forward[:] = prune(forward, lambda s: push_tape(s) in gone)
+    return dropped

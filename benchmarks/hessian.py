@@ -11,7 +11,7 @@ Two workloads, as the forward-mode issue asks:
 Competitors: JAX's ``jit(hessian(f))`` and ``jit(jvp(grad(f)))`` when JAX is installed
 (``pip install -e '.[bench]'``; float64 enabled, like ours), a Python loop of n
 Hessian-vector products (what a Hessian costs without the vectorized pass), and central
-differences of our gradient (two gradient calls; approximate). Times are the best of several
+differences of our gradient (two gradient calls; approximate). Times are the median of several
 repeats of one call on warm caches; generation and compilation are reported in the notes.
 
 ``run()`` returns one dict per measurement: ``name``, ``ours_s``, ``competitors`` ({name:
@@ -20,9 +20,17 @@ seconds}) and ``notes``. Run this file directly to print them.
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 
 import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+from timing import first_call, median_time  # noqa: E402 (benchmarks/ is on sys.path now)
 
 HESSIAN_N = 100
 HVP_N = 100_000
@@ -44,35 +52,6 @@ def rosenbrock_hessian(x):
     return h
 
 
-# ---------------------------------------------------------------- timing
-def _best(call, repeat=7, min_time=0.05):
-    """Best time of one call over `repeat` rounds (each round long enough to measure)."""
-    call()
-    number = 1
-    while True:
-        start = time.perf_counter()
-        for _ in range(number):
-            call()
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_time or number >= 1000:
-            break
-        number *= 2
-    best = elapsed / number
-    for _ in range(repeat - 1):
-        start = time.perf_counter()
-        for _ in range(number):
-            call()
-        best = min(best, (time.perf_counter() - start) / number)
-    return best
-
-
-def _first_call(make, *args):
-    start = time.perf_counter()
-    fn = make()
-    out = fn(*args)
-    return fn, out, time.perf_counter() - start
-
-
 def _jax(make, args, check):
     """(seconds, note) for JAX, or (None, why not) when JAX is not installed."""
     try:
@@ -80,12 +59,13 @@ def _jax(make, args, check):
     except ImportError:
         return None, "JAX: not installed (pip install -e '.[bench]')"
     jax.config.update("jax_enable_x64", True)
-    fn, out, first = _first_call(lambda: make(jax), *args)
+    fn, out, first = first_call(lambda: make(jax), *args)
     check(np.asarray(out))
 
     def call():
         jax.block_until_ready(fn(*args))
-    return _best(call), f"JAX {jax.__version__}: first call (trace + XLA compile) {first:.2f} s"
+    note = f"JAX {jax.__version__}: first call (trace + XLA compile) {first:.2f} s"
+    return median_time(call), note
 
 
 def _jax_rosenbrock(jax):
@@ -105,24 +85,24 @@ def _hessian_rows():
 
     def check(out):
         np.testing.assert_allclose(out, reference, rtol=1e-10, atol=1e-8)
-    ours, out, generate = _first_call(lambda: hessian(rosenbrock), x)
+    ours, out, generate = first_call(lambda: hessian(rosenbrock), x)
     check(out)
-    compiled, out, compile_s = _first_call(lambda: jit(hessian(rosenbrock)), x)
+    compiled, out, compile_s = first_call(lambda: jit(hessian(rosenbrock)), x)
     check(out)
     df = grad(rosenbrock)
     basis = np.eye(HESSIAN_N)
-    loop_s = _best(lambda: [jvp(df, (x,), (e,))[1] for e in basis], repeat=3)
+    loop_s = median_time(lambda: [jvp(df, (x,), (e,))[1] for e in basis], repeats=3)
     competitors = {f"python loop of {HESSIAN_N} jvp(grad(f)) calls": loop_s}
     jax_s, jax_note = _jax(lambda jax: jax.jit(jax.hessian(_jax_rosenbrock(jax))), (x,), check)
     if jax_s is not None:
         competitors["jax jit(hessian(f))"] = jax_s
     what = f"Hessian of Rosenbrock, n={HESSIAN_N}"
     return [
-        {"name": f"{what}, hessian(f) NumPy", "ours_s": _best(lambda: ours(x)),
+        {"name": f"{what}, hessian(f) NumPy", "ours_s": median_time(lambda: ours(x)),
          "competitors": competitors,
          "notes": f"jacfwd(jacrev(f)): vmap of the jvp of the gradient module; first call "
                   f"(generate + load) {generate:.2f} s; {jax_note}"},
-        {"name": f"{what}, jit(hessian(f)) Numba", "ours_s": _best(lambda: compiled(x)),
+        {"name": f"{what}, jit(hessian(f)) Numba", "ours_s": median_time(lambda: compiled(x)),
          "competitors": competitors,
          "notes": f"first call (generate + Numba compile or cache load) {compile_s:.2f} s"},
     ]
@@ -150,7 +130,7 @@ def _hvp_rows():
         np.testing.assert_allclose(out, reference, rtol=1e-9, atol=1e-7)
     check(hv)
     eps = 1e-6
-    fd_s = _best(lambda: (df(x + eps * v) - df(x - eps * v)) / (2 * eps))
+    fd_s = median_time(lambda: (df(x + eps * v) - df(x - eps * v)) / (2 * eps))
     competitors = {"central differences of grad(f) (two gradients, approximate)": fd_s}
     jax_s, jax_note = _jax(
         lambda jax: jax.jit(lambda a, b: jax.jvp(jax.grad(_jax_rosenbrock(jax)), (a,), (b,))[1]),
@@ -158,7 +138,7 @@ def _hvp_rows():
     if jax_s is not None:
         competitors["jax jit(jvp(grad(f)))"] = jax_s
     return [{"name": f"Hessian-vector product of Rosenbrock, n={HVP_N:,}, jvp(grad(f)) NumPy",
-             "ours_s": _best(lambda: jvp(df, (x,), (v,))),
+             "ours_s": median_time(lambda: jvp(df, (x,), (v,))),
              "competitors": competitors,
              "notes": f"forward over reverse, one pass; first call (generate + load) "
                       f"{generate:.2f} s; {jax_note}"}]

@@ -20,6 +20,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+if str(ROOT / "benchmarks") not in sys.path:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from timing import median_time  # noqa: E402 (benchmarks/timing.py, shared by every module)
 
 
 def work(x):
@@ -31,13 +35,8 @@ def work(x):
 
 
 def _best(fn, repeat=5):
-    fn()  # warm-up (compiles)
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    """Median of `repeat` calls after a warm-up call (which compiles)."""
+    return median_time(fn, repeats=repeat, min_time=0.0)
 
 
 def _threads_row():

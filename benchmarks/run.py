@@ -1,11 +1,13 @@
 """Run every benchmark module and write BENCHMARKS.md (``make bench``).
 
-Each ``benchmarks/*.py`` module (except this one and files starting with ``_``) that defines
-``run()`` returning a list of dicts ``{name, ours_s, competitors: {name: seconds}, notes}`` is
-imported and run, one after another in this one process, so every number in the report was
-measured side by side on the same machine in the same session. The report records the machine
-(CPU model, cores, memory), the library versions, the command, each module's table of times
-and the ratio of each competitor's time to ours (above 1: ours is faster).
+Each ``benchmarks/*.py`` module (except this one, timing.py, ``*_src.py`` and files starting
+with ``_``) that defines ``run()`` returning a list of dicts ``{name, ours_s, competitors:
+{name: seconds}, notes}`` is imported and run, one after another in this one process, so
+every number in the report was measured side by side on the same machine in the same session.
+The report records the machine (CPU model, cores, memory), the library versions, the command,
+each module's table of times and the ratio of each competitor's time to ours (above 1: ours is
+faster). Run a subset with ``--only`` and write it elsewhere with ``--out`` (a partial run
+should not overwrite BENCHMARKS.md).
 
 Usage::
 
@@ -44,12 +46,16 @@ _ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM
         "NUMBA_THREADING_LAYER", "JAX_PLATFORMS", "XLA_FLAGS")
 
 
+# Shared code, not benchmarks: this driver, the timing helpers; *_src.py hold user functions.
+_HELPERS = ("run", "timing")
+
+
 def discover(only=None):
     """Paths of the benchmark modules, sorted by name (optionally only the named ones)."""
     names = []
     for filename in sorted(os.listdir(HERE)):
         stem, ext = os.path.splitext(filename)
-        if ext != ".py" or stem == "run" or stem.startswith("_"):
+        if ext != ".py" or stem in _HELPERS or stem.startswith("_") or stem.endswith("_src"):
             continue
         if only and stem not in only:
             continue

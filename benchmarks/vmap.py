@@ -8,10 +8,12 @@ Two workloads, as the vmap issue asks:
   arrays), for each of 1,000 examples.
 
 Ours is ``vmap(grad(f), in_axes=...)``: generated NumPy source processing the whole batch at
-once, and the same module compiled by Numba (``jit(vmap(grad(f)))``). Competitors: JAX's
+once, and compiled by Numba: ``jit(vmap(grad(f)))`` with ``batching='auto'`` (the notes say
+what it chose), ``'vectorized'`` (vmap's module) and ``'loop'`` (a ``numba.prange`` loop over
+the compiled per-example function, autodiff_ast/batch_loop.py). Competitors: JAX's
 ``jit(vmap(grad(f)))`` (when JAX is installed: ``pip install -e '.[bench]'``) and a Python loop
-calling our per-example ``grad(f)`` once per example. Times are the best of several repeats of
-one call on warm caches (generation and compilation are reported separately, in the notes).
+calling our per-example ``grad(f)`` once per example. Times are the median of several repeats
+of one call on warm caches (generation and compilation are reported separately, in the notes).
 
 ``run()`` returns one dict per measurement: ``name``, ``ours_s``, ``competitors`` ({name:
 seconds}) and ``notes``. Run this file directly to print them.
@@ -19,9 +21,16 @@ seconds}) and ``notes``. Run this file directly to print them.
 
 from __future__ import annotations
 
-import time
+import os
+import sys
 
 import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+from timing import first_call, median_time  # noqa: E402 (benchmarks/ is on sys.path now)
 
 BATCH = 1000
 LENGTH = 100
@@ -40,35 +49,6 @@ def mlp_loss(params, x, y):
     h = np.tanh(np.dot(params["W1"], x) + params["b1"])
     out = np.dot(params["W2"], h) + params["b2"]
     return np.sum((out - y) ** 2)
-
-
-# ---------------------------------------------------------------- timing
-def _best(call, repeat=7, min_time=0.05):
-    """Best time of one call over `repeat` rounds (each round long enough to measure)."""
-    call()
-    number = 1
-    while True:
-        start = time.perf_counter()
-        for _ in range(number):
-            call()
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_time or number >= 1000:
-            break
-        number *= 2
-    best = elapsed / number
-    for _ in range(repeat - 1):
-        start = time.perf_counter()
-        for _ in range(number):
-            call()
-        best = min(best, (time.perf_counter() - start) / number)
-    return best
-
-
-def _first_call(make, *args):
-    start = time.perf_counter()
-    fn = make()
-    out = fn(*args)
-    return fn, out, time.perf_counter() - start
 
 
 def _generated_entry(transformed, *example):
@@ -107,12 +87,34 @@ def _jax_time(make, args, check):
     except ImportError:
         return None, "JAX not installed (pip install -e '.[bench]')"
     jax.config.update("jax_enable_x64", True)  # float64, like ours
-    fn, out, first = _first_call(make, *args)
+    fn, out, first = first_call(make, *args)
     check(jax.tree_util.tree_map(np.asarray, out))
 
     def call():
         jax.block_until_ready(fn(*args))
-    return _best(call), f"JAX {jax.__version__}, first call (trace + XLA compile) {first:.2f} s"
+    note = f"JAX {jax.__version__}, first call (trace + XLA compile) {first:.2f} s"
+    return median_time(call), note
+
+
+def _strategy_rows(what, make, args, check, competitors):
+    """Rows for ``jit(vmap(...), batching=...)`` with each strategy asked for explicitly:
+    'vectorized' (vmap's module compiled) and 'loop' (a numba.prange loop over the compiled
+    per-example function, autodiff_ast/batch_loop.py)."""
+    rows = []
+    for strategy in ("vectorized", "loop"):
+        compiled, out, compile_s = first_call(lambda s=strategy: make(s), *args)
+        check(out)
+        rows.append({"name": f"{what}, jit(vmap(grad(f)), batching='{strategy}') Numba",
+                     "ours_s": median_time(lambda c=compiled: c(*args)),
+                     "competitors": competitors,
+                     "notes": f"first call (generate + Numba compile or cache load) "
+                              f"{compile_s:.2f} s"})
+    return rows
+
+
+def _auto_choice(compiled):
+    """What jit's batching='auto' chose, from the compiled module's source."""
+    return "per-example prange loop" if "prange(" in compiled.source else "vectorized"
 
 
 # ---------------------------------------------------------------- the benchmarks
@@ -126,14 +128,14 @@ def _conv_rows():
 
     def check(out):
         np.testing.assert_allclose(out, reference, rtol=1e-9, atol=1e-9)
-    ours, out, generate = _first_call(lambda: vmap(grad(conv_loss), in_axes=(None, 0)), w, xs)
+    ours, out, generate = first_call(lambda: vmap(grad(conv_loss), in_axes=(None, 0)), w, xs)
     check(out)
-    compiled, out, compile_s = _first_call(
+    compiled, out, compile_s = first_call(
         lambda: jit(vmap(grad(conv_loss), in_axes=(None, 0))), w, xs)
     check(out)
-    loop_s = _best(lambda: [loop_grad(w, x) for x in xs], repeat=3)
+    loop_s = median_time(lambda: [loop_grad(w, x) for x in xs], repeats=3)
     entry = _generated_entry(loop_grad, w, xs[0])
-    entry_s = _best(lambda: [entry(w, x) for x in xs], repeat=3)
+    entry_s = median_time(lambda: [entry(w, x) for x in xs], repeats=3)
     jax_s, jax_note = _jax_time(_jax_conv, (w, xs), check)
     competitors = {"python loop over grad(f)": loop_s,
                    "python loop over grad(f)'s generated function": entry_s}
@@ -142,14 +144,16 @@ def _conv_rows():
     variant = "vectorized" if "vectorized variant" in ours.source else "per-example loop"
     what = f"per-example gradients, 3-tap convolution loss ({BATCH} x {LENGTH})"
     return [
-        {"name": f"{what}, vmap(grad(f)) NumPy", "ours_s": _best(lambda: ours(w, xs)),
+        {"name": f"{what}, vmap(grad(f)) NumPy", "ours_s": median_time(lambda: ours(w, xs)),
          "competitors": competitors,
          "notes": f"{variant} variant; first call (generate + load) {generate:.2f} s; "
                   f"{jax_note}"},
-        {"name": f"{what}, jit(vmap(grad(f))) Numba", "ours_s": _best(lambda: compiled(w, xs)),
-         "competitors": competitors,
-         "notes": f"first call (generate + Numba compile or cache load) {compile_s:.2f} s"},
-    ]
+        {"name": f"{what}, jit(vmap(grad(f))) Numba",
+         "ours_s": median_time(lambda: compiled(w, xs)), "competitors": competitors,
+         "notes": f"batching='auto' chose: {_auto_choice(compiled)}; first call (generate + "
+                  f"Numba compile or cache load) {compile_s:.2f} s"},
+    ] + _strategy_rows(what, lambda s: jit(vmap(grad(conv_loss), in_axes=(None, 0)),
+                                           batching=s), (w, xs), check, competitors)
 
 
 def _mlp_rows():
@@ -169,16 +173,16 @@ def _mlp_rows():
     def check(out):
         for k in params:
             np.testing.assert_allclose(out[k], reference[k], rtol=1e-9, atol=1e-9)
-    ours, out, generate = _first_call(lambda: vmap(grad(mlp_loss), in_axes=(None, 0, 0)),
+    ours, out, generate = first_call(lambda: vmap(grad(mlp_loss), in_axes=(None, 0, 0)),
                                       params, xs, ys)
     check(out)
-    compiled, out, compile_s = _first_call(
+    compiled, out, compile_s = first_call(
         lambda: jit(vmap(grad(mlp_loss), in_axes=(None, 0, 0))), params, xs, ys)
     check(out)
-    loop_s = _best(lambda: [loop_grad(params, x, y) for x, y in zip(xs, ys)], repeat=3)
+    loop_s = median_time(lambda: [loop_grad(params, x, y) for x, y in zip(xs, ys)], repeats=3)
     entry = _generated_entry(loop_grad, params, xs[0], ys[0])
     leaves = [params[k] for k in sorted(params)]
-    entry_s = _best(lambda: [entry(*leaves, x, y) for x, y in zip(xs, ys)], repeat=3)
+    entry_s = median_time(lambda: [entry(*leaves, x, y) for x, y in zip(xs, ys)], repeats=3)
     jax_s, jax_note = _jax_time(_jax_mlp, (params, xs, ys), check)
     competitors = {"python loop over grad(f)": loop_s,
                    "python loop over grad(f)'s generated function": entry_s}
@@ -188,14 +192,16 @@ def _mlp_rows():
     what = (f"per-example gradients, MLP {n_in}-{n_hidden}-{n_out} tanh, dict params "
             f"({BATCH} examples)")
     return [
-        {"name": f"{what}, vmap(grad(f)) NumPy", "ours_s": _best(lambda: ours(params, xs, ys)),
-         "competitors": competitors,
+        {"name": f"{what}, vmap(grad(f)) NumPy",
+         "ours_s": median_time(lambda: ours(params, xs, ys)), "competitors": competitors,
          "notes": f"{variant} variant; first call (generate + load) {generate:.2f} s; "
                   f"{jax_note}"},
         {"name": f"{what}, jit(vmap(grad(f))) Numba",
-         "ours_s": _best(lambda: compiled(params, xs, ys)), "competitors": competitors,
-         "notes": f"first call (generate + Numba compile or cache load) {compile_s:.2f} s"},
-    ]
+         "ours_s": median_time(lambda: compiled(params, xs, ys)), "competitors": competitors,
+         "notes": f"batching='auto' chose: {_auto_choice(compiled)}; first call (generate + "
+                  f"Numba compile or cache load) {compile_s:.2f} s"},
+    ] + _strategy_rows(what, lambda s: jit(vmap(grad(mlp_loss), in_axes=(None, 0, 0)),
+                                           batching=s), (params, xs, ys), check, competitors)
 
 
 def run():

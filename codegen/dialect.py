@@ -3,7 +3,8 @@
 Generated modules are plain NumPy. Numba compiles most of it as written, but not everything
 (``numba-notes.md``): ``keepdims=``, ``mean/max/min/prod/var/std`` with an axis, ``np.einsum``,
 ``np.add.at`` (scatter-add with repeated indices), ``np.flip``/``np.roll`` with an axis,
-``np.squeeze``, ``np.matmul``, ``abs`` of an array, ``reshape`` of a non-contiguous array, an
+``np.squeeze``, ``np.matmul``, ``abs`` of an array, ``np.sort``/``np.argsort`` with an axis or
+of more than one axis (stable argsort), ``math.cbrt``, ``reshape`` of a non-contiguous array, an
 integer raised to a negative integer (0 under Numba), and module-level arrays (Numba freezes
 them into the compiled code). :func:`lower_source` rewrites those into small helper functions
 emitted into the module (:data:`codegen.helpers.DIALECT_HELPERS`, or written here for one einsum
@@ -38,6 +39,7 @@ def grad_f(x):
 from __future__ import annotations
 
 import ast
+import copy
 import io
 import re
 import tokenize
@@ -124,7 +126,8 @@ class LoweredModule:
 
 def render(lowered, decorator=None, doc_note=None):
     """Source text of a lowered module; `decorator` (e.g. ``numba.njit(cache=True)``) goes on
-    every compiled function, `doc_note` is appended to the module docstring."""
+    every compiled function (or, when callable, `decorator(function name)` does), `doc_note` is
+    appended to the module docstring."""
     parts = []
     header = list(lowered.header)
     if doc_note and not (header and _is_docstring(header[0])):
@@ -138,7 +141,8 @@ def render(lowered, decorator=None, doc_note=None):
     text = _join_header(parts)
     pieces = []
     for fn in lowered.functions:
-        pieces.append(render_function(fn, decorator if fn.name in lowered.compiled else None))
+        chosen = decorator(fn.name) if callable(decorator) else decorator
+        pieces.append(render_function(fn, chosen if fn.name in lowered.compiled else None))
     for wrapper in lowered.wrappers.values():
         pieces.append(render_function(wrapper))
     body = "\n\n\n".join(pieces)
@@ -266,6 +270,12 @@ class _Lower(gast.NodeTransformer):
 
     def __init__(self, module):
         self.module = module
+        self.slices = {}  # name -> the slice(...) call it is bound to, once, in this function
+
+    def visit_FunctionDef(self, node):
+        self.slices = _slice_names(node)
+        self.generic_visit(node)
+        return node
 
     def helper(self, name):
         self.module.need(name)
@@ -461,6 +471,54 @@ class _Lower(gast.NodeTransformer):
             return None
         return _call("np.diag", node.args)
 
+    def call_np_sort(self, node):
+        # Numba's np.sort takes no options (it sorts along the last axis); `kind` does not
+        # change sorted values.
+        args = _bind(node, ("a", "axis", "kind", "order"))
+        if args is None or "order" in args or set(args) == {"a"}:
+            return None
+        if "axis" not in args:
+            return _call("np.sort", [args["a"]])
+        if _const(args["axis"]) is None:
+            return _call("np.sort", [_call("np.ravel", [args["a"]])])
+        return _call(self.helper("sort_axis"), [args["a"], args["axis"]])
+
+    def call_np_argsort(self, node):
+        # Numba's argsort takes 1-D arrays; the helper is stable (ties keep their order).
+        args = _bind(node, ("a", "axis", "kind", "order"))
+        if args is None or "order" in args:
+            return None
+        axis = args.get("axis", _num(-1))
+        if _const(axis) is None:
+            return _call(self.helper("argsort_axis"), [_call("np.ravel", [args["a"]]),
+                                                       _num(0)])
+        return _call(self.helper("argsort_axis"), [args["a"], axis])
+
+    def call_np_where(self, node):
+        # Numba's np.where of three numbers is a 0-d array (NumPy's too), which Numba will not
+        # add to a float; `[()]` makes it the number and leaves an array as it is.
+        if len(node.args) != 3 or node.keywords:
+            return None
+        return gast.Subscript(value=node, slice=gast.Tuple(elts=[], ctx=gast.Load()),
+                              ctx=gast.Load())
+
+    def call_np_stack(self, node):
+        # Numba stacks a tuple of arrays, not a list (a list of rows built in a loop).
+        if node.args and isinstance(node.args[0], gast.List):
+            return self.joined(node)
+        if len(node.args) != 1 or isinstance(node.args[0], gast.Tuple):
+            return None
+        axis = [k.value for k in node.keywords if k.arg == "axis"]
+        if len(axis) != len(node.keywords) or (axis and _const(axis[0]) != 0):
+            return None
+        return _call(self.helper("stack_list"), node.args)
+
+    def call_math_cbrt(self, node):
+        # Numba has no math.cbrt; np.cbrt of a float is the same number.
+        if len(node.args) != 1 or node.keywords:
+            return None
+        return _call("np.cbrt", node.args)
+
     def call_np_heaviside(self, node):
         if len(node.args) != 2 or node.keywords or not isinstance(node.args[0], gast.Name):
             return None
@@ -494,7 +552,7 @@ class _Lower(gast.NodeTransformer):
             return node
         return None
 
-    call_np_concatenate = call_np_stack = call_np_hstack = call_np_vstack = joined
+    call_np_concatenate = call_np_hstack = call_np_vstack = joined
 
     # -- statements and operators
     def visit_Subscript(self, node):
@@ -512,6 +570,9 @@ class _Lower(gast.NodeTransformer):
             if isinstance(index, gast.List):
                 index = _call("np.array", [index])
             if isinstance(index, gast.Tuple):
+                index.elts = [copy.deepcopy(self.slices[p.id])
+                              if isinstance(p, gast.Name) and p.id in self.slices else p
+                              for p in index.elts]
                 name = self.module.scatter_helper(index.elts)
                 if name is None:
                     return node
@@ -639,6 +700,22 @@ def _einsum_source(name, ins, out):
 
 
 # ---------------------------------------------------------------- scatter-add patterns
+def _slice_names(fn):
+    """Names `fn` binds exactly once, to a ``slice(...)`` call (a normalizer's temporary)."""
+    stores = {}
+    for node in gast.walk(fn):
+        if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store):
+            stores[node.id] = stores.get(node.id, 0) + 1
+    found = {}
+    for node in gast.walk(fn):
+        if isinstance(node, gast.Assign) and len(node.targets) == 1 and \
+                isinstance(node.targets[0], gast.Name) and isinstance(node.value, gast.Call) \
+                and dotted_name(node.value.func) == "slice" and \
+                stores[node.targets[0].id] == 1:
+            found[node.targets[0].id] = node.value
+    return found
+
+
 def _scatter_source(name, kinds):
     """np.add.at(b, (i0, i1, ...), g) for one pattern of slice ('s') and index ('v') parts."""
     params = [f"i{k}" for k in range(len(kinds))]

@@ -87,9 +87,40 @@ def _unmark(text):
 
 
 def to_ast(node):
-    """A gast node as a standard-library ast node with locations filled in."""
-    tree = gast.gast_to_ast(node)
+    """A gast node as a standard-library ast node with locations filled in.
+
+    A negative number constant raised to a power (or whose attribute is read) becomes
+    ``-(number)``: ``ast.unparse`` writes a negative constant without parentheses, so
+    ``(-0.7) ** 0`` would come out as ``-0.7 ** 0``, that is ``-(0.7 ** 0)``.
+
+    >>> ast.unparse(to_ast(gast.BinOp(left=gast.Constant(value=-0.7, kind=None),
+    ...                               op=gast.Pow(), right=gast.Constant(value=0, kind=None))))
+    '(-0.7) ** 0'
+    """
+    tree = _NegativeConstants().visit(gast.gast_to_ast(node))
     return ast.fix_missing_locations(tree)
+
+
+class _NegativeConstants(ast.NodeTransformer):
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Pow):
+            node.left = _negated(node.left)
+        return node
+
+    def visit_Attribute(self, node):
+        self.generic_visit(node)
+        node.value = _negated(node.value)
+        return node
+
+
+def _negated(node):
+    """A negative number constant as ``-(its absolute value)``; other nodes unchanged."""
+    value = getattr(node, "value", None) if isinstance(node, ast.Constant) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and (
+            value < 0 or (isinstance(value, float) and str(value).startswith("-"))):
+        return ast.UnaryOp(op=ast.USub(), operand=ast.Constant(value=-value))
+    return node
 
 
 def render_function(fn, decorator=None):

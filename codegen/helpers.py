@@ -56,6 +56,15 @@ def helper_source(names):
 # subset Numba supports. `x.ndim == k` tests are constants to Numba, which drops the branches
 # that do not apply before typing them, so one helper serves every rank.
 DIALECT_HELPERS = {
+    "stack_list": '''\
+def stack_list(arrays):
+    """np.stack(arrays) for a list of arrays of one shape (along a new first axis)."""
+    first = arrays[0]
+    out = np.empty((len(arrays),) + first.shape, dtype=first.dtype)
+    for i in range(len(arrays)):
+        out[i] = arrays[i]
+    return out
+''',
     "keep_axis": '''\
 def keep_axis(r, axis):
     """`r`, reduced over `axis`, with that axis put back with size one (keepdims=True)."""
@@ -88,6 +97,27 @@ def roll_axis(x, shift, axis):
     out[s:] = moved[:n - s]
     out[:s] = moved[n - s:]
     return np.ascontiguousarray(np.moveaxis(out, 0, axis))
+''',
+    "sort_axis": '''\
+def sort_axis(x, axis):
+    """np.sort(x, axis=axis) for one integer axis (Numba sorts along the last axis only)."""
+    if x.ndim == 1:
+        return np.sort(x)
+    moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))
+    return np.ascontiguousarray(np.moveaxis(np.sort(moved), -1, axis))
+''',
+    "argsort_axis": '''\
+def argsort_axis(x, axis):
+    """np.argsort(x, axis=axis, kind="stable") for one integer axis: tied entries keep their
+    order (Numba's argsort takes 1-D arrays only)."""
+    if x.ndim == 1:
+        return np.argsort(x, kind="mergesort")
+    moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))
+    rows = moved.reshape((-1, moved.shape[-1]))
+    out = np.empty(rows.shape, dtype=np.int64)
+    for i in range(rows.shape[0]):
+        out[i] = np.argsort(rows[i], kind="mergesort")
+    return np.ascontiguousarray(np.moveaxis(out.reshape(moved.shape), -1, axis))
 ''',
     "scatter_add": '''\
 def scatter_add(b, index, g):

@@ -12,6 +12,12 @@ which is then hard-linked into place (create-if-absent, so a file another proces
 wrote is never replaced and its modification time, which Numba's cache checks, stays put)
 or, where hard links are unavailable or an existing file is corrupt, moved over it with
 ``os.replace``. Several processes can load the same source at once.
+
+An index lets a later process find a module without writing its source again:
+:func:`write_index` records, under a key the caller computes from everything the module was
+generated from, the module's file and the sha256 of its text; :func:`read_indexed` returns that
+text only if the file still holds exactly it (a missing, truncated or changed file reads as no
+entry, so the caller generates the module again and writes a new entry).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import contextlib
 import hashlib
 import importlib.machinery
 import importlib.util
+import json
 import linecache
 import os
 import sys
@@ -28,7 +35,8 @@ import threading
 import types
 from pathlib import Path
 
-__all__ = ["PACKAGE", "cache_dir", "load_source", "module_path"]
+__all__ = ["PACKAGE", "cache_dir", "load_source", "module_path", "read_index", "read_indexed",
+           "write_index"]
 
 #: Parent name under which generated modules are registered in ``sys.modules``.
 PACKAGE = "autodiff_ast_generated"
@@ -187,3 +195,76 @@ def load_source(
         setattr(package, stem, module)
         _loaded[qualified] = module
         return module
+
+
+# ---------------------------------------------------------------- the index
+_KEY_CHARS = frozenset("0123456789abcdef")
+
+
+def _index_path(key: str, directory: str | os.PathLike[str] | None) -> Path:
+    if not (isinstance(key, str) and 16 <= len(key) <= 128 and set(key) <= _KEY_CHARS):
+        raise ValueError(f"an index key is a lowercase hex digest, got {key!r}")
+    return _directory(directory) / "index" / f"{key}.json"
+
+
+def write_index(
+    key: str, source: str, module_name: str, record: dict, *,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> Path:
+    """Record that `key` stands for the module :func:`load_source` writes for ``source`` under
+    ``module_name``, with `record` (JSON data) kept beside it; returns the index file.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     module = load_source("y = 2\\n", "doc_indexed", cache_dir=tmp)
+    ...     _ = write_index("ab" * 16, "y = 2\\n", "doc_indexed", {"entry": "y"}, cache_dir=tmp)
+    ...     read_indexed("ab" * 16, cache_dir=tmp)
+    ('y = 2\\n', 'doc_indexed', {'entry': 'y'})
+    """
+    _check_module_name(module_name)
+    path = _index_path(key, cache_dir)
+    entry = {"module": module_name, "file": module_path(source, module_name).name,
+             "sha256": hashlib.sha256(source.encode("utf-8")).hexdigest(), "record": record}
+    _write_file(path, json.dumps(entry, indent=1, sort_keys=True).encode("utf-8"))
+    return path
+
+
+def read_index(
+    key: str, *, cache_dir: str | os.PathLike[str] | None = None
+) -> dict | None:
+    """The raw index entry for `key` (None when there is none or it cannot be read)."""
+    path = _index_path(key, cache_dir)
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_indexed(
+    key: str, *, cache_dir: str | os.PathLike[str] | None = None
+) -> tuple[str, str, dict] | None:
+    """``(source, module_name, record)`` indexed under `key`, or None.
+
+    None when there is no entry, the entry is malformed, or the module file no longer holds
+    the text the entry was written for (sha256 checked): the caller then builds the module
+    again and its new entry replaces this one.
+    """
+    entry = read_index(key, cache_dir=cache_dir)
+    if entry is None:
+        return None
+    name, file, digest, record = (entry.get(k) for k in ("module", "file", "sha256", "record"))
+    if not (isinstance(name, str) and name.isidentifier() and isinstance(file, str)
+            and isinstance(digest, str) and isinstance(record, dict)):
+        return None
+    if os.path.basename(file) != file or not file.startswith(f"{name}_"):
+        return None
+    data = _read_or_none(_directory(cache_dir) / file)
+    if data is None or hashlib.sha256(data).hexdigest() != digest:
+        return None
+    if _stem(data, name) + ".py" != file:
+        return None
+    try:
+        return data.decode("utf-8"), name, record
+    except UnicodeDecodeError:
+        return None

@@ -23,7 +23,8 @@ Not done yet (notes for whoever continues):
   with function length (numba-notes.md: 800 statements ~150 s, ~55 s split in 50s). A pass
   here could cut a long straight-line body into helper functions passing live names;
 - ``parallel=True`` is passed through as is: size-one broadcasting under it (numba#3729) is not
-  lowered, and batched modules do not yet use a ``prange`` loop over per-example functions;
+  lowered (``jit(vmap(f), batching='loop')`` avoids it: only its prange driver is parallel,
+  see :mod:`autodiff_ast.batch_loop`);
 - loop adjoints come from reverse.py as written (scatter form, per-iteration scalar tapes):
   gather-form stencil adjoints, hoisting and fusing elementwise chains into one loop belong to
   the loop support in reverse.py and would be checked here by looking at the LLVM Numba emits;
@@ -41,14 +42,15 @@ import os
 import platform
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-import gast
-
-from .dialect import lower_source, render
 from .loader import load_source
 
-__all__ = ["CompileFailure", "CompiledModule", "NumbaOptions", "compile_module", "versions"]
+# gast and codegen.dialect are imported when a module is lowered: a module loaded again from
+# its text (load_compiled, the warm start) needs neither.
+
+__all__ = ["CompileFailure", "CompiledModule", "NumbaOptions", "compile_module", "load_compiled",
+           "versions"]
 
 
 @dataclass(frozen=True)
@@ -60,15 +62,19 @@ class NumbaOptions:
     error_model: str = "numpy"  # x / 0.0 gives inf as in NumPy, and no division checks
     fastmath: bool = False
     nogil: bool = False  # release the GIL while compiled code runs (pmap's worker threads)
+    prange: tuple = ()  # functions compiled with parallel=True alone (prange drivers)
 
-    def decorator(self):
-        """The decorator written above each compiled function.
+    def decorator(self, function=None):
+        """The decorator written above each compiled function (above `function`, when given:
+        the names in `prange` get parallel=True).
 
         >>> NumbaOptions().decorator()
         "numba.njit(cache=True, error_model='numpy')"
+        >>> NumbaOptions(prange=("vmap_f",)).decorator("vmap_f")
+        "numba.njit(cache=True, parallel=True, error_model='numpy')"
         """
         parts = [f"cache={self.cache}"]
-        if self.parallel:
+        if self.parallel or (function is not None and function in self.prange):
             parts.append("parallel=True")
         if self.fastmath:
             parts.append("fastmath=True")
@@ -128,6 +134,7 @@ def compile_module(source, name, entries, injected=None, options=None, note=None
     for 1-D and 2-D arrays only: batched code needs more), it is lowered again with both written
     for any rank and compiled once more.
     """
+    preload_blas()
     import numba  # noqa: F401  (imported here: the module text imports it too)
     build = _Build(source, name, list(entries), dict(injected or {}),
                    options or NumbaOptions(), note)
@@ -135,6 +142,86 @@ def compile_module(source, name, entries, injected=None, options=None, note=None
     if os.path.exists(_general_marker(compiled.module.__file__)):
         compiled.generalize()  # an earlier process found Numba refuses the first form
     return compiled
+
+
+@dataclass
+class _Lowered:
+    """What a CompiledModule reads of a LoweredModule, kept from an earlier process."""
+
+    compiled: set
+    data_args: dict = field(default_factory=dict)
+
+
+def load_compiled(text, name, source, entries, compiled, data_args, options=None, note=None):
+    """The :class:`CompiledModule` of module `text` that :func:`compile_module` wrote for
+    `source` in an earlier process, without lowering `source` again.
+
+    `compiled` names the functions Numba compiles and `data_args` maps an entry to the module
+    data appended to its calls (from the :class:`CompiledModule` of the first process:
+    ``compiled_names()``, ``data_args()``); `source`, `entries`, `options` and `note` are what
+    compile_module was given (used only if the module must be lowered again with the
+    any-rank np.dot). The caller checks that `text` is what compile_module wrote.
+    """
+    preload_blas()
+    import numba  # noqa: F401  (the module text imports it too)
+    options = options or NumbaOptions()
+    build = _Build(source, name, list(entries), {}, options, note)
+    module = load_source(text, name)
+    functions = {fn: getattr(module, fn) for fn in sorted(compiled)}
+    rebuilt = verify_cache(module.__file__, functions.values()) if options.cache else []
+    out = CompiledModule(build, module, _Lowered(set(compiled), dict(data_args)), functions,
+                         text, rebuilt)
+    if os.path.exists(_general_marker(module.__file__)):
+        out.generalize()
+    return out
+
+
+def preload_blas():
+    """Load SciPy's ``cython_blas`` and ``cython_lapack`` without the ``scipy.linalg`` package.
+
+    Numba checks for them when its CPU target starts (``import scipy.linalg.cython_blas``) and
+    its compiled ``np.dot`` calls BLAS through them; importing them the usual way first runs
+    ``scipy/linalg/__init__.py``, which imports most of SciPy (and, through its array API
+    layer, ``numpy.f2py`` and ``numpy.testing``): about 150 ms of a 0.5 s warm start. The two
+    extension modules are loaded on their own under their usual names instead, so both imports
+    find them; ``import scipy.linalg`` later works as usual (``scipy.linalg.cython_blas`` is
+    then reached with an import, not as an attribute). Does nothing when ``scipy.linalg`` is
+    already imported, when SciPy's files are not where expected, or when
+    ``$AUTODIFF_AST_PRELOAD_BLAS`` is ``0``.
+
+    >>> preload_blas()
+    >>> import scipy.linalg.cython_blas  # found at once
+    """
+    import sys
+    if os.environ.get("AUTODIFF_AST_PRELOAD_BLAS", "1") == "0" or "scipy.linalg" in sys.modules:
+        return
+    import importlib.machinery
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec("scipy")
+    except (ImportError, ValueError):
+        return
+    if spec is None or not spec.origin:
+        return
+    directory = os.path.join(os.path.dirname(spec.origin), "linalg")
+    for module in ("cython_blas", "cython_lapack"):
+        name = f"scipy.linalg.{module}"
+        if name in sys.modules:
+            continue
+        paths = [os.path.join(directory, module + suffix)
+                 for suffix in importlib.machinery.EXTENSION_SUFFIXES]
+        path = next((p for p in paths if os.path.isfile(p)), None)
+        if path is None:
+            return
+        loader = importlib.machinery.ExtensionFileLoader(name, path)
+        module_spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+        try:
+            loaded = importlib.util.module_from_spec(module_spec)
+            sys.modules[name] = loaded
+            loader.exec_module(loaded)
+        except Exception:  # noqa: BLE001 (numba then imports them the usual way)
+            sys.modules.pop(name, None)
+            return
 
 
 def _general_marker(module_file):
@@ -149,12 +236,16 @@ class _Build:
         self.injected, self.options, self.note = injected, options, note
 
     def make(self, general_dot):
+        from .dialect import lower_source, render
         options = self.options
         lowered = lower_source(self.source, entries=self.entries,
                                injected=list(self.injected), general_dot=general_dot)
         _import_numba(lowered)
         stamp = ", ".join(f"{k} {v}" for k, v in versions().items())
         lines = [f"Compiled with @{options.decorator()} ({stamp})."]
+        if options.prange:
+            lines.append("With parallel=True (a numba.prange loop): "
+                         + ", ".join(options.prange) + ".")
         if lowered.data:
             lines.append("Module arrays are passed as arguments, not frozen into the compiled "
                          "code: " + ", ".join(lowered.data) + ".")
@@ -163,7 +254,7 @@ class _Build:
                          "multiplies arrays of rank above 2, which Numba's refuse.")
         if self.note:
             lines.append(self.note)
-        text = render(lowered, decorator=options.decorator(), doc_note="\n".join(lines))
+        text = render(lowered, decorator=options.decorator, doc_note="\n".join(lines))
         module = load_source(text, self.name)
         for key, value in self.injected.items():
             setattr(module, key, value)
@@ -173,6 +264,7 @@ class _Build:
 
 
 def _import_numba(lowered):
+    import gast
     stmt = gast.parse("import numba").body[0]
     at = 1 if lowered.header and isinstance(lowered.header[0], gast.Expr) else 0
     lowered.header.insert(at, stmt)
@@ -233,6 +325,14 @@ class CompiledModule:
         if name in attrs["_compiled"]:
             return self.entry(name)
         return getattr(attrs["module"], name)
+
+    def compiled_names(self):
+        """Names of the functions Numba compiles (for :func:`load_compiled`)."""
+        return sorted(self._lowered.compiled)
+
+    def data_args(self):
+        """Entry name -> module data names appended to its calls (for :func:`load_compiled`)."""
+        return {k: list(v) for k, v in self._lowered.data_args.items()}
 
     def signatures(self):
         """Number of compiled signatures over all functions of the module."""

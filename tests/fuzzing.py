@@ -696,16 +696,23 @@ def check_source(source, params, n=4, m=3, seed=0, order=2, jit=False):
 
 # ---------------------------------------------------------------- the long profile
 class _Stats:
+    """Counts of one run (or, merged, of several workers' runs)."""
+
     def __init__(self):
         self.tried = 0
+        self.checked = 0  # programs whose derivatives were checked (fwd and rev, order 1)
+        self.order2 = 0  # of those, checked at order 2 too
         self.by_status = {}
         self.jit = {}
         self.refusals = {}
-        self.failures = []  # (kind, program, outcome), minimized by hypothesis
+        self.failures = []  # (program, outcome), minimized by hypothesis
+        self.cpu = 0.0  # processor seconds the checking took (all workers)
 
     def add(self, outcome):
         self.tried += 1
-        self.order2 = getattr(self, "order2", 0) + (outcome.order == 2)
+        if outcome.status in ("ok", "wrong", "mutated"):
+            self.checked += 1
+            self.order2 += outcome.order == 2
         self.by_status[outcome.status] = self.by_status.get(outcome.status, 0) + 1
         if outcome.jit is not None:
             self.jit[outcome.jit] = self.jit.get(outcome.jit, 0) + 1
@@ -714,6 +721,35 @@ class _Stats:
             first = text.split("\n")[0]
             key = re.sub(r"^\w+: (\S+:\d+: )?", "", first)[:100]  # class and place dropped
             self.refusals[key] = self.refusals.get(key, 0) + 1
+
+    def merge(self, other):
+        """Add another worker's counts to these."""
+        self.tried += other.tried
+        self.checked += other.checked
+        self.order2 += other.order2
+        self.cpu += other.cpu
+        for mine, theirs in ((self.by_status, other.by_status), (self.jit, other.jit),
+                             (self.refusals, other.refusals)):
+            for key, count in theirs.items():
+                mine[key] = mine.get(key, 0) + count
+        self.failures += other.failures
+        return self
+
+    def summary(self, elapsed, workers=1):
+        """The report's lines: the first says how much each kind of check ran."""
+        jit_checked = sum(v for k, v in self.jit.items() if k != "unsupported")
+        lines = [
+            f"fuzz: {self.tried} programs in {elapsed:.0f} s "
+            f"({60 * self.tried / max(elapsed, 1e-9):.0f}/min, {workers} worker(s)); "
+            f"checked fwd+rev order 1: {self.checked}, order 2: {self.order2}, "
+            f"jit: {jit_checked}; failures: {len(self.failures)}; "
+            f"{self.cpu:.0f} cpu s ({60 * self.tried / max(self.cpu, 1e-9):.0f}/cpu min)",
+            "  outcomes: " + ", ".join(f"{k}={v}" for k, v in sorted(self.by_status.items())),
+            "  jit: " + (", ".join(f"{k}={v}" for k, v in sorted(self.jit.items())) or "none"),
+        ]
+        for key, count in sorted(self.refusals.items(), key=lambda kv: -kv[1]):
+            lines.append(f"  refused/unsupported x{count}: {key}")
+        return "\n".join(lines)
 
 
 def run_for(seconds, jit_every=10, order2_every=2, batch=25, shrink_seconds=45,
@@ -725,6 +761,7 @@ def run_for(seconds, jit_every=10, order2_every=2, batch=25, shrink_seconds=45,
     from hypothesis import HealthCheck, given, settings
 
     stats = _Stats()
+    cpu_start = time.process_time()
     deadline = time.monotonic() + seconds
     counter = [0]
     last = {}
@@ -771,11 +808,39 @@ def run_for(seconds, jit_every=10, order2_every=2, batch=25, shrink_seconds=45,
             print(f"\n=== failure {len(stats.failures)} (minimized): {outcome.status} "
                   f"jit={outcome.jit}\n{outcome.detail[-3000:]}\n{outcome.jit_detail[-3000:]}"
                   f"\n{program.describe()}\n", file=out, flush=True)
+    stats.cpu = time.process_time() - cpu_start
+    return stats
+
+
+def _worker(job):
+    """One worker process of :func:`run_parallel`: its own random programs (reseeded, so forked
+    workers do not draw the same ones)."""
+    import os
+    import random
+    index, seconds, kwargs = job
+    random.seed(int.from_bytes(os.urandom(8), "little") + index)
+    np.random.seed(random.getrandbits(32))
+    return run_for(seconds, **kwargs)
+
+
+def run_parallel(seconds, workers=2, **kwargs):
+    """:func:`run_for` in `workers` processes at once (each checks its own random programs and
+    prints its failures); returns the merged :class:`_Stats`."""
+    if workers <= 1:
+        return run_for(seconds, **kwargs)
+    import multiprocessing
+    context = multiprocessing.get_context("fork")
+    with context.Pool(workers, maxtasksperchild=1) as pool:
+        results = pool.map(_worker, [(k, seconds, kwargs) for k in range(workers)], chunksize=1)
+    stats = _Stats()
+    for result in results:
+        stats.merge(result)
     return stats
 
 
 def main(argv=None):
-    """``python tests/fuzzing.py [--seconds S] [--jit-every K]`` (``make fuzz``)."""
+    """``python tests/fuzzing.py [--seconds S] [--jit-every K] [--workers W]``
+    (``make fuzz``)."""
     import argparse
     import os
     import time
@@ -789,18 +854,15 @@ def main(argv=None):
     parser.add_argument("--order2-every", type=int,
                         default=int(os.environ.get("FUZZ_ORDER2_EVERY", "2")),
                         help="check order 2 on every K-th program, order 1 on the others")
+    parser.add_argument("--workers", type=int,
+                        default=int(os.environ.get("FUZZ_WORKERS", "2")),
+                        help="worker processes, each checking its own programs")
     options = parser.parse_args(argv)
     start = time.monotonic()
-    stats = run_for(options.seconds, options.jit_every, options.order2_every)
+    stats = run_parallel(options.seconds, options.workers, jit_every=options.jit_every,
+                         order2_every=options.order2_every)
     elapsed = time.monotonic() - start
-    print(f"\nfuzz: {stats.tried} programs tried in {elapsed:.0f} s "
-          f"({stats.tried / max(elapsed, 1e-9):.1f}/s)")
-    print("  outcomes: " + ", ".join(f"{k}={v}" for k, v in sorted(stats.by_status.items())))
-    print(f"  checked at order 2 (order 1 included): {getattr(stats, 'order2', 0)}")
-    print("  jit: " + (", ".join(f"{k}={v}" for k, v in sorted(stats.jit.items())) or "none"))
-    print(f"  failures (minimized): {len(stats.failures)}")
-    for key, count in sorted(stats.refusals.items(), key=lambda kv: -kv[1]):
-        print(f"  refused/unsupported x{count}: {key}")
+    print("\n" + stats.summary(elapsed, options.workers))
     return 1 if stats.failures else 0
 
 

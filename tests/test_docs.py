@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -95,3 +96,27 @@ def test_transforms_page_quotes_real_output(tmp_path):
     assert len(written) == 8  # grad, vjp, jvp, jacfwd, jacrev, hessian, vmap, --jit numba
     for command, block in wanted.items():
         assert written[command].strip() == block.strip(), command
+
+
+def test_every_module_docstring_example_runs():
+    """The runnable examples in the docstrings of autodiff_ast and codegen modules pass (in a
+    process of their own: some load modules or register rules, once per process)."""
+    script = textwrap.dedent("""
+        import doctest, importlib, pathlib
+        failures = {}
+        for folder in ("autodiff_ast", "codegen"):
+            for path in sorted(pathlib.Path(folder).rglob("*.py")):
+                if "__pycache__" in path.parts or path.name == "__main__.py":
+                    continue
+                parts = path.with_suffix("").parts
+                name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+                result = doctest.testmod(importlib.import_module(name),
+                                         optionflags=doctest.ELLIPSIS)
+                if result.failed:
+                    failures[name] = result.failed
+        print("FAILED", failures)
+    """)
+    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert "FAILED {}" in run.stdout, run.stdout[-4000:]

@@ -228,6 +228,16 @@ def decorated_inner(x):
     return x
 
 
+def rebinds_nonlocal(x):
+    y = x
+
+    def bump():
+        nonlocal y  # HERE
+        y = y * 2.0
+    bump()
+    return y
+
+
 def plain(x):
     return np.sum(x * x)
 
@@ -304,6 +314,7 @@ SOURCE_ERRORS = [
     ("walrus", 0.4, E.UnsupportedSyntaxError, "the walrus operator"),
     ("sets_attribute", 0.4, E.UnsupportedSyntaxError, "cannot assign to"),
     ("decorated_inner", 0.4, E.UnsupportedSyntaxError, "decorated nested functions"),
+    ("rebinds_nonlocal", 0.4, E.UnsupportedSyntaxError, "nonlocal statements are not supported"),
 ]
 
 
@@ -368,6 +379,28 @@ def _api_cases(p):
          "cannot differentiate 3.0"),
         ("second order with a pytree", lambda: ad.grad(ad.grad(lambda q: q["a"] ** 3))(
             {"a": 1.0}), E.UnsupportedError, "with pytree or static arguments"),
+        ("jacfwd of an int array", lambda: ad.jacfwd(p.plain)(np.array([1, 2])),
+         E.NonFloatInputError, "jacfwd(plain) requires real floating-point inputs, but "
+                               "argument 'x' is int64"),
+        ("jacrev of an int array", lambda: ad.jacrev(p.plain)(np.array([1, 2])),
+         E.NonFloatInputError, "jacrev(plain) requires real floating-point inputs, but "
+                               "argument 'x' is int64"),
+        ("hessian of an int", lambda: ad.hessian(p.plain)(3), E.NonFloatInputError,
+         "hessian(plain) requires real floating-point inputs, but argument 'x' is int64"),
+        ("grad with a missing argument", lambda: ad.grad(p.two_args)(1.0), E.ArgumentError,
+         "grad(two_args) was called as two_args(float): missing a required argument: 'y'"),
+        ("jit with a missing argument", lambda: ad.jit(p.two_args)(X), E.ArgumentError,
+         "jit(two_args) was called as two_args(ndarray): missing a required argument: 'y'"),
+        ("jacrev with a keyword twice", lambda: ad.jacrev(p.two_args)(X, X, x=X),
+         E.ArgumentError, "jacrev(two_args) was called as two_args(ndarray, ndarray, "
+                          "x=ndarray): multiple values for argument 'x'"),
+        ("vmap with an extra argument", lambda: ad.vmap(p.plain)(X, X), E.ArgumentError,
+         "vmap(plain) was called as plain(ndarray, ndarray): too many positional arguments"),
+        ("grad with an unknown keyword", lambda: ad.grad(p.plain)(X, scale=2.0),
+         E.ArgumentError, "got an unexpected keyword argument 'scale'"),
+        ("jit unhashable static", lambda: ad.jit(p.two_args, static_argnums=1)(X, [1.0]),
+         E.StaticArgumentError, "jit(two_args): static argument 'y' must be hashable (jit "
+                                "compiles one version per value), got list"),
     ]
 
 
@@ -397,12 +430,26 @@ def test_errors_keep_python_exception_types():
     assert issubclass(E.UnsupportedError, NotImplementedError)
 
 
-@pytest.mark.xfail(strict=True, raises=NotImplementedError, reason=(
-    "jacfwd of an integer input is not refused up front: vmap reports 'a vmap with no mapped "
-    "argument cannot be transformed' instead of NonFloatInputError"))
-def test_jacfwd_refuses_integer_inputs():
-    with pytest.raises(E.NonFloatInputError):
+def test_jacfwd_refuses_integer_inputs_of_numpy_functions():
+    with pytest.raises(E.NonFloatInputError, match=r"^jacfwd\(sin\) requires real floating"):
         ad.jacfwd(np.sin)(np.array([1, 2]))
+
+
+def test_jacobians_place_keyword_arguments_by_name():
+    y = np.array([2.0, 3.0])
+    assert np.array_equal(ad.jacrev(lambda x, y: x * y)(np.ones(2), y=y), np.diag(y))
+    assert np.array_equal(ad.jacfwd(lambda x, y: x * y, argnums=1)(np.ones(2), y=y), np.eye(2))
+
+
+def test_argument_errors_are_also_python_type_errors():
+    """As for a plain call (and JAX): a missing argument is a TypeError, an unhashable static
+    argument a ValueError."""
+    assert issubclass(E.ArgumentError, TypeError)
+    assert issubclass(E.StaticArgumentError, ValueError)
+    with pytest.raises(TypeError, match="missing a required argument"):
+        ad.value_and_grad(lambda a, b: a * b)(1.0)
+    with pytest.raises(TypeError, match="missing a required argument"):
+        ad.jvp(lambda a, b: a * b, (1.0,), (1.0,))
 
 
 def test_checker_fails_on_a_deliberately_wrong_rule():

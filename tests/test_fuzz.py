@@ -200,11 +200,11 @@ def f(c, x):
 ''', params=("c", "x"))
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "rev-over-rev of a value computed in a branch with keepdims: the second-order backward "
-    "function pops an adjoint tape the first-order code never pushed (IndexError: pop from "
-    "empty list)"))
 def test_regression_branch_tape_second_order():
+    """rev-over-rev of a value assigned in both branches: the first-order backward function
+    restored it (`t1 = t1_tape.pop()`) in one branch only (the other restore was dropped as
+    unread while both branches push), so the second-order backward popped an adjoint tape
+    that was never pushed (IndexError: pop from empty list)."""
     check_source('''
 import numpy as np
 
@@ -248,9 +248,14 @@ def f(c, x):
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "rev-over-rev through branches with (m,1)*(n,) broadcasting and column reads: the "
-    "second-order backward reshapes an (m, n) adjoint to (m,) (ValueError: cannot reshape "
-    "array of size 10 into shape (2,)); minimized by hand from a `make fuzz` failure"))
+    "rev-over-rev through branches with (m,1)*(n,) broadcasting: inside a branch the "
+    "first-order backward rebinds `sum__2_bar` from its lazily kept (1,) shape to (n,) "
+    "(`sum__2_bar = np.broadcast_to(sum__2_bar, sum__2.shape).copy()`); the second-order "
+    "backward reads only the shape of the earlier value (`.reshape(sum__2_bar.shape)`), so it "
+    "is not saved and the later (n,) value's shape is used: the adjoint of the (m, 1) product "
+    "stays (m, n) and is added in place to an (m, 1) array (ValueError: non-broadcastable "
+    "output operand with shape (2,1) doesn't match the broadcast shape (2,5)); minimized by "
+    "hand from a `make fuzz` failure"))
 def test_regression_second_order_broadcast_column_in_branches():
     check_source('''
 import numpy as np
@@ -271,11 +276,14 @@ def f(x, c, A):
 ''', params=("x", "c", "A"), n=5, m=2, seed=65536)  # noqa: E501
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "rev-over-rev of `x ** 0` inside a loop: the first-order code pushes the base on a tape "
-    "that the second-order backward pops in a different count (IndexError: pop from empty "
-    "list); minimized by hand from a `make fuzz` failure"))
 def test_regression_power_zero_in_loop_second_order():
+    """rev-over-rev of `x ** 0` inside a loop: the base is saved on a tape but has no
+    derivative, so (1) the loop's `pow_bar += ...` read an adjoint whose initialization before
+    the loop tidy dropped (an augmented assignment's target was not taken as read:
+    UnboundLocalError), and (2) the second-order backward function of the first-order backward
+    (which popped the tape) had nothing active, so its zero adjoint of the tape was empty and
+    the tape was not refilled: popping either raised IndexError. An empty adjoint stack now
+    reads as zeros, and undoing a push tolerates a tape the backward function drained."""
     check_source('''
 import numpy as np
 
@@ -289,10 +297,13 @@ def f(A):
 
 
 @pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "rev-over-rev of `for row in A`: the row is saved on a tape that starts with a zero-size "
-    "placeholder, and the second-order backward sweep adds the placeholder's (0,)-shaped "
-    "adjoint to a row's adjoint (same gap as test_zoo loop_over_rows); the fuzzer leaves "
-    "rows loops out (fuzzing.KNOWN_GAPS)"))
+    "rev-over-rev of `for row in A`: the first-order backward ends with `row_bar = "
+    "np.zeros_like(row)` of the row tape's zero-size placeholder, so row_bar's last value has "
+    "shape (0,); the second-order backward does not save row_bar's earlier values (it only "
+    "takes their shape, np.zeros_like(row_bar)) and zero-initializes the old row_bar's "
+    "adjoint with the last one's (0,) shape, then adds a row's (n,) adjoint to it (ValueError: "
+    "operands could not be broadcast together with shapes (0,) (4,)); same gap as test_zoo "
+    "loop_over_rows; the fuzzer leaves rows loops out (fuzzing.KNOWN_GAPS)"))
 def test_regression_rows_loop_second_order():
     program = Program('''import numpy as np
 
@@ -320,3 +331,58 @@ def f(c):
         s5 = s5 + 0.5 + 0.25 * np.sin(np.sum(c[:, 0][1:]))
     return s5
 ''', params=("c",), n=4, m=2, seed=525)
+
+
+def test_regression_reverse_over_forward_tuple_cotangent_of_helper():
+    """Reverse over forward mode of a helper called with broadcasting arguments: the jvp's
+    helper returns (value, tangent), whose cotangents (of `np.sum` outputs: one number each,
+    held lazily) went to the helper's backward function unbroadcast, and the caller summed
+    them over an axis they lack (AxisError: axis 1 is out of bounds; `make fuzz`)."""
+    check_source('''
+import numpy as np
+
+
+def h0(a, b):
+    return a + b * b
+
+
+def f(x, c):
+    return np.sum(h0(c * x, np.sum(x)))
+''', params=("x", "c"), n=4, m=2, seed=70)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "rev-over-rev of `np.tanh((A ** 0)[2])` in a loop: the first-order backward function pops "
+    "the tape of tanh's values (its derivative is read, then multiplied by the zero "
+    "derivative of `A ** 0`); its own reverse has nothing active, so it neither refills the "
+    "tape it emptied nor has its popped values, and the reverse of the first-order forward "
+    "function then undoes the tape's pushes on the emptied list (IndexError: pop from empty "
+    "list, `tanh_tape.pop()`); found by `make fuzz`"))
+def test_regression_power_zero_tape_emptied_second_order():
+    check_source('''
+import numpy as np
+
+
+def f(A, x):
+    acc2 = np.copy(x)
+    for _ in range(2):
+        acc2 = 0.7 * acc2 + 0.3 * np.sin(np.tanh((A ** 0)[2]))
+    return np.sum(acc2)
+''', params=("A", "x"), n=5, m=3, seed=439)
+
+
+def test_regression_negative_constant_base_of_power():
+    """`(-0.7) ** 0` folds to the constant -0.7 raised to 0, which ast.unparse wrote as
+    `-0.7 ** 0` (that is -1.0, not 1.0): the generated forward function took the other branch,
+    a silently wrong first-order gradient (`make fuzz`)."""
+    check_source('''
+import numpy as np
+
+
+def f(w, A):
+    if ((-0.7) ** 0) > 0.5:
+        t1 = np.sum(A, axis=1) / (np.square(np.sin(w)) + 1.0)
+    else:
+        t1 = w + A[:, 0]
+    return np.sum(np.sin(t1[:, None] - A))
+''', params=("w", "A"), n=4, m=2, seed=0, order=1)

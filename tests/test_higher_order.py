@@ -304,9 +304,6 @@ def test_forward_over_reverse_through_scatters_and_tapes(fun):
     assert np.allclose(hvp, numeric_hessian(fun, x) @ v, atol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, reason="vmap has no batching rule for np.add.at (in the jvp of "
-                   "the gradient module): its per-example loop variant returns only the first "
-                   "example's result, so the Hessian is wrong")
 def test_hessian_through_fancy_index_scatter():
     x = np.array([0.3, -0.4, 1.1])
     assert np.allclose(ad.hessian(gathers)(x), numeric_hessian(gathers, x), atol=1e-5)

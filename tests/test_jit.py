@@ -107,6 +107,26 @@ def test_lowered_numpy_matches_numpy(expr, marker):
     assert np.shape(got) == np.shape(expected)
 
 
+@pytest.mark.numba
+def test_stacking_a_list_of_arrays_compiles(quick_llvm):
+    """np.stack of a list built in a loop (Numba stacks only tuples): a dialect helper, plain
+    and compiled, and the list display form becomes a tuple."""
+    import numba
+    source = ("import numpy as np\n\n\ndef f(x):\n    rows = []\n    for i in range(x.shape[0]):"
+              "\n        rows.append(x[i] * 2.0)\n    return np.stack(rows) + np.stack([x[0], x[1]])"
+              "[:1]\n")
+    got, text = _run_lowered(source, "f", X3)
+    assert "stack_list(rows)" in text and "np.stack((x[0], x[1]))" in text
+    expected = 2.0 * X3 + X3[:1]
+    np.testing.assert_allclose(got, expected)
+    namespace = {}
+    exec(compile(text, "<lowered>", "exec"), namespace)
+    compiled = numba.njit(namespace["f"])
+    for helper in ("stack_list",):
+        namespace[helper] = numba.njit(namespace[helper])
+    np.testing.assert_allclose(compiled(X3), expected)
+
+
 @pytest.mark.parametrize("axis", [0, 1])
 @pytest.mark.parametrize("name", ["max_axis", "min_axis", "prod_axis", "mean_axis"])
 def test_one_axis_helpers_on_vectors_and_matrices(name, axis):

@@ -1,8 +1,21 @@
 """Numerics that follow JAX's conventions at kinks, ties, poles and for dtypes.
 
-Each expected value is JAX's documented answer (e.g. ``jax.grad(jnp.abs)(0.) == 0``,
-``jax.grad(jnp.maximum, (0, 1))(1., 1.) == (0.5, 0.5)``, ``jax.grad(jnp.sqrt)(0.) == inf``),
-checked in reverse mode (grad) and forward mode (jvp).
+Each expected value is JAX's answer, read from JAX's own rules (jax/_src/lax/lax.py and
+jax/_src/numpy/lax_numpy.py), checked in reverse mode (grad), forward mode (jvp) and, for a
+shared set of functions, compiled by Numba (jit):
+
+- ``abs``: ``_abs_jvp_rule`` is ``select(x >= 0, g, -g)``, so the derivative at 0 is 1.
+- ``maximum``/``minimum`` (and ``max``/``min`` of two numbers): ``_balanced_eq`` gives each of
+  two tied operands half.
+- ``max``/``min`` reductions: ``_reduce_chooser_jvp_rule`` shares the cotangent equally among
+  the tied entries (the tangent is the mean of the tied tangents).
+- ``clip``: ``jnp.clip`` is ``minimum(hi, maximum(lo, x))``, so at a bound x and the bound
+  share (x = lo gives 0.5 to each).
+- ``where``: a select; only the chosen branch receives the cotangent.
+- ``sort``: ``_sort_jvp`` gathers the tangent by the permutation of a stable sort (ties keep
+  their original order).
+- poles: ``sqrt``/``log``/``cbrt`` at 0 give inf (``0.5 / sqrt(x)``, ``1 / x``), ``atan2`` at
+  (0, 0) gives nan; never a ZeroDivisionError, also for ``math`` functions of Python floats.
 """
 
 from __future__ import annotations
@@ -29,12 +42,25 @@ def _both(fn, x):
     return g, t
 
 
+def _forward_gradient(fn, x):
+    """The gradient of a scalar function of a vector, one forward-mode pass per entry."""
+    return np.array([_quiet(lambda e=e: ad.jvp(fn, (x,), (e,))[1]) for e in np.eye(x.size)])
+
+
 # ---------------------------------------------------------------- kinks and ties
-def test_abs_at_zero_is_zero():
-    assert _both(lambda x: np.abs(x), 0.0) == (0.0, 0.0)
-    assert _both(lambda x: abs(x), 0.0) == (0.0, 0.0)
-    g = ad.grad(lambda x: np.sum(np.abs(x)))(np.array([0.0, -2.0, 3.0]))
-    assert np.array_equal(g, [0.0, -1.0, 1.0])
+@pytest.mark.parametrize("fn", [np.abs, np.absolute, np.fabs, abs, math.fabs])
+def test_abs_at_zero_is_one(fn):
+    """JAX's _abs_jvp_rule: select(ge(x, 0), g, neg(g)); 1 at 0 and at -0.0."""
+    assert _both(lambda x: fn(x), 0.0) == (1.0, 1.0)
+    assert _both(lambda x: fn(x), -0.0) == (1.0, 1.0)
+    assert _both(lambda x: fn(x), -2.0) == (-1.0, -1.0)
+
+
+def test_abs_of_an_array_at_zero():
+    x = np.array([0.0, -2.0, 3.0, -0.0])
+    f = lambda v: np.sum(np.abs(v))  # noqa: E731
+    assert np.array_equal(ad.grad(f)(x), [1.0, -1.0, 1.0, 1.0])
+    assert np.array_equal(_forward_gradient(f, x), [1.0, -1.0, 1.0, 1.0])
 
 
 @pytest.mark.parametrize("fn", [np.maximum, np.minimum, np.fmax, np.fmin, max, min])
@@ -54,10 +80,12 @@ def test_relu_at_zero_is_half():
     (np.max, [1.0, 3.0, 3.0], [0.0, 0.5, 0.5]),
     (np.min, [1.0, 1.0, 3.0], [0.5, 0.5, 0.0]),
     (np.max, [2.0, 2.0, 2.0, 2.0], [0.25] * 4),
+    (np.amin, [0.0, -1.0, 5.0, -1.0, -1.0], [0.0, 1 / 3, 0.0, 1 / 3, 1 / 3]),
 ])
 def test_max_min_share_ties_equally(reduction, x, expected):
     x = np.array(x)
     assert np.allclose(ad.grad(lambda v: reduction(v))(x), expected)
+    assert np.allclose(_forward_gradient(lambda v: reduction(v), x), expected)
     _, t = ad.jvp(lambda v: reduction(v), (x,), (np.ones_like(x),))
     assert np.isclose(t, 1.0)  # the mean of the tied tangents
 
@@ -66,20 +94,143 @@ def test_max_with_axis_ties():
     x = np.array([[1.0, 2.0], [1.0, 0.0]])
     g = ad.grad(lambda v: np.sum(np.max(v, axis=0)))(x)
     assert np.allclose(g, [[0.5, 1.0], [0.5, 0.0]])
+    _, t = ad.jvp(lambda v: np.max(v, axis=1), (x,), (np.array([[1.0, 3.0], [5.0, 7.0]]),))
+    assert np.allclose(t, [3.0, 5.0])
 
 
 def test_where_at_the_boundary_takes_the_chosen_branch():
     assert _both(lambda x: np.where(x > 0.0, x, 0.0), 0.0) == (0.0, 0.0)
+    assert _both(lambda x: np.where(x >= 0.0, x, 0.0), 0.0) == (1.0, 1.0)
     g = ad.grad(lambda x: np.sum(np.where(x > 0.0, x * x, -x)))(np.array([0.0, 1.0]))
     assert np.array_equal(g, [-1.0, 2.0])
 
 
-@pytest.mark.xfail(strict=True, raises=ad.MissingRuleError,
-                   reason="np.sort has no derivative rule yet (JAX: the permutation's gather)")
-def test_sort():
-    w = np.array([1.0, 2.0, 3.0])
-    g = ad.grad(lambda x: np.sum(np.sort(x) * w))(np.array([3.0, 1.0, 2.0]))
-    assert np.array_equal(g, [3.0, 1.0, 2.0])
+# x, lo, hi -> d/dx, d/dlo, d/dhi of jnp.clip(x, lo, hi) = minimum(hi, maximum(lo, x))
+CLIP = [
+    ((0.5, 0.0, 1.0), (1.0, 0.0, 0.0)),    # inside
+    ((-1.0, 0.0, 1.0), (0.0, 1.0, 0.0)),   # below: the lower bound is the value
+    ((2.0, 0.0, 1.0), (0.0, 0.0, 1.0)),    # above
+    ((0.0, 0.0, 1.0), (0.5, 0.5, 0.0)),    # at lo: maximum's tie
+    ((1.0, 0.0, 1.0), (0.5, 0.0, 0.5)),    # at hi: minimum's tie
+    ((0.0, 0.0, 0.0), (0.25, 0.25, 0.5)),  # lo = hi = x: both ties
+    ((0.5, 1.0, 0.0), (0.0, 0.0, 1.0)),    # lo > hi: NumPy and JAX both give hi
+]
+
+
+@pytest.mark.parametrize("args, expected", CLIP, ids=[str(c[0]) for c in CLIP])
+def test_clip_at_the_bounds(args, expected):
+    f = lambda x, lo, hi: np.clip(x, lo, hi)  # noqa: E731
+    assert ad.grad(f, argnums=(0, 1, 2))(*args) == expected
+    tangents = [ad.jvp(f, args, tuple(float(i == k) for i in range(3)))[1] for k in range(3)]
+    assert tuple(tangents) == expected
+
+
+def test_clip_with_one_bound_and_as_a_method():
+    x = np.array([-1.0, 0.0, 0.5, 1.0, 2.0])
+    assert np.array_equal(ad.grad(lambda v: np.sum(np.clip(v, 0.0, 1.0)))(x),
+                          [0.0, 0.5, 1.0, 0.5, 0.0])
+    assert np.array_equal(ad.grad(lambda v: np.sum(np.clip(v, None, 1.0)))(x),
+                          [1.0, 1.0, 1.0, 0.5, 0.0])
+    assert np.array_equal(ad.grad(lambda v: np.sum(v.clip(0.0, None)))(x),
+                          [0.0, 0.5, 1.0, 1.0, 1.0])
+
+
+# ---------------------------------------------------------------- sort
+W3 = np.array([1.0, 2.0, 3.0])
+W23 = np.arange(6.0).reshape(2, 3)
+X23 = np.array([[3.0, 1.0, 1.0], [0.0, 2.0, -1.0]])
+
+
+def weighted_sort(x):
+    return np.sum(np.sort(x) * W3)
+
+
+@pytest.mark.parametrize("x, expected", [
+    ([3.0, 1.0, 2.0], [3.0, 1.0, 2.0]),
+    ([1.0, 1.0, 0.0], [2.0, 3.0, 1.0]),   # the tie keeps its order: x[0] first, then x[1]
+    ([2.0, 2.0, 2.0], [1.0, 2.0, 3.0]),
+])
+def test_sort_gradient_follows_the_stable_permutation(x, expected):
+    x = np.array(x)
+    assert np.array_equal(ad.grad(weighted_sort)(x), expected)
+    assert np.array_equal(_forward_gradient(weighted_sort, x), expected)
+
+
+@pytest.mark.parametrize("fn, expected", [
+    (lambda x: np.sum(np.sort(x) * W23), [[2.0, 0.0, 1.0], [4.0, 5.0, 3.0]]),
+    (lambda x: np.sum(np.sort(x, axis=-1) * W23), [[2.0, 0.0, 1.0], [4.0, 5.0, 3.0]]),
+    (lambda x: np.sum(np.sort(x, axis=0) * W23), [[3.0, 1.0, 5.0], [0.0, 4.0, 2.0]]),
+    (lambda x: np.sum(np.sort(x, axis=None) * np.arange(6.0)), [[5.0, 2.0, 3.0],
+                                                                [1.0, 4.0, 0.0]]),
+], ids=["last-axis", "axis=-1", "axis=0", "axis=None"])
+def test_sort_along_an_axis(fn, expected):
+    assert np.array_equal(ad.grad(fn)(X23), expected)
+    tangent = np.arange(6.0).reshape(2, 3) + 1.0
+    _, t = ad.jvp(fn, (X23,), (tangent,))
+    assert t == pytest.approx(np.sum(np.array(expected) * tangent))
+    ad.check_grads(fn, (X23 + np.array([[0.0, 0.01, 0.02], [0.0, 0.01, 0.02]]),),
+                   modes=("fwd", "rev"))
+
+
+def test_sort_second_order_and_its_source():
+    x = np.array([0.3, -1.2, 0.8, 0.1])
+    f = lambda v: np.sum(np.sort(v) ** 3 * np.arange(1.0, 5.0))  # noqa: E731
+    ad.check_grads(f, (x,), order=2, modes=("fwd", "rev"))
+    h = ad.hessian(f)(x)
+    assert np.allclose(h, np.diag(6.0 * x * np.array([3.0, 1.0, 4.0, 2.0])))
+    text = ad.source(ad.grad(weighted_sort), x[:3])
+    assert "np.argsort(x, kind='stable')" in text
+
+
+def test_sort_hessian_along_an_axis():
+    f = lambda v: np.sum(np.sort(v) ** 3 * W23)  # noqa: E731
+    x = X23 + np.array([[0.0, 0.01, 0.02], [0.0, 0.01, 0.02]])
+    h = ad.hessian(f)(x)
+    order = np.argsort(x, axis=-1, kind="stable")
+    weight = np.zeros_like(x)
+    np.put_along_axis(weight, order, W23, axis=-1)
+    assert np.allclose(h.reshape(6, 6), np.diag((6.0 * x * weight).ravel()))
+
+
+@pytest.mark.xfail(strict=True, raises=ad.MissingRuleError, reason=(
+    "reverse over reverse of a sort along an axis: np.take_along_axis has no reverse rule yet "
+    "(a scatter-add along the axis); hessian (forward over reverse) works"))
+def test_sort_reverse_over_reverse_along_an_axis():
+    f = lambda v: np.sum(np.sort(v) ** 3 * W23)  # noqa: E731
+    ad.grad(lambda v: np.sum(ad.grad(f)(v) * W23))(X23)
+
+
+def test_hessian_through_an_integer_gather():
+    idx = np.array([2, 0, 3, 1])
+    f = lambda v: np.sum(v[idx] ** 3 * np.arange(1.0, 5.0))  # noqa: E731
+    x = np.array([0.3, -1.2, 0.8, 0.1])
+    assert np.allclose(ad.hessian(f)(x), np.diag(6.0 * x * np.array([2.0, 4.0, 1.0, 3.0])))
+
+
+def test_vmap_of_sort_and_its_gradient():
+    xs = np.random.default_rng(0).normal(size=(4, 2, 3))
+    for fn in (lambda x: np.sum(np.sort(x) * W23), lambda x: np.sum(np.sort(x, axis=0) * W23),
+               lambda x: np.sum(np.sort(x, axis=None) * W23.ravel())):
+        assert np.allclose(ad.vmap(ad.grad(fn))(xs), [ad.grad(fn)(x) for x in xs])
+    assert np.array_equal(ad.vmap(np.sort)(xs), np.sort(xs))
+    assert np.array_equal(ad.vmap(lambda x: np.sort(x, axis=0))(xs), np.sort(xs, axis=1))
+    rows = np.array([[3.0, 1.0, 2.0], [1.0, 1.0, 0.0]])
+    assert np.array_equal(ad.vmap(ad.grad(weighted_sort))(rows), [[3.0, 1.0, 2.0],
+                                                                  [2.0, 3.0, 1.0]])
+
+
+def test_argsort_and_argpartition_carry_no_derivative():
+    """x[np.argsort(x)] is a gather: the gradient is the sort's (no ties here)."""
+    x = np.array([0.4, -1.0, 2.5])
+    g = ad.grad(lambda v: np.sum(v[np.argsort(v)] * W3))(x)
+    assert np.array_equal(g, ad.grad(weighted_sort)(x))
+    assert np.array_equal(ad.grad(lambda v: np.sum(v * np.argsort(v)))(x), [1.0, 0.0, 2.0])
+    # the two smallest, in partition order (position 1 holds the second smallest)
+    smallest = lambda v: np.sum(v[np.argpartition(v, 1)[:2]] * W3[:2])  # noqa: E731
+    x4 = np.array([0.4, -1.0, 2.5, 0.1])
+    assert np.array_equal(ad.grad(smallest)(x4), [0.0, 1.0, 0.0, 2.0])
+    assert np.array_equal(ad.vmap(ad.grad(smallest))(np.stack([x4, -x4])),
+                          [[0.0, 1.0, 0.0, 2.0], [2.0, 0.0, 1.0, 0.0]])
 
 
 # ---------------------------------------------------------------- poles
@@ -99,11 +250,46 @@ def test_log_at_zero_is_inf_and_value_minus_inf():
         np.array([0.0, 1.0]))), [np.inf, 1.0])
 
 
-@pytest.mark.xfail(strict=True, raises=ZeroDivisionError, reason=(
-    "math.sqrt/math.log return Python floats: their partials (0.5 / y, 1.0 / x) divide Python "
-    "floats by zero and raise instead of giving inf"))
-def test_math_sqrt_at_zero_is_inf():
-    assert ad.grad(lambda x: math.sqrt(x))(0.0) == np.inf
+def _sqrt_of_sin(x):
+    z = math.sin(x)  # a Python float
+    return z ** 0.5
+
+
+@pytest.mark.parametrize("fn, expected", [
+    (lambda x: math.sqrt(x), np.inf),
+    (lambda x: math.cbrt(x), np.inf),
+    (lambda x: np.sqrt(math.sin(x)), np.inf),
+    (_sqrt_of_sin, np.inf),
+    (lambda x: math.sqrt(math.sin(x)) * 2.0, np.inf),
+    (lambda x: math.acos(x + 1.0), -np.inf),
+])
+def test_math_functions_at_a_pole_give_inf_not_zero_division(fn, expected):
+    """math.sqrt(0.0) is the Python float 0.0: its partial 0.5 / y is computed with NumPy."""
+    assert _both(fn, 0.0) == (expected, expected)
+
+
+def test_math_log_at_zero():
+    # the primal math.log(0.0) raises ValueError in Python (the user's own code does too);
+    # the gradient alone does not need it
+    assert _quiet(lambda: ad.grad(lambda x: math.log(x))(0.0)) == np.inf
+    assert _quiet(lambda: ad.grad(lambda x: math.log(math.sin(x) + 1.0))(-math.pi / 2)) > 1e15
+
+
+def test_atan2_at_the_origin_is_nan():
+    ga, gb = _quiet(lambda: ad.grad(lambda a, b: math.atan2(a, b), argnums=(0, 1))(0.0, 0.0))
+    assert math.isnan(ga) and math.isnan(gb)
+
+
+def test_scalar_partials_stay_readable():
+    text = ad.source(ad.grad(lambda x: math.sqrt(x)), 1.0)
+    assert "x_bar = np.divide(0.5, math.sqrt(x))" in text
+    array_text = ad.source(ad.grad(lambda x: np.sum(np.sqrt(x))), np.ones(2))
+    assert "0.5 / np.sqrt(x)" in array_text  # arrays keep the plain operator
+
+
+def test_math_sqrt_second_order_at_zero():
+    assert _quiet(lambda: ad.grad(ad.grad(lambda x: math.sqrt(x)))(0.0)) == -np.inf
+    assert ad.grad(ad.grad(lambda x: math.sqrt(x)))(4.0) == pytest.approx(-1.0 / 32.0)
 
 
 # ---------------------------------------------------------------- powers
@@ -120,9 +306,83 @@ def test_power_with_variable_exponent_at_zero():
     assert _quiet(lambda: ad.grad(lambda x, p: x ** p, argnums=(0, 1))(0.0, 0.0)) == (0.0, 0.0)
 
 
-@pytest.mark.parametrize("p, expected", [(2, 0.0), (1.5, 0.0), (1, 1.0), (3, 0.0)])
+@pytest.mark.parametrize("p, expected", [(2, 0.0), (1.5, 0.0), (1, 1.0), (3, 0.0), (0.5, np.inf),
+                                         (-1, -np.inf)])
 def test_integer_and_fractional_powers_at_zero(p, expected):
-    assert ad.grad(lambda x: x ** p)(0.0) == expected
+    assert _quiet(lambda: ad.grad(lambda x: x ** p)(0.0)) == expected
+
+
+# ---------------------------------------------------------------- compiled (Numba)
+def kinks(v):
+    """Every kink and tie above in one function, for one compile of each mode."""
+    return (np.abs(v[0]) + np.maximum(v[1], v[2]) + np.minimum(v[3], v[4])
+            + np.max(v[5:8]) + np.sum(np.clip(v[8:11], 0.0, 1.0))
+            + np.where(v[11] > 0.0, v[11], 0.0) + np.min(v[12:15])
+            + np.sum(np.sort(v[15:18]) * W3) + abs(v[18]))
+
+
+KINK_POINT = np.array([0.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 1.0, 0.0, 1.0, 0.5, 0.0,
+                       1.0, 1.0, 3.0, 1.0, 1.0, 0.0, -0.0])
+KINK_GRAD = np.array([1.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.0, 0.5, 0.5, 1.0, 0.0,
+                      0.5, 0.5, 0.0, 2.0, 3.0, 1.0, 1.0])
+
+
+def sorts(x):
+    """Sorts along every axis form of a 2-D array, for one compile."""
+    return (np.sum(np.sort(x) * W23) + np.sum(np.sort(x, axis=0) * W23)
+            + np.sum(np.sort(x, axis=None) * np.arange(6.0)) + np.sum(np.sort(x[0]) * W3))
+
+
+def poles(a, b, c, d):
+    return math.sqrt(a) + math.cbrt(b) + _sqrt_of_sin(c) + np.sqrt(d)
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """The jitted functions the compiled tests share (compiled once, at -O0)."""
+    import numba
+    saved = numba.config.OPT
+    numba.config.OPT = numba.core.config._OptLevel(0)
+    try:
+        out = {
+            "kinks_grad": ad.jit(ad.grad(kinks))(KINK_POINT),
+            "kinks_jvp": ad.jit(ad.jvp_transform(kinks))((KINK_POINT,),
+                                                        (np.ones_like(KINK_POINT),)),
+            "sorts_grad": ad.jit(ad.grad(sorts))(X23),
+            "sorts": ad.jit(sorts)(X23),
+            "poles_grad": _quiet(lambda: ad.jit(ad.grad(poles, argnums=(0, 1, 2, 3)))(
+                0.0, 0.0, 0.0, 0.0)),
+        }
+    finally:
+        numba.config.OPT = saved
+    return out
+
+
+def test_kinks_reference_values():
+    assert np.array_equal(ad.grad(kinks)(KINK_POINT), KINK_GRAD)
+    assert np.array_equal(_forward_gradient(kinks, KINK_POINT), KINK_GRAD)
+
+
+@pytest.mark.numba
+def test_jit_kinks_and_ties_match_jax(compiled):
+    assert np.array_equal(compiled["kinks_grad"], KINK_GRAD)
+    value, tangent = compiled["kinks_jvp"]
+    assert value == pytest.approx(kinks(KINK_POINT))
+    # the reduction's tangent is the mean of the tied tangents (1 here), not their sum
+    assert tangent == pytest.approx(np.sum(KINK_GRAD[:5]) + 1.0 + 2.0 + 0.0 + 1.0 + 6.0 + 1.0)
+
+
+@pytest.mark.numba
+def test_jit_sorts_match_plain_python(compiled):
+    assert np.array_equal(compiled["sorts_grad"], ad.grad(sorts)(X23))
+    assert compiled["sorts"] == pytest.approx(sorts(X23))
+
+
+@pytest.mark.numba
+def test_jit_poles_give_inf(compiled):
+    assert compiled["poles_grad"] == (np.inf, np.inf, np.inf, np.inf)
+    assert _quiet(lambda: ad.grad(poles, argnums=(0, 1, 2, 3))(0.0, 0.0, 0.0, 0.0)) == (
+        np.inf, np.inf, np.inf, np.inf)
 
 
 # ---------------------------------------------------------------- dtypes
@@ -144,6 +404,7 @@ def test_float32_in_float32_out_everywhere():
     assert ad.hessian(lambda x: np.sum(x ** 3))(F32).dtype == np.float32
     assert ad.vmap(ad.grad(lambda x: np.sum(np.tanh(x))))(
         np.ones((3, 2), np.float32)).dtype == np.float32
+    assert ad.grad(lambda x: np.sum(np.sort(x) * x))(F32).dtype == np.float32
 
 
 def test_float32_gradient_values_match_float64():
@@ -161,7 +422,15 @@ def test_integer_boolean_complex_inputs_refused(value, what):
         ad.grad(lambda x: np.sum(x * x))(value)
 
 
+@pytest.mark.parametrize("transform", [ad.jacfwd, ad.jacrev, ad.hessian])
+def test_jacobians_refuse_integer_inputs(transform):
+    with pytest.raises(ad.NonFloatInputError, match="requires real floating-point inputs, but "
+                                                    "argument 'x' is int64"):
+        transform(lambda x: np.sum(x ** 3))(np.array([1, 2]))
+
+
 def test_integer_argument_outside_argnums_is_fine():
     """Like JAX: only the differentiated arguments must be floats."""
     g = ad.grad(lambda x, n: x * n)(2.0, 3)
     assert g == 3.0
+    assert np.allclose(ad.jacfwd(lambda x, n: x * n)(np.ones(2), 3), 3.0 * np.eye(2))

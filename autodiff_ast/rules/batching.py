@@ -274,6 +274,15 @@ def _index_reduction(bc):
     return bc.emit(keywords=("axis",), axis=to_expr(_shift(bc.axis())))
 
 
+def _take_along_axis(bc):
+    """np.take_along_axis: both operands carry the batch axis; the axis moves past it."""
+    axis = bc.call.const("axis")
+    if not isinstance(axis, int):
+        raise NoBatchingRule("an axis that is not a constant integer")
+    return bc.emit(keywords=("axis",), arr=bc.full("arr"), indices=bc.full("indices"),
+                   axis=to_expr(axis if axis < 0 else axis + 1))
+
+
 def _along_axis(bc):
     """A function working along one axis (np.diff): a negative axis counts from the end in
     both worlds; a non-negative one moves past the batch axis."""
@@ -744,7 +753,8 @@ _register(_ELEMENTWISE, elementwise)
 _register(("float",), _conversion("float64"))
 _register(("int",), _conversion("int64"))
 _register(("sum", "mean", "prod", "max", "min", "var", "std"), reduction)
-_register(("argmax", "argmin", "argsort"), _index_reduction)
+_register(("argmax", "argmin", "argsort", "argpartition", "sort"), _index_reduction)
+_register(("take_along_axis",), _take_along_axis)
 _register(("cumsum",), _cumsum)
 _register(("diff",), _along_axis)
 _register(("all",), _whole_reduction(("np.all(x, axis=axes)", "a == b", None)))

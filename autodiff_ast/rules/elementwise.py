@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import math
 
+import gast
 import numpy as np
 
 from .. import types as T
-from ..templates import fill
+from ..templates import const_value, fill
 from . import PrimCall, Rule, register
 
 # name: (parameters, partial derivative of y with respect to each parameter)
@@ -47,8 +48,10 @@ PARTIALS = {
     "reciprocal": (("x",), ("-(y * y)",)),
     "negative": (("x",), ("-1.0",)),
     "positive": (("x",), ("1.0",)),
-    "absolute": (("x",), ("np.sign(x)",)),
-    "fabs": (("x",), ("np.sign(x)",)),
+    # JAX: d|x|/dx is 1 for x >= 0, including x = 0 (jax/_src/lax/lax.py, _abs_jvp_rule:
+    # select(ge(x, 0), g, neg(g))), so abs at 0 passes the derivative through unchanged.
+    "absolute": (("x",), ("2.0 * (x >= 0.0) - 1.0",)),
+    "fabs": (("x",), ("2.0 * (x >= 0.0) - 1.0",)),
     "deg2rad": (("x",), ("0.017453292519943295",)),
     "rad2deg": (("x",), ("57.29577951308232",)),
     "erf": (("x",), ("1.1283791670955126 * np.exp(-(x * x))",)),
@@ -132,6 +135,42 @@ def _partial_subs(call):
     return subs
 
 
+class _NumpyDivision(gast.NodeTransformer):
+    """``a / b`` as ``np.divide(a, b)`` and ``a ** q`` (q not a non-negative constant) as
+    ``np.power(a, q)``: NumPy's float64 arithmetic gives inf or nan at a pole, as JAX does, where
+    Python floats raise ZeroDivisionError (``math.sqrt(0.0)`` is a Python float)."""
+
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        right = const_value(node.right)
+        constant = isinstance(right, (int, float)) and not isinstance(right, bool)
+        if isinstance(node.op, gast.Div) and not (constant and right != 0):
+            return fill("np.divide(a, b)", a=node.left, b=node.right)
+        if isinstance(node.op, gast.Pow) and not (constant and right >= 0):
+            return fill("np.power(a, b)", a=node.left, b=node.right)
+        return node
+
+
+def scalar_safe(call, expr):
+    """`expr` (a partial derivative) with divisions and negative powers done by NumPy when
+    every operand of the call is a number: the partial then gives inf/nan at a pole instead of
+    raising. Array operands already divide with NumPy's rules; so does the primal `a / b` of
+    Python floats, which raises first at b = 0 (its partials are left as they are).
+
+    >>> from autodiff_ast.rules import PrimCall, by_name
+    >>> from autodiff_ast.templates import unparse
+    >>> call = PrimCall(by_name("sqrt@math.sqrt"), {"x": fill("x")}, {"x": T.FLOAT}, "y",
+    ...                 T.FLOAT)
+    >>> unparse(scalar_safe(call, fill("0.5 / y")))
+    'np.divide(0.5, y)'
+    """
+    if call.rule.name.split("@")[0] == "divide" or any(
+            t.kind == "array" or t.kind not in ("float", "int", "bool")
+            for p, t in call.types.items() if p in call.rule.diff):
+        return expr
+    return _NumpyDivision().visit(expr)
+
+
 def _make_vjp(partials):
     def vjp(call, g):
         subs = _partial_subs(call)
@@ -139,7 +178,8 @@ def _make_vjp(partials):
         for param, partial in zip(call.rule.params, partials):
             if param in call.rule.diff:
                 # None: the reverse pass infers the type from the names the expression reads.
-                result[param] = (fill(f"g * ({partial})", g=g, **subs), None)
+                d = scalar_safe(call, fill(partial, **subs))
+                result[param] = (fill("g * d", g=g, d=d), None)
         return result
     return vjp
 
@@ -147,7 +187,7 @@ def _make_vjp(partials):
 def _make_jvp(partials):
     def jvp(call, dots):
         subs = _partial_subs(call)
-        terms = [fill(f"({partial}) * d", d=dots[p], **subs)
+        terms = [fill("d * t", t=dots[p], d=scalar_safe(call, fill(partial, **subs)))
                  for p, partial in zip(call.rule.params, partials) if p in dots]
         total = terms[0]
         for term in terms[1:]:
@@ -208,7 +248,7 @@ def _power_partials(call):
         db = fill("y * c", y=y, c=math.log(base))
     else:
         db = fill("y * np.log(np.where(a == 0.0, 1.0, a))", y=y, a=a)
-    return {"a": da, "b": db}
+    return {"a": da if da is None else scalar_safe(call, da), "b": db}
 
 
 def _power_vjp(call, g):
@@ -261,40 +301,43 @@ register(Rule("where", "np.where", ("condition", "a", "b"), diff=("a", "b"), inf
               vjp=_where_vjp, jvp=_where_jvp), np.where)
 
 
-# clip(x, lo, hi): JAX's convention: the cotangent flows to x strictly inside the interval,
-# to a bound where x is beyond it.
-def _clip_masks(call):
+# clip(x, lo, hi) follows jnp.clip, which is maximum(lo, x) then minimum(hi, .)
+# (jax/_src/numpy/lax_numpy.py): each of the two chooses with maximum's rule, so a tie at a bound
+# splits the cotangent equally between x and the bound (x = lo gives 0.5 to each). Written
+# directly on x where the maximum's share is zero unless x >= lo (then maximum(x, lo) is x).
+def _share(kind, u, v):
+    """u's share of maximum(u, v) (kind '>') or minimum(u, v) (kind '<'): 1, 0.5 at a tie, 0."""
+    return fill(f"(u {kind} v) + 0.5 * (u == v)", u=u, v=v)
+
+
+def _clip_partials(call):
     x, lo, hi = call.args["a"], call.args.get("a_min"), call.args.get("a_max")
-    lo_none = call.types.get("a_min", T.NONE).kind == "none"
-    hi_none = call.types.get("a_max", T.NONE).kind == "none"
-    if lo_none:
-        inside = fill("x < hi", x=x, hi=hi)
-    elif hi_none:
-        inside = fill("x > lo", x=x, lo=lo)
-    else:
-        inside = fill("(x > lo) & (x < hi)", x=x, lo=lo, hi=hi)
-    below = None if lo_none else fill("lo > x", lo=lo, x=x)
-    above = None if hi_none else fill("hi < x", hi=hi, x=x)
-    return inside, below, above
+    has_lo = call.types.get("a_min", T.NONE).kind != "none"
+    has_hi = call.types.get("a_max", T.NONE).kind != "none"
+
+    def product(*factors):
+        factors = [f for f in factors if f is not None] or [fill("1.0")]  # no bound at all
+        return factors[0] if len(factors) == 1 else fill("a * b", a=factors[0], b=factors[1])
+    partials = {"a": product(_share(">", x, lo) if has_lo else None,
+                             _share("<", x, hi) if has_hi else None)}
+    if has_lo:
+        partials["a_min"] = product(_share(">", lo, x), _share("<", lo, hi) if has_hi else None)
+    if has_hi:
+        chosen = fill("np.maximum(x, lo)", x=x, lo=lo) if has_lo else x
+        partials["a_max"] = _share("<", hi, chosen)
+    return partials
 
 
 def _clip_vjp(call, g):
-    inside, below, above = _clip_masks(call)
-    out = {"a": (fill("np.where(m, g, 0.0)", m=inside, g=g), None)}
-    if below is not None:
-        out["a_min"] = (fill("np.where(m, g, 0.0)", m=below, g=g), None)
-    if above is not None:
-        out["a_max"] = (fill("np.where(m, g, 0.0)", m=above, g=g), None)
-    return out
+    return {p: (fill("g * (d)", g=g, d=d), None) for p, d in _clip_partials(call).items()}
 
 
 def _clip_jvp(call, dots):
-    inside, below, above = _clip_masks(call)
-    total = fill("np.where(m, d, 0.0)", m=inside, d=dots["a"]) if "a" in dots else None
-    for param, mask in (("a_min", below), ("a_max", above)):
-        if param in dots and mask is not None:
-            term = fill("np.where(m, d, 0.0)", m=mask, d=dots[param])
-            total = term if total is None else fill("a + b", a=total, b=term)
+    terms = [fill("(d) * t", d=d, t=dots[p]) for p, d in _clip_partials(call).items()
+             if p in dots]
+    total = terms[0]
+    for term in terms[1:]:
+        total = fill("a + b", a=total, b=term)
     return total
 
 

@@ -665,9 +665,91 @@ def _infer_index_of(call):
 for _name in ("argmax", "argmin"):
     register(Rule(_name, f"np.{_name}", ("x", "axis"), {"axis": None}, (), _infer_index_of,
                   nondiff_output=True), getattr(np, _name))
-register(Rule("argsort", "np.argsort", ("x", "axis"), {"axis": -1}, (),
-              lambda call: T.array(call.types["x"].dims, "int64"), nondiff_output=True),
-         np.argsort)
+
+
+def _infer_argsort(call):
+    x = call.types["x"]
+    if "axis" in call.types and call.const("axis") is None:
+        return T.array((T.N,), "int64")  # axis=None sorts the flattened array
+    return T.array(x.dims, "int64")
+
+
+register(Rule("argsort", "np.argsort", ("x", "axis", "kind", "order"), {"axis": -1}, (),
+              _infer_argsort, nondiff_output=True), np.argsort)
+register(Rule("argpartition", "np.argpartition", ("x", "kth", "axis", "kind", "order"),
+              {"axis": -1}, (), _infer_argsort, nondiff_output=True), np.argpartition)
+
+
+# ---------------------------------------------------------------- sort (JAX's convention)
+# y = np.sort(x) is a gather of x by the sorting permutation `order`; the permutation comes from
+# a stable argsort, so tied entries keep their original order (JAX sorts with is_stable=True and
+# differentiates through the permutation: jax/_src/lax/lax.py, _sort_jvp). The tangent is x_dot
+# gathered by `order`; the cotangent is g gathered by the inverse permutation argsort(order).
+def _infer_sort(call):
+    x = call.types["x"]
+    if "axis" in call.types and call.const("axis") is None:
+        return T.array((T.N,), x.dtype or "float64")
+    return x
+
+
+def _sort_form(call):
+    """'flat' (axis=None), 'vector' (a 1-D array) or 'axis' (take_along_axis along an axis)."""
+    axis = call.const("axis", -1)
+    if "axis" in call.types and axis is None:
+        return "flat", None
+    if not isinstance(axis, int):
+        return None, None
+    if call.ndim("x") == 1:
+        return "vector", axis
+    return "axis", axis
+
+
+def _sort_vjp(call, g):
+    form, axis = _sort_form(call)
+    x = call.args["x"]
+    if form == "vector":
+        order = fill('np.argsort(x, kind="stable")', x=x)
+        bar = fill("g[np.argsort(order)]", g=g, order="order")
+    elif form == "flat":
+        order = fill('np.argsort(np.ravel(x), kind="stable")', x=x)
+        bar = fill("g[np.argsort(order)].reshape(np.shape(x))", g=g, order="order", x=x)
+    elif form == "axis":
+        order = fill('np.argsort(x, axis=a, kind="stable")', x=x, a=axis)
+        bar = fill("np.take_along_axis(g, np.argsort(order, axis=a), axis=a)", g=g,
+                   order="order", a=axis)
+    else:
+        return None
+    return {"__let__": [("order", order)], "x": (bar, call.types["x"])}
+
+
+def _sort_jvp(call, dots):
+    form, axis = _sort_form(call)
+    x, d = call.args["x"], dots["x"]
+    if form == "vector":
+        return fill('d[np.argsort(x, kind="stable")]', d=d, x=x)
+    if form == "flat":
+        return fill('np.ravel(d)[np.argsort(np.ravel(x), kind="stable")]', d=d, x=x)
+    if form == "axis":
+        return fill('np.take_along_axis(d, np.argsort(x, axis=a, kind="stable"), axis=a)',
+                    d=d, x=x, a=axis)
+    return None
+
+
+register(Rule("sort", "np.sort", ("x", "axis", "kind", "order"), {"axis": -1}, ("x",),
+              _infer_sort, _sort_vjp, _sort_jvp), np.sort)
+
+
+# take_along_axis(arr, indices, axis): linear in arr (the sort rule's gathers). Its reverse rule
+# would be a scatter-add along the axis, which has no template yet.
+def _infer_take_along_axis(call):
+    arr, idx = call.types["arr"], call.types["indices"]
+    return T.array(idx.dims, arr.dtype or "float64") if arr.kind == "array" else arr
+
+
+register(Rule("take_along_axis", "np.take_along_axis", ("arr", "indices", "axis"), {}, ("arr",),
+              _infer_take_along_axis, lambda call, g: None,
+              lambda call, dots: _relinear(call, dots, "arr"), linear=True),
+         np.take_along_axis)
 register(Rule("shape", "np.shape", ("x",), {}, (),
           lambda call: T.AType("tuple", elts=tuple(T.INT for _ in range(call.ndim("x") or 0)))
           if call.ndim("x") is not None else T.AType("tuple"), nondiff_output=True), np.shape)

@@ -1,0 +1,210 @@
+"""Timing helpers shared by every benchmark module (not a benchmark itself: no ``run()``).
+
+One way to time a call everywhere: ``median_time`` warms up once, picks how many calls make a
+round long enough to measure, and returns the median of several rounds, per call.
+``first_call`` times the first call of something freshly made (generation, compilation or
+cache load included); ``fmt`` prints a duration with a readable unit. ``compare`` makes one
+row of BENCHMARKS.md: it checks ours and every competitor against a reference gradient
+(raising ``AssertionError`` on a mismatch, before anything is timed), then times them all with
+repeat counts adapted to their cost.
+
+Benchmark modules are imported by file (benchmarks/run.py), so they import this one with
+``benchmarks/`` on ``sys.path``::
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from timing import first_call, fmt, median_time
+
+>>> seconds = median_time(lambda: sum(range(100)), repeats=3, min_time=1e-3)
+>>> 0.0 < seconds < 0.01
+True
+>>> fmt(2.5e-5), fmt(0.0123), fmt(3.0)
+('25.0 us', '12.30 ms', '3.00 s')
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+__all__ = ["median_time", "adaptive_time", "first_call", "timed", "fmt", "assert_close",
+           "compare"]
+
+
+def median_time(call, repeats=7, min_time=0.02, max_number=1 << 14, warmup=True):
+    """Median seconds of one ``call()`` over ``repeats`` rounds, each at least ``min_time`` long.
+
+    A round runs the call ``number`` times, ``number`` doubling from 1 until a round takes
+    ``min_time`` (or ``max_number`` is reached); the first such round counts as the first of
+    the ``repeats``. For expensive calls (seconds each) pass ``repeats=3``: a round is then one
+    call. ``warmup=False`` skips the untimed first call (when the caller already made it).
+
+    >>> median_time(lambda: None, repeats=3) < 1e-3
+    True
+    """
+    if warmup:
+        call()
+    number = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(number):
+            call()
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_time or number >= max_number:
+            break
+        number *= 2
+    times = [elapsed / number]
+    for _ in range(repeats - 1):
+        start = time.perf_counter()
+        for _ in range(number):
+            call()
+        times.append((time.perf_counter() - start) / number)
+    return float(statistics.median(times))
+
+
+def timed(call):
+    """(result, seconds) of one ``call()``.
+
+    >>> timed(lambda: 42)[0]
+    42
+    """
+    start = time.perf_counter()
+    result = call()
+    return result, time.perf_counter() - start
+
+
+def first_call(make, *args):
+    """(function, result, seconds): ``make()`` then one call on ``args``, timed together.
+
+    >>> fn, out, seconds = first_call(lambda: abs, -3)
+    >>> fn is abs, out
+    (True, 3)
+    """
+    start = time.perf_counter()
+    fn = make()
+    out = fn(*args)
+    return fn, out, time.perf_counter() - start
+
+
+def fmt(seconds):
+    """A duration with a readable unit ('n/a' for None or NaN).
+
+    >>> fmt(None), fmt(float("nan")), fmt(0.5)
+    ('n/a', 'n/a', '500.00 ms')
+    """
+    if seconds is None or not isinstance(seconds, (int, float)) or math.isnan(seconds):
+        return "n/a"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} us"
+    if seconds < 1.0:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
+
+
+def adaptive_time(call, first_seconds):
+    """``median_time`` with fewer rounds for expensive calls (``first_seconds``: one call's
+    cost, e.g. the checking call): 7 rounds under 0.2 s a call, 5 under 1 s, the median of 3
+    single calls under 20 s, else one single call.
+
+    >>> adaptive_time(lambda: None, 1e-6) < 1e-3
+    True
+    """
+    if first_seconds < 0.2:
+        return median_time(call)
+    if first_seconds < 1.0:
+        return median_time(call, repeats=5)
+    if first_seconds < 20.0:
+        return median_time(call, repeats=3, warmup=False)
+    return timed(call)[1]
+
+
+def _leaves(value):
+    if isinstance(value, dict):
+        return [value[k] for k in sorted(value)]
+    if isinstance(value, (tuple, list)):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [value]
+
+
+def assert_close(actual, expected, rtol=1e-6, atol=1e-9, what="result"):
+    """Raise AssertionError unless every leaf of `actual` (arrays, tuples, dicts) is close to
+    `expected`'s.
+
+    >>> assert_close((1.0, {"a": [2.0]}), (1.0, {"a": [2.0 + 1e-12]}))
+    """
+    import numpy as np
+    got, want = _leaves(actual), _leaves(expected)
+    if len(got) != len(want):
+        raise AssertionError(f"{what}: {len(got)} arrays, the reference has {len(want)}")
+    for k, (a, b) in enumerate(zip(got, want)):
+        a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+        if a.shape != b.shape or not np.allclose(a, b, rtol=rtol, atol=atol):
+            scale = float(np.max(np.abs(b))) if b.size else 0.0
+            err = float(np.max(np.abs(a - b))) if a.shape == b.shape else float("nan")
+            raise AssertionError(f"{what} disagrees with the reference (output {k}: shapes "
+                                 f"{a.shape} vs {b.shape}, max abs error {err:.3g}, "
+                                 f"reference scale {scale:.3g})")
+
+
+def _blocking(fn, args):
+    """A call of fn(*args) that waits for asynchronous results (JAX arrays)."""
+    def call():
+        value = fn(*args)
+        for leaf in _leaves(value):
+            if hasattr(leaf, "block_until_ready"):
+                leaf.block_until_ready()
+        return value
+    return call
+
+
+def compare(name, ours, args, reference, competitors, primal=None, notes="", rtol=1e-6,
+            atol=1e-9, skip_over=20.0, first_s=None):
+    """One row: ``{name, ours_s, competitors: {label: seconds}, notes}``.
+
+    ``ours`` and every competitor (``{label: fn or None}``; None: not installed) are called on
+    ``args`` and checked against ``reference`` with :func:`assert_close` before timing (JAX's
+    asynchronous results are waited for). A competitor that raises is reported in the notes. The
+    notes give ours' first call (generation + compilation or cache load), grad/primal (when
+    ``primal``, e.g. ``jit(f)``, is given) and each competitor's first call. A competitor whose
+    checking call takes more than ``skip_over`` seconds is reported, not timed. ``first_s``:
+    ours' first call when the caller already made it (the one here is then warm).
+
+    >>> row = compare("abs", abs, (-2.0,), 2.0, {"same": abs})
+    >>> row["name"], sorted(row["competitors"])
+    ('abs', ['same'])
+    """
+    result, first = timed(lambda: ours(*args))
+    first = first if first_s is None else first_s
+    assert_close(result, reference, rtol, atol, f"{name}: ours")
+    ours_s = adaptive_time(lambda: ours(*args), first)
+    times, firsts, skipped = {}, [], []
+    for label, fn in competitors.items():
+        if fn is None:
+            continue
+        call = _blocking(fn, args)
+        try:
+            value, seconds = timed(call)
+        except Exception as exc:  # noqa: BLE001 (a competitor's failure is reported, not fatal)
+            skipped.append(f"{label} failed: {type(exc).__name__}: {str(exc)[:120]}")
+            continue
+        assert_close(value, reference, rtol, atol, f"{name}: {label}")
+        firsts.append(f"{label} {fmt(seconds)}")
+        if seconds > skip_over:
+            skipped.append(f"{label} skipped: > {skip_over:.0f} s (its checking call took "
+                           f"{seconds:.0f} s)")
+            continue
+        times[label] = adaptive_time(call, seconds)
+    parts = [f"first call (generate + compile or load) {first:.2f} s"]
+    if primal is not None:
+        primal_first = timed(lambda: primal(*args))[1]
+        primal_s = adaptive_time(lambda: primal(*args), primal_first)
+        parts.append(f"grad/primal {ours_s / primal_s:.2f} (jit primal {fmt(primal_s)}, "
+                     f"first call {primal_first:.2f} s)")
+    if firsts:
+        parts.append("competitors' first calls (checked against the reference): "
+                     + ", ".join(firsts))
+    parts += skipped
+    text = "; ".join(parts) + "."
+    if notes:
+        text += " " + notes.strip()
+    return {"name": name, "ours_s": ours_s, "competitors": times, "notes": text}
