@@ -112,9 +112,9 @@ def test_stacking_a_list_of_arrays_compiles(quick_llvm):
     """np.stack of a list built in a loop (Numba stacks only tuples): a dialect helper, plain
     and compiled, and the list display form becomes a tuple."""
     import numba
-    source = ("import numpy as np\n\n\ndef f(x):\n    rows = []\n    for i in range(x.shape[0]):"
-              "\n        rows.append(x[i] * 2.0)\n    return np.stack(rows) + np.stack([x[0], x[1]])"
-              "[:1]\n")
+    source = ("import numpy as np\n\n\ndef f(x):\n    rows = []\n"
+              "    for i in range(x.shape[0]):\n        rows.append(x[i] * 2.0)\n"
+              "    return np.stack(rows) + np.stack([x[0], x[1]])[:1]\n")
     got, text = _run_lowered(source, "f", X3)
     assert "stack_list(rows)" in text and "np.stack((x[0], x[1]))" in text
     expected = 2.0 * X3 + X3[:1]
