@@ -386,3 +386,27 @@ def f(w, A):
         t1 = w + A[:, 0]
     return np.sum(np.sin(t1[:, None] - A))
 ''', params=("w", "A"), n=4, m=2, seed=0, order=1)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "rev-over-rev gives a wrong second derivative (no error raised: `reverse mode (vjp) "
+    "disagrees with finite differences: -0.406 != -0.255`; forward-over-forward agrees): "
+    "a helper's (m, 1) output times an (n,) loop-carried value, reduced by np.min over "
+    "axis 0 inside the loop; already wrong before this session's changes (same result "
+    "with the tree as of 00:50), cause not yet found; minimized from a `make fuzz` failure"))
+def test_regression_second_order_min_in_loop_of_helper_column():
+    check_source('''
+import numpy as np
+
+
+def h1(a, b):
+    return a * b
+
+
+def f(A):
+    t6 = h1(np.sum(A, axis=1, keepdims=True), np.mean(A) + A[0][2])
+    acc7 = np.sum(A, axis=0)
+    for _ in range(1):
+        acc7 = 0.7 * acc7 + 0.3 * np.min(t6 * acc7, axis=0)
+    return np.mean(t6 * acc7)
+''', params=("A",), n=4, m=2, seed=316)
