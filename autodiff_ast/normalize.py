@@ -187,6 +187,9 @@ class CoreFunction:
 
     recursive_calls: int = 0
     checkpointed: bool = False
+    # core name -> (user statement, user name) where values with and without a size-one
+    # axis met (reverse mode refuses such a name when it is active)
+    merged_axes: dict = field(default_factory=dict)
 
     @property
     def return_type(self):
@@ -256,6 +259,11 @@ class Normalizer:
         self.core_name = core_name
         self.arg_specs = arg_specs
         self.depth = 0  # nesting of if/for/while: names are overwritten, not versioned, inside
+        # per nested block: user names first bound in it (versioned there when their shape
+        # changes, so one core name never holds values of two shapes: see define)
+        self.block_locals = []
+        # core name -> (statement, user name) where a size-one axis met a longer one (join)
+        self.merged_axes = {}
         self.views = {}  # core name -> the array it is a view of (basic slicing, .T, reshape)
         self.written = set()  # core names written in place
 
@@ -302,8 +310,10 @@ class Normalizer:
         if return_node is None:
             returns = gast.Constant(value=None, kind=None)
             return_node = node
-        return CoreFunction(self.info, self.core_name, self.params, self.body, self.types,
+        core = CoreFunction(self.info, self.core_name, self.params, self.body, self.types,
                             returns, return_node, self.namer, self.arg_specs)
+        core.merged_axes = self.merged_axes
+        return core
 
     # -- statements
     def visit_stmt(self, stmt):
@@ -433,16 +443,28 @@ class Normalizer:
         return self.runtime(self.expr(stmt.value), stmt.value)
 
     # -- names
-    def define(self, user_name):
-        """The core name for a new value of `user_name`: itself the first time, then versions."""
+    def define(self, user_name, typ=None):
+        """The core name for a new value of `user_name`: itself the first time, then versions.
+
+        Inside if/for/while a name keeps one core name (overwritten), unless it was first
+        bound in the same block and its new value (of type `typ`) has another shape: then it
+        gets a new version, as the reverse sweep needs one shape per name (``y_bar =
+        np.sum(..., keepdims=True)`` then ``y_bar = np.broadcast_to(y_bar, y.shape)`` in
+        generated code differentiated again).
+        """
         current = self.env.get(user_name)
         if self.depth > 0 and isinstance(current, str):
-            return current  # inside if/for/while a name keeps one core name: overwritten
+            if not (typ is not None and self.block_locals and
+                    user_name in self.block_locals[-1] and
+                    _shape_changes(self.types.get(current), typ)):
+                return current  # overwritten
         if current is None and user_name not in self.types:
             core = user_name
             self.namer.reserve(core)
         else:
             core = self.namer.fresh(user_name)
+        if self.depth > 0 and self.block_locals and current is None:
+            self.block_locals[-1].add(user_name)
         self.env[user_name] = core
         return core
 
@@ -462,7 +484,7 @@ class Normalizer:
         self.body.append(stmt)
 
     def emit(self, value, typ, prim, target, base):
-        out = self.define(target) if target is not None else self.namer.temp(base)
+        out = self.define(target, typ) if target is not None else self.namer.temp(base)
         if target is not None and self.depth > 0 and out in names_in(value):
             # `y = f(y)` in a loop: compute into a temporary, then copy, so the reverse
             # sweep can restore y's old value between the two.
@@ -498,7 +520,7 @@ class Normalizer:
         result = method(node, target)
         if target is not None and isinstance(result, (gast.Name, gast.Constant, gast.UnaryOp)) \
                 and not (isinstance(result, gast.Name) and result.id == self.env.get(target)):
-            out = self.define(target)
+            out = self.define(target, atom_type(result, self.types))
             self.types[out] = self.join(out, atom_type(result, self.types))
             self.append(assign(out, result), Prim("copy", args=[result]))
             if isinstance(result, gast.Name) and result.id in self.types and \
@@ -571,7 +593,9 @@ class Normalizer:
             if node.attr == "ndim" and typ.ndim is not None:
                 return gast.Constant(value=typ.ndim, kind=None)
             if node.attr == "shape":
-                out = T.AType("tuple", elts=tuple(T.INT for _ in range(typ.ndim))) \
+                # a size-one axis stays known: np.broadcast_to(g, x.shape) must type as x
+                out = T.AType("tuple", elts=tuple(T.const(1) if d == 1 else T.INT
+                                                  for d in (typ.dims or ()))) \
                     if typ.ndim is not None else T.AType("tuple")
             else:
                 out = T.INT if node.attr != "dtype" else T.AType("object")
@@ -1000,6 +1024,11 @@ class Normalizer:
             return old if typ.dims is None else typ  # the side whose rank is known
         if old.kind == typ.kind == "array" and old.ndim == typ.ndim and old.ndim is not None:
             dims = tuple(a if a == b else T.N for a, b in zip(old.dims, typ.dims))
+            if dims != old.dims or dims != typ.dims:
+                # One name now holds values with a size-one axis and values without: the
+                # reverse sweep, which sums adjoints over size-one axes, refuses it (reverse).
+                self.merged_axes.setdefault(core_name, (self.origin,
+                                                        _user_name(self, core_name)))
             return T.array(dims, old.dtype if old.dtype == typ.dtype else "float64")
         if {old.kind, typ.kind} <= {"float", "int", "bool"}:
             return T.FLOAT if "float" in (old.kind, typ.kind) else typ
@@ -1019,6 +1048,7 @@ class Normalizer:
         saved = self.body
         self.body = []
         self.depth += 1
+        self.block_locals.append(set())
         try:
             for stmt in stmts:
                 outer = self.origin
@@ -1030,6 +1060,7 @@ class Normalizer:
                 self.origin = outer
         finally:
             self.depth -= 1
+            self.block_locals.pop()
             out, self.body = self.body, saved
         return out
 
@@ -1667,6 +1698,15 @@ def _static_value(atom):
     return _NOT_STATIC
 
 
+def _shape_changes(old, new):
+    """Whether a value of type `new` has another kind or other axes than one of type `old`."""
+    if old is None or new is None or "unknown" in (old.kind, new.kind):
+        return False
+    if old.kind != new.kind:
+        return not {old.kind, new.kind} <= {"float", "int", "bool"}
+    return old.kind == "array" and None not in (old.dims, new.dims) and old.dims != new.dims
+
+
 # ---------------------------------------------------------------- indexing types
 def index_type(base, index, types):
     """Abstract type of base[index] for basic and integer-array indexing."""
@@ -1680,7 +1720,7 @@ def index_type(base, index, types):
                                                 (p.value is None or p.value is Ellipsis)))
     for p in parts:
         if isinstance(p, gast.Slice):
-            out.append(dims[axis] if axis < len(dims) else T.N)
+            out.append(1 if _length_one(p, types) else dims[axis] if axis < len(dims) else T.N)
             axis += 1
         elif isinstance(p, gast.Constant) and p.value is None:
             out.append(1)
@@ -1706,6 +1746,27 @@ def index_type(base, index, types):
         at = advanced[0][0] if all(pos == advanced[0][0] for pos, _ in advanced) else 0
         out[at:at] = list(adv_dims)
     return T.array(tuple(out), base.dtype or "float64")
+
+
+def _length_one(part, types):
+    """Whether the slice `part` (``0:1``, ``k:k + 1`` with constants, ``-1:``) takes one element.
+
+    Typing its axis as size one keeps adjoints consistent: a contribution to ``x[:, 0:1]``
+    is summed over that axis, never broadcast up to it.
+    """
+    def const(atom):
+        if atom is None:
+            return None
+        t = atom_type(atom, types)
+        return t.value if t.kind == "int" and isinstance(t.value, int) else _NOT_STATIC
+
+    lower, upper, step = const(part.lower), const(part.upper), const(part.step)
+    if step not in (None, 1) or lower is _NOT_STATIC or upper is _NOT_STATIC:
+        return False
+    if upper is None:
+        return lower == -1
+    lower = 0 if lower is None else lower
+    return upper - lower == 1 and (lower >= 0) == (upper > 0) and upper != 0
 
 
 # ---------------------------------------------------------------- getitem rule

@@ -26,7 +26,7 @@ import gast
 
 from . import types as T
 from .derivative_table import DerivativeTable
-from .errors import MissingRuleError, NonScalarOutputError
+from .errors import MissingRuleError, NonScalarOutputError, UnsupportedError
 from .normalize import CoreFunction, atom_type
 from .rules import PrimCall
 from .templates import assign, fill, name, to_expr, unparse
@@ -597,9 +597,12 @@ def reverse(core, active_params, registry=None, seed="grad", output_index=None):
     outputs = ret.elts if isinstance(ret, gast.Tuple) else [ret]
     if output_index is not None:
         outputs = [outputs[output_index]]
-    out_names = [a.id for a in outputs if isinstance(a, gast.Name)]
+    # names inside nested tuple outputs are outputs too (see _seed_output)
+    out_names = list(dict.fromkeys(n.id for a in outputs for n in gast.walk(a)
+                                   if isinstance(n, gast.Name)))
     varied, useful = activity(core, active_params, out_names)
     active = varied & useful
+    _refuse_merged_axes(core, active)
     backward = []
     adj = Adjoints(core, backward)
     seeds = []
@@ -633,10 +636,7 @@ def reverse(core, active_params, registry=None, seed="grad", output_index=None):
             else:  # (a name returned twice gets one seed per position, summed)
                 seed_name = core.namer.fresh("out_bar" if len(outputs) == 1 else f"out{i}_bar")
             seeds.append(seed_name)
-            if isinstance(a, gast.Name) and a.id in varied:
-                current = adj.get(a.id)
-                adj.seed(a.id, seed_name if current is None else
-                         fill("a + b", a=current, b=seed_name))
+            _seed_output(adj, a, seed_name, varied, core)
     adj.array_lists = {s.prim.call.args["arrays"].id for s in walk_statements(core.body)
                        if not isinstance(s, CONTROL) and s.prim.kind == "rule" and
                        s.prim.rule.name in ("stack", "array") and
@@ -650,6 +650,68 @@ def reverse(core, active_params, registry=None, seed="grad", output_index=None):
     sweep = Sweep(core, list(active_params), forward, backward, param_bars, seeds,
                   adj.helpers)
     return sweep
+
+
+def _seed_output(adj, atom, seed, varied, core):
+    """Make `seed` (a name or an expression) the adjoint of the output `atom`; a nested tuple
+    (``return (a, b), c``, as our own f_fwd functions return) or a tuple-valued name gets
+    ``seed[k]`` for its k-th element, so no inner output's cotangent is dropped."""
+    if isinstance(atom, gast.Tuple):
+        for k, elt in enumerate(atom.elts):
+            _seed_output(adj, elt, fill("s[k]", s=seed, k=k), varied, core)
+        return
+    if not isinstance(atom, gast.Name) or atom.id not in varied:
+        return
+    t = core.types.get(atom.id, T.UNKNOWN)
+    if t.kind == "tuple" and t.elts is not None:
+        parts = adj.tuples.setdefault(atom.id, [None] * len(t.elts))
+        for k, part in enumerate(parts):
+            g = fill("s[k]", s=seed, k=k)
+            parts[k] = g if part is None else fill("a + b", a=part, b=g)
+        return
+    current = adj.get(atom.id)
+    adj.seed(atom.id, seed if current is None else fill("a + b", a=current, b=seed))
+
+
+def _tuple_adjoint(adj, value):
+    """The adjoint of the tuple-valued `value` as a tuple expression (zeros for elements with
+    none), or None when no element has one."""
+    parts = adj.tuples.get(value)
+    if not parts or all(p is None for p in parts):
+        return None
+    elts = adj.type_of(value).elts or ()
+    return gast.Tuple(elts=[to_expr(p) if p is not None else _zero_of(
+        fill("t[k]", t=value, k=k), elts[k] if k < len(elts) else T.UNKNOWN)
+        for k, p in enumerate(parts)], ctx=gast.Load())
+
+
+def _refuse_merged_axes(core, active):
+    """Refuse a differentiated name that holds values of two shapes, one with a size-one axis
+    where the other has a longer one (``t = np.sum(a, axis=0, keepdims=True)`` before a loop
+    or branch, ``t = t + x`` in it): its adjoint is typed with the longer axis, so the sum
+    over the size-one axis would be skipped and the gradient silently wrong.
+
+    >>> import numpy as np, autodiff_ast as ad
+    >>> def f(x):
+    ...     t = np.sum(x, keepdims=True)
+    ...     for _ in range(2):
+    ...         t = t + x
+    ...     return np.sum(t)
+    >>> try:
+    ...     ad.grad(f)(np.ones(3))
+    ... except ad.UnsupportedError as e:
+    ...     print("refused")
+    refused
+    """
+    merged = getattr(core, "merged_axes", None) or {}
+    for value in sorted(set(merged) & active):
+        node, user = merged[value]
+        raise core.info.error(
+            UnsupportedError, f"{user} holds arrays of different shapes here (a size-one axis "
+            "in one value, a longer axis in another): reverse mode cannot tell which "
+            "adjoint axes to sum", node,
+            f"give it its final shape before the loop or branch (np.broadcast_to({user}, "
+            "shape).copy()), or use a new name for the value of the other shape")
 
 
 def _run_forward_where_order_free(backward, seeds=()):
@@ -1787,6 +1849,8 @@ def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
                 if adj.get(t) is not None and adj.smaller(adj.atypes.get(t, adj.type_of(t)), t):
                     adj.materialized(t)
                 g = _snapshot(adj, adj.get(t))
+                if g is None and adj.type_of(t).kind == "tuple":
+                    g = _tuple_adjoint(adj, t)  # a nested tuple: its elements' adjoints
                 if g is not None:
                     parts[i] = g if parts[i] is None else fill("a + b", a=parts[i], b=g)
         return None
@@ -1798,6 +1862,8 @@ def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
         return None
     if prim.kind == "tuple_get":
         g = _snapshot(adj, adj.get(targets[0]))
+        if g is None and adj.type_of(targets[0]).kind == "tuple":
+            g = _tuple_adjoint(adj, targets[0])
         src = prim.args[0]
         if g is not None and isinstance(src, gast.Name) and src.id in active:
             size = len(adj.type_of(src.id).elts or ())
@@ -1864,6 +1930,9 @@ def _zero_of(expr, typ):
         return fill("np.zeros_like(v)", v=expr)
     if typ.kind == "list":
         return fill("[0.0] * len(v)", v=expr)
+    if typ.kind == "tuple" and typ.elts is not None:
+        return gast.Tuple(elts=[_zero_of(fill("v[k]", v=expr, k=k), e)
+                                for k, e in enumerate(typ.elts)], ctx=gast.Load())
     return fill("0.0")
 
 

@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 
 import autodiff_ast as ad
 from autodiff_ast import AutodiffError
-from autodiff_ast.checks import scalarized
+from autodiff_ast.checks import FiniteDifferencesUnsettled, scalarized
 
 __all__ = ["Program", "Outcome", "programs", "check_program", "check_source", "load_program"]
 
@@ -138,8 +138,9 @@ class Outcome:
     status: 'ok'; 'wrong' (a derivative disagrees with finite differences or the other mode);
     'crash' (an exception that is not an AutodiffError); 'mutated' (an argument changed);
     'refused' (an AutodiffError from the plain transformations); 'degenerate' (the program's
-    own value is not finite at the drawn inputs: nothing to check). ``jit`` is None (not run),
-    'ok', 'unsupported' (a clear AutodiffError), 'wrong' or 'crash'.
+    own value is not finite at the drawn inputs: nothing to check); 'inconclusive' (forward and
+    reverse mode agree, but central differences do not settle at any step size there).
+    ``jit`` is None (not run), 'ok', 'unsupported' (a clear AutodiffError), 'wrong' or 'crash'.
     """
 
     status: str
@@ -633,6 +634,8 @@ def check_program(program, order=2, jit=False):
     outcome = Outcome("ok", order=used_order)
     try:
         ad.check_grads(fn, args, order=used_order, modes=("fwd", "rev"))
+    except FiniteDifferencesUnsettled as exc:  # both modes agree; finite differences can't
+        return Outcome("inconclusive", str(exc), order=used_order)  # judge at this point
     except AssertionError as exc:
         return Outcome("wrong", f"{exc}\n{traceback.format_exc()}", order=used_order)
     except AutodiffError as exc:

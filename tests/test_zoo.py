@@ -585,11 +585,7 @@ _TREE2 = ("rev-over-rev with a dict argument: api.py raises NotImplementedError(
 _PLACEHOLDER = ("rev-over-rev: a row taken in the loop (`row = a[k]`) is saved on a tape that "
                 "starts with a zero-size placeholder; the second-order backward sweep adds the "
                 "placeholder's (0,)-shaped adjoint to a row's adjoint (ValueError)")
-_WRONG2 = ("rev-over-rev gives a wrong second derivative here (AssertionError against finite "
-           "differences): {}")
 XFAIL = {
-    ("tuple_return_helper", "rev2"): (_WRONG2.format("a helper returning a tuple, called in a "
-                                                     "loop"), AssertionError),
     ("loop_over_rows", "rev2"): (_PLACEHOLDER, ValueError),
     ("view_read_then_overwritten", "rev2"): (_PLACEHOLDER, ValueError),
     ("trip_count_from_data", "rev2"): (
