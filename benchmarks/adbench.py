@@ -28,26 +28,14 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 import adbench_src as src  # noqa: E402
-from timing import compare, fmt, timed  # noqa: E402
-
-
-def _jax():
-    try:
-        import jax
-        import jax.numpy as jnp
-    except ImportError:
-        return None
-    jax.config.update("jax_enable_x64", True)
-    return jax, jnp
-
-
-def _autograd():
-    try:
-        import autograd
-        import autograd.numpy as anp
-    except ImportError:
-        return None
-    return autograd, anp
+from timing import (  # noqa: E402
+    collect,
+    compare,
+    optional_autograd,
+    optional_jax,
+    print_rows,
+    timed,
+)
 
 
 def _jax_grad(jx, fn, argnums):
@@ -99,7 +87,7 @@ def gmm_rows():
         ours = jit(grad(fn, argnums=(0, 1, 2)))
         _, first = timed(lambda: ours(*args))
     reference = src.gmm_grad_numpy(*args)
-    jx, ag = _jax(), _autograd()
+    jx, ag = optional_jax(), optional_autograd()
     wrap = (lambda f: (lambda a, mu, q, x, _g, _m: f(a, mu, q, x)))  # noqa: E731
     competitors = {
         "hand-written NumPy (vectorized)": src.gmm_grad_numpy,
@@ -122,7 +110,7 @@ def ba_rows():
     from autodiff_ast.jit import jit
     n, m, p = src.BA_SIZE
     args = src.ba_data(n, m, p)
-    jx, ag = _jax(), _autograd()
+    jx, ag = optional_jax(), optional_autograd()
     jax_fn = _jax_grad(jx, src.ba_vectorized(jx[1]), (0, 1, 2)) if jx else None
     ag_fn = _autograd_grad(ag, src.ba_vectorized(ag[1]), (0, 1, 2)) if ag else None
     plain = grad(src.ba_sum_squares, argnums=(0, 1, 2))
@@ -145,7 +133,7 @@ def lstm_rows():
     from autodiff_ast.jit import jit
     layers, chars, bits = src.LSTM_SIZE
     args = src.lstm_data(layers, chars, bits)
-    jx, ag = _jax(), _autograd()
+    jx, ag = optional_jax(), optional_autograd()
     jax_fn = _jax_grad(jx, src.lstm_jax(*jx), (0, 1)) if jx else None
     ag_fn = _autograd_grad(ag, src.lstm_loop(ag[1]), (0, 1)) if ag else None
     plain = grad(src.lstm.lstm_objective, argnums=(0, 1))
@@ -162,21 +150,8 @@ def lstm_rows():
 
 def run():
     """Measure every workload; one dict per row (see the module docstring)."""
-    rows = []
-    for make in (gmm_rows, ba_rows, lstm_rows):
-        try:
-            rows.extend(make())
-        except Exception as exc:  # noqa: BLE001 (one broken workload must not hide the rest)
-            rows.append({"name": make.__name__.replace("_rows", ""), "ours_s": float("nan"),
-                         "competitors": {}, "notes": f"FAILED: {type(exc).__name__}: "
-                                                     f"{str(exc)[:300]}"})
-    return rows
+    return collect((gmm_rows, ba_rows, lstm_rows))
 
 
 if __name__ == "__main__":
-    for row in run():
-        print(row["name"])
-        print(f"  ours: {fmt(row['ours_s'])}")
-        for label, seconds in row["competitors"].items():
-            print(f"  {label}: {fmt(seconds)} ({seconds / row['ours_s']:.2f}x ours)")
-        print(f"  notes: {row['notes']}")
+    print_rows(run())

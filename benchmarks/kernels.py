@@ -34,7 +34,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from timing import compare  # noqa: E402
+from timing import (  # noqa: E402
+    collect,
+    compare,
+    optional_autograd,
+    optional_jax,
+    print_rows,
+)
 
 CONV = (32, 64, 64, 5)  # images, height, width, kernel size
 LJ_N = 500
@@ -235,23 +241,6 @@ def mixture_vectorized(xp):
     return nll
 
 
-def _jax():
-    try:
-        import jax
-        import jax.numpy as jnp
-    except ImportError:
-        return None
-    jax.config.update("jax_enable_x64", True)
-    return jax, jnp
-
-
-def _autograd():
-    try:
-        import autograd
-        import autograd.numpy as anp
-    except ImportError:
-        return None
-    return autograd, anp
 
 
 def _njit(fn):
@@ -291,7 +280,7 @@ def conv_rows():
     w = rng.standard_normal((ksize, ksize)) / ksize
     y = rng.standard_normal((bsz, h - ksize + 1, wd - ksize + 1))
     args = (w, x, y)
-    jx, ag = _jax(), _autograd()
+    jx, ag = optional_jax(), optional_autograd()
     jax_fn = _blocking(jx[0].jit(jx[0].grad(_with_np(conv2d_loss, jx[1])))) if jx else None
     ag_fn = ag[0].grad(_with_np(conv2d_loss, ag[1])) if ag else None
     competitors = {"hand-written NumPy": conv2d_grad_numpy,
@@ -312,7 +301,7 @@ def lj_rows():
     grid = np.stack(np.meshgrid(*[np.arange(side)] * 3, indexing="ij"), axis=-1).reshape(-1, 3)
     pos = 1.2 * grid[:LJ_N].astype(float) + 0.05 * rng.standard_normal((LJ_N, 3))
     args = (pos, 1.0, 1.0)
-    jx, ag = _jax(), _autograd()
+    jx, ag = optional_jax(), optional_autograd()
     jax_fn = _blocking(jx[0].jit(jx[0].grad(lj_vectorized(jx[1])))) if jx else None
     ag_fn = ag[0].grad(lj_vectorized(ag[1])) if ag else None
     competitors = {"hand-written NumPy (pairwise matrices)": lj_grad_numpy,
@@ -334,7 +323,7 @@ def mixture_rows():
     log_weights = np.log(rng.dirichlet(np.ones(k)))
     log_prec = rng.uniform(-0.5, 0.5, k)
     args = (means, log_weights, log_prec, x)
-    jx, ag = _jax(), _autograd()
+    jx, ag = optional_jax(), optional_autograd()
     jax_fn = _blocking(jx[0].jit(jx[0].grad(mixture_vectorized(jx[1]), argnums=(0, 1, 2)))) \
         if jx else None
     ag_fn = _as_tuple(ag[0].grad(mixture_vectorized(ag[1]), argnum=(0, 1, 2))) if ag else None
@@ -349,22 +338,8 @@ def mixture_rows():
 
 def run():
     """Measure every workload; one dict per row (see the module docstring)."""
-    rows = []
-    for make in (conv_rows, lj_rows, mixture_rows):
-        try:
-            rows.extend(make())
-        except Exception as exc:  # noqa: BLE001 (one broken workload must not hide the rest)
-            rows.append({"name": make.__name__.replace("_rows", ""), "ours_s": float("nan"),
-                         "competitors": {}, "notes": f"FAILED: {type(exc).__name__}: "
-                                                     f"{str(exc)[:300]}"})
-    return rows
+    return collect((conv_rows, lj_rows, mixture_rows))
 
 
 if __name__ == "__main__":
-    from timing import fmt
-    for row in run():
-        print(row["name"])
-        print(f"  ours: {fmt(row['ours_s'])}")
-        for label, seconds in row["competitors"].items():
-            print(f"  {label}: {fmt(seconds)} ({seconds / row['ours_s']:.2f}x ours)")
-        print(f"  notes: {row['notes']}")
+    print_rows(run())

@@ -40,6 +40,7 @@ if HERE not in sys.path:
 
 from timing import compare as _compare  # noqa: E402 (checks, then times ours and competitors)
 from timing import fmt as _fmt  # noqa: E402
+from timing import optional_autograd, optional_jax  # noqa: E402
 
 
 # ---------------------------------------------------------------- the user's functions (NumPy)
@@ -206,23 +207,6 @@ def _with_globals(fn, namespace):
                               fn.__defaults__, fn.__closure__)
 
 
-def _jax():
-    try:
-        import jax
-        import jax.numpy as jnp
-    except ImportError:
-        return None
-    jax.config.update("jax_enable_x64", True)
-    return jax, jnp
-
-
-def _autograd():
-    try:
-        import autograd
-        import autograd.numpy as anp
-    except ImportError:
-        return None
-    return autograd, anp
 
 
 def _numba_njit():
@@ -256,7 +240,7 @@ def logistic_rows():
     reference = logistic_grad_numpy(*args)
     njit = _numba_njit()
     loops = njit(cache=True)(_logistic_grad_loops) if njit else None
-    jx, ag = _jax(), _autograd()
+    jx, ag = optional_jax(), optional_autograd()
     jax_fn = jx[0].jit(jx[0].grad(_with_globals(logistic_loss, {"np": jx[1]}))) if jx else None
     ag_fn = ag[0].grad(_with_globals(logistic_loss, {"np": ag[1]})) if ag else None
     return [_compare("logistic regression N=1e5 D=100", jit(grad(logistic_loss)), args,
@@ -288,7 +272,7 @@ def mlp_rows():
 
         def loops(params, x, y):
             return dict(zip(names, backprop(*(params[k] for k in names), x, y)))
-    jx, ag = _jax(), _autograd()
+    jx, ag = optional_jax(), optional_autograd()
     jax_fn = jx[0].jit(jx[0].grad(_with_globals(mlp_loss, {"np": jx[1]}))) if jx else None
     ag_fn = ag[0].grad(_with_globals(mlp_loss, {"np": ag[1]})) if ag else None
     ours, primal = jit(grad(mlp_loss)), jit(mlp_loss)
@@ -313,7 +297,7 @@ def linreg_rows():
     reference = linreg_grad_numpy(*args)
     njit = _numba_njit()
     loops = njit(cache=True)(_linreg_grad_loops) if njit else None
-    jx, ag = _jax(), _autograd()
+    jx, ag = optional_jax(), optional_autograd()
     jax_fn = jx[0].jit(jx[0].grad(_with_globals(linreg_loss, {"np": jx[1]}),
                                   argnums=(0, 1))) if jx else None
     ag_fn = ag[0].grad(_with_globals(linreg_loss, {"np": ag[1]}), argnum=(0, 1)) if ag \
@@ -356,7 +340,7 @@ def heat_rows():
     reference = heat_grad_numpy(*args)
     njit = _numba_njit()
     loops = njit(cache=True)(_heat_grad_loops) if njit else None
-    jx, ag = _jax(), _autograd()
+    jx, ag = optional_jax(), optional_autograd()
     jax_fn = _jax_heat(*jx) if jx else None
     ag_fn = _autograd_heat(*ag) if ag else None
     if ag_fn is not None:
@@ -481,7 +465,7 @@ def startup_rows():
     floor = _numba_floor()
     if floor is not None:
         competitors["Numba alone: hand-written @njit(cache=True) gradient, cache hit"] = floor
-    if _jax() is not None:
+    if optional_jax() is not None:
         jax_wall, jax_inside = _process_time(_STARTUP_JAX, dict(os.environ))
         competitors["JAX jit(grad), new process (no persistent cache)"] = jax_inside
         notes += f"; JAX whole process {jax_wall:.2f} s"
@@ -598,7 +582,7 @@ def gmm_startup_rows():
         _, warm_wall, warm_inside, warm_compile, warm_failed = _gmm_process(env)
     competitors = {}
     jax_note = ""
-    if _jax() is not None:
+    if optional_jax() is not None:
         jax_wall, jax_inside = _process_time(_STARTUP_GMM_JAX.format(here=HERE),
                                              dict(os.environ))
         competitors["JAX jit(grad) of the vectorized rewrite, new process"] = jax_inside

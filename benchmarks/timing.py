@@ -208,3 +208,49 @@ def compare(name, ours, args, reference, competitors, primal=None, notes="", rto
     if notes:
         text += " " + notes.strip()
     return {"name": name, "ours_s": ours_s, "competitors": times, "notes": text}
+
+
+# ---------------------------------------------------------------- competitors and drivers
+def optional_jax():
+    """(jax, jax.numpy) in 64-bit mode, or None when JAX is not installed (the bench extra)."""
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+    jax.config.update("jax_enable_x64", True)
+    return jax, jnp
+
+
+def optional_autograd():
+    """(autograd, autograd.numpy), or None when autograd is not installed."""
+    try:
+        import autograd
+        import autograd.numpy as anp
+    except ImportError:
+        return None
+    return autograd, anp
+
+
+def collect(makers):
+    """The rows of every maker in turn; a maker that fails becomes one FAILED row (a broken
+    workload must not hide the others)."""
+    rows = []
+    for make in makers:
+        try:
+            rows.extend(make())
+        except Exception as exc:  # noqa: BLE001
+            rows.append({"name": make.__name__.replace("_rows", ""), "ours_s": float("nan"),
+                         "competitors": {}, "notes": f"FAILED: {type(exc).__name__}: "
+                                                     f"{str(exc)[:300]}"})
+    return rows
+
+
+def print_rows(rows):
+    """Print rows as `python benchmarks/<module>.py` shows them."""
+    for row in rows:
+        print(row["name"])
+        print(f"  ours: {fmt(row['ours_s'])}")
+        for label, seconds in row["competitors"].items():
+            print(f"  {label}: {fmt(seconds)} ({seconds / row['ours_s']:.2f}x ours)")
+        print(f"  notes: {row['notes']}")
