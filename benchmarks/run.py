@@ -39,6 +39,10 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+from timing import fmt as fmt_time  # noqa: E402 (benchmarks/timing.py: one duration format)
 
 _VERSIONED = ("numpy", "scipy", "numba", "llvmlite", "gast", "jax", "jaxlib", "autograd",
               "tangent")
@@ -106,21 +110,6 @@ def versions():
         except importlib.metadata.PackageNotFoundError:
             out[name] = "not installed"
     return out
-
-
-def fmt_time(seconds):
-    """A duration with a readable unit.
-
-    >>> fmt_time(2.5e-5), fmt_time(0.0123), fmt_time(3.0)
-    ('25.0 us', '12.30 ms', '3.00 s')
-    """
-    if seconds is None or not isinstance(seconds, (int, float)) or math.isnan(seconds):
-        return "n/a"
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.1f} us"
-    if seconds < 1.0:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds:.2f} s"
 
 
 def ratio(competitor, ours):
