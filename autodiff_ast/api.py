@@ -382,6 +382,12 @@ class _ReverseTransform(_Transformed):
         generated, module = self._generate(specs, argnums)
         return getattr(module, generated.entry)
 
+    def one_tuple_output(self, specs):
+        """Whether a call returns a 1-tuple (``argnums=(0,)``) that the generated entry
+        function (:meth:`function_for`) returns bare: transforms of this one put it back."""
+        single, argnums = self._argnums(len(specs), specs)
+        return not single and len(argnums) == 1 and not self.with_value and not self.has_aux
+
     def __call__(self, *args, **kwargs):
         names, values, specs = self._specs(args, kwargs)
         single, argnums = self._argnums(len(names), specs)
@@ -456,6 +462,9 @@ class _Pullback:
 
     def __call__(self, cotangent):
         layout = self.generated.layout
+        if getattr(self, "one_tuple", False) and isinstance(cotangent, tuple) and \
+                len(cotangent) == 1:
+            cotangent = cotangent[0]
         cts = list(cotangent) if self.tuple_out else [cotangent]
         shapes = getattr(self, "out_shapes", None)
         if shapes is not None and (len(cts) != len(shapes) or any(
@@ -524,6 +533,11 @@ class _VjpBuilder(_Transformed):
                              layout["n_seeds"], layout["tuple_out"])
         outs = out[0] if layout["tuple_out"] and isinstance(out[0], tuple) else (out[0],)
         pullback.out_shapes = [np.shape(o) for o in outs]
+        one_tuple = getattr(self.fun, "one_tuple_output", None)
+        if one_tuple is not None and not layout["tuple_out"] and one_tuple(specs):
+            # grad(f, argnums=(0,)) returns a 1-tuple: so do its vjp and pullback's cotangent
+            pullback.one_tuple = True
+            out = ((out[0],),) + tuple(out[1:])
         if self.has_aux:
             return out[0], pullback, out[1]
         return out[0], pullback

@@ -647,6 +647,7 @@ def reverse(core, active_params, registry=None, seed="grad", output_index=None):
     param_bars = [adj.materialized(p) for p in active_params]
     _undo_aliased_in_place(backward, adj.in_place, seeds)
     _run_forward_where_order_free(backward, seeds)
+    _rebind_dead_adjoints(backward, core, set(seeds) | set(active_params))
     sweep = Sweep(core, list(active_params), forward, backward, param_bars, seeds,
                   adj.helpers)
     return sweep
@@ -982,6 +983,121 @@ def _undo_aliased_in_place(backward, in_place, seeds=()):
     rewrite(backward)
 
 
+def _mentions(stmt, x):
+    return any(isinstance(n, gast.Name) and n.id == x for n in gast.walk(stmt))
+
+
+def _handed_on(stmt, x):
+    """Whether `stmt` lets another name hold x's array (``y = x``, a tuple, an append)."""
+    for sub in gast.walk(stmt):
+        if isinstance(sub, gast.Assign) and isinstance(sub.value, gast.Name) and \
+                sub.value.id == x:
+            return True
+        if isinstance(sub, (gast.Tuple, gast.List, gast.Return)) and _mentions(sub, x) and \
+                any(isinstance(e, gast.Name) and e.id == x for e in getattr(sub, "elts", [
+                    getattr(sub, "value", None)])):
+            return True
+        if isinstance(sub, gast.Call) and isinstance(sub.func, gast.Attribute) and \
+                any(isinstance(a, gast.Name) and a.id == x for a in sub.args):
+            return True
+    return False
+
+
+def _shares(stmt, x):
+    """Whether `stmt` may leave another name holding (part of) x's array: handed on, or an
+    assignment reading x that is not a new array (``w = x[1:]``)."""
+    return _handed_on(stmt, x) or any(
+        isinstance(sub, gast.Assign) and _mentions(sub.value, x) and not _allocates(sub.value)
+        for sub in gast.walk(stmt))
+
+
+def _zeros_of(stmt, x):
+    """The argument name of ``x = np.zeros_like(a)``, else None."""
+    if isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and \
+            isinstance(stmt.targets[0], gast.Name) and stmt.targets[0].id == x and \
+            isinstance(stmt.value, gast.Call) and unparse(stmt.value.func) == "np.zeros_like" \
+            and len(stmt.value.args) == 1 and isinstance(stmt.value.args[0], gast.Name):
+        return stmt.value.args[0].id
+    return None
+
+
+def _rebind_dead_adjoints(backward, core, unshareable=()):
+    """``x_bar += y_bar`` in a loop step where x_bar holds zeros (``np.zeros_like`` before the
+    loop and as its last write in the step) and y_bar is dead afterwards (set to a new array
+    before it is read again) becomes ``x_bar = y_bar``: the array moves instead of being added
+    into zeros. That is the adjoint of ``y = x`` in a loop (``u = un``); the zeroing at the end
+    of the step is then a dead store, which tidy drops. y_bar's array must be its own: a new
+    array each time it is set, never handed on, not a seed."""
+    primal = {bar: v for (v, suffix), bar in core.namer._derived.items() if suffix == "bar"}
+
+    def float_array(n, of_primal=False):
+        t = core.types.get(n if of_primal else primal.get(n)) if of_primal or n in primal \
+            else None
+        return t if t is not None and t.kind == "array" and t.dims is not None and \
+            (t.dtype or "float64") == "float64" else None
+
+    def own_array(stmts, j, loop, y):
+        if y in unshareable:
+            return False
+        before = [k for k in range(j) if _mentions(stmts[k], y)]
+        sets = [k for k in before if isinstance(stmts[k], gast.Assign) and
+                any(isinstance(t, gast.Name) and t.id == y for t in stmts[k].targets)]
+        if not sets or not _allocates(stmts[sets[-1]].value) or \
+                any(_shares(stmts[k], y) for k in before if k > sets[-1]):
+            return False
+        for s in walk_statements([loop]):
+            if isinstance(s, CONTROL):
+                continue
+            if _shares(s, y):
+                return False
+            for sub in gast.walk(s):
+                if isinstance(sub, gast.Assign) and any(
+                        isinstance(n, gast.Name) and n.id == y
+                        for t in sub.targets for n in gast.walk(t)) and not (
+                        len(sub.targets) == 1 and isinstance(sub.targets[0], gast.Name) and
+                        _allocates(sub.value)):
+                    return False
+        return True
+
+    def rewrite(stmts):
+        for j, loop in enumerate(stmts):
+            if not isinstance(loop, CONTROL):
+                continue
+            rewrite(loop.body)
+            rewrite(loop.orelse)
+            if not isinstance(loop, gast.For) or loop.orelse or any(
+                    isinstance(n, (gast.Break, gast.Continue)) for n in gast.walk(loop)):
+                continue
+            body = loop.body
+            for k, s in enumerate(body):
+                if not (isinstance(s, gast.AugAssign) and isinstance(s.op, gast.Add) and
+                        isinstance(s.target, gast.Name) and isinstance(s.value, gast.Name)):
+                    continue
+                x, y = s.target.id, s.value.id
+                tx = float_array(x)
+                if x == y or tx is None or tx != float_array(y) or \
+                        any(_mentions(b, x) for b in body[:k]):
+                    continue
+                last = [m for m in range(len(body)) if _mentions(body[m], x)][-1]
+                first = [m for m in range(j) if _mentions(stmts[m], x)]
+                zeros = [_zeros_of(body[last], x), _zeros_of(stmts[first[-1]], x) if first
+                         else None]
+                if last <= k or any(z is None or float_array(z, True) != tx for z in zeros):
+                    continue
+                later = [m for m in range(k + 1, len(body)) if _mentions(body[m], y)]
+                if not later:
+                    continue
+                r = body[later[0]]
+                if not (isinstance(r, gast.Assign) and len(r.targets) == 1 and
+                        isinstance(r.targets[0], gast.Name) and r.targets[0].id == y and
+                        _allocates(r.value) and not _mentions(r.value, y)):
+                    continue
+                if not own_array(stmts, j, loop, y):
+                    continue
+                body[k] = assign(x, name(y))
+    rewrite(backward)
+
+
 class _Builder:
     """Walks a core function backwards, writing the backward sweep into ``adj.out``, then
     writes the forward sweep with the values the backward sweep needs saved on tapes.
@@ -1264,7 +1380,13 @@ class _Builder:
         self.adj.out.append(node)
 
     def _touches_active(self, stmt):
-        return any(t in self.active for inner in walk_statements([stmt])
+        """Whether the block's backward sweep has work: an active target, or a pop from (or
+        append to) a list the caller handed in, which the backward sweep must undo even when
+        nothing is active (the caller's own backward sweep reads that list again)."""
+        params = set(self.core.params)
+        return any(t in self.active or (inner.prim.kind in ("pop", "append") and
+                                        inner.prim.base in params)
+                   for inner in walk_statements([stmt])
                    if not isinstance(inner, CONTROL) for t in _stmt_targets(inner))
 
     # -- forward sweep
@@ -1374,7 +1496,9 @@ class _Builder:
                 if depth == 0:
                     for t in sorted(assigned - defined):
                         if t in needed:
-                            placeholder = _placeholder(self.core.types.get(t, T.UNKNOWN))
+                            placeholder = _row_placeholder(stmt, t, defined,
+                                                           self.core.types) or \
+                                _placeholder(self.core.types.get(t, T.UNKNOWN))
                             out.append(assign(t, placeholder))
                 copy = _shallow_copy(stmt)
                 copy.body = self._forward_block(stmt.body, needed, tapes, depth + 1, defined,
@@ -1473,7 +1597,61 @@ def _stale_views(core, backward):
     for stmt in backward:
         reads |= value_reads(stmt)
     return {id(s) for s in simple if getattr(s, "view_of", None) and
-            any(t in reads for t in _stmt_targets(s)) and writes_into(s.view_of)}
+            any(t in reads for t in _stmt_targets(s)) and writes_into(s.view_of) and
+            not _written_only_before_view(core, s, simple, views)}
+
+
+_FRESH_RULES = {"copy", "zeros", "zeros_like", "empty", "empty_like", "ones", "ones_like",
+                "full", "full_like"}
+
+
+def _parent_list(stmts, target):
+    for k, stmt in enumerate(stmts):
+        if stmt is target:
+            return stmts, k
+        if isinstance(stmt, CONTROL):
+            found = _parent_list(stmt.body, target) or _parent_list(stmt.orelse, target)
+            if found:
+                return found
+    return None
+
+
+def _written_only_before_view(core, view, simple, views):
+    """Whether ``v = y`` can never see a later write into y's array: in v's statement list
+    (a loop body, say), y is first set to a new array (``y = np.copy(u)``), every in-place
+    write into y anywhere comes after that and before the view, y is set nowhere else in the
+    list, and nothing else views y. So the next write follows a new array for y (``u = un`` in
+    ``un = u.copy(); un[i] = ...; u = un`` keeps no copy)."""
+    y = view.view_of
+    if y in views or any(b == y and t not in _stmt_targets(view) for t, b in views.items()):
+        return False
+    found = _parent_list(core.body, view)
+    if not found:
+        return False
+    block, p = found
+
+    def top(stmt):
+        for k, b in enumerate(block):
+            if b is stmt or isinstance(b, CONTROL) and any(
+                    s is stmt for s in walk_statements([b])):
+                return k
+        return None
+    fresh = [k for k, b in enumerate(block[:p]) if not isinstance(b, CONTROL) and
+             y in _stmt_targets(b) and b.prim.kind == "rule" and not getattr(b, "view_of", None)
+             and b.prim.rule.name.split("@")[0] in _FRESH_RULES]
+    if len(fresh) != 1:
+        return False
+    a = fresh[0]
+    for s in simple:
+        if y not in _stmt_targets(s) or s is block[a]:
+            continue
+        k = top(s)
+        if s.prim.kind in ("setitem", "add_at"):
+            if k is None or not a < k < p:
+                return False
+        elif k is not None:
+            return False
+    return True
 
 
 _SHAPE_ONLY = {"np.zeros_like", "np.ones_like", "np.empty_like", "np.full_like", "len",
@@ -1820,6 +1998,52 @@ def _placeholder(t):
     if t.kind == "bool":
         return fill("False")
     return fill("0.0")
+
+
+def _row_placeholder(loop, t, defined, types):
+    """``np.zeros((a.shape[1],))`` when a loop's body first binds t to a row ``a[k]`` of an array
+    bound before the loop (perhaps through copies): a placeholder of the rows' shape. The
+    backward pass ends with ``t_bar = np.zeros_like(t)`` of the placeholder, and a sweep over
+    that backward pass takes t_bar's shape from its last value (a zero-size placeholder there
+    would not match the rows' adjoints). None when the shape is not known so."""
+    if not isinstance(loop, gast.For):
+        return None
+    source = t
+    for stmt in reversed(loop.body):
+        prim = getattr(stmt, "prim", None)
+        if isinstance(stmt, CONTROL) or prim is None:
+            continue
+        if _stmt_targets(stmt) != [source]:
+            continue
+        value = stmt.value
+        if prim.kind == "copy" and isinstance(value, gast.Name):
+            source = value.id
+            continue
+        break
+    else:
+        return None
+    first = next((s for s in loop.body if not isinstance(s, CONTROL) and
+                  source in _stmt_targets(s)), None)
+    if first is not stmt or prim.kind != "rule" or getattr(prim.rule, "name", "") != "getitem":
+        return None
+    if not (isinstance(value, gast.Subscript) and isinstance(value.value, gast.Name)):
+        return None
+    base, index = value.value.id, value.slice
+    base_t = types.get(base, T.UNKNOWN)
+    row_t = types.get(t, T.UNKNOWN)
+    rebound = {n for s in walk_statements([loop]) if not isinstance(s, CONTROL) and getattr(
+        s, "prim", None) is not None and s.prim.kind not in ("setitem", "add_at")
+        for n in _stmt_targets(s)}
+    if base not in defined or base in rebound or base_t.kind != "array" or \
+            row_t.kind != "array" or not base_t.dims or len(base_t.dims) < 2:
+        return None
+    if not (isinstance(index, gast.Name) and types.get(index.id, T.UNKNOWN).kind == "int"):
+        return None
+    # Each size written out (a size-one axis as 1): the placeholder keeps the rows' type.
+    sizes = ", ".join("1" if d == 1 else f"a.shape[{axis}]"
+                      for axis, d in enumerate(base_t.dims) if axis > 0)
+    dtype = "" if row_t.dtype in (None, "float64") else f", np.{row_t.dtype}"
+    return fill(f"np.zeros(({sizes},){dtype})", a=base)
 
 
 def _indexes_array(t, index, types):

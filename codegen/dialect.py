@@ -271,9 +271,13 @@ class _Lower(gast.NodeTransformer):
     def __init__(self, module):
         self.module = module
         self.slices = {}  # name -> the slice(...) call it is bound to, once, in this function
+        self.ints = set()  # names that only ever hold an integer in this function
+        self.arrays = set()  # local names never bound to a list (so a[...] += v updates an array)
 
     def visit_FunctionDef(self, node):
         self.slices = _slice_names(node)
+        self.ints = _int_names(node)
+        self.arrays = _local_non_lists(node)
         self.generic_visit(node)
         return node
 
@@ -554,12 +558,65 @@ class _Lower(gast.NodeTransformer):
 
     call_np_concatenate = call_np_hstack = call_np_vstack = joined
 
+    def call_np_outer(self, node):
+        if len(node.args) != 2 or node.keywords:
+            return None
+        return _call(self.helper("outer_product"), node.args)
+
     # -- statements and operators
     def visit_Subscript(self, node):
         self.generic_visit(node)
         if isinstance(node.slice, gast.List):  # x[[0, 0, 2]]: an index array
             node.slice = _call("np.array", [node.slice])
         return node
+
+    def visit_AugAssign(self, node):
+        """``a[c, p:] += v`` as ``add_into(a[c, p:], v)`` and ``a[c] += v`` (c an integer) as
+        ``add_at(a, c, v)``: Numba compiles an array assigned into a slice slowly (its error
+        message helper alone takes seconds), an in-place add on a view quickly."""
+        self.generic_visit(node)
+        target = node.target
+        if not isinstance(node.op, gast.Add) or not isinstance(target, gast.Subscript) or \
+                not isinstance(target.value, gast.Name) or target.value.id not in self.arrays:
+            return node
+        index = target.slice
+        parts = index.elts if isinstance(index, gast.Tuple) else [index]
+        if not all(isinstance(p, gast.Slice) or self.is_int(p) for p in parts):
+            return node
+        if any(isinstance(p, gast.Slice) for p in parts):  # basic slicing: a view
+            view = gast.Subscript(value=target.value, slice=index, ctx=gast.Load())
+            call = _call(self.helper("add_into"), [view, node.value])
+        elif len(parts) == 1:
+            call = _call(self.helper("add_at"), [target.value, index, node.value])
+        else:
+            return node
+        return gast.Expr(value=call)
+
+    def visit_For(self, node):
+        # inside `for c in range(...)` whose body does not rebind c, c is an integer
+        target = node.target
+        counter = isinstance(target, gast.Name) and isinstance(node.iter, gast.Call) and \
+            dotted_name(node.iter.func) == "range" and target.id not in self.ints and \
+            not any(isinstance(n, gast.Name) and n.id == target.id and
+                    not isinstance(n.ctx, gast.Load) for stmt in node.body for n in gast.walk(stmt))
+        node.iter = self.visit(node.iter)
+        if counter:
+            self.ints.add(target.id)
+        node.body = [self.visit(stmt) for stmt in node.body]
+        if counter:
+            self.ints.discard(target.id)
+        node.orelse = [self.visit(stmt) for stmt in node.orelse]
+        return node
+
+    def is_int(self, node):
+        """Whether `node` is an integer expression (constants and integer names)."""
+        if isinstance(node, gast.Name):
+            return node.id in self.ints
+        if isinstance(node, gast.BinOp) and isinstance(node.op, (gast.Add, gast.Sub,
+                                                                 gast.Mult)):
+            return self.is_int(node.left) and self.is_int(node.right)
+        value = _const(node)
+        return isinstance(value, int) and not isinstance(value, bool)
 
     def visit_Expr(self, node):
         self.generic_visit(node)
@@ -597,7 +654,7 @@ def _is_array_call(node):
     return isinstance(node, gast.Call) and (dotted_name(node.func) in (
         "np.asarray", "np.expand_dims", "np.zeros", "np.ones", "np.empty", "np.array",
         "np.zeros_like", "np.ones_like", "np.full", "np.full_like", "np.outer",
-        "np.ascontiguousarray") or (isinstance(node.func, gast.Attribute) and
+        "np.ascontiguousarray", "outer_product") or (isinstance(node.func, gast.Attribute) and
                                     node.func.attr == "reshape"))
 
 
@@ -605,7 +662,8 @@ def _is_contiguous_call(node):
     """Whether `node` is a call known to return a new C-contiguous array."""
     return isinstance(node, gast.Call) and dotted_name(node.func) in (
         "np.ascontiguousarray", "np.zeros", "np.ones", "np.empty", "np.array", "np.dot",
-        "np.zeros_like", "np.ones_like", "np.full", "np.full_like", "np.outer", "np.copy")
+        "np.zeros_like", "np.ones_like", "np.full", "np.full_like", "np.outer", "np.copy",
+        "outer_product")
 
 
 # ---------------------------------------------------------------- einsum
@@ -697,6 +755,43 @@ def _einsum_source(name, ins, out):
     else:
         lines.append("    return total")
     return "\n".join(lines) + "\n"
+
+
+def _int_names(fn):
+    """Names `fn` binds only as ``for name in range(...)`` targets or to integer constants."""
+    good = {}  # id of a Name node stored an integer -> its name
+    for node in gast.walk(fn):
+        if isinstance(node, gast.For) and isinstance(node.target, gast.Name) and \
+                isinstance(node.iter, gast.Call) and dotted_name(node.iter.func) == "range":
+            good[id(node.target)] = node.target.id
+        elif isinstance(node, gast.Assign) and len(node.targets) == 1 and \
+                isinstance(node.targets[0], gast.Name) and type(_const(node.value)) is int:
+            good[id(node.targets[0])] = node.targets[0].id
+    other = {a.id for a in fn.args.args}
+    for node in gast.walk(fn):
+        if isinstance(node, gast.Name) and isinstance(node.ctx, (gast.Store, gast.Del)) and \
+                id(node) not in good:
+            other.add(node.id)
+    return set(good.values()) - other
+
+
+def _local_non_lists(fn):
+    """Names `fn` binds (not its parameters) and never to a list or dict (a display, a
+    comprehension, ``list(...)``/``dict(...)``) nor calls a list method on."""
+    bound, lists = set(), {a.id for a in fn.args.args}
+    containers = (gast.List, gast.ListComp, gast.Dict, gast.DictComp)
+    for node in gast.walk(fn):
+        if isinstance(node, gast.Name) and not isinstance(node.ctx, gast.Load):
+            bound.add(node.id)
+        if isinstance(node, gast.Assign) and any(
+                isinstance(n, containers) or
+                (isinstance(n, gast.Call) and dotted_name(n.func) in ("list", "dict"))
+                for n in gast.walk(node.value)):
+            lists.update(t.id for t in node.targets if isinstance(t, gast.Name))
+        if isinstance(node, gast.Attribute) and isinstance(node.value, gast.Name) and \
+                node.attr in ("append", "pop", "extend", "insert", "items", "keys"):
+            lists.add(node.value.id)
+    return bound - lists
 
 
 # ---------------------------------------------------------------- scatter-add patterns

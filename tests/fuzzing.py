@@ -92,8 +92,8 @@ CONSTANTS = ("0.5", "1.5", "2.0", "0.3", "-0.7", "3.0")
 
 #: Constructs the generator leaves out because they hit a known bug, kept as strict-xfail
 #: regression tests in test_fuzz.py (remove a name here when its test starts passing).
-#: rows_loop: ``for row in A`` at order 2 (a zero-size placeholder tape, ValueError).
-KNOWN_GAPS = {"rows_loop"}
+#: (rows_loop, ``for row in A``, was here until its zero-size placeholder tape was fixed.)
+KNOWN_GAPS = set()
 
 
 # ---------------------------------------------------------------- program and outcome

@@ -324,15 +324,11 @@ def f(A):
 ''', params=("A",), n=4, m=2, seed=1)
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "rev-over-rev of `for row in A`: the first-order backward ends with `row_bar = "
-    "np.zeros_like(row)` of the row tape's zero-size placeholder, so row_bar's last value has "
-    "shape (0,); the second-order backward does not save row_bar's earlier values (it only "
-    "takes their shape, np.zeros_like(row_bar)) and zero-initializes the old row_bar's "
-    "adjoint with the last one's (0,) shape, then adds a row's (n,) adjoint to it (ValueError: "
-    "operands could not be broadcast together with shapes (0,) (4,)); same gap as test_zoo "
-    "loop_over_rows; the fuzzer leaves rows loops out (fuzzing.KNOWN_GAPS)"))
 def test_regression_rows_loop_second_order():
+    """rev-over-rev of `for row in A`: the row tape started with a zero-size placeholder, so
+    the first-order backward's last `row_bar = np.zeros_like(row)` had shape (0,), and the
+    second-order backward zero-initialized row_bar's adjoint with it, then added a row's (n,)
+    adjoint (ValueError); the placeholder is now `np.zeros((A.shape[1],))`."""
     program = Program('''import numpy as np
 
 
@@ -379,14 +375,12 @@ def f(x, c):
 ''', params=("x", "c"), n=4, m=2, seed=70)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "rev-over-rev of `np.tanh((A ** 0)[2])` in a loop: the first-order backward function pops "
-    "the tape of tanh's values (its derivative is read, then multiplied by the zero "
-    "derivative of `A ** 0`); its own reverse has nothing active, so it neither refills the "
-    "tape it emptied nor has its popped values, and the reverse of the first-order forward "
-    "function then undoes the tape's pushes on the emptied list (IndexError: pop from empty "
-    "list, `tanh_tape.pop()`); found by `make fuzz`"))
 def test_regression_power_zero_tape_emptied_second_order():
+    """rev-over-rev of `np.tanh((A ** 0)[2])` in a loop: the first-order backward function
+    pops the tape of tanh's values, and its own reverse had nothing active, so it skipped the
+    loop and never pushed them back; the reverse of the first-order forward function then
+    popped the emptied list (IndexError, `make fuzz`). A loop popping from (or appending to) a
+    list parameter now always gets its backward loop, which undoes the list's changes."""
     check_source('''
 import numpy as np
 

@@ -92,6 +92,8 @@ REDUCTIONS = [
     ("x[[0, 1, 1]]", "np.array([0, 1, 1])"),
     ("np.linalg.norm(x, axis=1)", "np.sqrt"),
     ("np.linalg.norm(x, axis=(0, 2), keepdims=True)", "keep_axis"),
+    ("np.outer(x[0, 0], x[1, :, 1])", "outer_product"),
+    ("np.outer(x[0], x[1, 0])", "outer_product"),
 ]
 
 
@@ -105,6 +107,82 @@ def test_lowered_numpy_matches_numpy(expr, marker):
     assert marker in text.split("def f(x):")[1]
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
     assert np.shape(got) == np.shape(expected)
+
+
+# In-place additions into part of an array: (loop body using a, b, t, v, w, the helper the
+# lowering must call, or None when it must leave the statement as written).
+SLICE_UPDATES = [
+    ("a[c, 1:] += v[c, 1:]", "add_into(a[c, 1:], v[c, 1:])"),
+    ("a[c, :] += 2.0 * c", "add_into(a[c, :], 2.0 * c)"),
+    ("a[1:, c] += w[:2]", "add_into(a[1:, c], w[:2])"),
+    ("a[c] += w", "add_at(a, c, w)"),
+    ("a[c] += w[:1]", "add_at(a, c, w[:1])"),
+    ("a[c + 1 - 1] += 0.5", "add_at(a, c + 1 - 1, 0.5)"),
+    ("b[c] += w[c] * c", "add_at(b, c, w[c] * c)"),
+    ("t[c] += v", "add_at(t, c, v)"),
+    ("t[c, 1] += w", None),  # a row of t, but only one integer index is rewritten
+    ("t[c, 1:, 2:] += v[:2, :2]", "add_into(t[c, 1:, 2:], v[:2, :2])"),
+    ("a[c, 2] += 1.0", None),  # every index an integer: may be one element, left as written
+    ("a[idx] += 1.0", None),  # an index array: a copy, not a view
+    ("a[c - 1:c] -= w", None),  # only += is rewritten
+    ("v[c] += w", None),  # a parameter: might be a list
+    ("idx[c] += 1", None),  # a list
+    ("rows[c] += 1.0", None),  # a list built by a call (it has .append)
+]
+
+
+@pytest.mark.parametrize("stmt,call", SLICE_UPDATES, ids=[u[0] for u in SLICE_UPDATES])
+def test_slice_updates_add_in_place_like_numpy(stmt, call):
+    """`a[c, p:] += v` and `a[c] += v` (c a loop counter) become add_into / add_at, which add
+    in place with NumPy's broadcasting: the same arrays as the statement run by NumPy."""
+    source = ("import numpy as np\n\n\ndef f(a0, b0, t0, v, w):\n    idx = [0, 0, 2]\n"
+              "    a = a0.copy()\n    b = b0.copy()\n    t = t0.copy()\n"
+              "    rows = w.tolist()\n    rows.append(1.0)\n"
+              f"    for c in range(3):\n        {stmt}\n    return a, b, t\n")
+    rng = np.random.default_rng(1)
+    args = (rng.standard_normal((3, 4)), rng.standard_normal(4), rng.standard_normal((3, 3, 4)),
+            rng.standard_normal((3, 4)), rng.standard_normal(4))
+    namespace = {"np": np}
+    exec(compile(source, "<numpy>", "exec"), namespace)
+    expected = namespace["f"](*[np.copy(x) for x in args])
+    got, text = _run_lowered(source, "f", *[np.copy(x) for x in args])
+    body = text.split("def f(")[1]
+    if call is None:
+        assert stmt in body and "add_into(" not in body and "add_at(" not in body
+    else:
+        assert call in body
+    for g, e in zip(got, expected):
+        np.testing.assert_array_equal(g, e)
+
+
+def test_loop_counters_rebound_in_the_body_are_not_integers():
+    source = ("import numpy as np\n\n\ndef f(a0, s):\n    a = a0.copy()\n"
+              "    for c in range(2):\n        c = s\n        a[c] += 1.0\n    return a\n")
+    got, text = _run_lowered(source, "f", np.zeros((3, 2)), slice(0, 2))
+    assert "a[c] += 1.0" in text
+    np.testing.assert_array_equal(got, [[2.0, 2.0], [2.0, 2.0], [0.0, 0.0]])
+
+
+@pytest.mark.numba
+def test_slice_updates_and_outer_compile(quick_llvm):
+    """The helpers replacing slice assignments and np.outer compile, and agree with NumPy."""
+    import numba
+    source = ("import numpy as np\n\n\ndef f(a0, b0, v):\n    a = a0.copy()\n"
+              "    b = b0.copy()\n    for c in range(a.shape[0]):\n"
+              "        a[c, 1:] += v[1:]\n        a[c] += np.outer(v, v)[c]\n"
+              "        b[c] += v[c]\n    return a, b\n")
+    rng = np.random.default_rng(2)
+    args = (rng.standard_normal((3, 3)), rng.standard_normal(3), rng.standard_normal(3))
+    namespace = {"np": np}
+    exec(compile(source, "<numpy>", "exec"), namespace)
+    expected = namespace["f"](*[np.copy(x) for x in args])
+    text = dialect.render(dialect.lower_source(source, entries=["f"]), "numba.njit")
+    assert "add_into(" in text and "add_at(" in text and "outer_product(" in text
+    namespace = {"numba": numba}
+    exec(compile(text, "<lowered>", "exec"), namespace)
+    got = namespace["f"](*[np.copy(x) for x in args])
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-14)
 
 
 @pytest.mark.numba

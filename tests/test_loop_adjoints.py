@@ -80,6 +80,22 @@ def operand_written_later(x):
     return total
 
 
+def two_states(u0, c, steps):
+    """Two swapped states; the old one (v) is read after the swap, so its adjoint is not dead
+    where the adjoint of ``u = un`` is added (no moving of arrays there)."""
+    u = u0.copy()
+    v = u0 * 0.5
+    n = len(u)
+    for _step in range(steps):
+        un = u.copy()
+        for i in range(1, n - 1):
+            un[i] = u[i] + c * (v[i - 1] - u[i + 1]) * u[i]
+        v = u
+        u = un
+        u = u + 0.1 * np.sin(v)
+    return np.sum(u * u) + np.sum(v)
+
+
 def alias_in_loop(x):
     u = x * 1.0
     for _k in range(3):
@@ -98,6 +114,7 @@ CASES = {
     "branch_rebinds": (branch_rebinds, (np.array([0.3, -0.6, 0.2, 1.5, -0.4]),), (0,)),
     "operand_written_later": (operand_written_later, (RNG.standard_normal(4),), (0,)),
     "alias_in_loop": (alias_in_loop, (RNG.standard_normal(4),), (0,)),
+    "two_states": (two_states, (RNG.standard_normal(6), 0.3, 3), (0, 1)),
 }
 
 
@@ -141,7 +158,13 @@ def test_heat_backward_recomputes_the_stencil_and_adds_in_place():
     assert source.count(".append(") == 1, source
     assert "u_tape.append(u)" in source
     assert "(u[i - 1] - 2.0 * u[i] + u[i + 1])" in _backward(source), source
-    assert "un_bar += u_bar" in source and "u_bar += un_bar" in source, source
+    assert "u_bar += un_bar" in source, source
+    # the adjoint of `u = un` moves u_bar's array (u_bar is set anew right after) instead of
+    # adding it into zeros, and un_bar is then not zeroed at the end of each step
+    assert "un_bar = u_bar" in source and "un_bar += u_bar" not in source, source
+    assert _backward(source).count("np.zeros_like(un)") <= 1, source
+    # `u = un` needs no copy: un is a new array (u.copy()) before each step writes into it
+    assert "u = un\n" in source and "un.copy()" not in source, source
 
 
 def test_pair_loop_needs_no_tape():

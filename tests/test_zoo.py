@@ -582,16 +582,7 @@ ZOO = {
 _TREE2 = ("rev-over-rev with a dict argument: api.py raises NotImplementedError('transforming a "
           "transformed function with pytree or static arguments is not supported yet')")
 
-_PLACEHOLDER = ("rev-over-rev: a row taken in the loop (`row = a[k]`) is saved on a tape that "
-                "starts with a zero-size placeholder; the second-order backward sweep adds the "
-                "placeholder's (0,)-shaped adjoint to a row's adjoint (ValueError)")
 XFAIL = {
-    ("loop_over_rows", "rev2"): (_PLACEHOLDER, ValueError),
-    ("view_read_then_overwritten", "rev2"): (_PLACEHOLDER, ValueError),
-    ("trip_count_from_data", "rev2"): (
-        "rev-over-rev through a preallocated tape (`y_tape = np.empty(k)`, `y_tape[i] = y`): "
-        "the second-order backward adds an array-valued adjoint into one tape element "
-        "(ValueError: setting an array element with a sequence)", ValueError),
     ("dict_params_loop", "rev2"): (_TREE2, NotImplementedError),
     ("dict_mlp_layers", "rev2"): (_TREE2, NotImplementedError),
 }
