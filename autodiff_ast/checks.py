@@ -72,18 +72,25 @@ class FiniteDifferencesUnsettled(AssertionError):
     :func:`check_grads` only after forward and reverse mode agreed with each other."""
 
 
-def _fd_matches(value, fd_at, eps, atol, rtol, what):
+def _fd_matches(value, fd_at, eps, atol, rtol, what, scale=0.0):
     """Whether `value` matches central differences: at `eps`, or else at the limit that
     Richardson extrapolation over steps 100*eps ... eps/100 settles on. Returns False when the
-    estimates never settle (nothing to compare with); raises AssertionError on a mismatch."""
+    estimates never settle (nothing to compare with); raises AssertionError on a mismatch.
+
+    `scale` is the size of the function's values (as seen through the cotangent): a step h
+    cannot resolve a slope finer than about ``4 * 2.2e-16 * scale / h`` (rounding of the
+    values themselves), so estimates from such steps do not count as settled."""
     first = fd_at(eps)
     if np.isfinite(value) and np.isfinite(first) and \
             abs(value - first) <= atol + rtol * max(abs(value), abs(first)):
         return True
-    estimates = [fd_at(eps * 10.0 ** k) if k else first for k in (2, 1, 0, -1, -2)]
+    steps = [eps * 10.0 ** k for k in (2, 1, 0, -1, -2)]
+    estimates = [fd_at(h) if h != eps else first for h in steps]
     refined = [(100.0 * b - a) / 99.0 for a, b in zip(estimates, estimates[1:])]
-    for a, b in zip(refined, refined[1:]):
-        if np.isfinite(a) and np.isfinite(b) and \
+    tolerance = atol + rtol * abs(value)
+    for k, (a, b) in enumerate(zip(refined, refined[1:])):
+        resolvable = 4 * 2.2e-16 * scale / steps[k + 2] <= tolerance
+        if resolvable and np.isfinite(a) and np.isfinite(b) and \
                 abs(a - b) <= atol + rtol * max(abs(a), abs(b)):
             _close(value, b, atol, rtol, what)
             return True
@@ -122,18 +129,19 @@ def check_grads(f, args, order=1, modes=("fwd", "rev"), atol=None, rtol=None, ep
 
     def fd_at(h):
         return _inner(cotangent, _finite_difference(f, args, direction, h))
+    scale = float(_inner(pytrees.tree_map(np.abs, cotangent), pytrees.tree_map(np.abs, out)))
     settled = True
     tangent_out = None
     if "fwd" in modes:
         from .jacobians import jvp
         _, tangent_out = jvp(f, args, direction)
         settled &= _fd_matches(_inner(cotangent, tangent_out), fd_at, eps, atol, rtol,
-                               "forward mode (jvp) disagrees with finite differences")
+                               "forward mode (jvp) disagrees with finite differences", scale)
     if "rev" in modes:
         _, pullback = api.vjp(f, *args)
         ct_in = pullback(cotangent)
         settled &= _fd_matches(_inner(ct_in, direction), fd_at, eps, atol, rtol,
-                               "reverse mode (vjp) disagrees with finite differences")
+                               "reverse mode (vjp) disagrees with finite differences", scale)
         if tangent_out is not None:
             _close(_inner(ct_in, direction), _inner(cotangent, tangent_out), atol, rtol,
                    "forward and reverse mode disagree (dot-product test)")

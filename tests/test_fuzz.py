@@ -80,6 +80,16 @@ def test_unsettled_finite_differences_are_inconclusive_not_wrong():
     assert check_program(program, order=1).status == "inconclusive"
 
 
+def test_differences_below_the_values_rounding_are_inconclusive():
+    """Values near 1e20 round away any change a small step makes (central differences read
+    exactly 0 at every step): that is no evidence against a derivative of 2 (found by
+    `make fuzz`, a recurrence reaching 1.7e20)."""
+    program = Program("import numpy as np\n\n\ndef f(x):\n"
+                      "    return 1e20 + 2.0 * np.sum(x)\n", ("x",), seed=3)
+    outcome = check_program(program, order=1)
+    assert outcome.status == "inconclusive", outcome.report(program)
+
+
 def test_richardson_refinement_rescues_a_coarse_step():
     """A right derivative that central differences at a coarse step miss (the curvature of
     exp(400 x) at eps=3e-4) passes once the refined estimate settles; the wrong-rule test above
