@@ -292,6 +292,31 @@ def test_math_sqrt_second_order_at_zero():
     assert ad.grad(ad.grad(lambda x: math.sqrt(x)))(4.0) == pytest.approx(-1.0 / 32.0)
 
 
+def _logaddexp_cubic(x):
+    return np.logaddexp(3.0, x * x) * x  # x ** 3 to every digit once x * x >> 3
+
+
+@pytest.mark.parametrize("second", ["rev-over-rev", "fwd-over-rev"])
+def test_logaddexp_second_derivative_keeps_its_digits_on_large_values(second):
+    """At x = 1e6 the Hessian is 6x = 6e6 exactly in floating point. Reverse over reverse used
+    to add and subtract terms of size x ** 3 (1e18) and kept only 5 digits."""
+    g = ad.grad(_logaddexp_cubic)
+    if second == "rev-over-rev":
+        value = ad.vjp(g, 1e6)[1](1.0)[0]
+    else:
+        value = ad.jvp(g, (1e6,), (1.0,))[1]
+    assert value == pytest.approx(6e6, rel=1e-13)
+
+
+def test_logaddexp_tiny_partials_stay_relatively_accurate():
+    ga, gb = ad.grad(lambda a, b: np.logaddexp(a, b), argnums=(0, 1))(-50.0, 0.0)
+    assert ga == pytest.approx(math.exp(-50.0) / (1.0 + math.exp(-50.0)), rel=1e-14)
+    assert gb == pytest.approx(1.0 / (1.0 + math.exp(-50.0)), rel=1e-15)
+    ga2, gb2 = ad.grad(lambda a, b: np.logaddexp2(a, b), argnums=(0, 1))(-50.0, 0.0)
+    assert ga2 == pytest.approx(2.0 ** -50 / (1.0 + 2.0 ** -50), rel=1e-14)
+    assert gb2 == pytest.approx(1.0 / (1.0 + 2.0 ** -50), rel=1e-15)
+
+
 # ---------------------------------------------------------------- powers
 @pytest.mark.parametrize("fn", [lambda x: x ** 0, lambda x: x ** 0.0, lambda x: np.power(x, 0),
                                 lambda x: np.sum(x ** 0)])

@@ -67,8 +67,13 @@ PARTIALS = {
     "fmin": (("a", "b"), ("(a < b) + 0.5 * (a == b)", "(b < a) + 0.5 * (a == b)")),
     "arctan2": (("a", "b"), ("b / (a * a + b * b)", "-a / (a * a + b * b)")),
     "hypot": (("a", "b"), ("a / y", "b / y")),
-    "logaddexp": (("a", "b"), ("np.exp(a - y)", "np.exp(b - y)")),
-    "logaddexp2": (("a", "b"), ("np.exp2(a - y)", "np.exp2(b - y)")),
+    # sigmoid(a - b) written as exp(-logaddexp(0, b - a)), not exp(a - y): as accurate, and its
+    # own derivative has no cancelling terms (exp(a - y) differentiated in reverse mode adds
+    # and subtracts terms as large as y, which lost all digits of a Hessian on values ~1e12).
+    "logaddexp": (("a", "b"), ("np.exp(-np.logaddexp(0.0, b - a))",
+                               "np.exp(-np.logaddexp(0.0, a - b))")),
+    "logaddexp2": (("a", "b"), ("np.exp2(-np.logaddexp2(0.0, b - a))",
+                                "np.exp2(-np.logaddexp2(0.0, a - b))")),
     "remainder": (("a", "b"), ("1.0", "-np.floor(a / b)")),
     "fmod": (("a", "b"), ("1.0", "-np.trunc(a / b)")),
 }
