@@ -331,11 +331,30 @@ def forward(core, active_params, registry=None, needed=None):
         dot_params.append(dot)
         tan.exprs[p] = name(dot)
         tan.ttypes[p] = core.types.get(p, T.UNKNOWN)
+    for p in _lists_given_tangents_here(core, active_params, varied):
+        dot = core.namer.tangent(p)
+        body.append(assign(dot, gast.List(elts=[], ctx=gast.Load())))
+        tan.exprs[p] = name(dot)
+        tan.ttypes[p] = core.types[p]
     tan.live = live
     _Walker(tan, core, registry, live, set(core.params)).block(core.body)
     out_dots = [tan.output(atom) if tan.part(atom) is not None and (
         needed is None or i in needed) else None for i, atom in enumerate(outputs)]
     return TangentSweep(core, active_params, dot_params, body, out_dots)
+
+
+def _lists_given_tangents_here(core, active_params, varied):
+    """List parameters that come in without tangents but get varied values appended here (the
+    tapes a checkpointed loop refills in a backward function): their tangent lists start
+    empty at entry, so what is appended is popped with its tangent; popping past that point
+    raises IndexError instead of handing out a zero tangent."""
+    lists = [p for p in core.params if p not in active_params and
+             core.types.get(p, T.UNKNOWN).kind == "list"]
+    filled = {stmt.prim.base for stmt in walk_statements(core.body)
+              if not isinstance(stmt, CONTROL) and getattr(stmt, "prim", None) is not None and
+              stmt.prim.kind == "append" and any(
+                  isinstance(n, gast.Name) and n.id in varied for n in stmt.prim.args)}
+    return [p for p in lists if p in filled]
 
 
 class _Walker:
