@@ -121,6 +121,15 @@ _DTYPES = {"float64": "np.float64", "float32": "np.float32", "int64": "np.int64"
            "int32": "np.int32", "bool": "np.bool_"}
 
 
+def batch_size_of(batched, types):
+    """The batch size, read off the first batched parameter that is an array (a batched list,
+    such as a tape of batched values, holds it in each element)."""
+    arrays = [p for p in batched if types.get(p, T.UNKNOWN).kind != "list"]
+    if arrays:
+        return fill("x.shape[0]", x=arrays[0])
+    return fill("x[0].shape[0]", x=batched[0])
+
+
 def empty_for(first, typ, n_batch):
     """``np.empty`` holding one value per example, shaped like `first` (the first example's).
     """
@@ -453,6 +462,8 @@ class FunctionBatcher:
         prim, value = stmt.prim, stmt.value
         if prim.kind in ("copy", "unpack", "tuple", "tuple_get", "counter") or isinstance(
                 value, (gast.Tuple, gast.List, gast.Name, gast.Constant)):
+            return clone(value)
+        if prim.kind == "pop":  # a batched list holds batched elements (see append)
             return clone(value)
         if isinstance(value, gast.Subscript) and atom_type(value.value, self.types).kind in (
                 "tuple", "list"):
@@ -866,9 +877,9 @@ class ModuleBatcher:
         fname = self.program.module_names.fresh(f"vmap_{core.name}")
         body, returns = inline_returns(list(result.body), result.returns, core.namer.temps)
         if result.uses_n_batch:
-            first = next(p for p, b in zip(core.params, pattern) if b)
+            batched = [p for p, b in zip(core.params, pattern) if b]
             at = after_comments(body) if result.variant == "loop" else 0
-            body.insert(at, assign(fb.n_batch, fill("x.shape[0]", x=first)))
+            body.insert(at, assign(fb.n_batch, batch_size_of(batched, core.types)))
         self.functions.append(function(fname, list(core.params), body, returns))
         done = BatchedFunction(fname, result.out_flags, isinstance(core.returns, gast.Tuple),
                                result.variant)

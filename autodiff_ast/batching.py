@@ -47,6 +47,7 @@ from .batch_core import (
     FunctionBatcher,
     ModuleBatcher,
     after_comments,
+    batch_size_of,
     inline_returns,
     wrap,
 )
@@ -247,8 +248,8 @@ def build_vmap(target, leaf_axes, out_axes, axis_size_param=False, options=""):
     if axis_size_param:
         params.append(n_batch)
     elif needs_n:
-        first = next(p for p in core.params if axes[p] is not None)
-        prologue.append(assign(n_batch, fill("x.shape[0]", x=first)))
+        batched = [p for p in core.params if axes[p] is not None]
+        prologue.append(assign(n_batch, batch_size_of(batched, core.types)))
     body, returns = inline_returns(list(result.body), returns, core.namer.temps)
     if result.variant == "vectorized":
         head = [comment("vmap: vectorized variant, every line runs on the whole batch "

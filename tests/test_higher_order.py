@@ -307,19 +307,15 @@ def test_hessian_through_fancy_index_scatter():
     assert np.allclose(ad.hessian(gathers)(x), numeric_hessian(gathers, x), atol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, reason="jvp of the gradient module pops a list of tangents "
-                   "(tape_dot.pop()); vmap has no batching rule for it and writes "
-                   "`tape_dot[0].pop()`, which the normalizer rejects (MissingRuleError)")
 def test_hessian_through_a_while_loop_tape():
+    # jvp of the gradient module pops a list of tangents; vmap pops batched elements
     x = np.array([0.3, -0.4, 1.1])
     assert np.allclose(ad.hessian(accumulates)(x), numeric_hessian(accumulates, x),
                        atol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, reason="reverse over reverse of a loop: the vmapped backward "
-                   "function pops tapes in a form the normalizer rejects (MissingRuleError: "
-                   ".pop() has no derivative rule)")
 def test_reverse_over_reverse_through_loops():
+    # the vmapped backward-of-backward takes batched tapes (lists) before any batched array
     x = np.array([0.3, -0.4, 1.1])
     h = ad.jacrev(ad.jacrev(accumulates))(x)
     assert np.allclose(h, numeric_hessian(accumulates, x), atol=1e-5)

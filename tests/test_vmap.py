@@ -775,10 +775,8 @@ def convolve_loss(w, x):
     return np.sum(convolve(x, w) ** 2)
 
 
-@pytest.mark.xfail(strict=True, reason="grad of a loop that builds a list writes list tapes "
-                   "(`output.pop()`), which the normalizer does not read back yet, so vmap "
-                   "cannot batch that generated source (DESIGN.md decision 1)")
 def test_per_example_gradients_of_the_seed_convolve(rng):
+    # grad of a loop that builds a list pops list tapes; vmap pops batched elements
     xs, w = rng.standard_normal((3, 7)), rng.standard_normal(3)
     got = vmap(ad.grad(convolve_loss), in_axes=(None, 0))(w, xs)
     want = np.stack([numeric_grad(lambda v, x=x: convolve_loss(v, x), w) for x in xs])
