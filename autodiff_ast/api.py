@@ -372,6 +372,32 @@ class _ReverseTransform(_Transformed):
             known[nparams] = _normalize_argnums(self.argnums, nparams, info)
         return known[nparams]
 
+    def flat_entry(self, names, likes, specs):
+        """(entry, structure): the generated function taking the flat leaves of the arguments,
+        and a pytree of indices into its flat outputs with the structure a call returns
+        (gradients shaped like the pytree arguments they belong to)."""
+        single, argnums = self._argnums(len(names), specs)
+        generated, module = self._generate(specs, argnums)
+        layout = generated.layout
+        k, extra = 0, []
+        for present in (layout["value"], layout["aux"]):
+            if present:
+                extra.append(k)
+                k += 1
+        grads = []
+        for i, group in zip(argnums, layout["groups"]):
+            treedef = pytrees.tree_structure(likes[i])
+            grads.append(pytrees.tree_unflatten(treedef, list(range(k, k + len(group)))))
+            k += len(group)
+        grads = grads[0] if single else tuple(grads)
+        if layout["value"] and layout["aux"]:
+            structure = ((extra[0], extra[1]), grads)
+        elif layout["value"] or layout["aux"]:
+            structure = (extra[0], grads) if layout["value"] else (grads, extra[0])
+        else:
+            structure = grads
+        return getattr(module, generated.entry), structure
+
     def function_for(self, specs):
         if any(_spec_kind(s) != "leaf" for s in specs.values()):
             raise UnsupportedError("transforming a transformed function with pytree or "
@@ -503,6 +529,76 @@ def _is_float_leaf(value):
     return T.abstract_of(value).is_float
 
 
+class FlatView:
+    """A gradient function (``grad(f)``) called with pytree arguments, seen as its generated
+    entry on the flat leaves: vjp and jvp differentiate that entry, and this view puts their
+    results back into the pytrees the user passed and gets back (dicts of gradients)."""
+
+    def __init__(self, fun, primals):
+        names, values, specs = fun._specs(tuple(primals), {})
+        self.values = values
+        self.trees = [_spec_kind(specs[n]) == "tree" for n in names]
+        self.entry, self.structure = fun.flat_entry(names, values, specs)
+        self.flat = _flat_values(specs, names, values)
+        self.n_out = len(pytrees.tree_leaves(self.structure))
+
+    @staticmethod
+    def applies(fun, primals):
+        """Whether `fun` is a gradient function and some argument is a pytree (with no
+        static arguments, which the flat entry cannot take)."""
+        if not isinstance(fun, _ReverseTransform):
+            return False
+        kinds = [_spec_kind(_spec_of(v)) for v in primals]
+        return "tree" in kinds and "static" not in kinds
+
+    def outputs(self, flat_out):
+        """The flat entry's result, in the structure a call of the gradient function has."""
+        leaves = flat_out if self.n_out > 1 else (flat_out,)
+        return pytrees.tree_map(lambda i: leaves[i], self.structure)
+
+    def flat_outputs(self, tree):
+        """A pytree shaped like the outputs (a cotangent or tangent) as the flat entry's."""
+        order = pytrees.tree_leaves(self.structure)
+        leaves = pytrees.tree_leaves(tree)
+        if len(leaves) != len(order):
+            raise ShapeMismatchError(f"expected a pytree with {len(order)} leaves shaped like "
+                                     f"the output, got {len(leaves)}",
+                                     hint="pass a value structured like the function's output")
+        flat = [None] * len(order)
+        for i, leaf in zip(order, leaves):
+            flat[i] = leaf
+        return tuple(flat) if self.n_out > 1 else flat[0]
+
+    def flat_tangents(self, tangents):
+        """Per-argument tangents (pytrees like the arguments) as one per flat leaf."""
+        out = []
+        for is_tree, t in zip(self.trees, tangents):
+            if not is_tree:
+                out.append(t)
+                continue
+            t = pytrees.tree_map(lambda x: 0.0 if x is None else x, t,
+                                 is_leaf=lambda x: x is None)
+            out += pytrees.tree_leaves(t)
+        return tuple(out)
+
+    def arguments(self, flat_cts):
+        """Flat input cotangents as one per argument, each shaped like the argument."""
+        flat_cts, out = list(flat_cts), []
+        for value, is_tree in zip(self.values, self.trees):
+            n = len(pytrees.tree_leaves(value)) if is_tree else 1
+            part, flat_cts = flat_cts[:n], flat_cts[n:]
+            out.append(_rebuild(value, part) if is_tree else part[0])
+        return tuple(out)
+
+    def vjp(self):
+        out, pullback = vjp(self.entry, *self.flat)
+
+        def tree_pullback(cotangent):
+            return self.arguments(pullback(self.flat_outputs(cotangent)))
+        tree_pullback.source = pullback.source
+        return self.outputs(out), tree_pullback
+
+
 class _VjpBuilder(_Transformed):
     kind = "vjp"
 
@@ -511,6 +607,13 @@ class _VjpBuilder(_Transformed):
         self.has_aux = has_aux
 
     def __call__(self, *primals):
+        if FlatView.applies(self.fun, primals):
+            if self.has_aux:
+                raise UnsupportedError("vjp(..., has_aux=True) of a gradient function called "
+                                       "with pytree arguments is not supported",
+                                       hint="return the auxiliary value from the inner "
+                                            "function with grad(f, has_aux=True) instead")
+            return FlatView(self.fun, primals).vjp()
         names, values, specs = self._specs(primals, {})
         key = _spec_key(specs)
         py_fun = self._python_function(specs)

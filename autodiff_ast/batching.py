@@ -41,7 +41,7 @@ from codegen.helpers import helper_source
 
 from . import pytrees
 from . import types as T
-from .api import _bind, _normalize_argnums, _prepare_leaf, _ReverseTransform, _Transformed
+from .api import _bind, _prepare_leaf, _ReverseTransform, _Transformed
 from .batch_core import (
     BatchShapeError,
     FunctionBatcher,
@@ -156,28 +156,7 @@ def _flat_specs(fn, specs):
 
 def _reverse_target(fun, names, likes, specs):
     """vmap(grad(f)): batch the module grad generates for the per-example signature."""
-    info = parse_function(fun._python_function(specs))
-    single, argnums = _normalize_argnums(fun.argnums, len(names), info)
-    generated, module = fun._generate(specs, argnums)
-    entry = getattr(module, generated.entry)
-    layout = generated.layout
-    k, extra = 0, []
-    for present in (layout["value"], layout["aux"]):
-        if present:
-            extra.append(k)
-            k += 1
-    grads = []
-    for i, group in zip(argnums, layout["groups"]):
-        treedef = pytrees.tree_structure(likes[i])
-        grads.append(pytrees.tree_unflatten(treedef, list(range(k, k + len(group)))))
-        k += len(group)
-    grads = grads[0] if single else tuple(grads)
-    if layout["value"] and layout["aux"]:
-        structure = ((extra[0], extra[1]), grads)
-    elif layout["value"] or layout["aux"]:
-        structure = (extra[0], grads) if layout["value"] else (grads, extra[0])
-    else:
-        structure = grads
+    entry, structure = fun.flat_entry(names, likes, specs)
     return _Target(entry, _flat_specs(entry, specs), structure)
 
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from . import pytrees
 from .api import (
+    FlatView,
     _flat_values,
     _match_leaf,
     _normalize_argnums,
@@ -128,6 +129,12 @@ class _JvpTransform(_Transformed):
 
     def __call__(self, primals, tangents):
         primals = tuple(primals)
+        if FlatView.applies(self.fun, primals) and not self.has_aux:
+            # grad(f) of pytree arguments: the jvp of its flat entry, put back into pytrees
+            view = FlatView(self.fun, primals)
+            _tangent_leaves(primals, tuple(tangents))  # (checks the tangents' structure)
+            out, out_dot = jvp_transform(view.entry)(view.flat, view.flat_tangents(tangents))
+            return view.outputs(out), view.outputs(out_dot)
         names, values, specs = self._specs(primals, {})
         generated, module = self._generate(specs)
         flat = _flat_values(specs, names, values)

@@ -579,13 +579,8 @@ ZOO = {
 }
 
 # ---------------------------------------------------------------- known gaps (strict xfails)
-_TREE2 = ("rev-over-rev with a dict argument: api.py raises NotImplementedError('transforming a "
-          "transformed function with pytree or static arguments is not supported yet')")
-
-XFAIL = {
-    ("dict_params_loop", "rev2"): (_TREE2, NotImplementedError),
-    ("dict_mlp_layers", "rev2"): (_TREE2, NotImplementedError),
-}
+# (name, mode) -> (reason, exception raised); none at present.
+XFAIL = {}
 
 
 def _cases(mode):
