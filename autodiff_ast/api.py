@@ -402,8 +402,9 @@ class _ReverseTransform(_Transformed):
         if any(_spec_kind(s) != "leaf" for s in specs.values()):
             raise UnsupportedError("transforming a transformed function with pytree or "
                                    "static arguments is not supported yet",
-                                   hint="differentiate with respect to flat array arguments, "
-                                        "or use jacfwd/jacrev of the pytree function")
+                                   hint="use hessian(f) for the second derivatives of pytree "
+                                        "arguments, jvp or vjp of grad(f) for Hessian-vector "
+                                        "products, or pass flat array arguments")
         _, argnums = self._argnums(len(specs), specs)
         generated, module = self._generate(specs, argnums)
         return getattr(module, generated.entry)
