@@ -219,7 +219,9 @@ def test_one_axis_helpers_on_vectors_and_matrices(name, axis):
 
 ND_PRODUCTS = [((2, 3), (3, 4)), ((4, 2, 3), (3,)), ((3,), (4, 3, 2)), ((4, 2, 3), (3, 5)),
                ((2, 3), (5, 3, 4)), ((4, 2, 3), (4, 3, 2)), ((4, 2, 3), (1, 3, 2)),
-               ((5, 4, 2, 3), (4, 3, 2))]
+               ((5, 4, 2, 3), (4, 3, 2)),
+               # batch axes broadcast both ways (a stack of one was the only broadcast before)
+               ((2, 1, 2, 3), (2, 3, 4)), ((2, 1, 2, 3), (3, 3, 4)), ((1, 4, 2, 3), (5, 1, 3, 2))]
 
 
 @pytest.mark.parametrize("sa,sb", ND_PRODUCTS, ids=str)
@@ -397,7 +399,10 @@ def test_jit_grad_matches_plain_python_gradient(compiled):
     np.testing.assert_allclose(compiled["grad_lr_value"], ad.grad(training_loss)(w, targets))
     ad.check_grads(training_loss, (w, targets), modes=("rev",))  # the reference is right
     text = compiled["grad_lr"].source
-    assert text.count("@numba.njit(cache=True, error_model='numpy')") >= 3
+    assert text.count("@numba.njit(cache=True, error_model='numpy'") >= 3
+    # helpers only compiled code calls go without the wrappers Python would need
+    assert text.count("no_cpython_wrapper=True, no_cfunc_wrapper=True)") >= 2
+    assert "@numba.njit(cache=True, error_model='numpy')\ndef grad_training_loss(" in text
     assert "def grad_training_loss(weights, targets, inputs):" in text  # data as argument
     for part in versions().values():
         assert part in text
@@ -722,3 +727,12 @@ def test_new_process_reuses_the_cache_and_rebuilds_a_corrupt_entry(tmp_path):
     np.testing.assert_allclose(healed["value"], expected)
     assert "grad_loss" in healed["rebuilt"] and healed["misses"] >= 1
     assert all(p.read_bytes() != b"not a pickle" for p in data_files if p.exists())
+
+
+@pytest.mark.numba
+def test_jit_matmul_broadcasts_batch_axes(quick_llvm):
+    """(2, 1, 2, 3) @ (2, 3, 4) is (2, 2, 2, 4): the compiled matmul used to pair the stacks
+    one to one and return (2, 1, 2, 4), a silently wrong result."""
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((2, 1, 2, 3)), rng.standard_normal((2, 3, 4))
+    np.testing.assert_allclose(jit(lambda a, b: a @ b)(a, b), a @ b, rtol=1e-12)

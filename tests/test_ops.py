@@ -311,6 +311,9 @@ STRUCTURAL = [
     ("matmul-op-2-1", lambda a, b: a @ b, [(2, 3), (3,)], "real"),
     ("matmul-op-1-2", lambda a, b: a @ b, [(2,), (2, 3)], "real"),
     ("matmul-batched", lambda a, b: a @ b, [(2, 2, 3), (3, 2)], "real"),
+    ("matmul-batched-both", lambda a, b: a @ b, [(2, 1, 2, 3), (3, 3, 4)], "real"),
+    ("matmul-batched-vector", lambda a, b: a @ b, [(3,), (2, 3, 4)], "real"),
+    ("matmul-batched-by-vector", lambda a, b: a @ b, [(2, 2, 3), (3,)], "real"),
     ("outer", lambda a, b: np.outer(a, b), [(2,), (3,)], "real"),
     ("inner", lambda a, b: np.inner(a, b), [(3,), (3,)], "real"),
     ("vdot", lambda a, b: np.vdot(a, b), [(3,), (3,)], "real"),
@@ -558,11 +561,7 @@ def _all_cases():
                              id=f"{name}[{'-'.join(_shape_id(t) for t in s)}]")
                 for s in BINARY_SHAPES]
     for name, f, shapes, domain in STRUCTURAL:
-        marks = ()
-        if name == "matmul-batched":
-            marks = pytest.mark.xfail(strict=True, raises=ValueError,
-                                      reason="rank-generic dot/matmul handles ranks <= 2 only")
-        out.append(pytest.param(f, shapes, [domain] * len(shapes), id=name, marks=marks))
+        out.append(pytest.param(f, shapes, [domain] * len(shapes), id=name))
     return out
 
 

@@ -42,21 +42,37 @@ def _dot_vjp(call, g):
     ta, tb = call.types["a"], call.types["b"]
     ra, rb = ta.ndim, tb.ndim
     if ra is None or rb is None:  # rank-generic code: an emitted helper decides at run time
-        if call.rule.name not in ("dot", "matmul") or (ra or 0) > 2 or (rb or 0) > 2:
+        if call.rule.name == "matmul":
+            helper = "matmul_adjoints"
+        elif call.rule.name == "dot" and (ra or 0) <= 2 and (rb or 0) <= 2:
+            helper = "dot_adjoints"
+        else:
             return None
-        return {"__let__": [("dot_bars", fill("dot_adjoints(g, a, b)", g=g, a=a, b=b))],
+        return {"__let__": [("dot_bars", fill(f"{helper}(g, a, b)", g=g, a=a, b=b))],
                 "a": (fill("dot_bars[0]"), T.AType("array", ta.dtype, None)),
                 "b": (fill("dot_bars[1]"), T.AType("array", tb.dtype, None))}
     if ra == 0 or rb == 0:
         return {"a": (fill("g * b", g=g, b=b), call.out_type),
                 "b": (fill("g * a", g=g, a=a), call.out_type)}
     if call.rule.name == "matmul" and (ra > 2 or rb > 2):
-        ga = fill("np.matmul(g, np.swapaxes(b, -1, -2))", g=g, b=b) if rb >= 2 else \
-            fill("np.expand_dims(g, -1) * b", g=g, b=b)
-        gb = fill("np.matmul(np.swapaxes(a, -1, -2), g)", g=g, a=a) if rb >= 2 else \
-            fill("np.sum(a * np.expand_dims(g, -1), axis=tuple(range(a.ndim - 1)))", g=g, a=a)
-        return {"a": (ga, T.AType("array", ta.dtype, None)),
-                "b": (gb, T.AType("array", tb.dtype, None))}
+        # (contributions may keep batch axes their operand lacks: accumulation sums them)
+        # (the batch axes of g's type, out.dims[:-2] or [:-1], tell accumulation what to sum)
+        out = call.out_type.dims
+        if ra == 1:  # a row vector against a stack of matrices: g is (..., m)
+            ga = fill("np.matmul(b, np.expand_dims(g, -1))[..., 0]", g=g, b=b)
+            gb = fill("np.expand_dims(a, -1) * np.expand_dims(g, -2)", g=g, a=a)
+            da, db = out[:-1] + ta.dims[-1:], out[:-1] + ta.dims[-1:] + out[-1:]
+        elif rb == 1:  # a stack of matrices against a column vector: g is (..., n)
+            ga = fill("np.expand_dims(g, -1) * b", g=g, b=b)
+            gb = fill(f"np.sum(a * np.expand_dims(g, -1), axis={tuple(range(ra - 1))})",
+                      g=g, a=a)
+            da, db = out + tb.dims, tb.dims
+        else:
+            ga = fill("np.matmul(g, np.swapaxes(b, -1, -2))", g=g, b=b)
+            gb = fill("np.matmul(np.swapaxes(a, -1, -2), g)", g=g, a=a)
+            da, db = out[:-1] + ta.dims[-1:], out[:-2] + ta.dims[-1:] + out[-1:]
+        return {"a": (ga, T.array(tuple(da), ta.dtype or "float64")),
+                "b": (gb, T.array(tuple(db), tb.dtype or "float64"))}
     table = {
         (1, 1): ("g * b", "g * a"),
         (2, 1): ("np.outer(g, b)", "np.dot(a.T, g)"),
