@@ -34,7 +34,7 @@ from .api import (
 from .build_forward import build_jvp, build_linearize
 from .build_jacobian import Argnums, build_jacfwd, build_jacrev
 from .custom import register_route, source_function
-from .errors import NonFloatInputError, ShapeMismatchError
+from .errors import ArgnumsError, NonFloatInputError, ShapeMismatchError
 from .frontend import parse_function
 from .normalize import Static, TreeSpec
 
@@ -329,6 +329,8 @@ class _JacobianTransform(_Transformed):
         return entry
 
     def __call__(self, *args, **kwargs):
+        if not kwargs and not self.has_aux and FlatView.applies(self.fun, args):
+            return self._of_flat_view(args)
         names, values, specs = self._specs(args, kwargs)  # keywords are placed by name
         generated, module, argnums = self._generate(specs)
         flat = _flat_values(specs, names, values)
@@ -338,6 +340,45 @@ class _JacobianTransform(_Transformed):
             raw, aux = raw
         jac = _single_precision_like(values, self.assemble(values, specs, raw))
         return (jac, aux) if self.has_aux else jac
+
+    def _of_flat_view(self, args):
+        """jacfwd/jacrev of grad(f) with pytree arguments: the Jacobian of grad's flat entry
+        (one argument per leaf), each block put back into the argument's pytree and the
+        blocks into the structure grad returns (JAX's nesting: output tree, then argnums)."""
+        self._refuse_non_float(self._specs(args, {})[2])
+        view = FlatView(self.fun, args)
+        single = isinstance(self.argnums, int)
+        nums = [a % len(args) if isinstance(a, int) and -len(args) <= a < len(args) else a
+                for a in ((self.argnums,) if single else tuple(self.argnums))]
+        spans, start = [], 0
+        for value, is_tree in zip(view.values, view.trees):
+            count = len(pytrees.tree_leaves(value)) if is_tree else 1
+            spans.append(range(start, start + count))
+            start += count
+        try:
+            leaf_nums = tuple(i for a in nums for i in spans[a] if _float_leaf(view.flat[i]))
+        except (IndexError, TypeError):
+            raise ArgnumsError(f"{self.kind}: argnums={self.argnums!r} does not name "
+                               f"arguments of a function called with {len(args)}",
+                               hint=f"use argnums between 0 and {len(args) - 1}") from None
+        inner = self.__dict__.setdefault("_flat_jacobians", {}).get(view.entry)
+        if inner is None:
+            inner = _JacobianTransform(view.entry, leaf_nums, mode=self.mode)
+            self._flat_jacobians[view.entry] = inner
+        raw = inner(*view.flat)
+        pieces = raw if view.n_out > 1 else (raw,)
+
+        def blocks(piece):
+            by_leaf = dict(zip(leaf_nums, piece))
+            per_arg = []
+            for a in nums:
+                leaves = [by_leaf.get(i) for i in spans[a]]
+                per_arg.append(pytrees.tree_unflatten(pytrees.tree_structure(
+                    view.values[a]), leaves) if view.trees[a] else leaves[0])
+            return per_arg[0] if single else tuple(per_arg)
+        out = view.outputs(tuple(blocks(p) for p in pieces) if view.n_out > 1
+                           else blocks(pieces[0]))
+        return _single_precision_like(view.values, out)
 
     def assemble(self, values, specs, raw):
         """The generated module's nested tuples (output structure, then arguments) as JAX's

@@ -363,3 +363,34 @@ def test_hessian_vector_products_of_dict_parameters(argnums):
                                             pytrees.tree_leaves((v, dx))))
     rhs = sum(np.sum(a * a) for a in pytrees.tree_leaves(hvp))
     assert lhs == pytest.approx(rhs, rel=1e-10)
+
+
+@pytest.mark.parametrize("jac", [ad.jacfwd, ad.jacrev], ids=["jacfwd", "jacrev"])
+def test_jacobians_of_grad_with_dict_parameters(jac):
+    """jacfwd/jacrev(grad(f)) of a dict: JAX's nesting (gradient leaf, then argument leaf),
+    equal to hessian(f) and, with argnums=(0, 1), to finite differences of the gradient."""
+    from autodiff_ast import pytrees
+    p, v, x, dx = _dict_point()
+    got, want = jac(ad.grad(_dict_loss))(p, x), ad.hessian(_dict_loss)(p, x)
+    assert pytrees.tree_structure(got) == pytrees.tree_structure(want)
+    for a, b in zip(pytrees.tree_leaves(got), pytrees.tree_leaves(want)):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    g = ad.grad(_dict_loss, argnums=(0, 1))
+    both = jac(g, argnums=(0, 1))(p, x)
+    # contract the Jacobian with (v, dx): the directional derivative of the gradient
+    contracted = []
+    for out_leaf, (by_p, by_x) in zip(pytrees.tree_leaves(g(p, x)), _blocks(both)):
+        total = np.tensordot(by_x, dx, axes=1)
+        for blk, t in zip(pytrees.tree_leaves(by_p), pytrees.tree_leaves(v)):
+            total = total + np.tensordot(blk, t, axes=np.ndim(t))
+        contracted.append(total)
+    want = pytrees.tree_leaves(_fd_along(g, p, v, x, dx))
+    for a, b in zip(contracted, want):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8)
+
+
+def _blocks(jacobian):
+    """The (by p, by x) block pairs of jac(grad(f, argnums=(0, 1)), argnums=(0, 1)), one per
+    gradient leaf in tree_leaves order: the gradient's structure holds the pairs as leaves."""
+    grads_p, grad_x = jacobian
+    return [grads_p[k] for k in sorted(grads_p)] + [grad_x]
