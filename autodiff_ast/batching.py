@@ -48,6 +48,7 @@ from .batch_core import (
     ModuleBatcher,
     after_comments,
     batch_size_of,
+    flag_any,
     inline_returns,
     wrap,
 )
@@ -251,23 +252,20 @@ def build_vmap(target, leaf_axes, out_axes, axis_size_param=False, options=""):
 
 
 def _flat_returns(returns, flags, types):
-    """Returned values with tuple values opened: (expressions, types, flags, structure)."""
-    exprs, out_types, out_flags, shape = [], [], [], []
-    for expr, flag in zip(returns, flags):
-        typ = atom_type(expr, types)
+    """Returned values with tuple values opened, nested ones too: (expressions, types, flags,
+    structure), the structure holding each leaf's position."""
+    exprs, out_types, out_flags = [], [], []
+
+    def leaf(expr, typ, flag):
         if typ.kind == "tuple" and typ.elts:
-            positions = []
-            for k, elt in enumerate(typ.elts):
-                positions.append(len(exprs))
-                exprs.append(R.subscript(expr, [gast.Constant(value=k, kind=None)]))
-                out_types.append(elt)
-                out_flags.append(bool(flag[k] if isinstance(flag, tuple) else flag))
-            shape.append(tuple(positions))
-        else:
-            shape.append(len(exprs))
-            exprs.append(expr)
-            out_types.append(typ)
-            out_flags.append(bool(flag if not isinstance(flag, tuple) else any(flag)))
+            return tuple(leaf(R.subscript(expr, [gast.Constant(value=k, kind=None)]), elt,
+                              flag[k] if isinstance(flag, tuple) else flag)
+                         for k, elt in enumerate(typ.elts))
+        exprs.append(expr)
+        out_types.append(typ)
+        out_flags.append(flag_any(flag))
+        return len(exprs) - 1
+    shape = [leaf(expr, atom_type(expr, types), flag) for expr, flag in zip(returns, flags)]
     return exprs, out_types, out_flags, shape
 
 

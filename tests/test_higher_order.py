@@ -394,3 +394,22 @@ def _blocks(jacobian):
     gradient leaf in tree_leaves order: the gradient's structure holds the pairs as leaves."""
     grads_p, grad_x = jacobian
     return [grads_p[k] for k in sorted(grads_p)] + [grad_x]
+
+
+def test_hessian_with_argnums_over_a_dict_and_an_array():
+    """hessian(f, argnums=(0, 1)) with a dict first argument: vmap read the nested tuple
+    flag of grad's output ((p_w_bar,), x_bar) as batched (a non-empty tuple is truthy) and
+    refused; blocks now match the same function written with flat arguments."""
+    def tree(p, x):
+        return np.sum(np.tanh(p["w"] * x) ** 2)
+
+    def flat(w, x):
+        return np.sum(np.tanh(w * x) ** 2)
+    w, x = np.array([0.1, 0.2]), np.array([0.3, -0.2])
+    got = ad.hessian(tree, argnums=(0, 1))({"w": w}, x)
+    want = ad.hessian(flat, argnums=(0, 1))(w, x)
+    np.testing.assert_allclose(got[0]["w"][0]["w"], want[0][0], rtol=1e-12)
+    np.testing.assert_allclose(got[0]["w"][1], want[0][1], rtol=1e-12)
+    np.testing.assert_allclose(got[1][0]["w"], want[1][0], rtol=1e-12)
+    np.testing.assert_allclose(got[1][1], want[1][1], rtol=1e-12)
+    np.testing.assert_allclose(want[0][0], numeric_hessian(lambda v: flat(v, x), w), atol=1e-5)
