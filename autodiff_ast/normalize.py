@@ -739,7 +739,7 @@ class Normalizer:
         routed = route(self, fn, node, target)
         if routed is not None:
             return routed
-        rule = rules.lookup(fn)
+        rule = rules.lookup(fn) or rules.helper_rule(fn)
         if fn in (max, min) and len(node.args) != 2:
             rule = None
         if rule is not None:
@@ -1184,7 +1184,17 @@ class Normalizer:
         if raw_index:
             index = target.id
         else:
+            current = self.env.get(target.id)
             index = self.define(target.id)
+            if self.depth == 0 and isinstance(current, str) and current != index and \
+                    self.types.get(current, T.UNKNOWN).kind == "int" and any(
+                        not isinstance(s, (gast.If, gast.For, gast.While)) and
+                        current in {n.id for t in getattr(s, "targets", ())
+                                    for n in gast.walk(t) if isinstance(n, gast.Name)}
+                        for s in self.body):
+                # A loop that runs zero times leaves the name its old value: the new version
+                # starts as that value (only when it surely has one, bound at the top level).
+                self.body.append(self.copy_stmt(index, name(current)))
         self.types[index] = T.INT
 
         def make_body():

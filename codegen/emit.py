@@ -131,6 +131,23 @@ def render_function(fn, decorator=None):
     return _unmark(text)
 
 
+def _helpers_called_by(functions):
+    """Sources of the emitted helpers (codegen.helpers.HELPERS) that `functions` call and do
+    not define: a helper call copied from a module being differentiated again needs them."""
+    from .helpers import HELPERS, helper_source
+    defined = {f.name for f in functions if isinstance(f, (gast.FunctionDef, ast.FunctionDef))}
+    called = set()
+    for f in functions:
+        if not isinstance(f, (gast.AST, ast.AST)):
+            continue
+        walk = gast.walk if isinstance(f, gast.AST) else ast.walk
+        for node in walk(f):
+            if isinstance(node, (gast.Call, ast.Call)) and \
+                    isinstance(node.func, (gast.Name, ast.Name)) and node.func.id in HELPERS:
+                called.add(node.func.id)
+    return helper_source(called - defined) if called - defined else []
+
+
 def render_module(doc, imports, helpers, functions, decorator=None):
     """The whole generated module: docstring, imports, helpers, functions.
 
@@ -139,6 +156,7 @@ def render_module(doc, imports, helpers, functions, decorator=None):
     import numpy as np
     """
     parts = ['"""' + doc.replace('"""', "'''") + '"""', "\n".join(imports)]
+    helpers = list(helpers) + [h for h in _helpers_called_by(functions) if h not in helpers]
     pieces = [h.rstrip("\n") for h in helpers]
     pieces += [render_function(f, decorator) for f in functions]
     text = "\n".join(p for p in parts if p)

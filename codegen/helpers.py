@@ -50,6 +50,17 @@ def matmul_adjoints(g, a, b):
 ''',
 }
 
+HELPERS["add_along_axis"] = '''\
+def add_along_axis(like, indices, values, axis):
+    """The adjoint of np.take_along_axis(like, indices, axis): zeros shaped like `like`, with
+    `values` added at `indices` along `axis` (repeated indices add up)."""
+    out = np.zeros(np.shape(like))
+    index = list(np.ix_(*[np.arange(n) for n in np.shape(indices)]))
+    index[axis] = indices
+    np.add.at(out, tuple(index), values)
+    return out
+'''
+
 #: Helpers that a helper calls (emitted with it).
 HELPER_DEPENDS = {"dot_adjoints": ("unbroadcast",),
                   "matmul_adjoints": ("dot_adjoints", "unbroadcast")}
@@ -169,7 +180,10 @@ def argsort_axis(x, axis):
     if x.ndim == 1:
         return np.argsort(x, kind="mergesort")
     moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))
-    rows = moved.reshape((-1, moved.shape[-1]))
+    count = 1  # (not reshape -1: the axis may be empty)
+    for size in moved.shape[:-1]:
+        count *= size
+    rows = moved.reshape((count, moved.shape[-1]))
     out = np.empty(rows.shape, dtype=np.int64)
     for i in range(rows.shape[0]):
         out[i] = np.argsort(rows[i], kind="mergesort")
@@ -177,7 +191,9 @@ def argsort_axis(x, axis):
 ''',
     "scatter_add": '''\
 def scatter_add(b, index, g):
-    """np.add.at(b, index, g) for one integer index array: repeated indices accumulate."""
+    """np.add.at(b, index, g) for one integer index array: repeated indices accumulate; `g`
+    broadcasts to the shape of b[index] as in NumPy."""
+    g = np.broadcast_to(g, index.shape + b.shape[1:])
     if b.ndim == 1:
         for k in np.ndindex(index.shape):
             b[index[k]] += g[k]
@@ -213,7 +229,8 @@ def matmul_nd(a, b):
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     a_stack = np.broadcast_to(a, batch + a.shape[-2:])
     b_stack = np.broadcast_to(b, batch + b.shape[-2:])
-    out = np.empty(batch + (a.shape[-2], b.shape[-1]))
+    dtype = (np.zeros(1, dtype=a.dtype) * np.zeros(1, dtype=b.dtype)).dtype
+    out = np.empty(batch + (a.shape[-2], b.shape[-1]), dtype=dtype)
     for index in np.ndindex(batch):
         out[index] = np.dot(np.ascontiguousarray(a_stack[index]),
                             np.ascontiguousarray(b_stack[index]))
@@ -221,7 +238,8 @@ def matmul_nd(a, b):
 ''',
     "unbroadcast": '''\
 def unbroadcast(g, shape):
-    """Sum `g` down to `shape`: the adjoint of broadcasting a value of that shape (loops)."""
+    """Sum `g` down to `shape`: the adjoint of broadcasting a value of that shape (loops); where
+    g has size one and shape does not, g is copied along that axis (as np.zeros(shape) + g)."""
     garr = np.asarray(g)
     if len(shape) == 0:
         return np.sum(garr)
@@ -244,6 +262,22 @@ def unbroadcast(g, shape):
                     position += i * stride
                 stride *= shape[out_axis]
         flat_out[position] += flat_g[k]
+    spread = False  # g has size one (or no axis) where shape does not: copy along those axes
+    for axis in range(len(shape)):
+        if shape[axis] != 1 and (axis + lead < 0 or garr.shape[axis + lead] == 1):
+            spread = True
+    if spread:
+        for k in range(flat_out.size):
+            rest = k
+            source = 0
+            stride = 1
+            for axis in range(len(shape) - 1, -1, -1):
+                i = rest % shape[axis]
+                rest //= shape[axis]
+                if axis + lead >= 0 and garr.shape[axis + lead] != 1:
+                    source += i * stride
+                stride *= shape[axis]
+            flat_out[k] = flat_out[source]
     return out
 ''',
 }
@@ -257,16 +291,22 @@ def {op}_axis(x, axis):
     if x.ndim == 1:
         return {whole}
     moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))
-    rows = moved.reshape((-1, moved.shape[-1]))
-    out = np.empty(rows.shape[0], dtype=x.dtype)
+    count = 1  # (not reshape -1: the axis may be empty)
+    for size in moved.shape[:-1]:
+        count *= size
+    rows = moved.reshape((count, moved.shape[-1]))
+    out = np.empty(rows.shape[0], dtype={dtype})
     for i in range(rows.shape[0]):
         out[i] = {row}
     return out.reshape(moved.shape[:-1])
 '''
-for _op, _whole, _row in (("max", "x.max()", "rows[i].max()"),
-                          ("min", "x.min()", "rows[i].min()"),
-                          ("prod", "np.prod(x)", "np.prod(rows[i])")):
-    DIALECT_HELPERS[f"{_op}_axis"] = _REDUCE_ALONG_AXIS.format(op=_op, whole=_whole, row=_row)
+# (a product of small integers or booleans is an int64, as in NumPy)
+for _op, _whole, _row, _dtype in (
+        ("max", "x.max()", "rows[i].max()", "x.dtype"),
+        ("min", "x.min()", "rows[i].min()", "x.dtype"),
+        ("prod", "np.prod(x)", "np.prod(rows[i])", "np.asarray(np.prod(rows[:0])).dtype")):
+    DIALECT_HELPERS[f"{_op}_axis"] = _REDUCE_ALONG_AXIS.format(op=_op, whole=_whole, row=_row,
+                                                               dtype=_dtype)
 
 #: Numba options a dialect helper is compiled with besides the module's own.
 DIALECT_JIT_OPTIONS = {"reassociated_sum": "fastmath={'reassoc'}"}

@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import types as T
 from ..templates import fill, to_expr
-from . import Rule, register
+from . import Rule, register, register_helper
 
 
 def _dims_without(dims, axis, keepdims):
@@ -740,16 +740,38 @@ register(Rule("sort", "np.sort", ("x", "axis", "kind", "order"), {"axis": -1}, (
 
 
 # take_along_axis(arr, indices, axis): linear in arr (the sort rule's gathers). Its reverse rule
-# would be a scatter-add along the axis, which has no template yet.
+# is a scatter-add along the axis, the add_along_axis helper (codegen/helpers.py).
 def _infer_take_along_axis(call):
     arr, idx = call.types["arr"], call.types["indices"]
     return T.array(idx.dims, arr.dtype or "float64") if arr.kind == "array" else arr
 
 
+def _take_along_axis_vjp(call, g):
+    axis = call.const("axis")
+    if not isinstance(axis, int):
+        return None
+    bar = fill("add_along_axis(arr, indices, g, a)", arr=call.args["arr"],
+               indices=call.args["indices"], g=g, a=axis)
+    return {"arr": (bar, call.types["arr"])}
+
+
 register(Rule("take_along_axis", "np.take_along_axis", ("arr", "indices", "axis"), {}, ("arr",),
-              _infer_take_along_axis, lambda call, g: None,
+              _infer_take_along_axis, _take_along_axis_vjp,
               lambda call, dots: _relinear(call, dots, "arr"), linear=True),
          np.take_along_axis)
+# add_along_axis(like, indices, values, axis): the helper the rule above emits, linear in
+# values; its transpose is take_along_axis again (used when a gradient is differentiated).
+register_helper(Rule("add_along_axis", "add_along_axis", ("like", "indices", "values", "axis"),
+                     {}, ("values",),
+                     lambda call: T.array(call.types["like"].dims,
+                                          call.types["values"].dtype or "float64"),
+                     lambda call, g: {"values": (fill(
+                         "np.take_along_axis(g, indices, axis=a)", g=g,
+                         indices=call.args["indices"], a=call.const("axis")),
+                         call.types["values"])} if isinstance(call.const("axis"), int)
+                     else None,
+                     lambda call, dots: _relinear(call, dots, "values"), linear=True),
+                "add_along_axis")
 register(Rule("shape", "np.shape", ("x",), {}, (),
           lambda call: T.AType("tuple", elts=tuple(T.INT for _ in range(call.ndim("x") or 0)))
           if call.ndim("x") is not None else T.AType("tuple"), nondiff_output=True), np.shape)
