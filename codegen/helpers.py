@@ -53,11 +53,38 @@ def matmul_adjoints(g, a, b):
 HELPERS["add_along_axis"] = '''\
 def add_along_axis(like, indices, values, axis):
     """The adjoint of np.take_along_axis(like, indices, axis): zeros shaped like `like`, with
-    `values` added at `indices` along `axis` (repeated indices add up)."""
-    out = np.zeros(np.shape(like))
-    index = list(np.ix_(*[np.arange(n) for n in np.shape(indices)]))
-    index[axis] = indices
-    np.add.at(out, tuple(index), values)
+    `values` added at `indices` along `axis` (repeated indices add up; `indices` broadcasts
+    against the other axes as in take_along_axis)."""
+    shape = np.shape(like)
+    out = np.zeros(shape)
+    flat_out = out.reshape(-1)
+    flat_index = np.ascontiguousarray(indices).reshape(-1)
+    g = np.ascontiguousarray(values)
+    flat_g = g.reshape(-1)
+    at = axis + len(shape) if axis < 0 else axis
+    for k in range(flat_g.size):
+        rest = k
+        position = 0
+        source = 0
+        out_stride = 1
+        index_stride = 1
+        for d in range(len(shape) - 1, -1, -1):
+            i = rest % g.shape[d]
+            rest //= g.shape[d]
+            if indices.shape[d] != 1:
+                source += i * index_stride
+            index_stride *= indices.shape[d]
+        rest = k
+        for d in range(len(shape) - 1, -1, -1):
+            i = rest % g.shape[d]
+            rest //= g.shape[d]
+            if d == at:
+                i = flat_index[source]
+                if i < 0:
+                    i += shape[d]
+            position += i * out_stride
+            out_stride *= shape[d]
+        flat_out[position] += flat_g[k]
     return out
 '''
 

@@ -206,6 +206,13 @@ def test_sort_reverse_over_reverse_along_an_axis():
     np.testing.assert_allclose(ad.grad(outer)(x), fd, atol=1e-5)
 
 
+@pytest.mark.numba
+def test_jit_gradient_of_take_along_axis():
+    x = np.array([[0.3, -0.1, 0.2], [1.0, 0.5, -0.7]])
+    f = lambda v: np.sum(np.take_along_axis(v, np.argsort(v, axis=1), axis=1) * W23)  # noqa: E731
+    np.testing.assert_allclose(ad.jit(ad.grad(f))(x), [[2.0, 0.0, 1.0], [5.0, 4.0, 3.0]])
+
+
 @pytest.mark.parametrize("axis,indices", [(1, [[0, 0, 2], [1, 2, 1]]), (0, [[0, 1, 0]])])
 def test_take_along_axis_with_repeated_indices_to_order_two(axis, indices):
     idx = np.array(indices)
