@@ -668,7 +668,7 @@ def source(fun, *example_args, **example_kwargs):
 
     >>> import numpy as np
     >>> print(source(grad(lambda x: x * x), 1.0).splitlines()[-2].strip())
-    x_bar = x + x
+    x_bar = 2.0 * x
     """
     if example_args or example_kwargs:
         fun(*example_args, **example_kwargs)

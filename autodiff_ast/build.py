@@ -12,7 +12,7 @@ or for ``vjp`` (a forward function that keeps residuals and a backward function)
 >>> print(mod.source.split("\\n\\n\\n")[1], end="")
 def grad_f(x):
     # return np.sum(x * x)
-    x_bar = x + x
+    x_bar = 2.0 * x
     return x_bar
 """
 
@@ -86,6 +86,24 @@ def active_leaves(info, specs, argnums):
                          "this argument out of argnums")
         result.append(leaves)
     return result
+
+
+def _copy_nodes(value):
+    """`value` with every gast node and list in it copied; other attributes (a statement's
+    primitive, its origin) are shared.
+
+    >>> stmt = gast.parse("y = x * 2.0").body[0]
+    >>> twin = _copy_nodes(stmt)
+    >>> twin.value is not stmt.value and unparse(twin) == unparse(stmt)
+    True
+    """
+    if isinstance(value, gast.AST):
+        new = type(value).__new__(type(value))
+        new.__dict__.update({k: _copy_nodes(v) for k, v in value.__dict__.items()})
+        return new
+    if type(value) is list:
+        return [_copy_nodes(v) for v in value]
+    return value
 
 
 def _spellings(tree):
@@ -172,7 +190,10 @@ class ModuleBuilder:
                         called.add(node.func.id)
             for fname in sorted(called & set(cores) - self.emitted_primals):
                 core = cores[fname]
-                body = tidy_block(core.body, keep=set(_returned_names(core)), temps=core.namer)
+                # tidying rewrites statements in place, and the helper's forward function
+                # (built already) holds the same statements: tidy copies of them
+                body = tidy_block(_copy_nodes(core.body), keep=set(_returned_names(core)),
+                                  temps=core.namer)
                 self.functions.insert(0, function(core.name, core.params, body, core.returns,
                                                   doc=None))
                 self.emitted_primals.add(fname)

@@ -479,6 +479,18 @@ class _Walker:
                 tan.exprs[t] = name(dot)
                 tan.owned.discard(t)
 
+    def hoist_broadcasts(self, stmt, names):
+        """Before a loop: the full-shape tangent of each value the loop reads but does not
+        reassign whose tangent is still a smaller broadcastable expression. Written inside the
+        body, ``t_dot = d + np.zeros_like(t)`` would run on every step and be bound only when
+        the loop runs (code after a zero-trip loop would read an unbound t_dot)."""
+        tan = self.tan
+        reads = {n.id for inner in walk_statements([stmt]) for n in gast.walk(inner)
+                 if isinstance(n, gast.Name)}
+        for t in sorted(reads - set(names)):
+            if t in tan.exprs and t in self.defined:
+                tan.materialized(t)
+
     def nested(self, stmts):
         tan = self.tan
         saved, tan.out = tan.out, []
@@ -493,6 +505,7 @@ class _Walker:
     def loop(self, stmt):
         names = self.assigned(stmt)
         self.carry(names)
+        self.hoist_broadcasts(stmt, names)
         node = copy.copy(stmt)
         node.body = self.nested(stmt.body)
         node.orelse = []
@@ -514,11 +527,15 @@ class _Walker:
         tan.tuples, tan.owned = dict(before[2]), set(before[3])
         merged = []
         for t in names:
-            if tan.type_of(t).kind not in ("float", "array"):
+            kind = tan.type_of(t).kind
+            if kind not in ("float", "array", "list"):
                 continue
             dot = tan.namer.tangent(t)
             if all(exprs.get(t) is None for _, exprs, _, _ in arms):
                 continue
+            if kind == "list" and any(t in seen and exprs.get(t) is None
+                                      for _, exprs, _, seen in arms):
+                continue  # (no list of zero tangents to write on the other path)
             for out, exprs, ttypes, seen in arms:
                 current = exprs.get(t)
                 if isinstance(current, gast.Name) and current.id == dot and not tan.smaller(

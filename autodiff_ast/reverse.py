@@ -163,6 +163,9 @@ class Adjoints(DerivativeTable):
         # contribution adds to it (in straight-line code the first one may assign).
         self.accumulate = set()
         self.in_place = []  # ``x_bar += c`` statements (see can_add_in_place)
+        # Lists whose adjoint is still the empty stack made before a loop or branch: the
+        # one adjoint a helper's backward function returns for the list may replace it.
+        self.empty_lists = set()
 
     def get(self, value):
         return self.exprs.get(value)
@@ -182,7 +185,9 @@ class Adjoints(DerivativeTable):
             # A list's adjoint (a stack of adjoints, e.g. of a tape handed between generated
             # functions) flows along one path: it is passed on, never summed.
             bar = self.namer.adjoint(value)
-            if self.exprs.get(value) is None or value in self.accumulate:
+            if self.exprs.get(value) is None or value in self.accumulate or \
+                    value in self.empty_lists:
+                self.empty_lists.discard(value)
                 self.out.append(assign(bar, contrib))
                 self.exprs[value] = name(bar)
                 return
@@ -285,6 +290,7 @@ class Adjoints(DerivativeTable):
                     bar = self.namer.adjoint(value)
                     self.out.append(assign(bar, gast.List(elts=[], ctx=gast.Load())))
                     self.exprs[value] = name(bar)
+                    self.empty_lists.add(value)
                 continue
             if t.kind in ("tuple", "list", "object"):
                 continue
@@ -435,14 +441,17 @@ class SplitRegistry:
         self.in_progress = {}
         self.recursive = set()
 
-    def split(self, core, active):
+    def split(self, core, active, recompute=False):
         """The forward/backward pair of `core` for these active parameters.
 
         A recursive function, or one marked with `checkpoint`, gets a recomputing pair: its
         forward function is the primal itself and its backward function recomputes what it
-        needs (no residuals stored), which is also what keeps recursion finite.
+        needs (no residuals stored), which is also what keeps recursion finite. So does a
+        call made inside a loop (recompute=True): its residuals would otherwise be pushed on
+        one tape each per step, and that tape traffic (lists of small arrays, reference
+        counts) costs more than running the helper's forward sweep once more.
         """
-        key = (core.name, tuple(active))
+        key = (core.name, tuple(active)) + (("recompute",) if recompute else ())
         if key in self.in_progress:  # a recursive call: the pair being built recomputes
             self.recursive.add(key)
             return self.in_progress[key]
@@ -454,7 +463,8 @@ class SplitRegistry:
                 sweep = reverse(core, active, registry=self, seed="split")
             finally:
                 del self.in_progress[key]
-            recompute = key in self.recursive or getattr(core, "checkpointed", False)
+            recompute = recompute or key in self.recursive or getattr(core, "checkpointed",
+                                                                       False)
             self.pairs[key] = make_split(sweep, self.program, bwd_name=bwd_name,
                                          recompute=recompute)
         return self.pairs[key]
@@ -484,10 +494,18 @@ def make_split(sweep, program, bwd_name=None, recompute=False):
         block = tidy_block(list(sweep.forward) + list(sweep.backward), keep=bar_names,
                            temps=core.namer)
         needed = free_names(block) + _zero_bar_params(sweep)
+        # A value set only in a branch not taken (or a loop that did not run) that the
+        # backward code still reads after it (``x_bar_bar = np.zeros_like(x_bar)``): give it a
+        # value of its type first, as residuals get one (see below).
+        primal_of = {bar: v for (v, suffix), bar in core.namer._derived.items()
+                     if suffix == "bar"}  # an adjoint has its value's type
+        block = [assign(n, _placeholder(core.types.get(n, core.types.get(
+            primal_of.get(n), T.UNKNOWN)))) for n in _maybe_unbound(
+                block, list(core.params) + list(sweep.seeds or ()))] + block
         body = [s for s in block if not getattr(s, "backward", False)]
         if body:
             body = [_comment_stmt(f"{core.info.name}: recomputed here, nothing was stored "
-                                  "(checkpointed or recursive)")] + body
+                                  "(checkpointed, recursive or called in a loop)")] + body
         sweep.backward = body + [s for s in block if getattr(s, "backward", False)]
         sweep.forward = []
         bwd_params = [p for p in core.params if p in needed]
@@ -648,6 +666,8 @@ def reverse(core, active_params, registry=None, seed="grad", output_index=None):
     _undo_aliased_in_place(backward, adj.in_place, seeds)
     _run_forward_where_order_free(backward, seeds)
     _rebind_dead_adjoints(backward, core, set(seeds) | set(active_params))
+    _merge_scalar_sums(backward, core)
+    _pass_adjoints_through(backward, core)
     sweep = Sweep(core, list(active_params), forward, backward, param_bars, seeds,
                   adj.helpers)
     return sweep
@@ -1021,6 +1041,95 @@ def _zeros_of(stmt, x):
     return None
 
 
+def _pass_adjoints_through(backward, core):
+    """``x_bar = np.zeros_like(a)`` directly followed by ``x_bar = x_bar + y_bar`` becomes
+    ``x_bar = y_bar`` when a and y_bar's value have one array type: zeros plus y_bar is
+    y_bar, without a new array and two passes over it. That is the adjoint of an
+    accumulation ``out = out + t`` in a loop, whose adjoint passes through each step. The
+    two names then share one array: only when nothing in the backward sweep changes
+    either in place."""
+    primal = {bar: v for (v, suffix), bar in core.namer._derived.items() if suffix == "bar"}
+    changed_in_place = set()
+    for stmt in walk_statements(backward):
+        if isinstance(stmt, CONTROL):
+            continue
+        for sub in gast.walk(stmt):
+            target = sub.target if isinstance(sub, gast.AugAssign) else None
+            if isinstance(sub, gast.Assign):
+                target = next((t for t in sub.targets if isinstance(t, gast.Subscript)), None)
+            while isinstance(target, gast.Subscript):
+                target = target.value
+            if isinstance(target, gast.Name):
+                changed_in_place.add(target.id)
+            if isinstance(sub, gast.Call) and sub.args and isinstance(sub.args[0], gast.Name) \
+                    and not (isinstance(sub.func, gast.Attribute) and
+                             sub.func.attr in ("append", "pop")):
+                changed_in_place.add(sub.args[0].id)  # (a helper may write into it)
+
+    group = {}  # names one plain ``a = b`` makes share an array: one group
+
+    def find(n):
+        while group.get(n, n) != n:
+            n = group[n]
+        return n
+    for stmt in walk_statements(backward):
+        if isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and \
+                isinstance(stmt.targets[0], gast.Name) and isinstance(stmt.value, gast.Name):
+            group[find(stmt.targets[0].id)] = find(stmt.value.id)
+    changed_in_place = {find(n) for n in changed_in_place}
+
+    def array_type(n):
+        t = core.types.get(n)
+        return t if t is not None and t.kind == "array" and t.dims is not None else None
+
+    def rewrite(stmts):
+        for stmt in stmts:
+            if isinstance(stmt, CONTROL):
+                rewrite(stmt.body)
+                rewrite(stmt.orelse)
+        for k in range(len(stmts) - 1):
+            first, second = stmts[k], stmts[k + 1]
+            x = _zeros_of(first, getattr(first.targets[0], "id", None)) if isinstance(
+                first, gast.Assign) and len(first.targets) == 1 else None
+            if x is None:
+                continue
+            bar = first.targets[0].id
+            value = getattr(second, "value", None)
+            if not (isinstance(second, gast.Assign) and len(second.targets) == 1 and
+                    isinstance(second.targets[0], gast.Name) and second.targets[0].id == bar
+                    and isinstance(value, gast.BinOp) and isinstance(value.op, gast.Add) and
+                    isinstance(value.left, gast.Name) and value.left.id == bar and
+                    isinstance(value.right, gast.Name) and value.right.id != bar):
+                continue
+            y = value.right.id
+            tx, ty = array_type(x), array_type(primal.get(y, y))
+            if tx is None or tx != ty or {find(bar), find(y)} & changed_in_place:
+                continue
+            second.value = name(y)
+            stmts[k] = None
+        if None in stmts:
+            stmts[:] = [s for s in stmts if s is not None] or [gast.Pass()]
+    rewrite(backward)
+
+
+def _merge_scalar_sums(backward, core):
+    """Sums into the same number in one block of the backward sweep become one update
+    (``u_bar[i] += a`` ... ``u_bar[i] += b``: see tidy.merge_updates); sums of arrays stay
+    apart (merged, they would make a new array)."""
+    from .tidy import merge_updates
+    primal = {bar: v for (v, suffix), bar in core.namer._derived.items() if suffix == "bar"}
+
+    def scalar(x, index):
+        t = core.types.get(primal.get(x, x))
+        if t is None:
+            return False
+        if index is None:
+            return t.kind == "float"
+        parts = index.elts if isinstance(index, gast.Tuple) else [index]
+        return t.kind == "array" and t.dims is not None and len(parts) == len(t.dims)
+    merge_updates(backward, scalar)
+
+
 def _rebind_dead_adjoints(backward, core, unshareable=()):
     """``x_bar += y_bar`` in a loop step where x_bar holds zeros (``np.zeros_like`` before the
     loop and as its last write in the step) and y_bar is dead afterwards (set to a new array
@@ -1120,6 +1229,9 @@ class _Builder:
         self.depth = 0
         self.checkpoint_plans = {}  # id(checkpointed loop) -> how it is saved and recomputed
         self.defined_before = _defined_before(core)
+        self.first_bindings = _first_bindings(core)
+        self.top = None  # the top-level statement the backward sweep is in
+        self.placeholder_resets = []  # (restore, `t_bar = np.zeros_like(t)` right after it)
         self.loops = 0  # enclosing loops: residuals of helper calls there go on tapes
         self.unsaved = set()  # (id(core stmt), name): that save's restore was dropped
 
@@ -1127,6 +1239,8 @@ class _Builder:
     def backward_block(self, stmts):
         locals_ = _local_temps(stmts, self.core.namer.temps) if self.depth else set()
         for stmt in reversed(stmts):
+            if not self.depth:
+                self.top = stmt  # the top-level statement being reversed
             if isinstance(stmt, gast.If):
                 self.backward_if(stmt)
             elif isinstance(stmt, gast.For):
@@ -1149,7 +1263,8 @@ class _Builder:
             if replacement is not None:
                 self.replacements[id(stmt)] = replacement
             zero = [t for t in targets if self.depth > 0 and kind not in (
-                "setitem", "append", "add_at") and t in adj.accumulate and t not in locals_]
+                "setitem", "append", "add_at") and t in adj.accumulate and t not in locals_
+                and (id(stmt), t) not in self.first_bindings]
         else:
             zero = []
         if kind == "append":
@@ -1157,12 +1272,15 @@ class _Builder:
         if kind == "pop":  # put the value back on the list it came from
             adj.out.append(gast.Expr(value=fill("b.append(v)", b=stmt.prim.base,
                                                 v=targets[0])))
+        restores = {}
         if overwrites and targets:
             for t in targets:
-                if core.types.get(t, T.UNKNOWN).kind == "list":
+                if core.types.get(t, T.UNKNOWN).kind == "list" or \
+                        (id(stmt), t) in self.first_bindings:
                     continue
                 restore = self.restore_stmt(stmt, t)
                 if restore is not None:
+                    restores[t] = restore
                     adj.out.append(restore)
                     self.pops.append((restore, t))
                     restore.saved_by = (id(stmt), t)
@@ -1170,6 +1288,11 @@ class _Builder:
             # The value t had before this statement gets its own adjoint, of its own shape
             # (so after t is restored).
             adj.init_zero(t)
+            if self.loops and t in restores and core.types.get(t, T.UNKNOWN).kind == \
+                    "array" and t not in self.defined_before.get(id(self.top), (t,)):
+                # t is first bound in this loop: the restore may pop the forward sweep's
+                # zero-size placeholder (see forward_sweep)
+                self.placeholder_resets.append((restores[t], adj.out[-1]))
         for s in adj.out[marker:]:
             s.origin = stmt.origin
 
@@ -1425,12 +1548,22 @@ class _Builder:
                 dead.discard(id(restore))
         # Drop the restores nobody needs.
         self.adj.out[:] = _without(self.adj.out, dead)
+        for restore, reset in self.placeholder_resets:
+            if id(restore) not in dead:
+                # The loop's last backward step pops the zero-size placeholder t had before
+                # its first forward step: t_bar, reset to that shape, would give a sweep over
+                # this backward pass (which reads shapes from last values) a wrong shape.
+                t, bar = restore.targets[0].id, reset.targets[0].id
+                reset.value = fill("np.zeros_like(t) if t.size else np.zeros_like(b)",
+                                   t=t, b=bar)
         self.stale_views = _stale_views(self.core, self.adj.out)
         self.preallocated = self._plan_preallocated_tapes(needed)
         tapes = []
         forward = self._forward_block(self.core.body, needed, tapes, depth=0,
                                       defined=set(self.core.params))
         inits = [assign(tape, gast.List(elts=[], ctx=gast.Load())) for tape in tapes]
+        for tape in tapes:  # typed, so a caller's placeholder for it is a list too
+            self.core.types.setdefault(tape, T.AType("list", elts=()))
         return inits + forward
 
     def _plan_preallocated_tapes(self, needed):
@@ -1438,10 +1571,11 @@ class _Builder:
         by the trip count, indexed by the step (``y_tape[i] = y`` ... ``y = y_tape[i]``);
         the others stay lists used as stacks."""
         uses = {}
-        for saves in self.saves.values():
+        for sid, saves in self.saves.items():
             if isinstance(saves, list):
-                for tape, _ in saves:
-                    uses[tape] = uses.get(tape, 0) + 1
+                for tape, target in saves:
+                    if (sid, target) not in self.unsaved:  # (a dropped save pushes nothing)
+                        uses[tape] = uses.get(tape, 0) + 1
         written = {t for inner in walk_statements(self.core.body)
                    if not isinstance(inner, CONTROL) and inner.prim.kind in ("setitem", "add_at")
                    for t in _stmt_targets(inner)}
@@ -1455,21 +1589,22 @@ class _Builder:
             trips = fill("max(b - a, 0)", a=start, b=stop) if start is not None else to_expr(stop)
             step = name(loop.target.id) if start is None else fill("i - a", i=loop.target.id,
                                                                    a=start)
-            for stmt in loop.body:
+            for stmt, slot, size in _steps_of_nest(loop, step, trips):
                 saves = self.saves.get(id(stmt))
                 if isinstance(stmt, CONTROL) or not isinstance(saves, list):
                     continue
                 for tape, target in saves:
                     t = self.core.types.get(target, T.UNKNOWN)
-                    if target not in needed or uses.get(tape) != 1:
+                    if target not in needed or uses.get(tape) != 1 or \
+                            (id(stmt), target) in self.unsaved:
                         continue
                     if t.kind in ("float", "int", "bool"):
                         dtype = {"float": t.dtype or "float64", "int": "int64",
                                  "bool": "bool_"}[t.kind]
-                        shape = trips
+                        shape = size
                     else:  # arrays stay on lists: as fast (numba-notes.md), no shape to know
                         continue
-                    plan[tape] = {"loop": id(loop), "step": step, "shape": shape,
+                    plan[tape] = {"loop": id(loop), "step": slot, "shape": shape,
                                   "dtype": dtype, "copy": t.kind == "array" and target in written}
         for restore, _ in self.pops:
             tape = _popped_tape(restore)
@@ -1523,6 +1658,8 @@ class _Builder:
                         tapes.append(tape)
             elif save:
                 for tape, target in save:
+                    if tape in self.preallocated and (id(stmt), target) in self.unsaved:
+                        continue  # another statement fills this tape
                     if tape in self.preallocated:
                         row = gast.Subscript(value=name(tape), slice=to_expr(
                             self.preallocated[tape]["step"]), ctx=gast.Store())
@@ -1545,6 +1682,81 @@ class _Builder:
         return out
 
 
+def _steps_of_nest(loop, step, trips):
+    """(statement, its step number, the trip count) for the statements of a top-level loop's
+    body and of the ``for`` loops over ranges nested in it whose bounds the outer loop does
+    not change (``for c in range(k)`` inside ``for i in range(n)``: step ``i * k + c`` of
+    ``n * k``): a value saved once per step there gets one slot of a preallocated tape.
+    Statements in branches count too (a slot of a branch not taken is never read)."""
+    assigned = {t for inner in walk_statements(loop.body) if not isinstance(inner, CONTROL)
+                for t in _stmt_targets(inner)}
+    indices = {inner.target.id for inner in walk_statements(loop.body)
+               if isinstance(inner, gast.For) and isinstance(inner.target, gast.Name)}
+    assigned |= indices | {loop.target.id}
+    count, defs = {}, {}
+    for inner in walk_statements(loop.body):
+        if isinstance(inner, gast.Assign) and not isinstance(inner, CONTROL):
+            for t in _stmt_targets(inner):
+                count[t] = count.get(t, 0) + 1
+                defs[t] = inner.value
+
+    def bound(expr, depth=0):
+        """`expr` with the loop's own shape reads (``item = shape[0]``, ``shape = x.shape``)
+        put back, when that makes it invariant; else None."""
+        if _invariant_int(expr, assigned):
+            return to_expr(expr)
+        if depth > 4:
+            return None
+        names = {n.id for n in gast.walk(expr) if isinstance(n, gast.Name)} & assigned
+        if any(count.get(n) != 1 or not isinstance(defs[n], (gast.Attribute, gast.Subscript))
+               for n in names):
+            return None
+        from .templates import copy_tree
+        return bound(fill(unparse(expr), **{n: copy_tree(defs[n]) for n in names}), depth + 1)
+
+    def visit(stmts, step, trips):
+        for stmt in stmts:
+            if isinstance(stmt, gast.If):
+                yield from visit(stmt.body, step, trips)
+                yield from visit(stmt.orelse, step, trips)
+                continue
+            if not isinstance(stmt, gast.For):
+                if not isinstance(stmt, CONTROL):
+                    yield stmt, step, trips
+                continue
+            it = stmt.iter
+            if stmt.orelse or getattr(stmt, "checkpointed", False) or \
+                    not isinstance(it, gast.Call) or unparse(it.func) != "range" or \
+                    not 1 <= len(it.args) <= 2 or it.keywords or \
+                    not isinstance(stmt.target, gast.Name) or \
+                    any(bound(a) is None for a in it.args):
+                continue
+            start, stop = (to_expr(0), bound(it.args[0])) if len(it.args) == 1 else \
+                (bound(it.args[0]), bound(it.args[1]))
+            shape_read = isinstance(stop, gast.Subscript) and \
+                isinstance(stop.value, gast.Attribute) and stop.value.attr == "shape"
+            inner = stop if len(it.args) == 1 and shape_read else \
+                fill("max(b - a, 0)", a=start, b=stop)  # (a length is never negative)
+            offset = fill("i - a", i=stmt.target.id, a=start) if len(it.args) == 2 else \
+                name(stmt.target.id)
+            if step is None:  # (only which statements have slots is asked)
+                yield from visit(stmt.body, None, None)
+            else:
+                yield from visit(stmt.body, fill("s * t + o", s=step, t=inner, o=offset),
+                                 fill("n * t", n=trips, t=inner))
+    yield from visit(loop.body, step, trips)
+
+
+def _invariant_int(expr, assigned):
+    """Whether the range bound `expr` (``k``, ``x.shape[1]``, ``n - 1``) reads no name in
+    `assigned` and calls nothing: its value before the loop nest is its value in it."""
+    allowed = (gast.Name, gast.Constant, gast.Attribute, gast.Subscript, gast.BinOp,
+               gast.UnaryOp, gast.operator, gast.unaryop, gast.expr_context)
+    return all(isinstance(n, allowed) and not (isinstance(n, gast.Name) and n.id in assigned)
+               and not (isinstance(n, gast.Constant) and type(n.value) not in (int, str))
+               for n in gast.walk(expr))
+
+
 def _checkpointed_forward_doc():
     """(documentation anchor; see _Builder._checkpointed_forward)"""
 
@@ -1556,6 +1768,66 @@ def _popped_tape(restore):
             value.func.attr == "pop" and isinstance(value.func.value, gast.Name):
         return value.func.value.id
     return None
+
+
+def _maybe_unbound(stmts, params):
+    """Names `stmts` bind somewhere but may read where they are unbound: set only in one arm
+    of a branch, or only in a loop that may not run, and read after it."""
+    from .tidy import _loads, stmt_defs, stmt_uses
+    bound, out = set(), []
+
+    def read(names, defined):
+        out.extend(n for n in names if n not in defined and n not in out)
+
+    def scan(stmts, defined):
+        for stmt in stmts:
+            if isinstance(stmt, gast.If):
+                read(_loads(stmt.test), defined)
+                body, orelse = scan(stmt.body, set(defined)), scan(stmt.orelse, set(defined))
+                defined |= body & orelse
+            elif isinstance(stmt, gast.For):
+                read(_loads(stmt.iter), defined)
+                scan(stmt.body, defined | {n.id for n in gast.walk(stmt.target)
+                                           if isinstance(n, gast.Name)})
+            elif isinstance(stmt, gast.While):
+                read(_loads(stmt.test), defined)
+                scan(stmt.body, set(defined))
+            else:
+                read(stmt_uses(stmt), defined)
+                defined |= set(stmt_defs(stmt))
+                bound.update(stmt_defs(stmt))
+        return defined
+    scan(stmts, set(params))
+    return [n for n in out if n in bound]
+
+
+def _first_bindings(core):
+    """{(id(stmt), name)}: statements outside every loop that give a name its first value on
+    their path through the branches (``if c: t = a`` ``else: t = b`` with t unbound before).
+    The value such a statement overwrites is only the forward sweep's placeholder: nothing
+    saves or restores it, and it gets no adjoint (a zero-size ``t_bar = np.zeros_like(t)``
+    would hand a sweep over the backward pass a wrong shape for t_bar)."""
+    out = set()
+
+    def scan(stmts, defined):
+        for stmt in stmts:
+            if isinstance(stmt, gast.If):
+                body, orelse = scan(stmt.body, set(defined)), scan(stmt.orelse, set(defined))
+                defined |= body | orelse
+            elif isinstance(stmt, CONTROL):
+                defined |= {t for inner in walk_statements([stmt]) if not isinstance(
+                    inner, CONTROL) for t in _stmt_targets(inner)}
+                defined |= {n.id for inner in walk_statements([stmt]) if isinstance(
+                    inner, gast.For) for n in gast.walk(inner.target)
+                    if isinstance(n, gast.Name)}
+            elif getattr(stmt, "prim", None) is not None:
+                if stmt.prim.kind not in ("setitem", "add_at", "append", "pop", "counter",
+                                          "list_new"):
+                    out.update((id(stmt), t) for t in _stmt_targets(stmt) if t not in defined)
+                defined |= set(_stmt_targets(stmt))
+        return defined
+    scan(core.body, set(core.params))
+    return out
 
 
 def _defined_before(core):
@@ -1783,19 +2055,27 @@ def _recompute_index_arithmetic(core, backward):
                 recomputable[t] = value
                 changed = True
     # A value computed in a loop body from values the body does not change: computed again
-    # at the top of the backward step, not pushed on a tape.
+    # at the top of the backward step, not pushed on a tape. A math-library call (np.exp)
+    # where the step has a slot of a preallocated tape is saved there instead: a store and
+    # a load cost less than computing it again.
+    slotted = {id(s) for loop in core.body if isinstance(loop, gast.For) and
+               not getattr(loop, "checkpointed", False) and len(loop.iter.args) <= 2
+               for s, _, _ in _steps_of_nest(loop, None, None)}
+    saved = {t: loop for t, (loop, _) in loop_local.items()
+             if id(defs[t][0]) in slotted and _libm_call(defs[t][0])}
     changed = True
     while changed:
         changed = False
         for t, (loop, written) in loop_local.items():
             stmt = defs[t][0]
-            if t in recomputable or t in in_loop or not _cheap(stmt):
+            if t in recomputable or t in in_loop or t in saved or not _cheap(stmt):
                 continue
             value = stmt.value
             operands = [n.id for n in gast.walk(value) if isinstance(n, gast.Name) and
                         not (isinstance(value, gast.Call) and n is value.func)]
+            # (a saved value of the step holds the step's value at the top of its backward)
             if all(o in indices or o in recomputable or o not in written or
-                   in_loop.get(o) is loop for o in operands):
+                   in_loop.get(o) is loop or saved.get(o) is loop for o in operands):
                 in_loop[t] = loop
                 changed = True
     inserted = _insert_recomputation(backward, in_loop, core.namer)
@@ -1858,6 +2138,44 @@ def _insert_recomputation(backward, in_loop, namer):
     return inserted
 
 
+def _basic_view(stmt, types):
+    """Whether `stmt` binds an array to a view of another by integers and slices (``row =
+    w[i]``, ``block = q[c, :d]``): taking it again costs nothing, saving it costs a tape.
+
+    >>> stmt = gast.parse("row = w[i + 1, :n]").body[0]
+    >>> _basic_view(stmt, {"row": T.AType("array"), "w": T.AType("array"),
+    ...                    "i": T.AType("int"), "n": T.AType("int")})
+    True
+    """
+    value = stmt.value
+    if types.get(_stmt_targets(stmt)[0], T.UNKNOWN).kind != "array" or not (
+            isinstance(value, gast.Subscript) and isinstance(value.value, gast.Name)):
+        return False
+    return all(types.get(n.id, T.UNKNOWN).kind == "int" for n in gast.walk(value.slice)
+               if isinstance(n, gast.Name))
+
+
+def _array_arithmetic(stmt, types):
+    """Whether `stmt` binds an array to one arithmetic operation on names and constants
+    (``xc = row - mu``): computing it again costs about what its tape would (an array made,
+    the same elementwise loop), without holding every step's value.
+
+    >>> stmt = gast.parse("xc = row - mu").body[0]
+    >>> _array_arithmetic(stmt, {"xc": T.AType("array")})
+    True
+    """
+    value = stmt.value
+    if types.get(_stmt_targets(stmt)[0], T.UNKNOWN).kind != "array":
+        return False
+    if isinstance(value, gast.BinOp):
+        operands = (value.left, value.right)
+    elif isinstance(value, gast.UnaryOp):
+        operands = (value.operand,)
+    else:
+        return False
+    return all(isinstance(o, (gast.Name, gast.Constant)) for o in operands)
+
+
 def _cheap(stmt):
     """A statement worth computing again rather than saving: arithmetic, a comparison, a
     read of one element or of a shape, or one elementwise NumPy function of such values."""
@@ -1870,6 +2188,18 @@ def _cheap(stmt):
     return isinstance(value, gast.Call) and prim is not None and prim.kind == "rule" and \
         prim.rule.name in _ELEMENTWISE_OK and all(
             isinstance(a, (gast.Name, gast.Constant)) for a in value.args) and not value.keywords
+
+
+_LIBM = {"exp", "exp2", "expm1", "log", "log10", "log1p", "log2", "sin", "cos", "tan",
+         "arcsin", "arccos", "arctan", "arctan2", "sinh", "cosh", "tanh", "arcsinh", "arccosh",
+         "arctanh", "erf", "power", "cbrt", "hypot", "logaddexp", "logaddexp2", "sinc"}
+
+
+def _libm_call(stmt):
+    """Whether `stmt` calls a math-library function (tens of cycles: np.exp, np.tanh)."""
+    prim = getattr(stmt, "prim", None)
+    return isinstance(stmt.value, gast.Call) and prim is not None and prim.kind == "rule" and \
+        prim.rule.name.split("@")[0] in _LIBM
 
 
 def _loop_locals(loop, core, reads=None):
@@ -1907,8 +2237,10 @@ def _loop_locals(loop, core, reads=None):
         if len(targets) == 1 and isinstance(s, gast.Assign) and \
                 isinstance(s.targets[0], gast.Name) and s.prim.kind not in (
                     "setitem", "append", "add_at", "pop", "user") and \
-                count.get(targets[0]) == 1 and targets[0] not in seen | outside and \
-                core.types.get(targets[0], T.UNKNOWN).kind in ("float", "int", "bool", "tuple"):
+                count.get(targets[0]) == 1 and targets[0] not in seen | outside and (
+                    core.types.get(targets[0], T.UNKNOWN).kind in ("float", "int", "bool",
+                                                                   "tuple") or
+                    _basic_view(s, core.types) or _array_arithmetic(s, core.types)):
             out.append((targets[0], written))
         seen |= reads_of(s)
     return out
@@ -1993,6 +2325,8 @@ def _placeholder(t):
         if t.dtype in (None, "float64"):
             return fill("np.zeros(s)", s=shape)
         return fill(f"np.zeros(s, np.{t.dtype})", s=shape)
+    if t.kind == "list":  # a tape (a sweep over this code pairs it with a list of tangents)
+        return gast.List(elts=[], ctx=gast.Load())
     if t.kind == "int":
         return fill("0")
     if t.kind == "bool":
@@ -2135,6 +2469,7 @@ def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
             adj.exprs[base] = name(adj.namer.adjoint(base))
         value = adj.materialized(target) if g is not None else adj.zero_expr(target)
         adj.out.append(gast.Expr(value=fill("b.append(v)", b=adj.exprs[base], v=value)))
+        adj.empty_lists.discard(base)
         return None
     if prim.kind == "add_at":
         base, value = prim.base, prim.args[0]
@@ -2227,6 +2562,7 @@ def _reverse_rule(stmt, adj, active, core):
     if rule.name in _ELEMENTWISE_OK and _lazy_undercounts(adj, call, target[0], result, active):
         result = rule.vjp(call, adj.materialized(target[0]))
     lets = result.pop("__let__", [])
+    _merge_twin_contributions(result, call)
     adj.helpers |= _helpers_called([e for _, e in lets] + [c[0] for c in result.values()])
     renames = {}
     for local, expr in lets:
@@ -2248,6 +2584,35 @@ def _reverse_rule(stmt, adj, active, core):
         if renames:
             expr = fill(unparse(expr), **{k: v for k, v in renames.items()})
         adj.add(atom.id, expr, ctype)
+
+
+def _merge_twin_contributions(result, call):
+    """Two parameters given the same name (``x * x``) with equal contributions (``g * x``
+    twice) get one, doubled: ``x_bar += 2.0 * (g * x)`` is one pass and no temporary array,
+    where two updates are two of each. `result` changes in place.
+
+    >>> from autodiff_ast.templates import unparse
+    >>> x, g = gast.parse("x", mode="eval").body, fill("g * x", g="g", x="x")
+    >>> call = PrimCall(None, {"x1": x, "x2": x}, {}, None, None)
+    >>> result = {"x1": (g, None), "x2": (fill("g * x", g="g", x="x"), None)}
+    >>> _merge_twin_contributions(result, call)
+    >>> [(p, unparse(e)) for p, (e, _) in result.items()]
+    [('x1', '2.0 * (g * x)')]
+    """
+    seen = {}
+    for param in [p for p in result if isinstance(p, str)]:
+        atom = call.args.get(param)
+        expr, ctype = result[param]
+        if not isinstance(atom, gast.Name) or isinstance(expr, str):
+            continue
+        first = seen.get(atom.id)
+        if first is None:
+            seen[atom.id] = param
+            continue
+        expr_1, ctype_1 = result[first]
+        if ctype_1 == ctype and unparse(expr_1) == unparse(expr):
+            result[first] = (fill("2.0 * e", e=expr_1), ctype_1)
+            del result[param]
 
 
 def _lazy_undercounts(adj, call, out, result, active):
@@ -2303,6 +2668,31 @@ def _missing(stmt, core, rule, detail=""):
                            "rule (see docs/adding-a-rule.md)")
 
 
+def _defining(expr, stmts):
+    """The value last assigned to `expr` in `stmts` when it is a name assigned there."""
+    if isinstance(expr, gast.Name):
+        for stmt in reversed(stmts):
+            targets = getattr(stmt, "targets", None)
+            if targets and len(targets) == 1 and isinstance(targets[0], gast.Name) and \
+                    targets[0].id == expr.id:
+                return stmt.value
+    return expr
+
+
+def _int_factor(expr, types):
+    """True when `expr` is a product (or negation) with an integer factor: tidying may fold
+    its float factors away (``-1.0 * n`` is written ``-n``), leaving an int."""
+    if isinstance(expr, gast.Constant):
+        return type(expr.value) is int
+    if isinstance(expr, gast.Name):
+        return types.get(expr.id, T.UNKNOWN).kind == "int"
+    if isinstance(expr, gast.UnaryOp):
+        return isinstance(expr.op, gast.USub) and _int_factor(expr.operand, types)
+    if isinstance(expr, gast.BinOp) and isinstance(expr.op, gast.Mult):
+        return _int_factor(expr.left, types) or _int_factor(expr.right, types)
+    return False
+
+
 def _reverse_user_call(stmt, adj, active, core, registry, in_loop=False):
     prim = stmt.prim
     callee = prim.callee
@@ -2312,7 +2702,7 @@ def _reverse_user_call(stmt, adj, active, core, registry, in_loop=False):
                      if isinstance(a, gast.Name) and a.id in active]
     if not active_callee:
         return None
-    split = registry.split(callee, active_callee)
+    split = registry.split(callee, active_callee, recompute=in_loop)
     out_t = core.types.get(target, T.UNKNOWN)
     if out_t.kind == "tuple":
         parts = adj.tuples.get(target)
@@ -2328,6 +2718,10 @@ def _reverse_user_call(stmt, adj, active, core, registry, in_loop=False):
         if g is None:
             return None
         gs = [g]
+        if out_t.kind == "float" and _int_factor(_defining(g, adj.out), core.types):
+            # `n * f(x)` gives f's cotangent `n`: a float keeps f_bwd to one compiled
+            # signature when it is also called with a float cotangent
+            gs = [fill("float(g)", g=g)]
     # Forward: call the helper's forward function, keeping its residuals under local names.
     replacement = None
     residual_locals = []

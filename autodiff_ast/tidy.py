@@ -272,8 +272,12 @@ def free_names(stmts, maybe_unbound=False):
     """
     defined, free = set(), []
     for stmt in stmts:
+        # A for loop's own variable, read in its body, is bound there by the loop header (a
+        # residual of it would be unbound when the forward loop ran zero times).
+        own = {stmt.target.id} if isinstance(stmt, gast.For) and isinstance(
+            stmt.target, gast.Name) and stmt.target.id not in _loads(stmt.iter) else set()
         for n in stmt_uses(stmt):
-            if n not in defined and n not in free:
+            if n not in defined and n not in free and n not in own:
                 free.append(n)
         if not (maybe_unbound and isinstance(stmt, (gast.For, gast.While, gast.If))):
             defined.update(stmt_defs(stmt))
@@ -469,6 +473,125 @@ def _fuse_accumulation(stmts, facts=None):
         del stmts[i]
         return True
     return False
+
+
+def _sum_update(stmt):
+    """(accumulated name, its element index or None, sign, added expression) of ``x[i] += e``,
+    ``x += e`` (x a name) or ``x = x + e`` / ``x = x - e`` where e does not read x; else
+    None."""
+    if isinstance(stmt, gast.AugAssign) and isinstance(stmt.op, (gast.Add, gast.Sub)):
+        target, sign = stmt.target, 1 if isinstance(stmt.op, gast.Add) else -1
+        index = None
+        if isinstance(target, gast.Subscript) and isinstance(target.value, gast.Name):
+            target, index = target.value, target.slice
+        if not isinstance(target, gast.Name) or (index is not None and any(
+                isinstance(n, (gast.Slice, gast.List, gast.Tuple)) and not (
+                    isinstance(n, gast.Tuple) and n is index) for n in _walk(index))):
+            return None  # (slices may overlap partly: only whole elements merge)
+        name, value = target.id, stmt.value
+    elif isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and \
+            isinstance(stmt.targets[0], gast.Name) and isinstance(stmt.value, gast.BinOp) and \
+            isinstance(stmt.value.op, (gast.Add, gast.Sub)) and \
+            isinstance(stmt.value.left, gast.Name) and stmt.value.left.id == stmt.targets[0].id:
+        name, index, value = stmt.targets[0].id, None, stmt.value.right
+        sign = 1 if isinstance(stmt.value.op, gast.Add) else -1
+    else:
+        return None
+    if name in _names(value) or (index is not None and name in _names(index)) or \
+            _mutates(value):
+        return None
+    return name, index, sign, value
+
+
+def merge_updates(stmts, scalar=None):
+    """Two sums into the same place in one block become one: ``x[i] += a`` ... ``x[i] += b``
+    becomes ``x[i] += a + b`` where the second was (and ``v = v + a`` ... ``v = v + b``
+    becomes ``v = v + (a + b)``), when nothing between them reads or rebinds x and every
+    write to x between them is a sum too (``x[i - 1] += c``: even where i - 1 and i name the
+    same element, sums commute), and nothing between them rebinds what a or i read. Arrays
+    may share memory under other names, so what runs between them reads no element of any
+    array nor calls anything, and a reads no element when anything is written between. The
+    adjoint of a stencil adds to ``u_bar[i]`` twice per step; one update is one load and
+    one store. `scalar(x, index)` says whether ``x[index]`` (x when index is None) is one
+    number: sums of arrays stay apart (``a + b`` would be a new array). Nested blocks too;
+    returns how many sums were merged.
+
+    >>> block = gast.parse("g[i] += a * c\\ng[i - 1] += c\\ng[i] += a").body
+    >>> from autodiff_ast.templates import unparse
+    >>> merge_updates(block), [unparse(s) for s in block]
+    (1, ['g[i - 1] += c', 'g[i] += a * c + a'])
+    """
+    count = 0
+    for stmt in stmts:
+        if isinstance(stmt, _CONTROL):
+            count += merge_updates(stmt.body, scalar) + merge_updates(stmt.orelse, scalar)
+    while _merge_once(stmts, scalar):
+        count += 1
+    return count
+
+
+def _merge_once(stmts, scalar, facts=None):
+    for i, first in enumerate(stmts):
+        found = _sum_update(first)
+        if found is None or (scalar is not None and not scalar(found[0], found[1])):
+            continue
+        x, index, sign, a = found
+        key = None if index is None else _unparse(index)
+        held = set(_names(a)) | (set(_names(index)) if index is not None else set())
+        reads_elements = not _elementwise_free(a)
+        for j in range(i + 1, len(stmts)):
+            second = stmts[j]
+            if isinstance(second, _CONTROL):
+                break
+            other = _sum_update(second)
+            if other is not None and other[0] == x:
+                if (other[1] is None) != (index is None) or (
+                        index is not None and _unparse(other[1]) != key):
+                    if isinstance(second, gast.AugAssign) and other[1] is not None:
+                        # a sum into another element of x: order-free, when it reads no
+                        # element (one of x's, under another name) and a reads none
+                        if held & set(facts.defs(second) if facts else stmt_defs(second)) - {x} \
+                                or reads_elements or not _elementwise_free(other[3]) or \
+                                not _elementwise_free(other[1]):
+                            break
+                        continue
+                    break
+                b, op = other[3], gast.Add() if sign == other[2] else gast.Sub()
+                total = simplify(gast.BinOp(left=_copy(a), op=op, right=b))
+                if _depth(total) > _MAX_INLINE_DEPTH:
+                    break
+                if isinstance(second, gast.AugAssign):
+                    second.op = gast.Add() if sign == 1 else gast.Sub()
+                    second.value = total
+                else:
+                    second.value = gast.BinOp(left=gast.Name(id=x, ctx=gast.Load(),
+                                                             annotation=None,
+                                                             type_comment=None),
+                                              op=gast.Add() if sign == 1 else gast.Sub(),
+                                              right=total)
+                if facts is not None:
+                    facts.forget(second)
+                del stmts[i]
+                return True
+            reads = facts.uses(second) if facts else stmt_uses(second)
+            defs = facts.defs(second) if facts else stmt_defs(second)
+            if x in reads or x in defs or held & set(defs) or _mutates(second) or not (
+                    isinstance(second, gast.Assign) and len(second.targets) == 1 and
+                    isinstance(second.targets[0], gast.Name) and
+                    _elementwise_free(second.value)):
+                break
+    return False
+
+
+def _elementwise_free(expr):
+    """Whether `expr` reads no array element and calls nothing (arithmetic on names)."""
+    return not any(isinstance(n, (gast.Subscript, gast.Call, gast.Attribute))
+                   for n in _walk(expr))
+
+
+def _unparse(node):
+    from .templates import unparse
+    return unparse(node)
 
 
 def _all_reads(stmts):

@@ -264,6 +264,31 @@ def _ordered_axes(axes):
     return pos + neg
 
 
+def _kept_order(axes):
+    """Axes in an order where putting back one at a time (np.expand_dims) puts each where
+    keepdims=True does: non-negative ones from the first, then negative ones from the last."""
+    return sorted(a for a in axes if a >= 0) + sorted((a for a in axes if a < 0), reverse=True)
+
+
+def _axes_unambiguous(axes):
+    """Whether reducing (or keeping) integer `axes` one at a time in the orders above is right
+    for every rank the axes are valid for: true unless some negative axis can lie left of a
+    non-negative one, as (2, -3) does for an array of rank 4 (the rank is not known here).
+
+    >>> _axes_unambiguous((0, -1)), _axes_unambiguous((2, -3))
+    (True, False)
+    """
+    pos = [a for a in axes if a >= 0]
+    neg = [a for a in axes if a < 0]
+    if not pos or not neg:
+        return True
+    for rank in range(max(max(pos) + 1, -min(neg)), max(pos) - min(neg) + 1):
+        placed = pos + [rank + a for a in neg]
+        if len(set(placed)) == len(placed) and min(rank + a for a in neg) < max(pos):
+            return False
+    return True
+
+
 # ---------------------------------------------------------------- the lowering pass
 class _Lower(gast.NodeTransformer):
     """Rewrites one function's calls into the dialect; collects the helpers they need."""
@@ -309,6 +334,8 @@ class _Lower(gast.NodeTransformer):
         axis = _const(args["axis"]) if "axis" in args else None
         if axis is _NOPE:  # an axis held in a name: one integer axis
             axis = args["axis"]
+        if isinstance(axis, tuple) and not _axes_unambiguous(axis):
+            return node  # left as written: Numba computes it or refuses it, naming the line
         keep = _const(args.get("keepdims", gast.Constant(value=False, kind=None)))
         if keep is _NOPE:
             return node
@@ -320,7 +347,8 @@ class _Lower(gast.NodeTransformer):
             if func == "np.std":
                 value = _call("np.sqrt", [value])
         elif axis is None:
-            value = _call(func, [x])
+            whole = func == "np.sum" and self.module.loop_free
+            value = _call(self.helper("reassociated_sum") if whole else func, [x])
         else:
             value = self.per_axis(func, x, axis)
         if keep:
@@ -365,7 +393,7 @@ class _Lower(gast.NodeTransformer):
         if axis is None:
             return _call(self.helper("keep_all"), [value, x])
         axes = axis if isinstance(axis, tuple) else (axis,)
-        order = sorted(axes) if all(isinstance(a, int) and a >= 0 for a in axes) else axes
+        order = _kept_order(axes) if all(isinstance(a, int) for a in axes) else axes
         for a in order:
             value = _call(self.helper("keep_axis"), [value, a if isinstance(a, gast.AST)
                                                      else _num(a)])
@@ -527,8 +555,10 @@ class _Lower(gast.NodeTransformer):
         if len(node.args) != 2 or node.keywords or not isinstance(node.args[0], gast.Name):
             return None
         x = node.args[0].id
+        # x where it is neither below, above nor equal to 0: NaN stays NaN, as in NumPy
+        at_zero = _call("np.where", [_expr(f"{x} == 0"), node.args[1], _name(x)])
         inner = _call("np.where", [_expr(f"{x} > 0"), gast.Constant(value=1.0, kind=None),
-                                   node.args[1]])
+                                   at_zero])
         return _call("np.where", [_expr(f"{x} < 0"), gast.Constant(value=0.0, kind=None),
                                   inner])
 
@@ -576,6 +606,14 @@ class _Lower(gast.NodeTransformer):
         message helper alone takes seconds), an in-place add on a view quickly."""
         self.generic_visit(node)
         target = node.target
+        if isinstance(target, gast.Subscript) and isinstance(target.value, gast.Name) and \
+                _view_of(node.value, target.value.id):
+            # `a[1:] += a[:-1]`: Numba adds in place element by element, reading entries it
+            # has already updated; `a[1:] = a[1:] + a[:-1]` reads a new array, as NumPy does
+            load = gast.Subscript(value=_name(target.value.id),
+                                  slice=copy.deepcopy(target.slice), ctx=gast.Load())
+            return gast.Assign(targets=[target], value=gast.BinOp(
+                left=load, op=node.op, right=node.value), type_comment=None)
         if not isinstance(node.op, gast.Add) or not isinstance(target, gast.Subscript) or \
                 not isinstance(target.value, gast.Name) or target.value.id not in self.arrays:
             return node
@@ -647,6 +685,26 @@ class _Lower(gast.NodeTransformer):
             if isinstance(p, int) and not isinstance(p, bool) and p < 0:
                 node.right = _num(float(p))  # under Numba an int to a negative int power is 0
         return node
+
+
+_VIEW_CALLS = ("np.ravel", "np.reshape", "np.transpose", "np.swapaxes", "np.moveaxis",
+               "np.squeeze", "np.expand_dims", "np.asarray", "np.ascontiguousarray",
+               "np.broadcast_to")
+
+
+def _view_of(node, name):
+    """Whether `node` may be a view of the array `name` (its slices, attributes such as `.T`,
+    reshapes): an expression that computes a new array is not."""
+    while True:
+        if isinstance(node, (gast.Subscript, gast.Attribute)):
+            node = node.value
+        elif isinstance(node, gast.Call) and node.args and (
+                dotted_name(node.func) in _VIEW_CALLS or (
+                    isinstance(node.func, gast.Attribute) and
+                    node.func.attr in ("reshape", "ravel", "transpose", "view"))):
+            node = node.args[0] if dotted_name(node.func) in _VIEW_CALLS else node.func.value
+        else:
+            return isinstance(node, gast.Name) and node.id == name
 
 
 def _is_array_call(node):
@@ -730,11 +788,22 @@ def _einsum_source(name, ins, out):
     sizes = {}
     for k, sub in enumerate(ins):
         for axis, letter in enumerate(sub):
-            sizes.setdefault(letter, f"op{k}.shape[{axis}]")
+            sizes.setdefault(letter, []).append(f"op{k}.shape[{axis}]")
     for letter in sorted(sizes):
-        lines.append(f"    n_{letter} = {sizes[letter]}")
+        found = sizes[letter]
+        lines.append(f"    n_{letter} = " + (found[0] if len(found) == 1 else
+                                              f"max({', '.join(found)})"))
+    # an axis of size one broadcasts against the same letter's other axes, as in NumPy
+    names = []
+    for k, sub in enumerate(ins):
+        if any(len(sizes[c]) > 1 for c in sub):
+            full = ", ".join(f"n_{c}" for c in sub) + ("," if len(sub) == 1 else "")
+            lines.append(f"    b{k} = np.broadcast_to(op{k}, ({full}))")
+            names.append(f"b{k}")
+        else:
+            names.append(f"op{k}")
     summed = [c for c in sorted(sizes) if c not in out]
-    product = " * ".join(f"op{k}[{', '.join(sub)}]" if sub else f"op{k}"
+    product = " * ".join(f"{names[k]}[{', '.join(sub)}]" if sub else names[k]
                          for k, sub in enumerate(ins))
     indent = "    "
     if out:
@@ -821,10 +890,18 @@ def _scatter_source(name, kinds):
     lines.append(f"    shape = np.broadcast_shapes({shapes})")
     for k in values:
         lines.append(f"    j{k} = np.broadcast_to(np.asarray(i{k}), shape)")
-    lines.append("    for k in np.ndindex(shape):")
-    target = ", ".join(f"j{k}[k]" if kind == "v" else f"i{k}" for k, kind in enumerate(kinds))
     adjacent = values == list(range(values[0], values[-1] + 1))
     lead = values[0] if adjacent else 0
+    # g broadcast to the shape of b[i0, i1, ...], as NumPy does: the shape of the part one
+    # index selects (`slab`) with the index's shape in place of its parts
+    first = ", ".join(f"np.ravel(j{k})[0]" if kind == "v" else f"i{k}"
+                      for k, kind in enumerate(kinds))
+    lines += [f"    if j{values[0]}.size == 0:",
+              "        return",
+              f"    slab = np.shape(b[{first}])",
+              f"    g = np.broadcast_to(g, slab[:{lead}] + shape + slab[{lead}:])",
+              "    for k in np.ndindex(shape):"]
+    target = ", ".join(f"j{k}[k]" if kind == "v" else f"i{k}" for k, kind in enumerate(kinds))
     g_index = "k" if lead == 0 else "(" + "slice(None), " * lead + ") + k"
     lines.append(f"        b[{target}] += g[{g_index}]")
     return "\n".join(lines) + "\n"
@@ -839,6 +916,9 @@ class _Module:
         self.needed = set()
         self.general_dot = False
         self.generated = {}  # name -> source of helpers written for one einsum/pattern
+        # Whole-array code (no loop anywhere): its sums run over whole arrays, where a
+        # reassociated sum pays for its compile (in loops they are mostly over small rows)
+        self.loop_free = not any(isinstance(n, (gast.For, gast.While)) for n in gast.walk(tree))
 
     def need(self, name):
         self.needed.add(name)
@@ -877,7 +957,15 @@ def keep_all(r, x):
         return np.full((1, 1), r)
     if x.ndim == 3:
         return np.full((1, 1, 1), r)
-    return np.full((1, 1, 1, 1), r)
+    if x.ndim == 4:
+        return np.full((1, 1, 1, 1), r)
+    if x.ndim == 5:
+        return np.full((1, 1, 1, 1, 1), r)
+    if x.ndim == 6:
+        return np.full((1, 1, 1, 1, 1, 1), r)
+    if x.ndim == 0:
+        return np.asarray(r)
+    raise ValueError("keepdims=True of a whole array of rank 7 or more is not supported")
 '''
 
 

@@ -186,7 +186,7 @@ def roll_axis(x, shift, axis):
     """np.roll(x, shift, axis) for one integer axis."""
     moved = np.moveaxis(x, axis, 0)
     n = moved.shape[0]
-    s = shift % n
+    s = shift % n if n > 0 else 0
     out = np.empty_like(moved)
     out[s:] = moved[:n - s]
     out[:s] = moved[n - s:]

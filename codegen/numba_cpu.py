@@ -44,6 +44,7 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 
+from .helpers import DIALECT_JIT_OPTIONS
 from .loader import load_source
 
 # gast and codegen.dialect are imported when a module is lowered: a module loaded again from
@@ -64,23 +65,32 @@ class NumbaOptions:
     nogil: bool = False  # release the GIL while compiled code runs (pmap's worker threads)
     prange: tuple = ()  # functions compiled with parallel=True alone (prange drivers)
 
-    def decorator(self, function=None):
+    def decorator(self, function=None, internal=False, extra=None):
         """The decorator written above each compiled function (above `function`, when given:
-        the names in `prange` get parallel=True).
+        the names in `prange` get parallel=True). An `internal` function is only ever called
+        from compiled code: it gets neither the CPython nor the C-callback wrapper (each costs
+        LLVM time on the first compile and is never used). `extra` is one more option a
+        dialect helper asks for (:data:`codegen.helpers.DIALECT_JIT_OPTIONS`).
 
         >>> NumbaOptions().decorator()
         "numba.njit(cache=True, error_model='numpy')"
         >>> NumbaOptions(prange=("vmap_f",)).decorator("vmap_f")
         "numba.njit(cache=True, parallel=True, error_model='numpy')"
+        >>> print(NumbaOptions(cache=False).decorator("add_at", internal=True))
+        numba.njit(cache=False, error_model='numpy', no_cpython_wrapper=True, no_cfunc_wrapper=True)
         """
         parts = [f"cache={self.cache}"]
         if self.parallel or (function is not None and function in self.prange):
             parts.append("parallel=True")
         if self.fastmath:
             parts.append("fastmath=True")
+        elif extra:
+            parts.append(extra)
         if self.nogil:
             parts.append("nogil=True")
         parts.append(f"error_model={self.error_model!r}")
+        if internal:
+            parts += ["no_cpython_wrapper=True", "no_cfunc_wrapper=True"]
         return f"numba.njit({', '.join(parts)})"
 
 
@@ -254,7 +264,12 @@ class _Build:
                          "multiplies arrays of rank above 2, which Numba's refuse.")
         if self.note:
             lines.append(self.note)
-        text = render(lowered, decorator=options.decorator, doc_note="\n".join(lines))
+        entries = set(self.entries)
+
+        def decorator(function):  # functions Python never calls go without wrappers
+            extra = DIALECT_JIT_OPTIONS.get(function) if function in lowered.helpers else None
+            return options.decorator(function, internal=function not in entries, extra=extra)
+        text = render(lowered, decorator=decorator, doc_note="\n".join(lines))
         module = load_source(text, self.name)
         for key, value in self.injected.items():
             setattr(module, key, value)

@@ -23,10 +23,13 @@ and, optionally, compares ``jit(f)`` and ``jit(grad(f))`` with the plain results
 
 from __future__ import annotations
 
+import atexit
 import copy
 import hashlib
 import importlib.util
+import os
 import re
+import shutil
 import sys
 import tempfile
 import traceback
@@ -589,13 +592,19 @@ def programs(draw, allow_pytree=True):
 
 # ---------------------------------------------------------------- loading and checking
 _MODULE_DIR = None
+_MODULE_DIR_PID = None  # the process that made _MODULE_DIR (forked workers make their own)
 
 
 def load_program(source):
-    """Write `source` to a content-named file in a temporary directory and import it."""
-    global _MODULE_DIR
-    if _MODULE_DIR is None:
+    """Write `source` to a content-named file in a temporary directory and import it.
+
+    The directory is this process's own; :func:`remove_module_dir` deletes it (at exit, and
+    when a :func:`run_for` run or a worker ends)."""
+    global _MODULE_DIR, _MODULE_DIR_PID
+    if _MODULE_DIR is None or _MODULE_DIR_PID != os.getpid():
         _MODULE_DIR = Path(tempfile.mkdtemp(prefix="autodiff_ast_fuzz_"))
+        _MODULE_DIR_PID = os.getpid()
+        atexit.register(remove_module_dir)
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     name = f"fuzz_program_{digest}"
     if name in sys.modules:
@@ -607,6 +616,35 @@ def load_program(source):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def remove_module_dir(keep=()):
+    """Delete :func:`load_program`'s temporary directory and forget its modules, but keep the
+    program files that one of the texts in `keep` (failure reports) names; the directory stays
+    only if it holds such a file.
+
+    >>> directory = Path(load_program("y = 1").__file__).parent
+    >>> remove_module_dir()
+    >>> directory.exists()
+    False
+    """
+    global _MODULE_DIR, _MODULE_DIR_PID
+    directory = _MODULE_DIR
+    if directory is None or _MODULE_DIR_PID != os.getpid():
+        return  # none made, or the parent's (a forked worker leaves it to the parent)
+    _MODULE_DIR = _MODULE_DIR_PID = None
+    for name in [n for n in sys.modules if n.startswith("fuzz_program_")]:
+        del sys.modules[name]
+    kept = False
+    for path in list(directory.iterdir()) if directory.exists() else ():
+        if path.suffix == ".py" and any(path.name in text for text in keep):
+            kept = True
+        elif path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    if not kept:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _finite(tree):
@@ -799,18 +837,23 @@ def run_for(seconds, jit_every=10, order2_every=2, batch=25, shrink_seconds=45,
             last["program"], last["outcome"] = program, outcome
             raise AssertionError(outcome.report(program))
 
-    while time.monotonic() < deadline:
-        last.clear()
-        try:
-            one()
-        except Exception:  # noqa: BLE001 (AssertionError, or hypothesis's Flaky errors)
-            if "program" not in last:
-                raise
-            program, outcome = last["program"], last["outcome"]
-            stats.failures.append((program, outcome))
-            print(f"\n=== failure {len(stats.failures)} (minimized): {outcome.status} "
-                  f"jit={outcome.jit}\n{outcome.detail[-3000:]}\n{outcome.jit_detail[-3000:]}"
-                  f"\n{program.describe()}\n", file=out, flush=True)
+    try:
+        while time.monotonic() < deadline:
+            last.clear()
+            try:
+                one()
+            except Exception:  # noqa: BLE001 (AssertionError, or hypothesis's Flaky errors)
+                if "program" not in last:
+                    raise
+                program, outcome = last["program"], last["outcome"]
+                stats.failures.append((program, outcome))
+                print(f"\n=== failure {len(stats.failures)} (minimized): {outcome.status} "
+                      f"jit={outcome.jit}\n{outcome.detail[-3000:]}\n"
+                      f"{outcome.jit_detail[-3000:]}\n{program.describe()}\n", file=out,
+                      flush=True)
+    finally:  # the printed reports are the record: keep only program files they name
+        remove_module_dir(keep=[o.detail[-3000:] + o.jit_detail[-3000:]
+                                for _, o in stats.failures])
     stats.cpu = time.process_time() - cpu_start
     return stats
 
@@ -818,7 +861,6 @@ def run_for(seconds, jit_every=10, order2_every=2, batch=25, shrink_seconds=45,
 def _worker(job):
     """One worker process of :func:`run_parallel`: its own random programs (reseeded, so forked
     workers do not draw the same ones)."""
-    import os
     import random
     index, seconds, kwargs = job
     random.seed(int.from_bytes(os.urandom(8), "little") + index)
@@ -845,7 +887,6 @@ def main(argv=None):
     """``python tests/fuzzing.py [--seconds S] [--jit-every K] [--workers W]``
     (``make fuzz``)."""
     import argparse
-    import os
     import time
 
     parser = argparse.ArgumentParser(description=main.__doc__)

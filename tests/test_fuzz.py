@@ -443,12 +443,138 @@ def f(A):
 ''', params=("A",), n=4, m=2, seed=316)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "forward over forward (the order-2 check of the jvp's directional derivative) writes "
-    "`np.mean(t1_2_dot_dot)` for a name rebound from np.copy(A) and read in a while loop, "
-    "but never assigns t1_2_dot_dot (UnboundLocalError in generated code); loud, not wrong; "
-    "already so before this session's shape-stability changes; found by `make fuzz`"))
+def test_regression_second_order_name_first_bound_in_branches():
+    """rev-over-rev crashed (`cannot reshape array of size 3 into shape (0,)`): t6, first
+    bound in both arms of an if, was pushed on a tape before each arm overwrote the forward
+    sweep's zero-size placeholder, and the backward pass popped that placeholder back and
+    reset `t6_bar = np.zeros_like(t6)` to shape (0,); the sweep over that backward pass took
+    t6_bar's shape from this last value. A first binding now saves and resets nothing."""
+    check_source('''
+import numpy as np
+
+
+def f(c, x):
+    t5 = np.sin(c)
+    if 1.0 > 0.5:
+        t6 = np.min(t5 * x, axis=0)
+    else:
+        t6 = np.min((c * x), axis=0)
+    return np.sum(t6 * t6 * c)
+''', params=("c", "x"), n=3, m=2, seed=24682)
+
+
+def test_regression_second_order_name_first_bound_in_loop():
+    """The loop form of the test above: the last backward step pops the zero-size placeholder
+    t6 had before the loop's first step and reset `t6_bar = np.zeros_like(t6)` to shape
+    (0,); rev-over-rev read that shape (`.reshape(t6_bar.shape)`). The reset now keeps
+    t6_bar's own shape when it restores the placeholder."""
+    check_source('''
+import numpy as np
+
+
+def f(c, x):
+    t5 = np.sin(c)
+    k = 0
+    while k < 2:
+        t6 = np.min(t5 * x, axis=0)
+        k += 1
+    return np.sum(t6 * t6 * c)
+''', params=("c", "x"), n=3, m=2, seed=24682)
+
+
+def test_regression_zero_trip_loop_index_residual():
+    """Forward over reverse crashed (UnboundLocalError): the first-order forward function
+    indexes a preallocated tape by the loop variable, and its backward loop reads that
+    variable too, so `_` became a residual (with a `_ = 0` placeholder); the sweep over it
+    renamed the loop variable and returned the new name, unbound after a zero-trip loop. A
+    loop variable read in its own loop is no longer taken as a residual."""
+    check_source('''
+import numpy as np
+
+
+def f(A):
+    s = 0.0
+    for _ in range(0):
+        if s < 5.0:
+            s = s + np.mean(A)
+    return np.mean(A) + s
+''', params=("A",), n=3, m=2, seed=7)
+
+
+def test_regression_loop_variable_after_a_zero_trip_loop():
+    """`i = 0` then `for i in range(0)` leaves i == 0, but the core form bound the loop to a
+    new version i_2 and read i_2 after the loop: UnboundLocalError in every generated
+    function. The new version now starts as the old value."""
+    check_source('''
+import numpy as np
+
+
+def f(x, w):
+    s = w * 1.0
+    i = 0
+    for i in range(0):
+        s = s + x[i] * s
+    return s + i * np.sum(x)
+''', params=("x", "w"), n=3, m=2, seed=11)
+
+
+def test_regression_forward_over_reverse_helper_tape_in_branch():
+    """Forward over reverse was silently wrong (1.69 against finite differences' 1.08): the
+    helper's tapes, residuals bound in a branch, had a `0.0` placeholder (their type was
+    unknown), and the tangent sweep dropped list tangents at the end of a branch, so the
+    helper's backward function popped its tapes with zero tangents. Tapes are now typed as
+    lists (placeholder `[]`) and a branch keeps the tangents of the lists it binds."""
+    check_source('''
+import numpy as np
+
+
+def h(a, b):
+    t = a * 1.0
+    for k in range(2):
+        t = np.sin(t) * b
+    return t
+
+
+def f(A, x):
+    if np.sum(x) > -10.0:
+        r = h(A, x)
+    else:
+        r = h(A * 2.0, x)
+    return np.sum(r * r)
+''', params=("A", "x"), n=3, m=2, seed=13)
+
+
+def test_regression_second_order_helper_with_branch_called_in_loop():
+    """rev-over-rev failed (`two adjoints for the list t_tape`, then UnboundLocalError): a
+    helper called in a loop has its forward pass recomputed in its backward function, where
+    `mul_2_bar_bar = np.zeros_like(mul_2_bar)` read a value bound in the branch not taken;
+    such values now get a placeholder first, and the empty adjoint stack made before a
+    branch no longer clashes with the stack a helper's backward function returns."""
+    check_source('''
+import numpy as np
+
+
+def h(a, b):
+    if np.sum(a) > -10.0:
+        t = np.min(a * b, axis=0)
+    else:
+        t = np.max(a * b, axis=0)
+    return t * t
+
+
+def f(A, x):
+    s = 0.0
+    for i in range(2):
+        s = s + np.sum(h(A, x * (i + 1.0)))
+    return s + np.sum(A)
+''', params=("A", "x"), n=3, m=2, seed=13)
+
+
 def test_regression_forward_over_forward_rebound_copy_before_while():
+    """Forward over forward wrote `t1_2_dot_dot = add_2_dot + np.zeros_like(t1_2_dot)` (the
+    full shape of a tangent kept as a smaller broadcastable expression) inside the while loop
+    that first read it, then read t1_2_dot_dot after the loop: UnboundLocalError when the loop
+    ran zero times. Such tangents are now made full-shape before the loop."""
     check_source('''
 import math
 

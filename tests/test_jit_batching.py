@@ -155,7 +155,8 @@ def test_conv_loop_source_is_a_prange_driver(compiled):
     # Only the driver is parallel: the per-example function is a plain njit function.
     assert "@numba.njit(cache=True, parallel=True, error_model='numpy')\n" \
            "def vmap_grad_conv_loss(w, x):" in source
-    assert "@numba.njit(cache=True, error_model='numpy')\ndef grad_conv_loss(w, x):" in source
+    assert "@numba.njit(cache=True, error_model='numpy', no_cpython_wrapper=True, " \
+           "no_cfunc_wrapper=True)\ndef grad_conv_loss(w, x):" in source  # the driver calls it
     assert "batching='loop' was asked for" in source
 
 
@@ -163,7 +164,8 @@ def test_parallel_true_leaves_the_per_example_function_serial(compiled, data):
     fn, got = compiled["parallel_loop"]
     np.testing.assert_allclose(got, np.sum(data["sx"] ** 2, axis=1), rtol=1e-12)
     assert fn.source.count("parallel=True") == 2  # the docstring's note and the driver
-    assert "@numba.njit(cache=True, error_model='numpy')\ndef lambda_fn(x):" in fn.source
+    assert "@numba.njit(cache=True, error_model='numpy', no_cpython_wrapper=True, " \
+           "no_cfunc_wrapper=True)\ndef lambda_fn(x):" in fn.source
 
 
 def test_auto_takes_the_loop_without_matrix_products(compiled):

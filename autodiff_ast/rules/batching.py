@@ -283,6 +283,16 @@ def _take_along_axis(bc):
                    axis=to_expr(axis if axis < 0 else axis + 1))
 
 
+def _add_along_axis(bc):
+    """The add_along_axis helper (take_along_axis's adjoint): every operand with the batch
+    axis, the axis moved past it."""
+    axis = bc.call.const("axis")
+    if not isinstance(axis, int):
+        raise NoBatchingRule("an axis that is not a constant integer")
+    return bc.emit(keywords=("axis",), like=bc.full("like"), indices=bc.full("indices"),
+                   values=bc.full("values"), axis=to_expr(axis if axis < 0 else axis + 1))
+
+
 def _along_axis(bc):
     """A function working along one axis (np.diff): a negative axis counts from the end in
     both worlds; a non-negative one moves past the batch axis."""
@@ -755,6 +765,7 @@ _register(("int",), _conversion("int64"))
 _register(("sum", "mean", "prod", "max", "min", "var", "std"), reduction)
 _register(("argmax", "argmin", "argsort", "argpartition", "sort"), _index_reduction)
 _register(("take_along_axis",), _take_along_axis)
+_register(("add_along_axis",), _add_along_axis)
 _register(("cumsum",), _cumsum)
 _register(("diff",), _along_axis)
 _register(("all",), _whole_reduction(("np.all(x, axis=axes)", "a == b", None)))
