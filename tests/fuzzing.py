@@ -505,7 +505,13 @@ class _Generator:
         lines.append(f"{indent}{acc} = {self._fresh_value(shape, 1)}")
         self.bind(acc, shape)
         body = self.expr(shape, self.depth())
-        lines.append(f"{indent}for _ in range({k}):")
+        steps = f"range({k})"
+        if self.draw(st.integers(0, 3)) == 0:
+            # the same loop, checkpointed: its state kept every sqrt(n) steps, segments
+            # recomputed in the backward sweep
+            steps = f"ad.checkpoint({steps})"
+            self.checkpointed = True
+        lines.append(f"{indent}for _ in {steps}:")
         lines.append(f"{indent}    {acc} = 0.7 * {acc} + 0.3 * np.sin(np.tanh({body}))")
         return lines
 
@@ -571,6 +577,8 @@ class _Generator:
                 terms.append(self.pick(("np.sum({0})", "np.sum(np.sin({0}))")).format(text))
         body.append(f"    return {' + '.join(terms)}")
         head = ["import math", "", "import numpy as np", ""]
+        if getattr(self, "checkpointed", False):
+            head[2:3] = ["import numpy as np", "", "import autodiff_ast as ad"]
         for _, text in self.helpers:
             head += ["", text, ""]
         head += ["", f"def f({', '.join(params)}):"]
@@ -715,8 +723,9 @@ def _check_jit(fn, args, value):
 
 def _close_trees(a, b):
     la, lb = ad.tree_leaves(a), ad.tree_leaves(b)
-    return len(la) == len(lb) and all(
-        np.allclose(x, y, rtol=1e-7, atol=1e-9) for x, y in zip(la, lb))
+    return len(la) == len(lb) and all(  # (same shapes: allclose alone would broadcast)
+        np.shape(x) == np.shape(y) and np.allclose(x, y, rtol=1e-7, atol=1e-9)
+        for x, y in zip(la, lb))
 
 
 def check_source(source, params, n=4, m=3, seed=0, order=2, jit=False):

@@ -42,7 +42,7 @@ def test_generator_writes_every_construct():
     text = "\n".join(sources)
     for needle in ("for ", "while ", "if ", "elif ", "] = ", "] += ", "def h0", "p['a']", "@",
                    "np.dot(", "axis=", "keepdims=True", "np.where(", "np.maximum(",
-                   "int(np.sum(", "math.", " ** "):
+                   "int(np.sum(", "math.", " ** ", "ad.checkpoint(range("):
         assert needle in text, needle
 
 
