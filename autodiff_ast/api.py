@@ -542,6 +542,11 @@ class FlatView:
         self.entry, self.structure = fun.flat_entry(names, values, specs)
         self.flat = _flat_values(specs, names, values)
         self.n_out = len(pytrees.tree_leaves(self.structure))
+        self.spans, start = [], 0  # each argument's positions among the flat leaves
+        for value, is_tree in zip(values, self.trees):
+            count = len(pytrees.tree_leaves(value)) if is_tree else 1
+            self.spans.append(range(start, start + count))
+            start += count
 
     @staticmethod
     def applies(fun, primals):
@@ -585,9 +590,8 @@ class FlatView:
     def arguments(self, flat_cts):
         """Flat input cotangents as one per argument, each shaped like the argument."""
         flat_cts, out = list(flat_cts), []
-        for value, is_tree in zip(self.values, self.trees):
-            n = len(pytrees.tree_leaves(value)) if is_tree else 1
-            part, flat_cts = flat_cts[:n], flat_cts[n:]
+        for value, is_tree, span in zip(self.values, self.trees, self.spans):
+            part = flat_cts[span.start:span.stop]
             out.append(_rebuild(value, part) if is_tree else part[0])
         return tuple(out)
 

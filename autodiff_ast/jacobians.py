@@ -350,11 +350,7 @@ class _JacobianTransform(_Transformed):
         single = isinstance(self.argnums, int)
         nums = [a % len(args) if isinstance(a, int) and -len(args) <= a < len(args) else a
                 for a in ((self.argnums,) if single else tuple(self.argnums))]
-        spans, start = [], 0
-        for value, is_tree in zip(view.values, view.trees):
-            count = len(pytrees.tree_leaves(value)) if is_tree else 1
-            spans.append(range(start, start + count))
-            start += count
+        spans = view.spans
         try:
             leaf_nums = tuple(i for a in nums for i in spans[a] if _float_leaf(view.flat[i]))
         except (IndexError, TypeError):

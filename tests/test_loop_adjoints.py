@@ -167,6 +167,16 @@ def test_heat_backward_recomputes_the_stencil_and_adds_in_place():
     assert "u = un\n" in source and "un.copy()" not in source, source
 
 
+def test_heat_adds_into_each_element_once_per_step():
+    u0 = np.sin(np.linspace(0.0, 3.0, 7))
+    check_grads(heat, (u0, 0.2, 3), modes=("rev",))
+    g = ad.grad(heat, argnums=(0, 1))
+    g(u0, 0.2, 3)
+    backward = _backward(g.source)
+    assert backward.count("u_bar[i] +=") == 1, g.source
+    assert "u_bar[i] += -(add_3_bar * c) * 2.0 + add_3_bar" in backward, g.source
+
+
 def test_pair_loop_needs_no_tape():
     g = ad.grad(pair_energy)
     g(CASES["pair_energy"][1][0], 0.9)
