@@ -391,6 +391,8 @@ class _Walker:
             return
         if not any(t in self.live for t in targets):
             tan.out.append(stmt)
+            if stmt.prim.kind == "append" and stmt.prim.base in tan.exprs:
+                self.append_zero(stmt)
             self.defined.update(targets)
             return
         if tan.depth and stmt.prim.kind in ("rule", "user") and len(targets) == 1 and \
@@ -416,6 +418,19 @@ class _Walker:
                 s.origin = stmt.origin
                 s.info = getattr(stmt, "info", core.info)
         self.defined.update(targets)
+
+    def append_zero(self, stmt):
+        """``tape.append(v)`` whose value no output needs, on a list that has a tangent list:
+        append a zero tangent all the same, so the pops that mirror every pop of the list
+        (:meth:`pop`) find one (a checkpointed loop's recomputation refills tapes whose values
+        the backward code reads only for shapes)."""
+        tan, value = self.tan, stmt.prim.args[0]
+        call = gast.Call(func=gast.Attribute(value=to_expr(tan.exprs[stmt.prim.base]),
+                                             attr="append", ctx=gast.Load()),
+                         args=[tan.zero(value, atom_type(value, self.core.types))], keywords=[])
+        tan.emit(gast.Expr(value=call))
+        tan.out[-1].origin = stmt.origin
+        tan.out[-1].info = getattr(stmt, "info", self.core.info)
 
     def pop(self, stmt, target):
         """``v = tape.pop()`` on a list that has a tangent list: pop both, always (the two

@@ -1338,7 +1338,12 @@ class _Builder:
         self.adj.prepare_accumulation(values, written)
 
     def nested(self, stmts, loop=False):
+        """The backward code of a loop body or branch arm. An adjoint owns its array after
+        the block only if it did before too: a loop may run zero times and an arm may not
+        run, so ``x_bar = x_bar + c`` in the block does not make ``x_bar = out_bar`` before it
+        safe to write in place."""
         saved = self.adj.out
+        owned_before = set(self.adj.owned)
         self.adj.out = []
         self.depth += 1
         self.loops += loop
@@ -1348,6 +1353,7 @@ class _Builder:
             self.depth -= 1
             self.loops -= loop
             out, self.adj.out = self.adj.out, saved
+        self.adj.owned &= owned_before
         return out
 
     def backward_if(self, stmt):

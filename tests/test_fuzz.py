@@ -635,3 +635,70 @@ def f(A):
     r4 *= np.tanh(t6[1])
     return np.where(t6[3] > r4, t6[3], r4) + r4 + r5 + np.sum(np.sin(t6)) + r7
 ''', params=('A',), n=5, m=2, seed=65535)
+
+
+def test_regression_forward_over_reverse_checkpointed_tape_value_unused():
+    """Forward over reverse crashed with `IndexError: pop from empty list`: the backward
+    function of a checkpointed loop refills the tape of `acc5` and pops it with its tangent, but
+    no output needs acc5's value there (only its shape and a max's tie mask), so the refill's
+    append got no tangent append. Every append to a list with a tangent list now appends one
+    (zero when the value is not needed)."""
+    check_source('''
+import math
+
+import numpy as np
+
+import autodiff_ast as ad
+
+
+def f(A, w):
+    k5 = int(np.sum(np.where(A > A, A, A) > 0.0)) + 1
+    acc5 = np.max(A, axis=0)
+    for _ in ad.checkpoint(range(k5)):
+        acc5 = 0.7 * acc5 + 0.3 * np.sin(np.tanh(np.arccos(0.5 * np.tanh(A[1]))))
+    return w + np.sum(acc5)
+''', params=('A', 'w'), n=4, m=3, seed=560)
+
+
+def test_regression_zero_trip_loop_leaves_cotangent_shared():
+    """Reverse mode wrote into the caller's cotangent: `x_bar = out_bar` (shared, not owned),
+    then a while loop that can run zero times rebinds `x_bar = x_bar + ...`, after which the
+    sweep took x_bar as owned and added into it in place (`x_bar[i] += ...`). With zero trips
+    that was out_bar itself. An adjoint now owns its array after a loop or branch only if it
+    did before as well."""
+    def f(x):
+        y = np.copy(x)
+        for i in range(y.shape[0]):
+            y[i] = np.sin(x[i]) * x[i]
+        s = np.dot(y, y)
+        n = 0
+        while s < 0.0 and n < 6:
+            s = s + np.std(x)
+            n += 1
+        return x + s
+
+    x = np.array([0.3, -1.2, 0.7, 2.0])
+    ct = np.array([1.0, -2.0, 0.5, 0.25])
+    ct_given = ct.copy()
+    _, pullback = ad.vjp(f, x)
+    (x_bar,) = pullback(ct)
+    np.testing.assert_array_equal(ct, ct_given)
+    y = np.sin(x) * x
+    expected = ct + 2.0 * np.sum(ct) * y * (np.cos(x) * x + np.sin(x))
+    np.testing.assert_allclose(x_bar, expected, rtol=1e-12)
+    check_source('''
+import numpy as np
+
+
+def f(x):
+    t3 = np.copy(x)
+    y5 = np.zeros_like(t3)
+    for i5 in range(y5.shape[0]):
+        y5[i5] = np.hypot(np.minimum(x[i5], x[i5]), np.square(t3[i5]) + 1.0)
+    s6 = np.dot(y5, y5)
+    n6 = 0
+    while s6 < 1.5 and n6 < 6:
+        s6 = s6 + 0.5 + 0.25 * np.sin(np.tanh(np.std(x)))
+        n6 += 1
+    return x + np.sum(np.sin(t3)) + np.sum(np.sin(y5)) + s6
+''', params=('x',), n=4, m=2, seed=600)
