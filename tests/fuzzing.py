@@ -24,14 +24,17 @@ and, optionally, compares ``jit(f)`` and ``jit(grad(f))`` with the plain results
 from __future__ import annotations
 
 import atexit
+import contextlib
 import copy
 import hashlib
 import importlib.util
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -501,7 +504,7 @@ class _Generator:
             counted = self.expr(self.pick(arrays), 1)
             lines.append(f"{indent}{k} = int(np.sum({counted} > 0.0)) + 1")
         else:
-            lines.append(f"{indent}{k} = int(3.0 * np.abs({self.expr('S', 1)})) + 1")
+            lines.append(f"{indent}{k} = int(3.0 * np.abs(np.tanh({self.expr('S', 1)}))) + 1")
         lines.append(f"{indent}{acc} = {self._fresh_value(shape, 1)}")
         self.bind(acc, shape)
         body = self.expr(shape, self.depth())
@@ -663,13 +666,43 @@ def _same(a, b):
     return all(np.array_equal(x, y) for x, y in zip(ad.tree_leaves(a), ad.tree_leaves(b)))
 
 
+PRIMAL_SECONDS = 20  # a drawn program whose own run takes longer is not checked
+
+
+class _TooSlow(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _time_limit(seconds):
+    """Raise _TooSlow in the block after `seconds` (main thread on POSIX; elsewhere no limit)."""
+    if not hasattr(signal, "setitimer") or threading.current_thread() is not \
+            threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise _TooSlow()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def check_program(program, order=2, jit=False):
     """Check one program's derivatives; returns an :class:`Outcome` (never raises)."""
     fn = load_program(program.source).f
     args = program.arguments()
     before = copy.deepcopy(args)
     try:
-        value = fn(*args)
+        with _time_limit(PRIMAL_SECONDS):
+            value = fn(*args)
+    except _TooSlow:
+        return Outcome("degenerate", f"the program itself runs over {PRIMAL_SECONDS} s")
     except Exception:  # noqa: BLE001 (the generator wrote a program that cannot run)
         return Outcome("crash", "the program itself fails:\n" + traceback.format_exc())
     if not _finite(value):
