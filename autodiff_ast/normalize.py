@@ -262,6 +262,9 @@ class Normalizer:
         # per nested block: user names first bound in it (versioned there when their shape
         # changes, so one core name never holds values of two shapes: see define)
         self.block_locals = []
+        # Float-typed names that hold a 0-d NumPy array at run time (np.where of scalars,
+        # np.copy, np.asarray, np.array): `b = a` shares it, `a += c` writes it in place.
+        self.zero_dim = set()
         # core name -> (statement, user name) where a size-one axis met a longer one (join)
         self.merged_axes = {}
         self.views = {}  # core name -> the array it is a view of (basic slicing, .T, reshape)
@@ -338,7 +341,14 @@ class Normalizer:
                                               annotation=None, type_comment=None),
                                op=stmt.op, right=stmt.value)
             gast.copy_location(value, stmt)
+            old = self.env.get(stmt.target.id)
+            in_place = isinstance(old, str) and (
+                self.types.get(old, T.UNKNOWN).kind == "array" or old in self.zero_dim)
             self.assign_to(stmt.target, value)
+            if in_place and self.body:
+                # NumPy writes an array in place here, where generated code binds a new value:
+                # the same unless another name shares the array (check_view_writes).
+                self.body[-1].in_place_of = old
         elif isinstance(stmt, gast.Expr):
             if isinstance(stmt.value, gast.Constant):
                 return  # a docstring or a bare constant
@@ -497,6 +507,11 @@ class Normalizer:
             prim.call.out = out
         self.append(assign(out, value), prim)
         base = prim.args[0] if prim.args else None
+        if prim.kind == "rule" and typ.kind == "float" and \
+                prim.rule.name.split("@")[0] in _ZERO_DIM_RULES:
+            self.zero_dim.add(out)
+        else:
+            self.zero_dim.discard(out)
         if prim.kind == "rule" and typ.kind == "array" and isinstance(base, gast.Name) and \
                 _makes_view(prim, self.types):
             self.body[-1].view_of = base.id
@@ -523,9 +538,12 @@ class Normalizer:
             out = self.define(target, atom_type(result, self.types))
             self.types[out] = self.join(out, atom_type(result, self.types))
             self.append(assign(out, result), Prim("copy", args=[result]))
-            if isinstance(result, gast.Name) and result.id in self.types and \
-                    self.types[result.id].kind == "array":
+            self.zero_dim.discard(out)
+            if isinstance(result, gast.Name) and result.id in self.types and (
+                    self.types[result.id].kind == "array" or result.id in self.zero_dim):
                 self.body[-1].view_of = result.id  # `b = a` makes b another name of a
+                if result.id in self.zero_dim:
+                    self.zero_dim.add(out)
             return name(out)
         if target is not None and isinstance(result, (gast.Tuple, gast.List)):
             typ = atom_type(result, self.types)
@@ -1636,6 +1654,10 @@ def _makes_view(prim, types):
     return rule in _VIEW_RULES
 
 
+# Calls that return a 0-d array (not a NumPy scalar) when given scalars.
+_ZERO_DIM_RULES = frozenset({"where", "copy", "asarray", "array"})
+
+
 def check_view_writes(normalizer):
     """Refuse an in-place write while another name for the same memory is read afterwards.
 
@@ -1678,12 +1700,14 @@ def check_view_writes(normalizer):
                     "the shared memory", getattr(write, "origin", None) or normalizer.info.node,
                     "take a copy instead: v = x[1:3].copy(), or b = a.copy()")
         prim = getattr(stmt, "prim", None)
-        if prim is not None and prim.kind == "setitem":
-            base = prim.base
-            sharing = {k for k, v in live.items() if v == base} | (
-                {live[base]} if base in live else set())
+        in_place_of = getattr(stmt, "in_place_of", None)
+        if (prim is not None and prim.kind == "setitem") or in_place_of is not None:
+            # a write into memory other names may share: `y[i] = v`, or `y += v` on an array
+            base = in_place_of or prim.base
+            root = live.get(base, base)
+            sharing = ({k for k, v in live.items() if v == root} | {root}) - {base}
             if sharing:
-                pending.append((stmt, base, set(sharing)))
+                pending.append((stmt, base, sharing))
             continue
         for target in stmt.targets if isinstance(stmt, gast.Assign) else []:
             for n in gast.walk(target):

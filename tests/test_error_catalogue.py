@@ -119,6 +119,13 @@ def view_write(x):
     return np.sum(y * x)
 
 
+def shared_in_place_add(x):
+    y = np.tanh(x)
+    z = y
+    y += x  # HERE
+    return np.sum(y * z)
+
+
 def rank_changes_in_loop(x):
     y = 0.0
     for i in range(3):
@@ -296,6 +303,7 @@ SOURCE_ERRORS = [
     ("returns_dict", X, E.UnsupportedSyntaxError, "a dict display"),
     ("with_block", 0.4, E.UnsupportedSyntaxError, "with np.errstate"),
     ("view_write", X, E.UnsupportedSyntaxError, "shares memory with v"),
+    ("shared_in_place_add", X, E.UnsupportedSyntaxError, "z shares memory with y"),
     ("rank_changes_in_loop", X, E.TypeInferenceError, "y changes from float64 to float64[N]"),
     ("rank_changes_in_branch", X, E.TypeInferenceError, "y changes from float64[N] to float64"),
     ("deletes", 0.4, E.UnsupportedSyntaxError, "del"),

@@ -702,3 +702,60 @@ def f(x):
         n6 += 1
     return x + np.sum(np.sin(t3)) + np.sum(np.sin(y5)) + s6
 ''', params=('x',), n=4, m=2, seed=600)
+
+
+def test_regression_sine_of_a_huge_value_is_inconclusive_not_wrong():
+    """`make fuzz` reported forward and reverse mode (which agreed) as wrong against finite
+    differences on a program returning sum(sin(t2)) with t2 ~ 1e13: any float64 step moves t2
+    by radians, so the differences settle on the derivative without that term. Long double
+    differences at steps near 1e-16 agree with ours on the same program without its outer
+    terms; the fuzzer now calls such a disagreement inconclusive when both modes agree and
+    the values or derivatives exceed 1e6 (the wrong-rule test shows a moderate one stays
+    wrong)."""
+    program = Program('''
+import numpy as np
+
+
+def f(A):
+    acc1 = np.sum(A, axis=0)
+    t2 = np.where(np.sum(A, axis=1, keepdims=True) > 3.0, np.sum(A, axis=1, keepdims=True), 3.0)
+    t2 -= np.logaddexp(((np.square(np.sum((t2 * acc1), axis=1, keepdims=True))) ** 3), 1.0)
+    t2 -= ((t2) ** 2)
+    return np.mean((t2 * acc1)) + np.sum(np.sin(acc1)) + np.sum(np.sin(t2))
+'''.lstrip(), ("A",), n=4, m=2, seed=1909)
+    outcome = check_program(program, order=1)
+    assert outcome.status == "inconclusive", outcome.report(program)
+    assert "both modes agree" in outcome.detail or "long double" in outcome.detail
+
+
+def test_regression_in_place_add_to_a_shared_array_is_refused():
+    """`t5 = t4; t4 += ...` writes the array t5 names too (NumPy adds in place; a 0-d array
+    from np.where of scalars included), where the gradient took `t4 += c` as a new value:
+    silently wrong (found by `make fuzz`). Now refused, naming the line."""
+    def shared_vector(x):
+        t4 = np.where(x > 0, x, 2 * x)
+        t5 = t4
+        t4 += t4 ** 3
+        return np.sum(t4 + t5)
+
+    def shared_zero_dim(x):
+        s = np.sum(x)
+        t4 = np.where(s > 0, s, 2 * s)
+        t5 = t4
+        t4 += t4 ** 3
+        return t4 + t5
+
+    def unshared(x):
+        t4 = np.where(x > 0, x, 2 * x)
+        t5 = t4.copy()
+        t4 += t4 ** 3
+        s = np.sum(x)
+        prev = s
+        s += 1.0  # a float: += binds a new value, prev keeps the old one
+        return np.sum(t4 + t5) + s * prev
+
+    x = np.array([0.3, -0.5, 0.8])
+    for fn in (shared_vector, shared_zero_dim):
+        with pytest.raises(ad.UnsupportedSyntaxError, match="t5 shares memory with t4"):
+            ad.grad(fn)(x)
+    ad.check_grads(unshared, (x,), modes=("fwd", "rev"))
