@@ -696,10 +696,11 @@ def _unpack(tan, targets, part):
         return
     whole = _elements_of(part, len(targets))
     if whole is not None:  # a tuple of tangents some of which are zero: unpack it at once
-        dots = [tan.namer.tangent(t) if p is not None else "_" for t, p in zip(targets, part)]
+        unused = tan.namer.discard() if any(p is None for p in part) else None
+        dots = [tan.namer.tangent(t) if p is not None else unused for t, p in zip(targets, part)]
         tan.emit(assign(dots, name(whole)))
-        for t, d in zip(targets, dots):
-            if d != "_":
+        for t, d, p in zip(targets, dots, part):
+            if p is not None:
                 tan.set_part(t, d if tan.type_of(t).kind == "tuple" else name(d))
         return
     if isinstance(part, str):

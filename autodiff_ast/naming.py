@@ -62,6 +62,11 @@ class Namer:
         self.taken.add(name)
         return name
 
+    def discard(self):
+        """A name for a value unpacked and never read: ``_``, unless the function itself
+        uses ``_`` (say as a loop index), then a fresh one."""
+        return "_" if "_" not in self.taken else self.fresh("unused")
+
     def temp(self, base):
         """A fresh name for a temporary (the tidy pass may inline it into its one use)."""
         name = self.fresh(base)

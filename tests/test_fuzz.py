@@ -759,3 +759,29 @@ def test_regression_in_place_add_to_a_shared_array_is_refused():
         with pytest.raises(ad.UnsupportedSyntaxError, match="t5 shares memory with t4"):
             ad.grad(fn)(x)
     ad.check_grads(unshared, (x,), modes=("fwd", "rev"))
+
+
+def test_regression_loop_index_named_underscore_second_order():
+    """Forward over reverse wrote `_, m_bar_dot = h0_bwd_out_dot` (the discarded tangent of a
+    helper's backward outputs) inside `for _ in range(k2)`, rebinding the user's loop index:
+    the next tape read `minimum_tape[_]` got a tuple (IndexError). A discarded tangent is now
+    named `_` only when the function does not use `_` itself."""
+    check_source('''
+import numpy as np
+
+
+def h0(a, b):
+    return (np.subtract(a, a) / (np.square(np.maximum(b, a)) + 1.0)) + a * b
+
+
+def f(A):
+    r1 = A[0][1]
+    for row1 in A:
+        r1 = r1 + np.sum(row1)
+    k2 = int(3.0 * np.abs(np.tanh(h0(2.0, r1)))) + 1
+    acc2 = np.subtract(r1, r1)
+    for _ in range(k2):
+        acc2 = 0.7 * acc2 + 0.3 * np.sin(np.tanh(h0(np.sum(A, axis=0)[1] ** 0, np.minimum(
+            np.sum(A, axis=1) @ A[:, 2], np.var(A[:, 2])))))
+    return A + r1 + acc2
+''', params=('A',), n=5, m=2, seed=2211)
