@@ -29,7 +29,8 @@ Not done yet (notes for whoever continues):
   gather-form stencil adjoints, hoisting and fusing elementwise chains into one loop belong to
   the loop support in reverse.py and would be checked here by looking at the LLVM Numba emits;
 - Numba here has no SVML, so transcendental-heavy array expressions (tanh, exp, log) run slower
-  than NumPy's vectorized versions; installing ``icc_rt`` gives Numba SVML.
+  than NumPy's vectorized versions; installing ``icc_rt`` does not change that with the PyPI
+  llvmlite wheels, whose LLVM is not patched for SVML (``numba -s``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 
+from .allocator import keep_large_blocks
 from .helpers import DIALECT_JIT_OPTIONS
 from .loader import load_source
 
@@ -145,6 +147,7 @@ def compile_module(source, name, entries, injected=None, options=None, note=None
     for any rank and compiled once more.
     """
     preload_blas()
+    keep_large_blocks()
     import numba  # noqa: F401  (imported here: the module text imports it too)
     build = _Build(source, name, list(entries), dict(injected or {}),
                    options or NumbaOptions(), note)
@@ -173,6 +176,7 @@ def load_compiled(text, name, source, entries, compiled, data_args, options=None
     any-rank np.dot). The caller checks that `text` is what compile_module wrote.
     """
     preload_blas()
+    keep_large_blocks()
     import numba  # noqa: F401  (the module text imports it too)
     options = options or NumbaOptions()
     build = _Build(source, name, list(entries), {}, options, note)

@@ -300,3 +300,23 @@ def test_docstring_examples():
     result = doctest.testmod(loader)
     assert result.attempted > 0
     assert result.failed == 0
+
+
+def test_malloc_thresholds_are_raised_once_unless_opted_out():
+    """codegen.allocator raises glibc's mmap/trim thresholds the first time (and only then);
+    AUTODIFF_AST_MALLOC_TUNING=0 leaves them alone. Checked in fresh processes."""
+    import platform
+
+    code = ("from codegen.allocator import keep_large_blocks as k; "
+            "print(k(), k())")
+    expected = "True True" if platform.system() == "Linux" and \
+        platform.libc_ver()[0] == "glibc" else "False False"
+    env = dict(os.environ)
+    env.pop("AUTODIFF_AST_MALLOC_TUNING", None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, check=True).stdout.split("\n")[0]
+    assert out == expected
+    env["AUTODIFF_AST_MALLOC_TUNING"] = "0"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, check=True).stdout.split("\n")[0]
+    assert out == "False False"

@@ -337,6 +337,24 @@ def test_logaddexp_tiny_partials_stay_relatively_accurate():
     assert gb2 == pytest.approx(1.0 / (1.0 + 2.0 ** -50), rel=1e-15)
 
 
+def _logaddexp_pair(v):
+    return np.logaddexp(v[0], v[1])
+
+
+@pytest.mark.parametrize("a, b", [(0.3, 0.3), (1000.0, 0.0), (0.0, 1000.0), (-800.0, 5.0)])
+def test_logaddexp_gradient_and_hessian_at_ties_and_far_tails(a, b):
+    """The partial is sigmoid(a - b) (one exp, clamped so it never overflows): finite and
+    right at a tie and where exp(b - a) would overflow, to second order both ways."""
+    v = np.array([a, b])
+    s = 0.5 * (1.0 + math.tanh(0.5 * (a - b)))  # sigmoid(a - b)
+    np.testing.assert_allclose(ad.grad(_logaddexp_pair)(v), [s, 1.0 - s], rtol=1e-15,
+                               atol=1e-303)  # the clamp: ~1e-304 where the partial is ~0
+    expected = s * (1.0 - s) * np.array([[1.0, -1.0], [-1.0, 1.0]])
+    for hessian in (ad.jacfwd(ad.grad(_logaddexp_pair)), ad.jacrev(ad.grad(_logaddexp_pair))):
+        with np.errstate(over="raise", invalid="raise", divide="raise"):
+            np.testing.assert_allclose(hessian(v), expected, rtol=1e-14, atol=1e-300)
+
+
 # ---------------------------------------------------------------- powers
 @pytest.mark.parametrize("fn", [lambda x: x ** 0, lambda x: x ** 0.0, lambda x: np.power(x, 0),
                                 lambda x: np.sum(x ** 0)])

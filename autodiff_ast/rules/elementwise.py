@@ -67,13 +67,15 @@ PARTIALS = {
     "fmin": (("a", "b"), ("(a < b) + 0.5 * (a == b)", "(b < a) + 0.5 * (a == b)")),
     "arctan2": (("a", "b"), ("b / (a * a + b * b)", "-a / (a * a + b * b)")),
     "hypot": (("a", "b"), ("a / y", "b / y")),
-    # sigmoid(a - b) written as exp(-logaddexp(0, b - a)), not exp(a - y): as accurate, and its
-    # own derivative has no cancelling terms (exp(a - y) differentiated in reverse mode adds
-    # and subtracts terms as large as y, which lost all digits of a Hessian on values ~1e12).
-    "logaddexp": (("a", "b"), ("np.exp(-np.logaddexp(0.0, b - a))",
-                               "np.exp(-np.logaddexp(0.0, a - b))")),
-    "logaddexp2": (("a", "b"), ("np.exp2(-np.logaddexp2(0.0, b - a))",
-                                "np.exp2(-np.logaddexp2(0.0, a - b))")),
+    # sigmoid(a - b) written 1 / (1 + exp(min(b - a, 700))): one exp, no overflow (the clamp
+    # keeps exp finite; past it the partial is ~1e-304 either way), and its own derivative
+    # has no cancelling terms (exp(a - y) differentiated in reverse mode adds and subtracts
+    # terms as large as y, which lost all digits of a Hessian on values ~1e12). The form
+    # exp(-logaddexp(0, b - a)) is as accurate but costs three transcendental calls.
+    "logaddexp": (("a", "b"), ("1.0 / (1.0 + np.exp(np.minimum(b - a, 700.0)))",
+                               "1.0 / (1.0 + np.exp(np.minimum(a - b, 700.0)))")),
+    "logaddexp2": (("a", "b"), ("1.0 / (1.0 + np.exp2(np.minimum(b - a, 1000.0)))",
+                                "1.0 / (1.0 + np.exp2(np.minimum(a - b, 1000.0)))")),
     "remainder": (("a", "b"), ("1.0", "-np.floor(a / b)")),
     "fmod": (("a", "b"), ("1.0", "-np.trunc(a / b)")),
 }
