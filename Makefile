@@ -40,7 +40,8 @@ test: $(STAMP)
 
 # Property-based fuzzing of the derivative code for FUZZ_SECONDS (default 10 minutes): random
 # programs checked against finite differences in forward and reverse mode, order 1 and 2,
-# every FUZZ_JIT_EVERY-th also under jit. Prints programs tried, failures (minimized), refusals.
+# every FUZZ_JIT_EVERY-th also under jit (at most FUZZ_JIT_SHARE of the time, 0.25 unless set in
+# the environment). Prints programs tried, failures (minimized), refusals.
 FUZZ_SECONDS ?= 600
 FUZZ_JIT_EVERY ?= 10
 fuzz: $(STAMP)

@@ -22,6 +22,8 @@ import re
 
 import gast
 
+from .param_writes import keep_params_unwritten
+
 _MARK = "__autodiff_ast_comment__"
 _MARK_LINE = re.compile(r"^(\s*)" + _MARK + r"\((.*)\)\s*$")
 
@@ -48,7 +50,9 @@ def is_marker(stmt):
 
 
 def function(name, params, body, returns, doc=None):
-    """A gast FunctionDef; `returns` is an expression, a list of them (a tuple) or None."""
+    """A gast FunctionDef; `returns` is an expression, a list of them (a tuple) or None. The
+    body is checked by :func:`codegen.param_writes.keep_params_unwritten` (no writes into the
+    caller's arrays)."""
     args = gast.arguments(
         args=[gast.Name(id=p, ctx=gast.Param(), annotation=None, type_comment=None)
               for p in params],
@@ -56,7 +60,7 @@ def function(name, params, body, returns, doc=None):
     stmts = []
     if doc:
         stmts.append(gast.Expr(value=gast.Constant(value=doc, kind=None)))
-    stmts.extend(body)
+    stmts.extend(keep_params_unwritten(params, list(body)))
     if isinstance(returns, list):
         value = returns[0] if len(returns) == 1 else gast.Tuple(elts=returns, ctx=gast.Load())
         stmts.append(gast.Return(value=value))

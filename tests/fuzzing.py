@@ -908,7 +908,7 @@ class _Stats:
 
 
 def run_for(seconds, jit_every=10, order2_every=2, batch=25, shrink_seconds=45,
-            out=sys.stdout):
+            out=sys.stdout, jit_share=0.25):
     """The long profile: check random programs for `seconds`; failures are minimized by
     hypothesis and printed as regression tests. Returns the :class:`_Stats`."""
     import time
@@ -932,11 +932,11 @@ def run_for(seconds, jit_every=10, order2_every=2, batch=25, shrink_seconds=45,
         if last.get("shrinking") and time.monotonic() > last["shrink_until"]:
             return  # shrunk long enough: keep the smallest failure seen so far
         counter[0] += 1
-        # Numba compiles take seconds to minutes: jit every K-th program, within a quarter
-        # of the time spent so far.
+        # Numba compiles take seconds to minutes: jit every K-th program, within `jit_share`
+        # of the time spent so far (a quarter by default).
         spent = time.monotonic() - started
         use_jit = jit_every > 0 and counter[0] % jit_every == 0 and \
-            jit_time[0] < 0.25 * spent and not last.get("shrinking")
+            jit_time[0] < jit_share * spent and not last.get("shrinking")
         before = time.monotonic()
         order = 2 if order2_every and counter[0] % order2_every == 0 else 1
         outcome = check_program(program, order=order, jit=use_jit)
@@ -998,8 +998,8 @@ def run_parallel(seconds, workers=2, **kwargs):
 
 
 def main(argv=None):
-    """``python tests/fuzzing.py [--seconds S] [--jit-every K] [--workers W]``
-    (``make fuzz``)."""
+    """``python tests/fuzzing.py [--seconds S] [--jit-every K] [--jit-share F] [--workers W]``
+    (``make fuzz``; ``--jit-every 1 --jit-share 0.9`` spends the run mostly under jit)."""
     import argparse
     import time
 
@@ -1009,6 +1009,9 @@ def main(argv=None):
     parser.add_argument("--jit-every", type=int,
                         default=int(os.environ.get("FUZZ_JIT_EVERY", "10")),
                         help="also check jit on every K-th program (0: never)")
+    parser.add_argument("--jit-share", type=float,
+                        default=float(os.environ.get("FUZZ_JIT_SHARE", "0.25")),
+                        help="at most this share of the time goes to jit checks")
     parser.add_argument("--order2-every", type=int,
                         default=int(os.environ.get("FUZZ_ORDER2_EVERY", "2")),
                         help="check order 2 on every K-th program, order 1 on the others")
@@ -1018,7 +1021,7 @@ def main(argv=None):
     options = parser.parse_args(argv)
     start = time.monotonic()
     stats = run_parallel(options.seconds, options.workers, jit_every=options.jit_every,
-                         order2_every=options.order2_every)
+                         order2_every=options.order2_every, jit_share=options.jit_share)
     elapsed = time.monotonic() - start
     print("\n" + stats.summary(elapsed, options.workers))
     return 1 if stats.failures else 0

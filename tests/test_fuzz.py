@@ -785,3 +785,41 @@ def f(A):
             np.sum(A, axis=1) @ A[:, 2], np.var(A[:, 2])))))
     return A + r1 + acc2
 ''', params=('A',), n=5, m=2, seed=2211)
+
+
+def test_regression_folded_seed_does_not_alias_a_parameter_written_in_place():
+    """grad(f, argnums=(0, 1, 2)) of `x @ a + t3` wrote `a_bar = x` (the clean-up folded
+    `1.0 * x`, after the sweep had decided `a_bar += c` in a branch may add in place), so the
+    gradient added into the caller's x: jit(f) after grad(f) then saw another x (found by
+    `tests/fuzzing.py --jit-every 1 --jit-share 0.9`). codegen/param_writes.py now rewrites
+    such an update as `a_bar = a_bar + c`."""
+    def f(x, a, w):
+        if a[0] > 1.5:
+            t3 = w * 2.0
+        else:
+            t3 = w / (2.0 + np.sin(np.sum(a)))
+        return x @ a + t3
+
+    x = np.array([0.9, -0.1, -0.2])
+    a = np.array([1.1, -0.8, -0.1])
+    given = (x.copy(), a.copy())
+    gx, ga, gw = ad.grad(f, argnums=(0, 1, 2))(x, a, 0.8)
+    np.testing.assert_array_equal(x, given[0])
+    np.testing.assert_array_equal(a, given[1])
+    s = np.sum(a)
+    np.testing.assert_allclose(gx, a, rtol=1e-15)
+    np.testing.assert_allclose(ga, x - 0.8 * np.cos(s) / (2.0 + np.sin(s)) ** 2, rtol=1e-14)
+    assert gw == pytest.approx(1.0 / (2.0 + np.sin(s)), rel=1e-15)
+    check_source('''
+import numpy as np
+
+
+def f(x, p, w):
+    if p['a'][0] > 1.5:
+        t3 = np.arccos(0.5 * np.tanh(w))
+    elif np.dot(np.where(x > w, x, w), np.add(w, p['a'])) < 0.5:
+        t3 = ((np.prod(1.0 + 0.5 * np.tanh(p['a']))) ** 0)
+    else:
+        t3 = (w / (2.0 + np.sin(np.sum(p['a']))))
+    return (((x @ p['a'])) ** 1) + t3
+''', params=('x', 'p', 'w'), n=3, m=2, seed=462, order=1, jit=True)
