@@ -510,7 +510,7 @@ class Normalizer:
         if prim.kind == "rule" and typ.kind == "float" and \
                 prim.rule.name.split("@")[0] in _ZERO_DIM_RULES:
             self.zero_dim.add(out)
-        else:
+        elif self.depth == 0:  # (in a branch or loop it may still hold the other value)
             self.zero_dim.discard(out)
         if prim.kind == "rule" and typ.kind == "array" and isinstance(base, gast.Name) and \
                 _makes_view(prim, self.types):
@@ -538,7 +538,8 @@ class Normalizer:
             out = self.define(target, atom_type(result, self.types))
             self.types[out] = self.join(out, atom_type(result, self.types))
             self.append(assign(out, result), Prim("copy", args=[result]))
-            self.zero_dim.discard(out)
+            if self.depth == 0:
+                self.zero_dim.discard(out)
             if isinstance(result, gast.Name) and result.id in self.types and (
                     self.types[result.id].kind == "array" or result.id in self.zero_dim):
                 self.body[-1].view_of = result.id  # `b = a` makes b another name of a

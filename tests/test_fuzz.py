@@ -823,3 +823,23 @@ def f(x, p, w):
         t3 = (w / (2.0 + np.sin(np.sum(p['a']))))
     return (((x @ p['a'])) ** 1) + t3
 ''', params=('x', 'p', 'w'), n=3, m=2, seed=462, order=1, jit=True)
+
+
+def test_regression_zero_dim_array_from_one_branch_shared_then_added_in_place():
+    """`t5 = np.where(...)` of scalars in one branch (a 0-d array) and a float in the others,
+    then `t7 = t5; t7 += x[-1]` and reading t5: NumPy adds into the 0-d array t5 names too.
+    The "may hold a 0-d array" mark was dropped by the later branch; it now holds across
+    branches and loops, so this is refused rather than silently wrong (found by make fuzz)."""
+    def f(x, b):
+        if np.sum(x) > 10.0:
+            t5 = b * 2.0
+        elif np.sum(x) < 3.0:
+            t5 = np.where(b > b, b, b)
+        else:
+            t5 = b * 3.0
+        t7 = t5
+        t7 += x[-1]
+        return t7 + t5
+
+    with pytest.raises(ad.UnsupportedSyntaxError, match="t5 shares memory with t7"):
+        ad.grad(f)(np.array([0.1, 0.2]), 0.5)
