@@ -425,10 +425,7 @@ class _Walker:
         (:meth:`pop`) find one (a checkpointed loop's recomputation refills tapes whose values
         the backward code reads only for shapes)."""
         tan, value = self.tan, stmt.prim.args[0]
-        call = gast.Call(func=gast.Attribute(value=to_expr(tan.exprs[stmt.prim.base]),
-                                             attr="append", ctx=gast.Load()),
-                         args=[tan.zero(value, atom_type(value, self.core.types))], keywords=[])
-        tan.emit(gast.Expr(value=call))
+        _append_tangent(tan, stmt.prim.base, tan.zero(value, atom_type(value, self.core.types)))
         tan.out[-1].origin = stmt.origin
         tan.out[-1].info = getattr(stmt, "info", self.core.info)
 
@@ -634,11 +631,8 @@ def _forward_stmt(stmt, tan, core, registry):
         if base in tan.exprs:
             value = prim.args[0]
             dot = tan.of_atom(value, full=True)
-            if dot is None:
-                dot = tan.zero(value, atom_type(value, core.types))
-            call = gast.Call(func=gast.Attribute(value=to_expr(tan.exprs[base]), attr="append",
-                                                 ctx=gast.Load()), args=[dot], keywords=[])
-            tan.emit(gast.Expr(value=call))
+            _append_tangent(tan, base, dot if dot is not None else
+                            tan.zero(value, atom_type(value, core.types)))
         return None
     if prim.kind in ("nondiff", "counter"):
         return None
@@ -660,6 +654,13 @@ def _forward_stmt(stmt, tan, core, registry):
             return joint(stmt, tan, core, registry)
         _forward_rule(stmt, tan, core)
     return None
+
+
+def _append_tangent(tan, base, dot):
+    """``base_dot.append(dot)``: the tangent list of `base` grows with its list."""
+    call = gast.Call(func=gast.Attribute(value=to_expr(tan.exprs[base]), attr="append",
+                                         ctx=gast.Load()), args=[dot], keywords=[])
+    tan.emit(gast.Expr(value=call))
 
 
 def _setitem(stmt, tan):

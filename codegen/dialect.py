@@ -49,6 +49,7 @@ import gast
 
 from .emit import comment, is_marker, render_function
 from .helpers import DIALECT_DEPENDS, DIALECT_HELPERS
+from .param_writes import dotted_name
 
 __all__ = ["LoweredModule", "lower_source", "parse_with_comments", "render"]
 
@@ -190,16 +191,6 @@ def _name(identifier):
 def _call(func, args, keywords=()):
     return gast.Call(func=_expr(func) if isinstance(func, str) else func, args=list(args),
                      keywords=list(keywords))
-
-
-def dotted_name(node):
-    """'np.sum' for the expression np.sum (None for anything but a dotted name)."""
-    if isinstance(node, gast.Name):
-        return node.id
-    if isinstance(node, gast.Attribute):
-        base = dotted_name(node.value)
-        return None if base is None else f"{base}.{node.attr}"
-    return None
 
 
 def _const(node):

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import gast
 
-__all__ = ["keep_params_unwritten"]
+__all__ = ["dotted_name", "keep_params_unwritten"]
 
 # Calls whose result may share memory with an argument.
 _VIEWS = {"np.asarray", "np.reshape", "np.ravel", "np.transpose", "np.broadcast_to",
@@ -34,12 +34,15 @@ _VIEWS = {"np.asarray", "np.reshape", "np.ravel", "np.transpose", "np.broadcast_
 _VIEW_METHODS = {"reshape", "ravel", "view", "transpose", "squeeze", "swapaxes", "T"}
 
 
-def _dotted(node):
+def dotted_name(node):
+    """'np.sum' for the expression np.sum (None for anything but a dotted name). Kept here,
+    at the bottom of codegen's imports (emit imports this module, dialect imports emit), so
+    both this guard and :mod:`codegen.dialect` use the one definition."""
     if isinstance(node, gast.Name):
         return node.id
     if isinstance(node, gast.Attribute):
-        inner = _dotted(node.value)
-        return f"{inner}.{node.attr}" if inner else None
+        base = dotted_name(node.value)
+        return None if base is None else f"{base}.{node.attr}"
     return None
 
 
@@ -53,7 +56,7 @@ def _shares(value, shared):
         return value.attr in _VIEW_METHODS and _shares(value.value, shared)
     if isinstance(value, gast.Call):
         func = value.func
-        if _dotted(func) in _VIEWS:
+        if dotted_name(func) in _VIEWS:
             return bool(value.args) and _shares(value.args[0], shared)
         if isinstance(func, gast.Attribute) and func.attr in _VIEW_METHODS:
             return _shares(func.value, shared)
