@@ -10,7 +10,7 @@ on a few entries.
     python examples/gmm_adbench.py            # ADBench's d=10, K=5, n=1000 instance
     python examples/gmm_adbench.py --small    # ADBench's test instance (d=2, K=3, n=1)
 
-The data files are read from ``../shared/data/adbench`` beside the repository.
+The data files are read from ``examples/adbench/data`` (ADBench's, MIT licence).
 """
 
 import argparse

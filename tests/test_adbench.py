@@ -1,7 +1,7 @@
 """The three ADBench objectives (examples/adbench/), differentiated as written.
 
 References: the expected objective values, gradients and Jacobian from ADBench's own unit tests
-(``../shared/data/adbench/expected_from_adbench_tests.json``, for ADBench's unit-test inputs),
+(``examples/adbench/data/expected_from_adbench_tests.json``, for ADBench's unit-test inputs),
 compared at ADBench's tolerance (1e-8); and ``check_grads`` (central finite differences) on
 small random instances. Known gaps are strict xfails naming the construct that fails.
 """

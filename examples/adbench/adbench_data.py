@@ -1,7 +1,8 @@
 """Readers for ADBench's input files (the formats of ADBench's docs/FileFormat.md).
 
-The files live in ``../shared/data/adbench`` beside the repository (``data_path`` finds them from
-this file's location, whatever the working directory).
+The files live in ``examples/adbench/data`` (copied unchanged from microsoft/ADBench, MIT
+licence: see its README.md there); ``data_path`` finds them from this file's location, whatever
+the working directory.
 
 >>> alphas, means, icf, x, gamma, m = read_gmm(data_path("gmm", "test.txt"))
 >>> alphas.shape, means.shape, icf.shape, x.shape, gamma, m
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-DATA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "adbench"
+DATA_DIR = Path(__file__).resolve().parent / "data"
 
 
 def data_path(*parts):
