@@ -40,6 +40,7 @@ from .frontend import FunctionInfo, parse_function
 from .lowering import lower_loop_exits
 from .naming import Namer, sanitize
 from .rules import PrimCall
+from .shared_memory import check_view_writes
 from .templates import assign, fill, name, to_expr, unparse
 
 BINOPS = {gast.Add: "add", gast.Sub: "subtract", gast.Mult: "multiply", gast.Div: "divide",
@@ -1657,66 +1658,6 @@ def _makes_view(prim, types):
 
 # Calls that return a 0-d array (not a NumPy scalar) when given scalars.
 _ZERO_DIM_RULES = frozenset({"where", "copy", "asarray", "array"})
-
-
-def check_view_writes(normalizer):
-    """Refuse an in-place write while another name for the same memory is read afterwards.
-
-    Walks the core statements in order (loop bodies twice, for the way back round) keeping
-    the live aliases: `v = y[1:3]`, `v = y.T`, `v = y` alias y until either name is rebound.
-    """
-    order = []
-
-    def walk(stmts):
-        for stmt in stmts:
-            if isinstance(stmt, (gast.For, gast.While)):
-                walk(stmt.body)
-                walk(stmt.body)
-            elif isinstance(stmt, gast.If):
-                walk(stmt.body)
-                walk(stmt.orelse)
-            else:
-                order.append(stmt)
-    walk(normalizer.body)
-    live = {}  # alias -> base
-    pending = []  # (write statement, base, aliases that must not be read again)
-
-    def kill(n):
-        for k in [k for k, v in live.items() if k == n or v == n]:
-            del live[k]
-        for entry in pending:
-            entry[2].discard(n)
-
-    for stmt in order:
-        reads = {n.id for n in gast.walk(stmt) if isinstance(n, gast.Name) and
-                 isinstance(n.ctx, gast.Load)}
-        for write, base, aliases in pending:
-            hit = reads & aliases
-            if hit:
-                alias = sorted(hit)[0]
-                raise normalizer.info.error(
-                    UnsupportedSyntaxError, f"{_user_name(normalizer, alias)} shares memory "
-                    f"with {_user_name(normalizer, base)}, which is written in place before "
-                    f"{_user_name(normalizer, alias)} is read again; the gradient would miss "
-                    "the shared memory", getattr(write, "origin", None) or normalizer.info.node,
-                    "take a copy instead: v = x[1:3].copy(), or b = a.copy()")
-        prim = getattr(stmt, "prim", None)
-        in_place_of = getattr(stmt, "in_place_of", None)
-        if (prim is not None and prim.kind == "setitem") or in_place_of is not None:
-            # a write into memory other names may share: `y[i] = v`, or `y += v` on an array
-            base = in_place_of or prim.base
-            root = live.get(base, base)
-            sharing = ({k for k, v in live.items() if v == root} | {root}) - {base}
-            if sharing:
-                pending.append((stmt, base, sharing))
-            continue
-        for target in stmt.targets if isinstance(stmt, gast.Assign) else []:
-            for n in gast.walk(target):
-                if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store):
-                    kill(n.id)
-        view_of = getattr(stmt, "view_of", None)
-        if view_of is not None and isinstance(stmt.targets[0], gast.Name):
-            live[stmt.targets[0].id] = live.get(view_of, view_of)
 
 
 _NOT_STATIC = object()

@@ -602,7 +602,8 @@ def test_regression_second_order_logaddexp_on_large_values():
     """Reverse over reverse gave -5.3e134 where forward over reverse and finite differences gave
     -2.1e135: logaddexp's partial was written exp(a - y), whose reverse derivative adds and
     subtracts terms as large as y, so the Hessian lost every digit on values ~1e135. The partial
-    is now exp(-logaddexp(0, b - a)), whose derivative has no cancelling terms."""
+    is now exp(-logaddexp(0, b - a)), whose derivative has no cancelling terms. (The fuzzer
+    wrote `r4 *= ...`, now refused: r7 = r4 may share r4's 0-d array if A has no rows.)"""
     check_source('''
 import math
 
@@ -632,7 +633,7 @@ def f(A):
     r7 = r4
     for row7 in A:
         r7 = r7 + h0(np.maximum(r7, r7), np.dot(np.sum(A, axis=1), np.sum(A, axis=1)))
-    r4 *= np.tanh(t6[1])
+    r4 = r4 * np.tanh(t6[1])
     return np.where(t6[3] > r4, t6[3], r4) + r4 + r5 + np.sum(np.sin(t6)) + r7
 ''', params=('A',), n=5, m=2, seed=65535)
 
@@ -843,3 +844,61 @@ def test_regression_zero_dim_array_from_one_branch_shared_then_added_in_place():
 
     with pytest.raises(ad.UnsupportedSyntaxError, match="t5 shares memory with t7"):
         ad.grad(f)(np.array([0.1, 0.2]), 0.5)
+
+
+def test_regression_alias_rebound_only_in_a_loop_that_may_not_run():
+    """`s3 = s1` (a 0-d array from np.where of scalars), then `s3 = s3 + ...` inside a while
+    loop that ran zero times, then `s3 += ...` and reading s1: NumPy added into s1 too. The
+    shared-memory check took the rebinding in the loop as certain; it is now a may-analysis
+    (branches join, loops run to a fixed point), so this is refused (found by make fuzz,
+    seed 16580)."""
+    def zero_trip_loop(x):
+        s1 = np.where(2.0 > -0.7, 2.0, -0.7)
+        s3 = s1
+        n3 = 0
+        while s3 < 1.5 and n3 < 6:
+            s3 = s3 + 0.5 + x
+            n3 += 1
+        s3 += np.sin(x)
+        return s3 + s1
+
+    def one_branch(x):
+        y = np.tanh(x)
+        z = y
+        if x[0] > 5.0:
+            z = y * 2.0
+        y += x
+        return np.sum(y * z)
+
+    with pytest.raises(ad.UnsupportedSyntaxError, match="s1 may share memory with s3"):
+        ad.grad(zero_trip_loop)(0.3)
+    with pytest.raises(ad.UnsupportedSyntaxError, match="z may share memory with y"):
+        ad.grad(one_branch)(np.array([0.3, 0.4]))
+
+
+def test_rebinding_on_every_path_or_every_trip_is_not_refused():
+    """The may-analysis stays precise: a name rebound in both branches, or an alias of the
+    previous trip's array, does not share memory with the array written in place."""
+    def both_branches(x):
+        y = np.tanh(x)
+        z = y
+        if x[0] > 5.0:
+            z = y * 2.0
+        else:
+            z = y * 3.0
+        y += x
+        return np.sum(y * z)
+
+    def previous_trip(x):
+        prev = np.tanh(x)
+        total = 0.0
+        for _ in range(3):
+            cur = np.sin(prev)
+            cur += x
+            total = total + np.sum(cur * prev)
+            prev = cur
+        return total
+
+    x = np.array([0.3, -0.4])
+    ad.check_grads(both_branches, (x,), modes=("fwd", "rev"))
+    ad.check_grads(previous_trip, (x,), modes=("fwd", "rev"))

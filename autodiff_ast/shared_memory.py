@@ -1,0 +1,169 @@
+"""Refuse an in-place write whose effect another name would see.
+
+NumPy lets two names share memory: ``b = a``, ``v = y[1:3]``, ``v = y.T``, and a 0-d array
+from ``np.where`` of scalars. ``y[i] = v`` or ``y += v`` then changes what the other name
+reads. The core program binds a new value instead (``y = y + v``), so a later read of the other
+name would differentiate the old value: a silently wrong gradient. This module finds such
+reads and raises :class:`UnsupportedSyntaxError` naming the write.
+
+The analysis is a may-analysis over the structured core program. Each name maps to the set of
+allocations it may hold; an allocation is named by the statement that made it. Branches join
+by union and loops run to a fixed point, so a name rebound in only one branch, or in a loop
+that may run zero times, still counts as sharing afterwards.
+
+Example (doctest)::
+
+    >>> import numpy as np, autodiff_ast as ad
+    >>> def f(x):
+    ...     y = np.tanh(x)
+    ...     z = y
+    ...     if x[0] > 5.0:
+    ...         z = y * 2.0
+    ...     y += x
+    ...     return np.sum(y * z)
+    >>> ad.grad(f)(np.ones(2))
+    Traceback (most recent call last):
+    ...
+    autodiff_ast.errors.UnsupportedSyntaxError: ... z may share memory with y ...
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gast
+
+from .errors import UnsupportedSyntaxError
+
+
+@dataclass(frozen=True)
+class _State:
+    """What may be true at one program point."""
+
+    memory: dict  # name -> frozenset of allocations it may hold
+    # (id of a write, written name, other name that must not be read, whether that name may
+    # also hold other memory)
+    pending: frozenset
+
+    def join(self, other):
+        memory = dict(self.memory)
+        for n, allocs in other.memory.items():
+            memory[n] = memory.get(n, frozenset()) | allocs
+        return _State(memory, self.pending | other.pending)
+
+
+def _reads(node):
+    return {n.id for n in gast.walk(node) if isinstance(n, gast.Name) and
+            isinstance(n.ctx, gast.Load)}
+
+
+def _stores(node):
+    return [n.id for n in gast.walk(node) if isinstance(n, gast.Name) and
+            isinstance(n.ctx, gast.Store)]
+
+
+class _SharedMemoryCheck:
+    def __init__(self, normalizer):
+        self.normalizer = normalizer
+        self.writes = {}  # id -> the write statement, for the error
+
+    def allocations(self, state, n):
+        return state.memory.get(n, frozenset({("given", n)}))
+
+    # -- one program point to the next
+    def read(self, state, names):
+        hit = sorted((p[2], p[0], p) for p in state.pending if p[2] in names)
+        if not hit:
+            return
+        key, base, alias, maybe = hit[0][2]
+        user = self.user_name
+        if maybe:
+            what = (f"{user(alias)} may share memory with {user(base)} (on a path where one "
+                    "of them is not rebound: a branch not taken, or a loop that runs zero times)")
+        else:
+            what = f"{user(alias)} shares memory with {user(base)}"
+        raise self.normalizer.info.error(
+            UnsupportedSyntaxError, f"{what}, which is written in place before {user(alias)} "
+            "is read again; the gradient would miss the shared memory",
+            getattr(self.writes[key], "origin", None) or self.normalizer.info.node,
+            f"take a copy instead (v = x[1:3].copy(), or b = a.copy()), or write "
+            f"{user(base)} = {user(base)} + ... rather than an in-place update")
+
+    def bind(self, state, n, allocs):
+        """`n` now holds `allocs`; other names keep what they held."""
+        memory = dict(state.memory)
+        memory[n] = allocs
+        pending = frozenset(p for p in state.pending if p[2] != n)
+        return _State(memory, pending)
+
+    def fresh(self, state, n, stmt):
+        """`n` holds a new allocation made by `stmt`; a name still holding the allocation the
+        same statement made on an earlier trip round a loop now holds an older one."""
+        made = ("made", id(stmt))
+        older = ("older", id(stmt))
+        memory = {k: frozenset(older if a == made else a for a in v)
+                  for k, v in state.memory.items()}
+        return self.bind(_State(memory, state.pending), n, frozenset({made}))
+
+    def simple(self, stmt, state):
+        self.read(state, _reads(stmt))
+        prim = getattr(stmt, "prim", None)
+        in_place_of = getattr(stmt, "in_place_of", None)
+        if (prim is not None and prim.kind == "setitem") or in_place_of is not None:
+            # a write into memory other names may share: `y[i] = v`, or `y += v` on an array
+            base = in_place_of or prim.base
+            written = self.allocations(state, base)
+            sharing = {n: allocs != written for n, allocs in state.memory.items()
+                       if n != base and allocs & written}
+            if not sharing:
+                return state
+            self.writes[id(stmt)] = stmt
+            return _State(state.memory, state.pending |
+                          {(id(stmt), base, n, maybe) for n, maybe in sharing.items()})
+        view_of = getattr(stmt, "view_of", None)
+        for target in stmt.targets if isinstance(stmt, gast.Assign) else []:
+            if view_of is not None and isinstance(target, gast.Name):
+                state = self.bind(state, target.id, self.allocations(state, view_of))
+                continue
+            for n in _stores(target):
+                state = self.fresh(state, n, stmt)
+        return state
+
+    def block(self, stmts, state):
+        for stmt in stmts:
+            if isinstance(stmt, gast.If):
+                self.read(state, _reads(stmt.test))
+                state = self.block(stmt.body, state).join(self.block(stmt.orelse, state))
+            elif isinstance(stmt, (gast.For, gast.While)):
+                state = self.loop(stmt, state)
+            else:
+                state = self.simple(stmt, state)
+        return state
+
+    def loop(self, stmt, state):
+        """The state after any number of trips, the zero-trip one included."""
+        if isinstance(stmt, gast.For):
+            self.read(state, _reads(stmt.iter))
+        entry = state
+        while True:
+            trip = entry
+            if isinstance(stmt, gast.While):
+                self.read(trip, _reads(stmt.test))
+            else:
+                for n in _stores(stmt.target):
+                    trip = self.fresh(trip, n, stmt)
+            after = entry.join(self.block(stmt.body, trip))
+            if after == entry:
+                return entry
+            entry = after
+
+    def user_name(self, core_name):
+        for user, core in self.normalizer.env.items():
+            if core == core_name:
+                return user
+        return core_name
+
+
+def check_view_writes(normalizer):
+    """Refuse an in-place write while another name for the same memory is read afterwards."""
+    given = {n: frozenset({("given", n)}) for n in normalizer.params}
+    _SharedMemoryCheck(normalizer).block(normalizer.body, _State(given, frozenset()))
