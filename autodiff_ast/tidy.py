@@ -143,6 +143,39 @@ def _pure(stmt):
             stmt.targets[0].elts if isinstance(stmt.targets[0], gast.Tuple) else []))
 
 
+def _exposed_uses(stmt):
+    """Names a loop or branch may read before it sets them on the same path: the header's
+    reads, then each body's reads not preceded by an assignment at the body's own level (one
+    inside a nested branch or loop may not happen)."""
+    header = stmt.iter if isinstance(stmt, gast.For) else stmt.test
+    exposed = set(_names(header))
+    for body in (stmt.body, stmt.orelse):
+        defined = set(_names(stmt.target)) if isinstance(stmt, gast.For) else set()
+        for inner in body:
+            if isinstance(inner, _CONTROL):
+                exposed.update(n for n in _exposed_uses(inner) if n not in defined)
+                continue
+            exposed.update(n for n in stmt_uses(inner) if n not in defined)
+            if isinstance(inner, gast.Assign):  # (not the list a `t.pop()` changes)
+                defined.update(n for t in inner.targets if isinstance(t, (gast.Name, gast.Tuple))
+                               for n in _names(t))
+    return sorted(exposed)
+
+
+def _pure_control(stmt):
+    """A for loop or branch that only binds names (no in-place writes, no list changes, no
+    while loops, which might not end): dropped whole when nothing reads what it binds."""
+    if isinstance(stmt, gast.For):
+        header = stmt.iter
+    elif isinstance(stmt, gast.If):
+        header = stmt.test
+    else:
+        return False
+    return not _mutates(header) and all(
+        isinstance(s, gast.Pass) or _pure(s) or _pure_control(s)
+        for s in stmt.body + stmt.orelse)
+
+
 def _scan(node):
     """In one breadth-first walk of an expression: its Name identifiers (as :func:`_names`),
     the lists it pops from (as :func:`_popped`), whether it changes a list (as
@@ -191,7 +224,7 @@ class _Facts:
     def _entry(self, stmt):
         entry = self.memo.get(id(stmt))
         if entry is None:
-            entry = self.memo[id(stmt)] = [stmt, None, None, None, None, None, None]
+            entry = self.memo[id(stmt)] = [stmt, None, None, None, None, None, None, None]
         return entry
 
     def _value_scan(self, entry):
@@ -243,8 +276,18 @@ class _Facts:
                     all(isinstance(e, gast.Name) for e in (
                         target.elts if isinstance(target, gast.Tuple) else []))
             else:
-                entry[3] = _pure(stmt)
+                entry[3] = _pure(stmt) or _pure_control(stmt)
         return entry[3]
+
+    def exposed(self, stmt):
+        """The names a statement may read before setting them (for liveness): a loop body
+        that sets `dx` before reading it does not need the `dx` computed before the loop."""
+        if not isinstance(stmt, _CONTROL):
+            return self.uses(stmt)
+        entry = self._entry(stmt)
+        if entry[7] is None:
+            entry[7] = _exposed_uses(stmt)
+        return entry[7]
 
     def reads(self, stmt):
         """As :func:`_all_reads` of the one statement."""
@@ -294,9 +337,9 @@ def eliminate_dead(stmts, keep, facts=None):
         pure = facts.pure(stmt)
         if pure and not any(d in live for d in defs):
             continue
-        if pure:
+        if pure and type(stmt) is gast.Assign:  # (a loop or branch may not bind them)
             live.difference_update(defs)
-        live.update(facts.uses(stmt))
+        live.update(facts.exposed(stmt))
         out.append(stmt)
     out.reverse()
     return out
@@ -703,8 +746,10 @@ def tidy_block(stmts, keep=(), temps=None):
     `keep` names values needed after the block; `temps` is the Namer (or set) of temporaries
     that may disappear.
     """
+    from .known_zeros import forward_known_zeros  # (it reads this module's helpers)
+
     temps = getattr(temps, "temps", temps) or set()
-    stmts = list(stmts)
+    stmts = forward_known_zeros(list(stmts))
     keep = set(keep)
     facts = _Facts()
     while True:

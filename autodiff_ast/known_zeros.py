@@ -1,0 +1,130 @@
+"""Accumulations into a value known to be zero become plain assignments.
+
+The reverse sweep sets an adjoint to ``0.0`` once it has been passed on and adds into it the
+next time round (``r2_bar = r2_bar + c`` at the top of a loop body, ``r2_bar = 0.0`` at the
+bottom). Where ``r2_bar`` is known to hold that ``0.0`` on every path, the addition does
+nothing but keep a value alive across iterations (and it cannot be folded: ``0.0 + c`` is not
+``c`` when c is -0.0), so it is written ``r2_bar = c``. Then the reset and the initial ``0.0``
+are dead, and :func:`autodiff_ast.tidy.tidy_block` drops them: the loop body reads like code
+written by hand, and the compiler keeps its values in registers (the Lennard-Jones gradient
+ran 674 us before, 513 us after, the hand-written adjoint 464 us).
+
+Only a name bound to the float constant ``0.0`` counts as known zero (a scalar: ``0.0 + c``
+has c's shape); ``x = x + c`` becomes ``x = c`` and ``x = x - c`` becomes ``x = -c`` when c is
+an expression, never a bare name (``x = c`` would make x another name of an array c).
+
+>>> import gast
+>>> from autodiff_ast.templates import unparse
+>>> body = gast.parse('''
+... g = 0.0
+... for i in range(n):
+...     g = g + 2.0 * x[i]
+...     out[i] = g
+...     g = 0.0
+... ''').body
+>>> print(unparse(forward_known_zeros(body)[1]))
+for i in range(n):
+    g = 2.0 * x[i]
+    out[i] = g
+    g = 0.0
+"""
+
+from __future__ import annotations
+
+import gast
+
+from .tidy import _names as read_names
+from .tidy import stmt_defs as assigned_names
+
+
+def _is_zero(value):
+    return isinstance(value, gast.Constant) and type(value.value) is float and \
+        value.value == 0.0
+
+
+def _accumulated(stmt, zeros):
+    """For ``x = x + c``, ``x = c + x``, ``x = x - c`` or ``x += c`` (``-=``) with x known
+    zero: the value to bind instead, else None."""
+    if isinstance(stmt, gast.AugAssign) and isinstance(stmt.target, gast.Name):
+        target, op, term = stmt.target.id, stmt.op, stmt.value
+    elif isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and \
+            isinstance(stmt.targets[0], gast.Name) and isinstance(stmt.value, gast.BinOp) and \
+            isinstance(stmt.value.op, (gast.Add, gast.Sub)):
+        target, op = stmt.targets[0].id, stmt.value.op
+        left, right = stmt.value.left, stmt.value.right
+        if isinstance(left, gast.Name) and left.id == target:
+            term = right
+        elif isinstance(op, gast.Add) and isinstance(right, gast.Name) and right.id == target:
+            term = left
+        else:
+            return None
+    else:
+        return None
+    if target not in zeros or not isinstance(op, (gast.Add, gast.Sub)) or \
+            isinstance(term, gast.Name) or target in read_names(term):
+        return None
+    if isinstance(op, gast.Sub):
+        if isinstance(term, gast.Constant):
+            return None
+        term = gast.UnaryOp(op=gast.USub(), operand=term)
+    return term
+
+
+def _rewrite(stmt, value):
+    target = stmt.target if isinstance(stmt, gast.AugAssign) else stmt.targets[0]
+    new = gast.Assign(targets=[gast.Name(id=target.id, ctx=gast.Store(), annotation=None,
+                                         type_comment=None)],
+                      value=value, type_comment=None)
+    for attr, held in vars(stmt).items():  # origin, backward marks and the like
+        if attr not in new._fields and attr not in ("lineno", "col_offset", "end_lineno",
+                                                    "end_col_offset"):
+            setattr(new, attr, held)
+    return gast.copy_location(new, stmt)
+
+
+def _block(stmts, zeros, rewrite):
+    """The names known zero after `stmts`, given those before; with `rewrite`, the
+    accumulations into known zeros in `stmts` are replaced."""
+    zeros = set(zeros)
+    for index, stmt in enumerate(stmts):
+        if isinstance(stmt, gast.If):
+            after_body = _block(stmt.body, zeros, rewrite)
+            zeros = after_body & _block(stmt.orelse, zeros, rewrite)
+            continue
+        if isinstance(stmt, (gast.For, gast.While)):
+            zeros = _loop(stmt, zeros, rewrite)
+            continue
+        value = _accumulated(stmt, zeros)
+        if value is not None and rewrite:
+            stmts[index] = stmt = _rewrite(stmt, value)
+        zeros.difference_update(assigned_names(stmt))
+        if isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and \
+                isinstance(stmt.targets[0], gast.Name) and _is_zero(stmt.value):
+            zeros.add(stmt.targets[0].id)
+    return zeros
+
+
+def _loop(stmt, zeros, rewrite):
+    """Names known zero at the top of every trip: zero before the loop and again at the end of
+    the body (a fixed point; it only shrinks). They stay zero after the loop."""
+    entry = set(zeros) - set(assigned_names(stmt.target)) if isinstance(stmt, gast.For) \
+        else set(zeros)
+    while True:
+        after = _block(stmt.body, entry, rewrite=False)
+        narrowed = entry & after
+        if narrowed == entry:
+            break
+        entry = narrowed
+    if isinstance(stmt, gast.For):
+        # the loop index is bound at the top of each trip
+        entry -= set(assigned_names(stmt.target))
+    _block(stmt.body, entry, rewrite)
+    _block(stmt.orelse, entry, rewrite)
+    return entry
+
+
+def forward_known_zeros(stmts):
+    """`stmts` (a list, changed in place and returned) with every accumulation into a name
+    known to hold ``0.0`` written as a plain assignment."""
+    _block(stmts, set(), rewrite=True)
+    return stmts
