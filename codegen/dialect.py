@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 import gast
 
 from .emit import comment, is_marker, render_function
-from .helpers import DIALECT_DEPENDS, DIALECT_HELPERS
+from .helpers import DIALECT_DEPENDS, DIALECT_HELPERS, DIALECT_NOT_COMPILED
 from .param_writes import dotted_name
 
 __all__ = ["LoweredModule", "lower_source", "parse_with_comments", "render"]
@@ -476,6 +476,11 @@ class _Lower(gast.NodeTransformer):
         if not self.module.general_dot or len(node.args) != 2 or node.keywords:
             return None
         return _call(self.helper("dot_nd"), node.args)
+
+    def call_np_tanh(self, node):
+        if not self.module.fast_transcendentals or len(node.args) != 1 or node.keywords:
+            return None
+        return _call(self.helper("tanh_fast"), node.args)
 
     def call_np_matmul(self, node):
         if len(node.args) != 2 or node.keywords:
@@ -906,6 +911,7 @@ class _Module:
         self.taken |= {n.name for n in gast.walk(tree) if isinstance(n, gast.FunctionDef)}
         self.needed = set()
         self.general_dot = False
+        self.fast_transcendentals = False
         self.generated = {}  # name -> source of helpers written for one einsum/pattern
         # Whole-array code (no loop anywhere): its sums run over whole arrays, where a
         # reassociated sum pays for its compile (in loops they are mostly over small rows)
@@ -960,7 +966,8 @@ def keep_all(r, x):
 '''
 
 
-def lower_source(source, entries=(), injected=(), general_dot=False):
+def lower_source(source, entries=(), injected=(), general_dot=False,
+                 fast_transcendentals=False):
     """Lower a generated module's source into the compiled dialect.
 
     `entries` are the functions callers use (they get a plain wrapper when module arrays must be
@@ -968,15 +975,19 @@ def lower_source(source, entries=(), injected=(), general_dot=False):
     general_dot=True writes every ``np.dot`` as ``dot_nd`` and ``@`` as ``matmul_nd`` (any
     ranks, as batched code needs);
     a target asks for it when Numba refused the module written without it.
+    fast_transcendentals=True writes ``np.tanh(x)`` as ``tanh_fast(x)``, which Numba compiles
+    into a vectorized loop for float arrays (a target that compiles with Numba asks for it).
     """
     tree = parse_with_comments(source)
     module = _Module(tree)
     module.general_dot = general_dot
+    module.fast_transcendentals = fast_transcendentals
     header, functions = [], []
     for stmt in tree.body:
         (functions if isinstance(stmt, gast.FunctionDef) else header).append(stmt)
     replaced = {fn.name for fn in functions if fn.name in DIALECT_HELPERS}
-    functions = [fn for fn in functions if fn.name not in replaced]
+    functions = [fn for fn in functions if fn.name not in replaced and
+                 fn.name not in DIALECT_NOT_COMPILED]
     for name in replaced:
         module.need(name)
     lowering = _Lower(module)
@@ -987,8 +998,8 @@ def lower_source(source, entries=(), injected=(), general_dot=False):
         sources["keep_all"] = _KEEP_ALL
     sources.update(module.generated)
     for name in sorted(sources):
-        helper_defs.append(gast.parse(sources[name]).body[0])
-    names = [fn.name for fn in helper_defs + functions]
+        helper_defs += gast.parse(sources[name]).body
+    names = [fn.name for fn in helper_defs + functions if fn.name not in DIALECT_NOT_COMPILED]
     data = _data_names(header, injected)
     all_functions = helper_defs + functions
     lowered = LoweredModule(header, all_functions, set(sources), compiled=set(names))

@@ -253,7 +253,8 @@ class _Build:
         from .dialect import lower_source, render
         options = self.options
         lowered = lower_source(self.source, entries=self.entries,
-                               injected=list(self.injected), general_dot=general_dot)
+                               injected=list(self.injected), general_dot=general_dot,
+                               fast_transcendentals=True)
         _import_numba(lowered)
         stamp = ", ".join(f"{k} {v}" for k, v in versions().items())
         lines = [f"Compiled with @{options.decorator()} ({stamp})."]
