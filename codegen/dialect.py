@@ -339,7 +339,11 @@ class _Lower(gast.NodeTransformer):
                 value = _call("np.sqrt", [value])
         elif axis is None:
             whole = func == "np.sum" and self.module.loop_free
-            value = _call(self.helper("reassociated_sum") if whole else func, [x])
+            if whole and self.module.fast_transcendentals and isinstance(x, gast.BinOp) and \
+                    isinstance(x.op, gast.Mult):
+                value = _call(self.helper("sum_of_products"), [x.left, x.right])
+            else:
+                value = _call(self.helper("reassociated_sum") if whole else func, [x])
         else:
             value = self.per_axis(func, x, axis)
         if keep:
@@ -975,8 +979,9 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
     general_dot=True writes every ``np.dot`` as ``dot_nd`` and ``@`` as ``matmul_nd`` (any
     ranks, as batched code needs);
     a target asks for it when Numba refused the module written without it.
-    fast_transcendentals=True writes ``np.tanh(x)`` as ``tanh_fast(x)``, which Numba compiles
-    into a vectorized loop for float arrays (a target that compiles with Numba asks for it).
+    fast_transcendentals=True writes ``np.tanh(x)`` as ``tanh_fast(x)`` and a whole-array
+    ``np.sum(a * b)`` as ``sum_of_products(a, b)``, which Numba compiles into vectorized loops
+    for float arrays (a target that compiles with Numba asks for it).
     """
     tree = parse_with_comments(source)
     module = _Module(tree)

@@ -382,9 +382,42 @@ def tanh_fast_numba(x):
     return tanh_array
 '''
 
+# np.sum(a * b) over whole arrays under Numba: one loop multiplying and adding (reassociated:
+# partial sums in SIMD lanes) instead of an array expression writing a * b to a temporary and a
+# second pass summing it (linear regression's gradient, 1e6 points: 1.14 -> 0.79 ms).
+DIALECT_HELPERS["sum_of_products"] = '''\
+def sum_of_products(a, b):
+    """np.sum(a * b) (under Numba, two float64 arrays of one shape take one loop)."""
+    return np.sum(a * b)
+
+
+@numba.extending.overload(sum_of_products, jit_options={
+    'error_model': 'numpy', 'fastmath': {'reassoc', 'contract'}})
+def sum_of_products_numba(a, b):
+    """How Numba compiles sum_of_products: two float64 arrays of the same shape in one loop
+    over their elements, without the temporary a * b; anything else (scalars, broadcasting,
+    other dtypes) as np.sum(a * b)."""
+    arrays = isinstance(a, numba.types.Array) and isinstance(b, numba.types.Array)
+    if not (arrays and a.dtype == numba.types.float64 and b.dtype == numba.types.float64 and
+            a.ndim == b.ndim):
+        return lambda a, b: np.sum(a * b)
+
+    def sum_of_products_loop(a, b):
+        if a.shape != b.shape:
+            return np.sum(a * b)
+        flat_a = a.ravel()
+        flat_b = b.ravel()
+        total = 0.0
+        for i in range(flat_a.size):
+            total += flat_a[i] * flat_b[i]
+        return total
+    return sum_of_products_loop
+'''
+
 #: Dialect helpers Numba does not compile as they stand: plain Python functions compiled code
 #: calls through a ``numba.extending.overload`` (which carries its own decorator).
-DIALECT_NOT_COMPILED = frozenset({"tanh_fast", "tanh_fast_numba"})
+DIALECT_NOT_COMPILED = frozenset({"tanh_fast", "tanh_fast_numba", "sum_of_products",
+                                  "sum_of_products_numba"})
 
 #: Numba options a dialect helper is compiled with besides the module's own.
 DIALECT_JIT_OPTIONS = {"reassociated_sum": "fastmath={'reassoc'}"}

@@ -584,7 +584,7 @@ def test_every_dialect_helper_is_covered():
     tested = {"stack_list", "add_into", "add_at", "outer_product", "reassociated_sum",
               "keep_axis", "mean_axis", "var_axis", "flip_axis", "roll_axis", "sort_axis",
               "argsort_axis", "scatter_add", "dot_nd", "matmul_nd", "unbroadcast", "max_axis",
-              "min_axis", "prod_axis", "tanh_fast"}
+              "min_axis", "prod_axis", "tanh_fast", "sum_of_products"}
     assert set(DIALECT_HELPERS) == tested
 
 
@@ -644,3 +644,47 @@ def test_jit_writes_np_tanh_of_arrays_as_tanh_fast():
     np.testing.assert_allclose(compiled(w, x), ad.grad(f)(w, x), rtol=1e-13, atol=1e-15)
     assert "tanh_fast(" in compiled.source
     assert jit(f)(w, x) == pytest.approx(f(w, x), rel=1e-14)
+
+
+@pytest.mark.numba
+def test_sum_of_products_is_np_sum_of_the_product():
+    """One loop for two float64 arrays of one shape (any rank, strided too); broadcasting,
+    scalars and float32 go to np.sum(a * b)."""
+    import numba
+    ns = {"np": np, "numba": numba}
+    exec(DIALECT_HELPERS["sum_of_products"], ns)
+    plain = ns["sum_of_products"]
+    compiled = numba.njit(lambda a, b: plain(a, b))
+    rng = np.random.default_rng(11)
+    for shape in [(), (1,), (7,), (1000,), (3, 4), (2, 3, 5)]:
+        a, b = rng.standard_normal(shape), rng.standard_normal(shape)
+        same(compiled(a, b), np.sum(a * b), rtol=1e-13)
+        same(plain(a, b), np.sum(a * b), rtol=0.0)
+    grid = rng.standard_normal((8, 6))
+    same(compiled(grid[::2, 1:], grid[1::2, :-1]), np.sum(grid[::2, 1:] * grid[1::2, :-1]),
+         rtol=1e-13)
+    same(compiled(grid.T, grid.T), np.sum(grid * grid), rtol=1e-13)
+    same(compiled(grid, grid[:1]), np.sum(grid * grid[:1]), rtol=1e-13)  # broadcast
+    same(compiled(grid, 2.5), np.sum(grid * 2.5), rtol=1e-13)
+    same(compiled(2.5, 4.0), np.sum(2.5 * 4.0), rtol=0.0)
+    g32 = grid.astype(np.float32)
+    same(plain(g32, g32), np.sum(g32 * g32), rtol=0.0)
+    # (compiled, it is Numba's np.sum of float32: a float64, as reassociated_sum gives)
+    assert compiled(g32, g32) == pytest.approx(float(np.sum(g32 * g32)), rel=1e-6)
+    assert compiled(np.zeros(0), np.zeros(0)) == 0.0
+
+
+@pytest.mark.numba
+def test_jit_writes_a_whole_array_sum_of_a_product_as_sum_of_products():
+    def loss(w, b, x, y):
+        r = w * x + b - y
+        return np.sum(r * r) / x.shape[0]
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(50)
+    y = 2.0 * x - 1.0 + 0.1 * rng.standard_normal(50)
+    compiled = jit(ad.grad(loss, argnums=(0, 1)))
+    got, expected = compiled(0.3, 0.1, x, y), ad.grad(loss, argnums=(0, 1))(0.3, 0.1, x, y)
+    np.testing.assert_allclose(got, expected, rtol=1e-13)
+    assert "sum_of_products(" in compiled.source
+    assert jit(loss)(0.3, 0.1, x, y) == pytest.approx(loss(0.3, 0.1, x, y), rel=1e-14)
