@@ -537,11 +537,37 @@ def make_split(sweep, program, bwd_name=None, recompute=False):
     top = {d for stmt in forward if not isinstance(stmt, CONTROL) for d in stmt_defs(stmt)}
     forward = [assign(r, _placeholder(core.types.get(r, T.UNKNOWN))) for r in residuals
                if r not in top and r not in core.params] + forward
+    residuals = _start_backward_only_tapes(forward, sweep, residuals)
     sweep.forward = forward
     base = core.name
     fwd_name = program.module_names.fresh(f"{base}_fwd") if residuals else core.name
     bwd_name = bwd_name or program.module_names.fresh(f"{base}_bwd")
     return Split(sweep, fwd_name, bwd_name, residuals, bwd_params)
+
+
+def _start_backward_only_tapes(forward, sweep, residuals):
+    """A tape the forward function only creates (``acc_tape = []``) and the backward function
+    fills (a checkpointed loop's tapes are filled while its segments are recomputed) is created
+    by the backward function instead of being handed over empty: Numba cannot type a list
+    nothing appends to. `forward` and ``sweep.backward`` change; returns the residuals left."""
+    def is_empty_list(stmt):
+        return isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and \
+            isinstance(stmt.targets[0], gast.Name) and isinstance(stmt.value, gast.List) and \
+            not stmt.value.elts
+    moved = []
+    for stmt in list(forward):
+        if not is_empty_list(stmt) or stmt.targets[0].id not in residuals:
+            continue
+        tape = stmt.targets[0].id
+        if any(isinstance(n, gast.Name) and n.id == tape for other in forward
+               if other is not stmt for n in gast.walk(other)):
+            continue
+        forward.remove(stmt)
+        moved.append(tape)
+    if moved:
+        sweep.backward = [assign(t, gast.List(elts=[], ctx=gast.Load())) for t in moved] + \
+            list(sweep.backward)
+    return [r for r in residuals if r not in moved]
 
 
 def _zeros_at_entry(sweep, forward):

@@ -730,6 +730,8 @@ def check_program(program, order=2, jit=False):
         return Outcome("mutated", "the caller's arguments changed", order=used_order)
     if jit:
         outcome.jit, outcome.jit_detail = _check_jit(fn, args, value)
+        if outcome.jit == "unsupported":  # (the program, for --details)
+            outcome.jit_detail += "\n" + program.describe()
         if not _same(args, before):  # (the gradient _check_jit takes as its reference)
             return Outcome("mutated", "the caller's arguments changed", order=used_order)
     return outcome
@@ -838,7 +840,8 @@ def _close_trees(a, b):
 
 
 def check_source(source, params, n=4, m=3, seed=0, order=2, jit=False):
-    """Check a program given as text (the form regression tests keep); raises on failure.
+    """Check a program given as text (the form regression tests keep); raises on failure
+    (with `jit`, also when jit cannot compile it).
 
     >>> check_source('''
     ... import numpy as np
@@ -849,7 +852,7 @@ def check_source(source, params, n=4, m=3, seed=0, order=2, jit=False):
     """
     program = Program(source.lstrip("\n"), tuple(params), n, m, seed)
     outcome = check_program(program, order=order, jit=jit)
-    if outcome.status != "ok" or outcome.failed:
+    if outcome.status != "ok" or outcome.failed or (jit and outcome.jit != "ok"):
         raise AssertionError(outcome.report(program))
 
 
@@ -864,6 +867,7 @@ class _Stats:
         self.by_status = {}
         self.jit = {}
         self.refusals = {}
+        self.examples = {}  # refusal key -> the first whole message seen with it
         self.failures = []  # (program, outcome), minimized by hypothesis
         self.cpu = 0.0  # processor seconds the checking took (all workers)
 
@@ -880,6 +884,7 @@ class _Stats:
             first = text.split("\n")[0]
             key = re.sub(r"^\w+: (\S+:\d+: )?", "", first)[:100]  # class and place dropped
             self.refusals[key] = self.refusals.get(key, 0) + 1
+            self.examples.setdefault(key, text[:8000])
 
     def merge(self, other):
         """Add another worker's counts to these."""
@@ -891,11 +896,14 @@ class _Stats:
                              (self.refusals, other.refusals)):
             for key, count in theirs.items():
                 mine[key] = mine.get(key, 0) + count
+        for key, text in other.examples.items():
+            self.examples.setdefault(key, text)
         self.failures += other.failures
         return self
 
-    def summary(self, elapsed, workers=1):
-        """The report's lines: the first says how much each kind of check ran."""
+    def summary(self, elapsed, workers=1, details=False):
+        """The report's lines: the first says how much each kind of check ran (with
+        `details`, each kind of refusal's first whole message follows)."""
         jit_checked = sum(v for k, v in self.jit.items() if k != "unsupported")
         lines = [
             f"fuzz: {self.tried} programs in {elapsed:.0f} s "
@@ -908,6 +916,8 @@ class _Stats:
         ]
         for key, count in sorted(self.refusals.items(), key=lambda kv: -kv[1]):
             lines.append(f"  refused/unsupported x{count}: {key}")
+            if details:
+                lines += ["    | " + line for line in self.examples.get(key, "").split("\n")]
         return "\n".join(lines)
 
 
@@ -1002,7 +1012,8 @@ def run_parallel(seconds, workers=2, **kwargs):
 
 
 def main(argv=None):
-    """``python tests/fuzzing.py [--seconds S] [--jit-every K] [--jit-share F] [--workers W]``
+    """``python tests/fuzzing.py [--seconds S] [--jit-every K] [--jit-share F] [--workers W]
+    [--details]``
     (``make fuzz``; ``--jit-every 1 --jit-share 0.9`` spends the run mostly under jit)."""
     import argparse
     import time
@@ -1022,12 +1033,14 @@ def main(argv=None):
     parser.add_argument("--workers", type=int,
                         default=int(os.environ.get("FUZZ_WORKERS", "2")),
                         help="worker processes, each checking its own programs")
+    parser.add_argument("--details", action="store_true",
+                        help="print each kind of refusal's first whole message")
     options = parser.parse_args(argv)
     start = time.monotonic()
     stats = run_parallel(options.seconds, options.workers, jit_every=options.jit_every,
                          order2_every=options.order2_every, jit_share=options.jit_share)
     elapsed = time.monotonic() - start
-    print("\n" + stats.summary(elapsed, options.workers))
+    print("\n" + stats.summary(elapsed, options.workers, details=options.details))
     return 1 if stats.failures else 0
 
 

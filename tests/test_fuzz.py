@@ -902,3 +902,26 @@ def test_rebinding_on_every_path_or_every_trip_is_not_refused():
     x = np.array([0.3, -0.4])
     ad.check_grads(both_branches, (x,), modes=("fwd", "rev"))
     ad.check_grads(previous_trip, (x,), modes=("fwd", "rev"))
+
+
+def test_regression_checkpointed_loop_tapes_start_in_the_backward_function():
+    """vjp of a checkpointed loop: f_fwd made the loop's tapes (`acc1_tape = []`) and handed
+    them to f_bwd, which fills them while it recomputes each segment; Numba cannot type a list
+    nothing appends to, so jit(grad) of a non-scalar function with such a loop failed to
+    compile (found by `tests/fuzzing.py --jit-every 1 --details`). The backward function now
+    creates them."""
+    check_source('''
+import math
+
+import numpy as np
+
+import autodiff_ast as ad
+
+
+def f(A):
+    k1 = int(3.0 * np.abs(np.tanh(A[1][0]))) + 1
+    acc1 = np.logaddexp(-0.7, 2.0)
+    for _ in ad.checkpoint(range(k1)):
+        acc1 = 0.7 * acc1 + 0.3 * np.sin(np.tanh(np.logaddexp(A[2, 2], acc1)))
+    return np.minimum(np.sum(A, axis=0), acc1) + acc1
+''', params=('A',), n=3, m=3, seed=17281, order=1, jit=True)
