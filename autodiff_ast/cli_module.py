@@ -205,7 +205,7 @@ def lower_for_numba(source, entries):
                    None)
     if command:
         source = "\n".join(line for line in source.split("\n") if line != command)
-    lowered = lower_source(source, entries=entries, fast_transcendentals=True)
+    lowered = lower_source(source, entries=entries, numba_overloads=True)
     at = 1 if lowered.header and isinstance(lowered.header[0], gast.Expr) else 0
     lowered.header.insert(at, gast.parse("import numba").body[0])
     decorator = NumbaOptions(cache=True).decorator()

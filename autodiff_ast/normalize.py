@@ -272,6 +272,13 @@ class Normalizer:
         self.written = set()  # core names written in place
 
     # -- errors
+    def user_name(self, core_name):
+        """The user's name for a core name (``x`` for ``x_2``), for messages."""
+        for user, core in self.env.items():
+            if core == core_name:
+                return user
+        return core_name
+
     def unsupported(self, message, node, hint=None):
         return self.info.error(UnsupportedSyntaxError, message, node, hint or (
             "rewrite this line with the supported subset: NumPy calls, arithmetic, "
@@ -1048,7 +1055,7 @@ class Normalizer:
                 # One name now holds values with a size-one axis and values without: the
                 # reverse sweep, which sums adjoints over size-one axes, refuses it (reverse).
                 self.merged_axes.setdefault(core_name, (self.origin,
-                                                        _user_name(self, core_name)))
+                                                        self.user_name(core_name)))
             return T.array(dims, old.dtype if old.dtype == typ.dtype else "float64")
         if {old.kind, typ.kind} <= {"float", "int", "bool"}:
             return T.FLOAT if "float" in (old.kind, typ.kind) else typ
@@ -1058,7 +1065,7 @@ class Normalizer:
             # Optimistic: the known side (a recursive call is typed before its result is).
             return typ if old.kind == "unknown" else old
         raise self.info.error(
-            TypeInferenceError, f"{_user_name(self, core_name)} changes from "
+            TypeInferenceError, f"{self.user_name(core_name)} changes from "
             f"{T.describe(old)} to {T.describe(typ)} here; a value must keep one type and rank "
             "through loops and branches", self.origin,
             "initialise it with the final type before the loop (e.g. np.zeros_like(x))")
@@ -1549,13 +1556,6 @@ def _emit_call(rule, bound, keywords):
         else:
             args.append(value)
     return gast.Call(func=fill(rule.emit), args=args, keywords=kws)
-
-
-def _user_name(normalizer, core_name):
-    for user, core in normalizer.env.items():
-        if core == core_name:
-            return user
-    return core_name
 
 
 def _is_method(call, method):

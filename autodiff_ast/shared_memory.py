@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import gast
 
 from .errors import UnsupportedSyntaxError
+from .tidy import _names
 
 
 @dataclass(frozen=True)
@@ -52,13 +53,11 @@ class _State:
 
 
 def _reads(node):
-    return {n.id for n in gast.walk(node) if isinstance(n, gast.Name) and
-            isinstance(n.ctx, gast.Load)}
+    return set(_names(node, gast.Load))
 
 
 def _stores(node):
-    return [n.id for n in gast.walk(node) if isinstance(n, gast.Name) and
-            isinstance(n.ctx, gast.Store)]
+    return _names(node, gast.Store)
 
 
 class _SharedMemoryCheck:
@@ -75,7 +74,7 @@ class _SharedMemoryCheck:
         if not hit:
             return
         key, base, alias, maybe = hit[0][2]
-        user = self.user_name
+        user = self.normalizer.user_name
         if maybe:
             what = (f"{user(alias)} may share memory with {user(base)} (on a path where one "
                     "of them is not rebound: a branch not taken, or a loop that runs zero times)")
@@ -155,12 +154,6 @@ class _SharedMemoryCheck:
             if after == entry:
                 return entry
             entry = after
-
-    def user_name(self, core_name):
-        for user, core in self.normalizer.env.items():
-            if core == core_name:
-                return user
-        return core_name
 
 
 def check_view_writes(normalizer):

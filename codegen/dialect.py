@@ -339,7 +339,7 @@ class _Lower(gast.NodeTransformer):
                 value = _call("np.sqrt", [value])
         elif axis is None:
             whole = func == "np.sum" and self.module.loop_free
-            if whole and self.module.fast_transcendentals and isinstance(x, gast.BinOp) and \
+            if whole and self.module.numba_overloads and isinstance(x, gast.BinOp) and \
                     isinstance(x.op, gast.Mult):
                 value = _call(self.helper("sum_of_products"), [x.left, x.right])
             else:
@@ -482,7 +482,7 @@ class _Lower(gast.NodeTransformer):
         return _call(self.helper("dot_nd"), node.args)
 
     def call_np_tanh(self, node):
-        if not self.module.fast_transcendentals or len(node.args) != 1 or node.keywords:
+        if not self.module.numba_overloads or len(node.args) != 1 or node.keywords:
             return None
         return _call(self.helper("tanh_fast"), node.args)
 
@@ -915,7 +915,7 @@ class _Module:
         self.taken |= {n.name for n in gast.walk(tree) if isinstance(n, gast.FunctionDef)}
         self.needed = set()
         self.general_dot = False
-        self.fast_transcendentals = False
+        self.numba_overloads = False
         self.generated = {}  # name -> source of helpers written for one einsum/pattern
         # Whole-array code (no loop anywhere): its sums run over whole arrays, where a
         # reassociated sum pays for its compile (in loops they are mostly over small rows)
@@ -971,7 +971,7 @@ def keep_all(r, x):
 
 
 def lower_source(source, entries=(), injected=(), general_dot=False,
-                 fast_transcendentals=False):
+                 numba_overloads=False):
     """Lower a generated module's source into the compiled dialect.
 
     `entries` are the functions callers use (they get a plain wrapper when module arrays must be
@@ -979,14 +979,15 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
     general_dot=True writes every ``np.dot`` as ``dot_nd`` and ``@`` as ``matmul_nd`` (any
     ranks, as batched code needs);
     a target asks for it when Numba refused the module written without it.
-    fast_transcendentals=True writes ``np.tanh(x)`` as ``tanh_fast(x)`` and a whole-array
-    ``np.sum(a * b)`` as ``sum_of_products(a, b)``, which Numba compiles into vectorized loops
-    for float arrays (a target that compiles with Numba asks for it).
+    numba_overloads=True also uses the helpers whose Numba form is a
+    ``numba.extending.overload`` (the module must import numba): ``np.tanh(x)`` as
+    ``tanh_fast(x)`` and a whole-array ``np.sum(a * b)`` as ``sum_of_products(a, b)``, compiled
+    into vectorized loops for float arrays (a target that compiles with Numba asks for it).
     """
     tree = parse_with_comments(source)
     module = _Module(tree)
     module.general_dot = general_dot
-    module.fast_transcendentals = fast_transcendentals
+    module.numba_overloads = numba_overloads
     header, functions = [], []
     for stmt in tree.body:
         (functions if isinstance(stmt, gast.FunctionDef) else header).append(stmt)

@@ -254,7 +254,7 @@ class _Build:
         options = self.options
         lowered = lower_source(self.source, entries=self.entries,
                                injected=list(self.injected), general_dot=general_dot,
-                               fast_transcendentals=True)
+                               numba_overloads=True)
         _import_numba(lowered)
         stamp = ", ".join(f"{k} {v}" for k, v in versions().items())
         lines = [f"Compiled with @{options.decorator()} ({stamp})."]
