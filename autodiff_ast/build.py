@@ -357,7 +357,7 @@ def build_vjp(fn, specs, has_aux=False, standalone_module=None, argnums=None):
                     output_index=0 if has_aux else None)
     from .reverse import make_split
     backward = tidy_block(sweep.backward, keep=_returned_bar_names(_bar_exprs(sweep, core)),
-                          temps=core.namer)
+                          temps=core.namer, gather=True)
     sweep.backward = backward
     split = make_split(sweep, program)
     if not split.residuals:  # make_split named it `<f>_fwd` already when it keeps residuals

@@ -511,7 +511,7 @@ def make_split(sweep, program, bwd_name=None, recompute=False):
         bwd_params = [p for p in core.params if p in needed]
         return Split(sweep, core.name, bwd_name or program.module_names.fresh(
             f"{core.name}_bwd"), [], bwd_params)
-    backward = tidy_block(sweep.backward, keep=bar_names, temps=core.namer)
+    backward = tidy_block(sweep.backward, keep=bar_names, temps=core.namer, gather=True)
     sweep.forward = list(sweep.forward)
     drop_unread_tapes(sweep.forward, backward)  # saved for reads that tidying removed
     sweep.backward = backward

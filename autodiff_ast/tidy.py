@@ -647,7 +647,7 @@ def _all_reads(stmts):
 _CONTROL = (gast.For, gast.While, gast.If)
 
 
-def _tidy_nested(stmts, keep, temps, facts=None):
+def _tidy_nested(stmts, keep, temps, facts=None, gather=False):
     """Tidy the bodies of loops and branches: inside them only names nobody outside reads,
     and nobody inside reads before they are set (loop-carried values), may disappear."""
     facts = facts or _Facts()
@@ -671,7 +671,8 @@ def _tidy_nested(stmts, keep, temps, facts=None):
                 outside.update(_names(stmt.test))
             other_field = stmt.orelse if field == "body" else stmt.body
             outside.update(_all_reads(other_field or []))
-            new = tidy_block(body, keep=outside, temps=temps)
+            new = tidy_block(body, keep=outside, temps=temps,
+                             gather=gather or getattr(stmt, "backward", False))
             setattr(stmt, field, new or [gast.Pass()])
             facts.forget(stmt)
 
@@ -740,14 +741,18 @@ def _tidy_branches(stmts):
     return out
 
 
-def tidy_block(stmts, keep=(), temps=None):
+def tidy_block(stmts, keep=(), temps=None, gather=False):
     """Inline single-use temporaries and drop dead stores in a straight block.
 
     `keep` names values needed after the block; `temps` is the Namer (or set) of temporaries
-    that may disappear.
+    that may disappear. gather=True marks backward code: stencil scatter loops in it (and in
+    statements marked ``backward``, at any depth) are written in gather form
+    (:mod:`autodiff_ast.gather_form`; it needs the Namer).
     """
-    from .known_zeros import forward_known_zeros  # (it reads this module's helpers)
+    from .gather_form import gather_loops
+    from .known_zeros import forward_known_zeros  # (they read this module's helpers)
 
+    namer = temps if hasattr(temps, "temp") else None
     temps = getattr(temps, "temps", temps) or set()
     stmts = forward_known_zeros(list(stmts))
     keep = set(keep)
@@ -755,7 +760,10 @@ def tidy_block(stmts, keep=(), temps=None):
     while True:
         stmts = _drop_self_copies(eliminate_dead(stmts, keep, facts))
         if not (_inline_once(stmts, keep, temps, facts) or _fuse_accumulation(stmts, facts)):
-            _tidy_nested(stmts, keep, temps, facts)
+            _tidy_nested(stmts, keep, namer or temps, facts, gather)
+            if namer is not None and gather_loops(stmts, namer, marked_only=not gather):
+                facts = _Facts()
+                continue
             return _tidy_branches(stmts)
 
 

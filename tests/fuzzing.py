@@ -410,7 +410,7 @@ class _Generator:
 
     def statement(self, indent):
         kinds = ["assign", "assign", "update", "branch", "elementwise_loop", "accumulate",
-                 "while_loop"]
+                 "while_loop", "stencil_loop"]
         if "M" in self.reachable() and "rows_loop" not in KNOWN_GAPS:
             kinds.append("rows_loop")
         kind = self.pick(kinds)
@@ -492,6 +492,37 @@ class _Generator:
             lines.append(f"{indent}        {target} {op} {body}")
         else:
             lines.append(f"{indent}    {target} {op} {body}")
+        self.bind(name, shape)
+        return lines
+
+    def _stmt_stencil_loop(self, indent):
+        """``y[i] = f(x[i - 1], x[i], x[i + 1], ...)`` over the interior (or one side, or
+        counting down): neighbours at fixed offsets, whose adjoint is written in gather
+        form (autodiff_ast/gather_form.py)."""
+        shape = self.pick([s for s in ("V", "U") if s in self.reachable()] or ["S"])
+        if shape == "S":
+            return self._stmt_accumulate(indent)
+        name = self.fresh("y")
+        i = f"i{self.counter}"
+        init = self.pick(("np.zeros_like", "np.copy"))
+        lines = [f"{indent}{name} = {init}({self.expr(shape, 1)})"]
+        size = f"{name}.shape[0]"
+        bounds, offsets = self.pick([
+            (f"1, {size} - 1", (-1, 0, 1)), (f"{size} - 2", (0, 1, 2)),
+            (f"2, {size}", (-2, -1, 0)), (f"{size} - 2, 0, -1", (-1, 0, 1))])
+        elements = []
+        for text, s, _ in self.scope:
+            if s == shape and text.isidentifier() and text != name:
+                for k in offsets:
+                    at = i if k == 0 else f"{i} {'+' if k > 0 else '-'} {abs(k)}"
+                    elements.append((f"{text}[{at}]", "S", True))
+        saved = self.scope
+        self.scope = [e for e in saved if e[1] == "S"] + elements
+        body = self.expr("S", self.depth())
+        self.scope = saved
+        op = self.pick(("=", "+="))
+        lines.append(f"{indent}for {i} in range({bounds}):")
+        lines.append(f"{indent}    {name}[{i}] {op} {body}")
         self.bind(name, shape)
         return lines
 

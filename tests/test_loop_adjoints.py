@@ -167,14 +167,17 @@ def test_heat_backward_recomputes_the_stencil_and_adds_in_place():
     assert "u = un\n" in source and "un.copy()" not in source, source
 
 
-def test_heat_adds_into_each_element_once_per_step():
+def test_heat_gathers_each_element_from_its_three_neighbours():
     u0 = np.sin(np.linspace(0.0, 3.0, 7))
     check_grads(heat, (u0, 0.2, 3), modes=("rev",))
     g = ad.grad(heat, argnums=(0, 1))
     g(u0, 0.2, 3)
     backward = _backward(g.source)
-    assert backward.count("u_bar[i] +=") == 1, g.source
-    assert "u_bar[i] += -(add_3_bar * c) * 2.0 + add_3_bar" in backward, g.source
+    # gather form (autodiff_ast/gather_form.py): one add per neighbour, none into u_bar[i +- 1]
+    assert backward.count("u_bar[j] +=") == 3, g.source
+    assert "u_bar[j] += un_bar[j - 1] * c" in backward, g.source
+    assert "u_bar[j] += un_bar[j + 1] * c" in backward, g.source
+    assert "u_bar[i" not in backward, g.source
 
 
 def test_pair_loop_needs_no_tape():
