@@ -356,7 +356,9 @@ class _Lower(gast.NodeTransformer):
         order = _ordered_axes(axes) if all(isinstance(a, int) for a in axes) else axes
         for a in order:
             a_node = a if isinstance(a, gast.AST) else _num(a)
-            if _ONE_AXIS[func] is None:
+            if _ONE_AXIS[func] is None and self.module.numba_overloads:
+                value = _call(self.helper("sum_axis"), [value, a_node])
+            elif _ONE_AXIS[func] is None:
                 value = _call("np.sum", [value], [gast.keyword(arg="axis", value=a_node)])
             else:
                 value = _call(self.helper(_ONE_AXIS[func]), [value, a_node])
@@ -981,8 +983,9 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
     a target asks for it when Numba refused the module written without it.
     numba_overloads=True also uses the helpers whose Numba form is a
     ``numba.extending.overload`` (the module must import numba): ``np.tanh(x)`` as
-    ``tanh_fast(x)`` and a whole-array ``np.sum(a * b)`` as ``sum_of_products(a, b)``, compiled
-    into vectorized loops for float arrays (a target that compiles with Numba asks for it).
+    ``tanh_fast(x)``, a whole-array ``np.sum(a * b)`` as ``sum_of_products(a, b)`` and
+    ``np.sum(x, axis=k)`` as ``sum_axis(x, k)``, compiled into loops for float arrays (a
+    target that compiles with Numba asks for it).
     """
     tree = parse_with_comments(source)
     module = _Module(tree)

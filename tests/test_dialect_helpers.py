@@ -584,7 +584,7 @@ def test_every_dialect_helper_is_covered():
     tested = {"stack_list", "add_into", "add_at", "outer_product", "reassociated_sum",
               "keep_axis", "mean_axis", "var_axis", "flip_axis", "roll_axis", "sort_axis",
               "argsort_axis", "scatter_add", "dot_nd", "matmul_nd", "unbroadcast", "max_axis",
-              "min_axis", "prod_axis", "tanh_fast", "sum_of_products"}
+              "min_axis", "prod_axis", "tanh_fast", "sum_of_products", "sum_axis"}
     assert set(DIALECT_HELPERS) == tested
 
 
@@ -693,3 +693,49 @@ def test_jit_writes_a_whole_array_sum_of_a_product_as_sum_of_products():
     np.testing.assert_allclose(got, expected, rtol=1e-13)
     assert "sum_of_products(" in compiled.source
     assert jit(loss)(0.3, 0.1, x, y) == pytest.approx(loss(0.3, 0.1, x, y), rel=1e-14)
+
+
+@pytest.mark.numba
+def test_sum_axis_is_np_sum_along_one_axis():
+    """Loops for 2-D float arrays (either axis, negative axes, strided and transposed views,
+    empty axes; float32 stays float32); other ranks and integer arrays go to np.sum."""
+    import numba
+    ns = {"np": np, "numba": numba}
+    exec(DIALECT_HELPERS["sum_axis"], ns)
+    plain = ns["sum_axis"]
+    compiled = numba.njit(lambda x, axis: plain(x, axis))
+    rng = np.random.default_rng(12)
+    grid = rng.standard_normal((37, 300))
+    for x in (grid, grid.T, grid[::3, 1::2], np.zeros((0, 4)), np.zeros((4, 0)),
+              rng.standard_normal((1, 1))):
+        for axis in (0, 1, -1, -2):
+            got = compiled(x, axis)
+            same(got, np.sum(x, axis=axis), rtol=1e-13)
+            assert got.shape == np.sum(x, axis=axis).shape
+            same(plain(x, axis), np.sum(x, axis=axis), rtol=0.0)
+    g32 = grid.astype(np.float32)
+    assert compiled(g32, 1).dtype == np.float32
+    np.testing.assert_allclose(compiled(g32, 1), np.sum(g32, axis=1), rtol=1e-5)
+    cube = rng.standard_normal((3, 4, 5))
+    for axis in (0, 1, 2, -1):
+        same(compiled(cube, axis), np.sum(cube, axis=axis), rtol=1e-13)
+    same(compiled(np.arange(12).reshape(3, 4), 1), np.sum(np.arange(12).reshape(3, 4), axis=1),
+         rtol=0.0)
+    v = rng.standard_normal(6)
+    same(compiled(v, 0), np.sum(v, axis=0), rtol=1e-13)
+    with pytest.raises(ValueError):
+        compiled(grid, 2)
+
+
+@pytest.mark.numba
+def test_jit_writes_an_axis_sum_as_sum_axis():
+    def loss(w, x):
+        h = np.tanh(x @ w)
+        return np.sum(np.sum(h * h, axis=1) * np.sum(h, axis=0)[0])
+
+    rng = np.random.default_rng(6)
+    w, x = rng.standard_normal((4, 3)), rng.standard_normal((6, 4))
+    compiled = jit(ad.grad(loss))
+    np.testing.assert_allclose(compiled(w, x), ad.grad(loss)(w, x), rtol=1e-12, atol=1e-14)
+    assert "sum_axis(" in compiled.source
+    assert jit(loss)(w, x) == pytest.approx(loss(w, x), rel=1e-13)
