@@ -214,13 +214,27 @@ class Adjoints(DerivativeTable):
             # In a loop: add into the array the adjoint already owns, no new array per step.
             stmt = gast.AugAssign(target=name(bar, store=True), op=gast.Add(),
                                   value=to_expr(contrib))
+            self._mark_same_shape(stmt, value, fitted)
             self.out.append(stmt)
             self.in_place.append(stmt)
         else:
-            self.out.append(assign(bar, fill("a + c", a=current, c=contrib)))
+            stmt = assign(bar, fill("a + c", a=current, c=contrib))
+            if isinstance(current, gast.Name) and current.id == bar:
+                self._mark_same_shape(stmt, value, fitted)
+            self.out.append(stmt)
             self.owned.add(bar)
             self.exprs[value] = name(bar)
             self.atypes[value] = T.broadcast(self.atypes.get(value, fitted), fitted)
+
+    def _mark_same_shape(self, stmt, value, fitted):
+        """Mark ``x_bar = x_bar + c`` / ``x_bar += c`` whose c is a float64 array of exactly
+        x's type: where x_bar is known to hold zeros of x's shape, it may become ``x_bar = c``
+        (autodiff_ast/known_zeros.py; only once c is an expression making a new array)."""
+        t = self.type_of(value)
+        if t.kind == "array" and t.dims is not None and fitted.kind == "array" and \
+                fitted.dims == t.dims and (t.dtype or "float64") == "float64" and \
+                (fitted.dtype or "float64") == "float64":
+            stmt.same_shape_as = value
 
     def can_add_in_place(self, value, bar, current, fitted):
         """Whether ``bar += c`` may replace ``bar = bar + c``: an accumulating adjoint (a loop
@@ -1023,6 +1037,8 @@ def _undo_aliased_in_place(backward, in_place, seeds=()):
         for i, stmt in enumerate(stmts):
             if id(stmt) in undo:
                 stmts[i] = assign(stmt.target.id, fill("a + c", a=stmt.target.id, c=stmt.value))
+                if hasattr(stmt, "same_shape_as"):  # (see _mark_same_shape)
+                    stmts[i].same_shape_as = stmt.same_shape_as
             elif isinstance(stmt, CONTROL):
                 rewrite(stmt.body)
                 rewrite(stmt.orelse)

@@ -750,7 +750,7 @@ def tidy_block(stmts, keep=(), temps=None, gather=False):
     (:mod:`autodiff_ast.gather_form`; it needs the Namer).
     """
     from .gather_form import gather_loops
-    from .known_zeros import forward_known_zeros  # (they read this module's helpers)
+    from .known_zeros import forward_known_zeros, rewrite_known_zeros  # (they read this module)
 
     namer = temps if hasattr(temps, "temp") else None
     temps = getattr(temps, "temps", temps) or set()
@@ -762,6 +762,9 @@ def tidy_block(stmts, keep=(), temps=None, gather=False):
         if not (_inline_once(stmts, keep, temps, facts) or _fuse_accumulation(stmts, facts)):
             _tidy_nested(stmts, keep, namer or temps, facts, gather)
             if namer is not None and gather_loops(stmts, namer, marked_only=not gather):
+                facts = _Facts()
+                continue
+            if rewrite_known_zeros(stmts):  # (inlining may have made a term an expression)
                 facts = _Facts()
                 continue
             return _tidy_branches(stmts)

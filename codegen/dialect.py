@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 import gast
 
 from .emit import comment, is_marker, render_function
+from .fused_updates import fuse_outer_adds
 from .helpers import DIALECT_DEPENDS, DIALECT_HELPERS, DIALECT_NOT_COMPILED
 from .param_writes import dotted_name
 
@@ -479,9 +480,13 @@ class _Lower(gast.NodeTransformer):
                      [args["newshape"]])
 
     def call_np_dot(self, node):
-        if not self.module.general_dot or len(node.args) != 2 or node.keywords:
+        if len(node.args) != 2 or node.keywords:
             return None
-        return _call(self.helper("dot_nd"), node.args)
+        if self.module.general_dot:
+            return _call(self.helper("dot_nd"), node.args)
+        if self.module.numba_overloads:
+            return _call(self.helper("small_dot"), node.args)
+        return None
 
     def call_np_tanh(self, node):
         if not self.module.numba_overloads or len(node.args) != 1 or node.keywords:
@@ -682,6 +687,8 @@ class _Lower(gast.NodeTransformer):
         self.generic_visit(node)
         if isinstance(node.op, gast.MatMult) and self.module.general_dot:
             return _call(self.helper("matmul_nd"), [node.left, node.right])
+        if isinstance(node.op, gast.MatMult) and self.module.numba_overloads:
+            return _call(self.helper("small_dot"), [node.left, node.right])
         if isinstance(node.op, gast.Pow):
             p = _const(node.right)
             if isinstance(p, int) and not isinstance(p, bool) and p < 0:
@@ -1001,6 +1008,12 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
         module.need(name)
     lowering = _Lower(module)
     functions = [lowering.visit(fn) for fn in functions]
+    for fn in functions:
+        fuse_outer_adds(fn)  # add_at(a, i, outer_product(u, v)) and add_at(a, i, -v)
+    for name in ("add_outer_at", "subtract_at"):
+        if any(isinstance(n, gast.Name) and n.id == name for fn in functions
+               for n in gast.walk(fn)):
+            module.need(name)
     helper_defs = []
     sources = {name: DIALECT_HELPERS[name] for name in module.needed if name in DIALECT_HELPERS}
     if "keep_all" in module.needed:

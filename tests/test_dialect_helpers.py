@@ -584,7 +584,8 @@ def test_every_dialect_helper_is_covered():
     tested = {"stack_list", "add_into", "add_at", "outer_product", "reassociated_sum",
               "keep_axis", "mean_axis", "var_axis", "flip_axis", "roll_axis", "sort_axis",
               "argsort_axis", "scatter_add", "dot_nd", "matmul_nd", "unbroadcast", "max_axis",
-              "min_axis", "prod_axis", "tanh_fast", "sum_of_products", "sum_axis"}
+              "min_axis", "prod_axis", "tanh_fast", "sum_of_products", "sum_axis",
+              "small_dot", "add_outer_at", "subtract_at"}
     assert set(DIALECT_HELPERS) == tested
 
 
@@ -739,3 +740,110 @@ def test_jit_writes_an_axis_sum_as_sum_axis():
     np.testing.assert_allclose(compiled(w, x), ad.grad(loss)(w, x), rtol=1e-12, atol=1e-14)
     assert "sum_axis(" in compiled.source
     assert jit(loss)(w, x) == pytest.approx(loss(w, x), rel=1e-13)
+
+
+def _helper_namespace(*names, compiled=False):
+    """The named dialect helpers (and those they call) exec'd into one namespace; with
+    compiled=True each plain helper is replaced by its numba.njit, as a target compiles it."""
+    import numba
+    ns = {"np": np, "numba": numba}
+    for source in dialect_helper_source(set(names)):
+        exec(source, ns)
+    if compiled:
+        import types
+        for key, value in list(ns.items()):
+            if isinstance(value, types.FunctionType) and not key.endswith("_numba"):
+                ns[key] = numba.njit(value)
+    return ns
+
+
+@pytest.mark.numba
+def test_small_dot_is_np_dot():
+    """Loops for float64 matrix-vector, vector-matrix and vector-vector products up to 4096
+    matrix entries (any strides); larger ones, matrix products, other dtypes and mismatched
+    shapes go to np.dot (which raises as it always did)."""
+    import numba
+    ns = _helper_namespace("small_dot")
+    plain = ns["small_dot"]
+    compiled = numba.njit(lambda a, b: plain(a, b))
+    rng = np.random.default_rng(13)
+    m = rng.standard_normal((10, 12))
+    cases = [(m, rng.standard_normal(12)), (m.T, rng.standard_normal(10)),
+             (rng.standard_normal(10), m), (rng.standard_normal(12), m.T),
+             (m[::2, 1::3], rng.standard_normal(4)), (rng.standard_normal(7),
+                                                      rng.standard_normal(7)),
+             (rng.standard_normal((100, 50)), rng.standard_normal(50)),  # 5000 entries: BLAS
+             (rng.standard_normal(5000), rng.standard_normal(5000)),
+             (m, rng.standard_normal((12, 3))), (np.zeros((0, 3)), np.zeros(3)),
+             (np.zeros(0), np.zeros(0))]
+    for a, b in cases:
+        same(compiled(a, b), np.dot(a, b), rtol=1e-13)
+        same(plain(a, b), np.dot(a, b), rtol=0.0)
+    f32 = m.astype(np.float32)
+    assert compiled(f32, f32[0]).dtype == np.float32
+    with pytest.raises(ValueError):
+        compiled(m, np.ones(5))
+
+
+@pytest.mark.numba
+def test_add_outer_at_and_subtract_at_update_a_row_in_place():
+    """add_outer_at(a, i, u, v) is add_at(a, i, outer_product(u, v)) to the last bit (loops
+    into a matrix row of a 3-D array; otherwise the two helpers); subtract_at(a, i, v) is
+    add_at(a, i, -v)."""
+    ns = _helper_namespace("add_outer_at", "subtract_at")
+    jitted = _helper_namespace("add_outer_at", "subtract_at", compiled=True)
+    rng = np.random.default_rng(14)
+    cube = rng.standard_normal((4, 3, 5))
+    u, v = rng.standard_normal(3), rng.standard_normal(5)
+    for fn in (ns["add_outer_at"], jitted["add_outer_at"]):
+        expected = cube.copy()
+        expected[2] += np.outer(u, v)
+        got = cube.copy()
+        fn(got, 2, u, v)
+        np.testing.assert_array_equal(got, expected)
+        shallow = rng.standard_normal((3, 1, 5))  # a (1, 5) row: u of one element
+        expected = shallow.copy()
+        expected[1] += np.outer(u[:1], v)
+        got = shallow.copy()
+        fn(got, 1, u[:1], v)
+        np.testing.assert_array_equal(got, expected)
+    with pytest.raises(ValueError):  # a vector row cannot take a matrix: as add_at refuses
+        ns["add_outer_at"](rng.standard_normal((3, 5)), 1, u, v)
+    matrix = rng.standard_normal((4, 5))
+    for fn in (ns["subtract_at"], jitted["subtract_at"]):
+        got, expected = matrix.copy(), matrix.copy()
+        fn(got, 3, v)
+        ns["add_at"](expected, 3, -v)
+        np.testing.assert_array_equal(got, expected)
+        vector = rng.standard_normal(6)
+        got, expected = vector.copy(), vector.copy()
+        fn(got, 2, 0.75)
+        expected[2] += -0.75
+        np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.numba
+def test_jit_writes_small_products_and_row_updates_without_temporaries():
+    """The adjoint of a matrix-vector product in a loop: small_dot both ways, the outer
+    product added into the row in place, the negated row subtracted; gradients equal the
+    NumPy source's."""
+    def f(qs, x, means):
+        total = 0.0
+        for i in range(x.shape[0]):
+            for c in range(qs.shape[0]):
+                centered = x[i] - means[c]
+                q = np.dot(qs[c], centered)
+                total = total + np.sum(q * q)
+        return total
+
+    rng = np.random.default_rng(15)
+    args = (rng.standard_normal((3, 4, 4)), rng.standard_normal((5, 4)),
+            rng.standard_normal((3, 4)))
+    compiled = jit(ad.grad(f, argnums=(0, 1, 2)))
+    got, expected = compiled(*args), ad.grad(f, argnums=(0, 1, 2))(*args)
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+    source = compiled.source
+    assert "small_dot(qs[c], centered)" in source, source
+    assert "add_outer_at(qs_bar, c, " in source, source
+    assert "subtract_at(means_bar, c, " in source, source
