@@ -340,8 +340,8 @@ class _Lower(gast.NodeTransformer):
                 value = _call("np.sqrt", [value])
         elif axis is None:
             whole = func == "np.sum" and self.module.loop_free
-            if whole and self.module.numba_overloads and isinstance(x, gast.BinOp) and \
-                    isinstance(x.op, gast.Mult):
+            if func == "np.sum" and self.module.numba_overloads and \
+                    isinstance(x, gast.BinOp) and isinstance(x.op, gast.Mult):
                 value = _call(self.helper("sum_of_products"), [x.left, x.right])
             else:
                 value = _call(self.helper("reassociated_sum") if whole else func, [x])
@@ -990,7 +990,7 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
     a target asks for it when Numba refused the module written without it.
     numba_overloads=True also uses the helpers whose Numba form is a
     ``numba.extending.overload`` (the module must import numba): ``np.tanh(x)`` as
-    ``tanh_fast(x)``, a whole-array ``np.sum(a * b)`` as ``sum_of_products(a, b)`` and
+    ``tanh_fast(x)``, ``np.sum(a * b)`` as ``sum_of_products(a, b)`` and
     ``np.sum(x, axis=k)`` as ``sum_axis(x, k)``, compiled into loops for float arrays (a
     target that compiles with Numba asks for it).
     """

@@ -678,6 +678,11 @@ def test_sum_of_products_is_np_sum_of_the_product():
     # (compiled, it is Numba's np.sum of float32: a float64, as reassociated_sum gives)
     assert compiled(g32, g32) == pytest.approx(float(np.sum(g32 * g32)), rel=1e-6)
     assert compiled(np.zeros(0), np.zeros(0)) == 0.0
+    v = rng.standard_normal(9)
+    for a, b in ((v, v[:1]), (v[:1], v), (v[:8:2], v[1::2]), (np.zeros(0), v[:1])):
+        same(compiled(a, b), np.sum(a * b), rtol=1e-13)  # a vector of length one broadcasts
+    with pytest.raises(ValueError):
+        compiled(v, v[:4])
 
 
 @pytest.mark.numba
@@ -694,6 +699,26 @@ def test_jit_writes_a_whole_array_sum_of_a_product_as_sum_of_products():
     np.testing.assert_allclose(got, expected, rtol=1e-13)
     assert "sum_of_products(" in compiled.source
     assert jit(loss)(0.3, 0.1, x, y) == pytest.approx(loss(0.3, 0.1, x, y), rel=1e-14)
+
+
+@pytest.mark.numba
+def test_sum_of_products_in_loops():
+    """Inside loops too (small vectors: no temporary per step), the gradient unchanged."""
+    def f(x, m):
+        total = 0.0
+        for i in range(x.shape[0]):
+            d = x[i] - m
+            total = total + np.sum(d * d) * np.sum(d * x[i])
+        return total
+
+    rng = np.random.default_rng(9)
+    x, m = rng.standard_normal((6, 4)), rng.standard_normal(4)
+    compiled = jit(ad.grad(f, argnums=(0, 1)))
+    got, expected = compiled(x, m), ad.grad(f, argnums=(0, 1))(x, m)
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+    assert "sum_of_products(d, d)" in compiled.source, compiled.source
+    assert jit(f)(x, m) == pytest.approx(f(x, m), rel=1e-13)
 
 
 @pytest.mark.numba
