@@ -114,7 +114,8 @@ class LoweredModule:
 
     header: list  # docstring, imports and module-level comment markers (gast statements)
     functions: list  # gast FunctionDefs: dialect helpers first, then the generated functions
-    helpers: set = field(default_factory=set)  # names of the helper functions among them
+    helpers: set = field(default_factory=set)  # names of the helpers emitted (their sources)
+    helper_functions: set = field(default_factory=set)  # every function those sources define
     data: list = field(default_factory=list)  # module arrays passed to functions as arguments
     wrappers: dict = field(default_factory=dict)  # entry name -> plain wrapper FunctionDef
     compiled: set = field(default_factory=set)  # names of functions a target compiles
@@ -1024,7 +1025,8 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
     names = [fn.name for fn in helper_defs + functions if fn.name not in DIALECT_NOT_COMPILED]
     data = _data_names(header, injected)
     all_functions = helper_defs + functions
-    lowered = LoweredModule(header, all_functions, set(sources), compiled=set(names))
+    lowered = LoweredModule(header, all_functions, set(sources), compiled=set(names),
+                            helper_functions={fn.name for fn in helper_defs})
     _thread_data(lowered, data, entries, module.taken | set(names))
     return lowered
 

@@ -428,9 +428,10 @@ def sum_of_products(a, b):
     'error_model': 'numpy', 'fastmath': {'reassoc', 'contract'}})
 def sum_of_products_numba(a, b):
     """How Numba compiles sum_of_products: two float64 vectors (one may have length one and
-    broadcast) in one loop; two C-contiguous float64 arrays of one shape in one loop over
-    their elements; anything else (scalars, strided arrays of two or more axes, other dtypes)
-    as np.sum(a * b)."""
+    broadcast) in one loop; two C-contiguous float64 arrays of one shape (two or three axes)
+    in one loop over their elements, and in nested loops when they broadcast; anything else
+    (scalars, 0-d arrays, strided arrays of two or more axes, more axes, other dtypes) as
+    np.sum(a * b)."""
     arrays = isinstance(a, numba.types.Array) and isinstance(b, numba.types.Array)
     if not (arrays and a.dtype == numba.types.float64 and b.dtype == numba.types.float64 and
             a.ndim == b.ndim):
@@ -453,19 +454,61 @@ def sum_of_products_numba(a, b):
                 raise ValueError("operands could not be broadcast together")
             return total
         return sum_of_products_vectors
-    if a.layout != 'C' or b.layout != 'C':
+    if a.layout != 'C' or b.layout != 'C' or a.ndim not in (2, 3):
         return lambda a, b: np.sum(a * b)  # (loops over strided views do not vectorize)
 
-    def sum_of_products_loop(a, b):
-        if a.shape != b.shape:
-            return np.sum(a * b)
-        flat_a = a.reshape(a.size)
-        flat_b = b.reshape(b.size)
+    # Broadcasting (an axis of length one against a longer one) in nested loops: an array
+    # expression here would take Numba a second or more to compile.
+    if a.ndim == 2:
+        def sum_of_products_matrices(a, b):
+            if a.shape == b.shape:
+                return sum_of_products_flat(a, b)
+            rows, cols = broadcast_length(a, b, 0), broadcast_length(a, b, 1)
+            total = 0.0
+            for i in range(rows):
+                ia = 0 if a.shape[0] == 1 else i
+                ib = 0 if b.shape[0] == 1 else i
+                for j in range(cols):
+                    total += a[ia, 0 if a.shape[1] == 1 else j] * \\
+                        b[ib, 0 if b.shape[1] == 1 else j]
+            return total
+        return sum_of_products_matrices
+
+    def sum_of_products_cubes(a, b):
+        if a.shape == b.shape:
+            return sum_of_products_flat(a, b)
+        n0, n1 = broadcast_length(a, b, 0), broadcast_length(a, b, 1)
+        n2 = broadcast_length(a, b, 2)
         total = 0.0
-        for i in range(flat_a.size):
-            total += flat_a[i] * flat_b[i]
+        for i in range(n0):
+            ia = 0 if a.shape[0] == 1 else i
+            ib = 0 if b.shape[0] == 1 else i
+            for j in range(n1):
+                ja = 0 if a.shape[1] == 1 else j
+                jb = 0 if b.shape[1] == 1 else j
+                for k in range(n2):
+                    total += a[ia, ja, 0 if a.shape[2] == 1 else k] * \\
+                        b[ib, jb, 0 if b.shape[2] == 1 else k]
         return total
-    return sum_of_products_loop
+    return sum_of_products_cubes
+
+
+def sum_of_products_flat(a, b):
+    """np.sum(a * b) of two C-contiguous arrays of one shape, in one loop."""
+    flat_a = a.reshape(a.size)
+    flat_b = b.reshape(b.size)
+    total = 0.0
+    for i in range(flat_a.size):
+        total += flat_a[i] * flat_b[i]
+    return total
+
+
+def broadcast_length(a, b, axis):
+    """The length of `axis` when a and b broadcast (ValueError when they do not)."""
+    n, m = a.shape[axis], b.shape[axis]
+    if n != m and n != 1 and m != 1:
+        raise ValueError("operands could not be broadcast together")
+    return m if n == 1 else n
 '''
 
 # np.sum(x, axis=k) of a 2-D float array under Numba: Numba's own axis sum takes ~1 s to
@@ -568,7 +611,8 @@ DIALECT_NOT_COMPILED = frozenset({"tanh_fast", "tanh_fast_numba", "sum_of_produc
                                   "small_dot", "small_dot_numba"})
 
 #: Numba options a dialect helper is compiled with besides the module's own.
-DIALECT_JIT_OPTIONS = {"reassociated_sum": "fastmath={'reassoc'}"}
+DIALECT_JIT_OPTIONS = {"reassociated_sum": "fastmath={'reassoc'}",
+                       "sum_of_products_flat": "fastmath={'reassoc', 'contract'}"}
 
 #: Helpers a dialect helper calls (emitted with it).
 DIALECT_DEPENDS = {"var_axis": ("keep_axis", "mean_axis"), "matmul_nd": ("dot_nd",),

@@ -272,7 +272,8 @@ class _Build:
         entries = set(self.entries)
 
         def decorator(function):  # functions Python never calls go without wrappers
-            extra = DIALECT_JIT_OPTIONS.get(function) if function in lowered.helpers else None
+            extra = DIALECT_JIT_OPTIONS.get(function) if function in lowered.helper_functions \
+                else None
             return options.decorator(function, internal=function not in entries, extra=extra)
         text = render(lowered, decorator=decorator, doc_note="\n".join(lines))
         module = load_source(text, self.name)

@@ -657,8 +657,7 @@ def test_sum_of_products_is_np_sum_of_the_product():
     """One loop for two float64 arrays of one shape (any rank, strided too); broadcasting,
     scalars and float32 go to np.sum(a * b)."""
     import numba
-    ns = {"np": np, "numba": numba}
-    exec(DIALECT_HELPERS["sum_of_products"], ns)
+    ns = _helper_namespace("sum_of_products", compiled=True)
     plain = ns["sum_of_products"]
     compiled = numba.njit(lambda a, b: plain(a, b))
     rng = np.random.default_rng(11)
@@ -671,6 +670,14 @@ def test_sum_of_products_is_np_sum_of_the_product():
          rtol=1e-13)
     same(compiled(grid.T, grid.T), np.sum(grid * grid), rtol=1e-13)
     same(compiled(grid, grid[:1]), np.sum(grid * grid[:1]), rtol=1e-13)  # broadcast
+    same(compiled(grid[:, :1].copy(), grid), np.sum(grid[:, :1] * grid), rtol=1e-13)
+    cube = rng.standard_normal((3, 4, 5))
+    for other in (cube, cube[:1].copy(), cube[:, :1].copy(), cube[:, :, :1].copy(),
+                  cube[:1, :1].copy()):
+        same(compiled(cube, other), np.sum(cube * other), rtol=1e-13)
+        same(compiled(other, cube), np.sum(other * cube), rtol=1e-13)
+    with pytest.raises(ValueError):
+        compiled(cube, cube[:2].copy())
     same(compiled(grid, 2.5), np.sum(grid * 2.5), rtol=1e-13)
     same(compiled(2.5, 4.0), np.sum(2.5 * 4.0), rtol=0.0)
     g32 = grid.astype(np.float32)
@@ -776,8 +783,10 @@ def _helper_namespace(*names, compiled=False):
         exec(source, ns)
     if compiled:
         import types
+
+        from codegen.helpers import DIALECT_NOT_COMPILED
         for key, value in list(ns.items()):
-            if isinstance(value, types.FunctionType) and not key.endswith("_numba"):
+            if isinstance(value, types.FunctionType) and key not in DIALECT_NOT_COMPILED:
                 ns[key] = numba.njit(value)
     return ns
 
