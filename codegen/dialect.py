@@ -485,7 +485,7 @@ class _Lower(gast.NodeTransformer):
             return None
         if self.module.general_dot:
             return _call(self.helper("dot_nd"), node.args)
-        if self.module.numba_overloads:
+        if self.module.numba_overloads and not self.module.loop_free:
             return _call(self.helper("small_dot"), node.args)
         return None
 
@@ -688,7 +688,8 @@ class _Lower(gast.NodeTransformer):
         self.generic_visit(node)
         if isinstance(node.op, gast.MatMult) and self.module.general_dot:
             return _call(self.helper("matmul_nd"), [node.left, node.right])
-        if isinstance(node.op, gast.MatMult) and self.module.numba_overloads:
+        if isinstance(node.op, gast.MatMult) and self.module.numba_overloads and \
+                not self.module.loop_free:  # (small operands, many calls: loop code)
             return _call(self.helper("small_dot"), [node.left, node.right])
         if isinstance(node.op, gast.Pow):
             p = _const(node.right)
@@ -991,9 +992,10 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
     a target asks for it when Numba refused the module written without it.
     numba_overloads=True also uses the helpers whose Numba form is a
     ``numba.extending.overload`` (the module must import numba): ``np.tanh(x)`` as
-    ``tanh_fast(x)``, ``np.sum(a * b)`` as ``sum_of_products(a, b)`` and
-    ``np.sum(x, axis=k)`` as ``sum_axis(x, k)``, compiled into loops for float arrays (a
-    target that compiles with Numba asks for it).
+    ``tanh_fast(x)``, ``np.sum(a * b)`` as ``sum_of_products(a, b)``,
+    ``np.sum(x, axis=k)`` as ``sum_axis(x, k)`` and, in a module with loops, ``np.dot`` and
+    ``@`` as ``small_dot(a, b)``, compiled into loops for float arrays (a target that
+    compiles with Numba asks for it).
     """
     tree = parse_with_comments(source)
     module = _Module(tree)
