@@ -8,6 +8,7 @@ Workloads (float64 everywhere; JAX runs with ``jax_enable_x64``):
   1,000 times that);
 - the 1-D heat equation, 1,000 points x 500 steps, written with per-element in-place updates
   (the loop kernel), gradient with respect to the initial state and the diffusion constant;
+  JAX twice: vectorized (``u.at[1:-1].set``) and as written (``u.at[i].set`` per point);
 - start-up: a new process to its first compiled gradient, with the on-disk caches cold and warm,
   for logistic regression and for ADBench's GMM (d=10, K=25, N=1000; benchmarks/adbench.py).
 
@@ -321,6 +322,22 @@ def _jax_heat(jax, jnp):
     return jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)
 
 
+def _jax_heat_per_element(jax, jnp):
+    """The heat equation as ours is written, per-element updates: ``u.at[i].set`` in a
+    fori_loop over the points inside the fori_loop over the steps (the issue's "heat equation
+    written with per-element in-place updates")."""
+    def loss(u0, c, steps):
+        n = u0.shape[0]
+
+        def step(t, u):
+            def point(i, un):
+                return un.at[i].set(u[i] + c * (u[i - 1] - 2.0 * u[i] + u[i + 1]))
+            return jax.lax.fori_loop(1, n - 1, point, u)
+        u = jax.lax.fori_loop(0, steps, step, u0)
+        return jnp.sum(u * u)
+    return jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)
+
+
 def _autograd_heat(autograd, anp):
     def loss(u0, c, steps):
         u = u0
@@ -342,12 +359,15 @@ def heat_rows():
     loops = njit(cache=True)(_heat_grad_loops) if njit else None
     jx, ag = optional_jax(), optional_autograd()
     jax_fn = _jax_heat(*jx) if jx else None
+    jax_elements = _jax_heat_per_element(*jx) if jx else None
     ag_fn = _autograd_heat(*ag) if ag else None
     if ag_fn is not None:
         plain_ag = ag_fn
         ag_fn = lambda *a: tuple(plain_ag(*a))  # noqa: E731
     extra = {"hand-written NumPy (vectorized)": heat_grad_numpy, "hand-written Numba": loops,
              "JAX jit(grad), fori_loop + vectorized .at[].set": jax_fn,
+             "JAX jit(grad), per-element .at[i].set in nested fori_loops (as written)":
+                 jax_elements,
              "autograd (vectorized rewrite)": ag_fn}
     return [_compare(f"1-D heat equation {n} points x {steps} steps (in-place loops)",
                      jit(grad(heat, argnums=(0, 1))), args, reference, extra,
