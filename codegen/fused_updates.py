@@ -122,8 +122,9 @@ def _private(fn, array):
     """Whether `array` is a new array of `fn` that no other name can hold: bound only to
     fresh allocations, and otherwise only indexed, handed to the add helpers, or returned."""
     args = {a.id for a in fn.args.args if isinstance(a, gast.Name)}
-    if array in args:
-        return False
+    if array in args or any(isinstance(n, (gast.FunctionDef, gast.Lambda)) and n is not fn
+                            for n in gast.walk(fn)):
+        return False  # (a closure could read the array between the two statements)
     allowed = set()
     bound = False
     for node in gast.walk(fn):

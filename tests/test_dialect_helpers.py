@@ -881,3 +881,29 @@ def test_jit_writes_small_products_and_row_updates_without_temporaries():
     assert "small_dot(qs[c], centered)" in source, source
     assert "add_outer_at(qs_bar, c, " in source, source
     assert "subtract_at(means_bar, c, " in source, source
+
+
+def test_outer_product_adds_move_only_where_nothing_can_tell():
+    """The named-product form moves the add up to the product only when the statements in
+    between neither mention the array nor rebind the index, and no other name can see it."""
+    import gast
+
+    from codegen.fused_updates import fuse_outer_adds
+
+    def fused(body, params="m, x, g"):
+        fn = gast.parse(f"def f({params}):\n" + "\n".join("    " + line for line in body)).body[0]
+        return fuse_outer_adds(fn)
+    head = ["m_bar = np.zeros_like(m)", "t = outer_product(g, x)"]
+    tail = ["add_at(m_bar, 1, t)", "return m_bar"]
+    assert fused(head + ["y = g * 2.0"] + tail)
+    assert not fused(head + ["y = m_bar[1, 0, 0]"] + tail)  # reads the array in between
+    assert not fused(["m_bar = np.zeros_like(m)", "c = 1", "t = outer_product(g, x)",
+                      "c = 2", "add_at(m_bar, c, t)", "return m_bar"])  # the index changes
+    assert not fused(["m_bar = np.zeros_like(m)", "v = m_bar[1]", "t = outer_product(g, x)",
+                      "y = v * 2.0", "add_at(m_bar, 1, t)", "return m_bar"])  # a view of it
+    assert not fused(["t = outer_product(g, x)", "y = g * 2.0", "add_at(m, 1, t)",
+                      "return m"])  # a parameter: the caller may hold it under other names
+    assert not fused(head + ["z = t * 1.0"] + tail)  # the product is read twice
+    assert not fused(["m_bar = np.zeros_like(m)", "peek = lambda: m_bar[1, 0, 0]",
+                      "t = outer_product(g, x)", "y = peek()", "add_at(m_bar, 1, t)",
+                      "return m_bar"])  # a closure could see the early add
