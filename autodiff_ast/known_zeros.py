@@ -52,19 +52,6 @@ def _is_zero(value):
         value.value == 0.0
 
 
-def _new_array(expr):
-    """Whether `expr` makes a new array: arithmetic, or a call of a NumPy function that
-    allocates its result (or ``.copy()``)."""
-    from .reverse import _ALLOCATING
-    from .templates import unparse
-    if isinstance(expr, (gast.BinOp, gast.UnaryOp)):
-        return True
-    if isinstance(expr, gast.Call):
-        func = unparse(expr.func)
-        return func in _ALLOCATING or func.endswith(".copy")
-    return False
-
-
 def _zero_array_of(value):
     """P for ``np.zeros_like(P)`` or ``np.zeros_like(P) if P.size else np.zeros_like(Q)``."""
     if isinstance(value, gast.IfExp) and isinstance(value.test, gast.Attribute) and \
@@ -110,7 +97,8 @@ def _accumulated(stmt, zeros):
     if not known or not isinstance(op, (gast.Add, gast.Sub)) or \
             isinstance(term, gast.Name) or target in read_names(term):
         return None
-    if (target, "") not in zeros and not _new_array(term):
+    from .reverse import _allocates  # (arithmetic, or a NumPy call making a new array)
+    if (target, "") not in zeros and not _allocates(term):
         return None  # (x_bar = c must not make x_bar another name of c's array)
     if isinstance(op, gast.Sub):
         if isinstance(term, gast.Constant):
