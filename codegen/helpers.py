@@ -336,13 +336,15 @@ def unbroadcast(g, shape):
 
 
 # np.max / np.min / np.prod over one axis: Numba has only the whole-array forms, so each row of
-# the axis moved last is reduced in a loop.
+# the axis moved last is reduced in a loop. A 2-D array's max or min (a softmax's shift) takes
+# two plain loops instead: the moveaxis/reshape form took Numba 4.6 s to compile for one 2-D
+# max (the MLP gradient's cold compile: 9.6 s), the loops ~0.3 s.
 _REDUCE_ALONG_AXIS = '''\
 def {op}_axis(x, axis):
     """np.{op}(x, axis=axis) for one integer axis."""
     if x.ndim == 1:
         return {whole}
-    moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))
+{two_d}    moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))
     count = 1  # (not reshape -1: the axis may be empty)
     for size in moved.shape[:-1]:
         count *= size
@@ -352,13 +354,33 @@ def {op}_axis(x, axis):
         out[i] = {row}
     return out.reshape(moved.shape[:-1])
 '''
+_EXTREME_2D = '''\
+    if x.ndim == 2:  # (a NaN wins and stays: nothing compares past it, as in np.{op})
+        along = axis + 2 if axis < 0 else axis
+        length = x.shape[along]
+        others = x.shape[1 - along]
+        if length == 0:
+            raise ValueError("zero-size array to reduction operation {name} which has no "
+                             "identity")
+        out = np.empty(others, dtype=x.dtype)
+        for o in range(others):
+            best = x[0, o] if along == 0 else x[o, 0]
+            for k in range(1, length):
+                v = x[k, o] if along == 0 else x[o, k]
+                if v {cmp} best or v != v:
+                    best = v
+            out[o] = best
+        return out
+'''
 # (a product of small integers or booleans is an int64, as in NumPy)
-for _op, _whole, _row, _dtype in (
-        ("max", "x.max()", "rows[i].max()", "x.dtype"),
-        ("min", "x.min()", "rows[i].min()", "x.dtype"),
-        ("prod", "np.prod(x)", "np.prod(rows[i])", "np.asarray(np.prod(rows[:0])).dtype")):
+for _op, _whole, _row, _dtype, _two_d in (
+        ("max", "x.max()", "rows[i].max()", "x.dtype",
+         _EXTREME_2D.format(op="max", name="maximum", cmp=">")),
+        ("min", "x.min()", "rows[i].min()", "x.dtype",
+         _EXTREME_2D.format(op="min", name="minimum", cmp="<")),
+        ("prod", "np.prod(x)", "np.prod(rows[i])", "np.asarray(np.prod(rows[:0])).dtype", "")):
     DIALECT_HELPERS[f"{_op}_axis"] = _REDUCE_ALONG_AXIS.format(op=_op, whole=_whole, row=_row,
-                                                               dtype=_dtype)
+                                                               dtype=_dtype, two_d=_two_d)
 
 # np.tanh of an array under Numba: the overload below replaces Numba's one libm call per
 # element (18x slower than NumPy's on 1024 x 128) with a loop LLVM vectorizes: tanh(x) =

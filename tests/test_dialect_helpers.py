@@ -900,3 +900,25 @@ def test_outer_product_adds_move_only_where_nothing_can_tell():
     assert not fused(["m_bar = np.zeros_like(m)", "peek = lambda: m_bar[1, 0, 0]",
                       "t = outer_product(g, x)", "y = peek()", "add_at(m_bar, 1, t)",
                       "return m_bar"])  # a closure could see the early add
+
+
+@pytest.mark.numba
+def test_max_and_min_of_a_matrix_along_one_axis():
+    """The 2-D loops of max_axis/min_axis: either axis (negative too), strided and transposed
+    views, integers, NaN propagating as in NumPy, an empty reduced axis raising ValueError,
+    an empty other axis giving an empty result; other ranks take the moveaxis form."""
+    ns = _helper_namespace("max_axis", "min_axis", compiled=True)
+    rng = np.random.default_rng(16)
+    grid = rng.standard_normal((5, 7))
+    grid[2, 3] = np.nan
+    for name, reference in (("max_axis", np.max), ("min_axis", np.min)):
+        for x in (grid, grid.T, grid[::2, 1:], np.arange(12).reshape(3, 4),
+                  rng.standard_normal((1, 1))):
+            for axis in (0, 1, -1, -2):
+                np.testing.assert_array_equal(ns[name](x, axis), reference(x, axis=axis))
+        assert ns[name](np.zeros((0, 3)), 1).shape == (0,)
+        for shape, axis in (((3, 0), 1), ((0, 3), 0)):
+            with pytest.raises(ValueError):
+                ns[name](np.zeros(shape), axis)
+        cube = rng.standard_normal((2, 3, 4))
+        np.testing.assert_array_equal(ns[name](cube, 1), reference(cube, axis=1))
