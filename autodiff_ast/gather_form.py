@@ -11,10 +11,11 @@ each entry collects what the iterations that touch it would have added::
     for j in range(0, n):
         if j >= 2:
             u_bar[j] += un_bar[j - 1] * c
+        if j >= 1 and j < n - 1:
+            add_3_bar_3 = un_bar[j]
+            u_bar[j] += -(add_3_bar_3 * c) * 2.0 + add_3_bar_3
         if j < n - 2:
             u_bar[j] += un_bar[j + 1] * c
-        if j >= 1 and j < n - 1:
-            u_bar[j] += -(un_bar[j] * c) * 2.0 + un_bar[j]
 
 The guards keep exactly the iterations the original loop ran (``j - k`` is the iteration that
 wrote ``u_bar[j]`` at offset ``k``), and each entry receives its terms in the order the original
