@@ -63,7 +63,8 @@ from __future__ import annotations
 
 import gast
 
-from .templates import copy_tree
+from .templates import const_value, copy_marks, copy_tree, name, to_expr, unparse
+from .tidy import _names
 
 __all__ = ["gather_loop", "gather_loops"]
 
@@ -162,11 +163,11 @@ class _Bound:
 
     def expr(self):
         if self.base is None:
-            return _const(self.offset)
+            return to_expr(self.offset)
         if self.offset == 0:
             return copy_tree(self.base)
         op = gast.Add() if self.offset > 0 else gast.Sub()
-        return gast.BinOp(left=copy_tree(self.base), op=op, right=_const(abs(self.offset)))
+        return gast.BinOp(left=copy_tree(self.base), op=op, right=to_expr(abs(self.offset)))
 
 
 def _range_shape(loop):
@@ -182,7 +183,7 @@ def _range_shape(loop):
         return None
     args = list(call.args)
     if len(args) == 1:
-        args.insert(0, _const(0))
+        args.insert(0, to_expr(0))
     step = _int_const(args[2]) if len(args) == 3 else 1
     start, stop = _Bound.of(args[0]), _Bound.of(args[1])
     if step == 1:
@@ -286,7 +287,7 @@ def _reads_before_writes(body, needed, index):
                     return False
                 for wpos, wslice in writes[node.value.id]:
                     if wpos <= at or not _plain_index(wslice, index) or \
-                            _text(wslice) != _text(node.slice):
+                            unparse(wslice) != unparse(node.slice):
                         return False
     return True
 
@@ -321,9 +322,9 @@ def _rewrite(loop, index, lo, hi, step, scatters, needed, namer):
             new = _shifted(stmt, index, j, k, renames)
             parts = new.target.slice.elts if isinstance(new.target.slice, gast.Tuple) else None
             if parts is None:
-                new.target.slice = _name(j)
+                new.target.slice = name(j)
             else:
-                parts[where] = _name(j)
+                parts[where] = name(j)
             stmts.append(new)
         tests = []  # iteration j - k ran: lo <= j - k < hi (the range of j covers the rest)
         if k != kmin:
@@ -335,7 +336,7 @@ def _rewrite(loop, index, lo, hi, step, scatters, needed, namer):
             gather_body.append(gast.If(test=test, body=stmts, orelse=[]))
         else:
             gather_body.extend(stmts)
-    iter_ = gast.Call(func=_name("range"), args=[lo.plus(kmin).expr(), hi.plus(kmax).expr()],
+    iter_ = gast.Call(func=name("range"), args=[lo.plus(kmin).expr(), hi.plus(kmax).expr()],
                       keywords=[])
     gathering = gast.For(target=gast.Name(id=j, ctx=gast.Store(), annotation=None,
                                           type_comment=None),
@@ -344,12 +345,7 @@ def _rewrite(loop, index, lo, hi, step, scatters, needed, namer):
     rest = [s for s in body if id(s) not in scattered]
     remaining = gast.For(target=loop.target, iter=loop.iter, body=rest or [gast.Pass()],
                          orelse=[], type_comment=None)
-    for new in (gathering, remaining):
-        for attr, held in vars(loop).items():  # backward marks, origins and the like
-            if attr not in new._fields and attr not in ("lineno", "col_offset", "end_lineno",
-                                                        "end_col_offset"):
-                setattr(new, attr, held)
-    return [gathering, remaining]
+    return [copy_marks(loop, gathering), copy_marks(loop, remaining)]
 
 
 def _shifted(stmt, index, j, k, renames, new_target=None):
@@ -368,7 +364,7 @@ def _shifted(stmt, index, j, k, renames, new_target=None):
             if node.id == index and isinstance(node.ctx, gast.Load):
                 return _at(j, -k)
             if node.id in renames and isinstance(node.ctx, gast.Load):
-                return _name(renames[node.id])
+                return name(renames[node.id])
             return node
 
     if isinstance(new, gast.Assign):
@@ -430,12 +426,16 @@ def _stored_names(stmts):
 
 
 def _load_names(node):
-    return {n.id for n in gast.walk(node) if isinstance(n, gast.Name) and
-            isinstance(n.ctx, gast.Load)}
+    return set(_names(node, gast.Load))
 
 
 def _all_names(node):
-    return {n.id for n in gast.walk(node) if isinstance(n, gast.Name)}
+    return set(_names(node))
+
+
+def _int_const(node):
+    value = const_value(node)
+    return value if type(value) is int else None
 
 
 def _walk_targets(target):
@@ -446,33 +446,10 @@ def _walk_targets(target):
     return [target]
 
 
-def _int_const(node):
-    if isinstance(node, gast.Constant) and type(node.value) is int:
-        return node.value
-    if isinstance(node, gast.UnaryOp) and isinstance(node.op, gast.USub):
-        inner = _int_const(node.operand)
-        return None if inner is None else -inner
-    return None
-
-
-def _const(value):
-    if value < 0:
-        return gast.UnaryOp(op=gast.USub(), operand=gast.Constant(value=-value, kind=None))
-    return gast.Constant(value=value, kind=None)
-
-
-def _name(identifier):
-    return gast.Name(id=identifier, ctx=gast.Load(), annotation=None, type_comment=None)
-
-
 def _at(j, c):
-    return _Bound(_name(j), c).expr()
+    return _Bound(name(j), c).expr()
 
 
 def _compare(j, op, bound):
-    return gast.Compare(left=_name(j), ops=[op], comparators=[bound.expr()])
+    return gast.Compare(left=name(j), ops=[op], comparators=[bound.expr()])
 
-
-def _text(node):
-    from .templates import unparse
-    return unparse(node)

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import gast
 
+from .templates import copy_marks
 from .tidy import _names as read_names
 from .tidy import stmt_defs as assigned_names
 
@@ -112,11 +113,7 @@ def _rewrite(stmt, value):
     new = gast.Assign(targets=[gast.Name(id=target.id, ctx=gast.Store(), annotation=None,
                                          type_comment=None)],
                       value=value, type_comment=None)
-    for attr, held in vars(stmt).items():  # origin, backward marks and the like
-        if attr not in new._fields and attr not in ("lineno", "col_offset", "end_lineno",
-                                                    "end_col_offset"):
-            setattr(new, attr, held)
-    return gast.copy_location(new, stmt)
+    return gast.copy_location(copy_marks(stmt, new), stmt)
 
 
 def _block(stmts, zeros, rewrite):

@@ -105,6 +105,17 @@ def name(identifier, store=False):
                      annotation=None, type_comment=None)
 
 
+def copy_marks(source, target):
+    """Give `target` (a node replacing `source`) the attributes passes hang on nodes (origin,
+    backward marks, same_shape_as and the like): every attribute of `source` that is neither
+    a field of `target` nor a source position."""
+    for attr, held in vars(source).items():
+        if attr not in target._fields and attr not in ("lineno", "col_offset", "end_lineno",
+                                                        "end_col_offset"):
+            setattr(target, attr, held)
+    return target
+
+
 def assign(target, value):
     """``target = value`` as a gast statement; target is a name or a list of names."""
     if isinstance(target, (list, tuple)):
