@@ -1011,11 +1011,8 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
         module.need(name)
     lowering = _Lower(module)
     functions = [lowering.visit(fn) for fn in functions]
-    for fn in functions:
-        fuse_outer_adds(fn)  # add_at(a, i, outer_product(u, v)) and add_at(a, i, -v)
-    for name in ("add_outer_at", "subtract_at"):
-        if any(isinstance(n, gast.Name) and n.id == name for fn in functions
-               for n in gast.walk(fn)):
+    for fn in functions:  # add_at(a, i, outer_product(u, v)) and add_at(a, i, -v)
+        for name in fuse_outer_adds(fn):
             module.need(name)
     helper_defs = []
     sources = {name: DIALECT_HELPERS[name] for name in module.needed if name in DIALECT_HELPERS}

@@ -24,7 +24,7 @@ bound to an expression that mentions it).
 ...     return m_bar
 ... ''').body[0]
 >>> fuse_outer_adds(fn)
-True
+{'add_outer_at'}
 >>> print(unparse(fn.body[1]))
 for c in range(3):
     add_outer_at(m_bar, c, g, x)
@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import gast
 
+from .param_writes import dotted_name
+
 __all__ = ["fuse_outer_adds"]
 
 _FRESH = {"np.zeros_like", "np.zeros", "np.empty", "np.empty_like", "np.ones_like", "np.ones"}
@@ -42,52 +44,55 @@ _ADDS = {"add_at", "add_into", "add_outer_at", "subtract_at"}
 
 
 def fuse_outer_adds(fn):
-    """Rewrite `fn` (a gast FunctionDef, in place); returns whether anything changed."""
+    """Rewrite `fn` (a gast FunctionDef, in place); returns the names of the helpers the
+    rewritten statements call (``add_outer_at``, ``subtract_at``; empty: nothing changed)."""
     loads = {}
     for node in gast.walk(fn):
         if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Load):
             loads[node.id] = loads.get(node.id, 0) + 1
     bound_from = _bound_from(fn)
-    changed = False
+    used = set()
     for block in _blocks(fn):
         k = 0
         while k < len(block):
-            if _fuse_in_place(block[k]) or _fuse_at(block, k, fn, loads, bound_from):
-                changed = True
+            helper = _fuse_in_place(block[k]) or _fuse_at(block, k, fn, loads, bound_from)
+            if helper:
+                used.add(helper)
             k += 1
-    return changed
+    return used
 
 
 def _fuse_in_place(stmt):
     """``add_at(a, i, outer_product(u, v))`` as ``add_outer_at(a, i, u, v)``, and
-    ``add_at(a, i, -v)`` as ``subtract_at(a, i, v)`` (no negated copy of v)."""
+    ``add_at(a, i, -v)`` as ``subtract_at(a, i, v)`` (no negated copy of v); returns the
+    helper written, else None."""
     if not (isinstance(stmt, gast.Expr) and _call_name(stmt.value) == "add_at" and
             len(stmt.value.args) == 3 and not stmt.value.keywords):
-        return False
+        return None
     product = stmt.value.args[2]
     if isinstance(product, gast.UnaryOp) and isinstance(product.op, gast.USub):
-        stmt.value.func = gast.Name(id="subtract_at", ctx=gast.Load(), annotation=None,
-                                    type_comment=None)
+        stmt.value.func = _name("subtract_at")
         stmt.value.args[2] = product.operand
-        return True
+        return "subtract_at"
     if not (_call_name(product) == "outer_product" and len(product.args) == 2 and
             not product.keywords):
-        return False
-    stmt.value.func = gast.Name(id="add_outer_at", ctx=gast.Load(), annotation=None,
-                                type_comment=None)
+        return None
+    stmt.value.func = _name("add_outer_at")
     stmt.value.args = stmt.value.args[:2] + list(product.args)
-    return True
+    return "add_outer_at"
 
 
 def _fuse_at(block, k, fn, loads, bound_from):
+    """The named-product form (see the module docstring); returns the helper written, else
+    None."""
     stmt = block[k]
     if not (isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and
             isinstance(stmt.targets[0], gast.Name) and _call_name(stmt.value) == "outer_product"
             and len(stmt.value.args) == 2 and not stmt.value.keywords):
-        return False
+        return None
     temp = stmt.targets[0].id
     if loads.get(temp) != 1:
-        return False
+        return None
     for m in range(k + 1, len(block)):
         use = block[m]
         if not _mentions(use, temp):
@@ -95,27 +100,26 @@ def _fuse_at(block, k, fn, loads, bound_from):
         if not (isinstance(use, gast.Expr) and _call_name(use.value) == "add_at" and
                 len(use.value.args) == 3 and isinstance(use.value.args[0], gast.Name) and
                 isinstance(use.value.args[2], gast.Name) and use.value.args[2].id == temp):
-            return False
+            return None
         array, index = use.value.args[0].id, use.value.args[1]
         between = block[k + 1:m]
         if any(_mentions(s, array) for s in between):
-            return False
+            return None
         index_names = {n.id for n in gast.walk(index) if isinstance(n, gast.Name)}
         if any(isinstance(n, gast.Name) and not isinstance(n.ctx, gast.Load) and
                n.id in index_names for s in between for n in gast.walk(s)):
-            return False
+            return None
         if not _private(fn, array) or any(
                 array in bound_from.get(n.id, ()) for s in between for n in gast.walk(s)
                 if isinstance(n, gast.Name)):
-            return False
+            return None
         u, v = stmt.value.args
-        block[k] = gast.Expr(value=gast.Call(
-            func=gast.Name(id="add_outer_at", ctx=gast.Load(), annotation=None,
-                           type_comment=None),
-            args=[use.value.args[0], index, u, v], keywords=[]))
+        block[k] = gast.Expr(value=gast.Call(func=_name("add_outer_at"),
+                                             args=[use.value.args[0], index, u, v],
+                                             keywords=[]))
         del block[m]
-        return True
-    return False
+        return "add_outer_at"
+    return None
 
 
 def _private(fn, array):
@@ -178,12 +182,12 @@ def _blocks(fn):
 
 
 def _call_name(node):
-    if isinstance(node, gast.Call) and isinstance(node.func, gast.Name):
-        return node.func.id
-    if isinstance(node, gast.Call) and isinstance(node.func, gast.Attribute) and \
-            isinstance(node.func.value, gast.Name):
-        return f"{node.func.value.id}.{node.func.attr}"
-    return None
+    """'np.zeros' for a call of np.zeros (None for anything but a call of a dotted name)."""
+    return dotted_name(node.func) if isinstance(node, gast.Call) else None
+
+
+def _name(identifier):
+    return gast.Name(id=identifier, ctx=gast.Load(), annotation=None, type_comment=None)
 
 
 def _mentions(node, name):
