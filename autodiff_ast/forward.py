@@ -765,7 +765,8 @@ def _forward_rule(stmt, tan, core):
         return
     listed = [p for p in dots if not isinstance(p, tuple) and
               call.types.get(p, T.UNKNOWN).kind == "list"]
-    if listed:  # np.stack(items) of a list built with append: the same call on the tangents
+    if listed and rule.name != "getitem":
+        # np.stack(items) of a list built with append: the same call on the tangents
         from .rules.structural import emit_call
         args = dict(call.args)
         args.update({p: dots[p] for p in listed})

@@ -670,7 +670,7 @@ class Normalizer:
             value = gast.Subscript(value=base, slice=index, ctx=gast.Load())
             kind = "tuple_get" if out.is_float else "nondiff"
             return self.emit(value, out, Prim(kind, args=[base], rule=index), target, "item")
-        out = index_type(typ, index, self.types)
+        out = _element_type(typ) if typ.kind == "list" else index_type(typ, index, self.types)
         value = gast.Subscript(value=base, slice=index, ctx=gast.Load())
         call = PrimCall(rules.by_name("getitem"), {"x": base, "index": index},
                         {"x": typ, "index": atom_type(index, self.types)}, None, out)
@@ -1245,10 +1245,7 @@ class Normalizer:
     def subscript_value(self, seq, index, node):
         typ = atom_type(seq, self.types)
         value = gast.Subscript(value=seq, slice=index, ctx=gast.Load())
-        if typ.kind == "list":
-            elt = typ.elts[0] if typ.elts else T.UNKNOWN
-            return self.emit(value, elt, Prim("nondiff", args=[seq]), None, "item")
-        out = index_type(typ, index, self.types)
+        out = _element_type(typ) if typ.kind == "list" else index_type(typ, index, self.types)
         call = PrimCall(rules.by_name("getitem"), {"x": seq, "index": index},
                         {"x": typ, "index": T.INT}, None, out)
         return self.emit(value, out, Prim("rule", rules.by_name("getitem"), call, args=[seq]),
@@ -1684,6 +1681,11 @@ def _shape_changes(old, new):
 
 
 # ---------------------------------------------------------------- indexing types
+def _element_type(typ):
+    """The type of an element of a list of type `typ` (one element type per list)."""
+    return typ.elts[0] if typ.elts else T.UNKNOWN
+
+
 def index_type(base, index, types):
     """Abstract type of base[index] for basic and integer-array indexing."""
     if base.kind != "array" or base.dims is None:

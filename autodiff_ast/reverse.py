@@ -300,10 +300,8 @@ class Adjoints(DerivativeTable):
         for value in values:
             t = self.type_of(value)
             if t.kind == "list" and value not in self.array_lists:
-                if self.exprs.get(value) is None:  # a stack of adjoints, filled by pops
-                    bar = self.namer.adjoint(value)
-                    self.out.append(assign(bar, gast.List(elts=[], ctx=gast.Load())))
-                    self.exprs[value] = name(bar)
+                if self.exprs.get(value) is None:  # one zero per element
+                    self.init_list_zeros(value)
                     self.empty_lists.add(value)
                 continue
             if t.kind in ("tuple", "list", "object"):
@@ -375,9 +373,54 @@ class Adjoints(DerivativeTable):
                 fd[i] = 1
         return expr, T.array(tuple(fd), target.dtype or "float64")
 
+    def init_list_zeros(self, value):
+        """Write a zero adjoint of the list `value` as it is at this point of the backward
+        sweep: one entry per element, in the element's place. A list's adjoint keeps that
+        shape throughout: an element read adds into its entry, the adjoint of
+        ``xs.append(v)`` pops v's entry, that of ``v = xs.pop()`` appends v's adjoint. (A
+        loop, not a comprehension: generated code is differentiated again.)"""
+        bar = self.namer.adjoint(value)
+        t = self.type_of(value)
+        elt = t.elts[0] if t.elts else T.UNKNOWN
+        if elt.kind in ("float", "int", "bool"):
+            self.out.append(assign(bar, fill("[0.0] * len(v)", v=value)))
+        else:
+            self.out.append(assign(bar, gast.List(elts=[], ctx=gast.Load())))
+            element = self.namer.temp("element")
+            self.out.append(gast.For(
+                target=name(element, store=True), iter=name(value),
+                body=[gast.Expr(value=fill("b.append(np.zeros_like(e))", b=bar, e=element))],
+                orelse=[], type_comment=None))
+        self.owned.add(bar)
+        self.exprs[value] = name(bar)
+
     def scatter(self, value, index, g, advanced):
         """Adjoint of ``y = value[index]``: add g into the indexed part of value's adjoint."""
         bar = self.namer.adjoint(value)
+        if self.type_of(value).kind == "list" and value not in self.array_lists:
+            # An element of a list (``xs[j]``, ``for v in xs``): into its entry, as a new
+            # value (the entry may be an array another adjoint holds).
+            if self.exprs.get(value) is None:
+                self.init_list_zeros(value)
+            elif not (isinstance(self.exprs[value], gast.Name) and
+                      self.exprs[value].id == bar) or bar not in self.owned:
+                # another's list: entries into a list of our own (the loop copies it)
+                held = self.namer.temp(f"{bar}_held")
+                self.out.append(assign(held, self.exprs[value]))
+                self.out.append(assign(bar, gast.List(elts=[], ctx=gast.Load())))
+                element = self.namer.temp("element")
+                self.out.append(gast.For(
+                    target=name(element, store=True), iter=name(held),
+                    body=[gast.Expr(value=fill("b.append(e)", b=bar, e=element))],
+                    orelse=[], type_comment=None))
+            self.owned.add(bar)
+            self.exprs[value] = name(bar)
+            self.empty_lists.discard(value)
+            entry = gast.Subscript(value=name(bar), slice=to_expr(index), ctx=gast.Load())
+            target = gast.Subscript(value=name(bar), slice=to_expr(index), ctx=gast.Store())
+            self.out.append(gast.Assign(targets=[target], value=fill("e + g", e=entry, g=g),
+                                        type_comment=None))
+            return
         current = self.exprs.get(value)
         if current is not None:
             current = self.materialized(value)
@@ -2512,9 +2555,8 @@ def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
             if g is not None:
                 adj.scatter(base, fill("len(b)", b=base), g, advanced=False)
             return None
-        if adj.get(base) is None:
-            adj.out.append(assign(adj.namer.adjoint(base), gast.List(elts=[], ctx=gast.Load())))
-            adj.exprs[base] = name(adj.namer.adjoint(base))
+        if adj.get(base) is None:  # the elements left in the list get zeros first
+            adj.init_list_zeros(base)
         value = adj.materialized(target) if g is not None else adj.zero_expr(target)
         adj.out.append(gast.Expr(value=fill("b.append(v)", b=adj.exprs[base], v=value)))
         adj.empty_lists.discard(base)

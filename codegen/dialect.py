@@ -47,9 +47,11 @@ from dataclasses import dataclass, field
 
 import gast
 
+from .buffer_reuse import reuse_buffers
 from .emit import comment, is_marker, render_function
 from .fused_updates import fuse_outer_adds
 from .helpers import DIALECT_DEPENDS, DIALECT_HELPERS, DIALECT_NOT_COMPILED
+from .invariant_tables import tabulate_invariant_calls
 from .param_writes import dotted_name
 
 __all__ = ["LoweredModule", "lower_source", "parse_with_comments", "render"]
@@ -1014,6 +1016,10 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
     for fn in functions:  # add_at(a, i, outer_product(u, v)) and add_at(a, i, -v)
         for name in fuse_outer_adds(fn):
             module.need(name)
+        if numba_overloads:  # np.exp(a[c]) in a loop nest: one table before the nest
+            tabulate_invariant_calls(fn, module.taken)
+            for name in reuse_buffers(fn):  # x = np.zeros(k) in a loop: x's old array
+                module.need(name)
     helper_defs = []
     sources = {name: DIALECT_HELPERS[name] for name in module.needed if name in DIALECT_HELPERS}
     if "keep_all" in module.needed:

@@ -410,7 +410,7 @@ class _Generator:
 
     def statement(self, indent):
         kinds = ["assign", "assign", "update", "branch", "elementwise_loop", "accumulate",
-                 "while_loop", "stencil_loop"]
+                 "while_loop", "stencil_loop", "list_loop"]
         if "M" in self.reachable() and "rows_loop" not in KNOWN_GAPS:
             kinds.append("rows_loop")
         kind = self.pick(kinds)
@@ -560,6 +560,34 @@ class _Generator:
         # tanh keeps sin's argument small: a huge argument makes finite differences useless
         lines.append(f"{indent}    {s} = {s} + 0.5 + 0.25 * np.sin(np.tanh({step}))")
         lines.append(f"{indent}    {count} += 1")
+        return lines
+
+    def _stmt_list_loop(self, indent):
+        """A local list filled with append in a loop, then read back: by iteration, by
+        index (negative too) or by pop; its adjoint has an entry per element."""
+        xs, acc, q = self.fresh("xs"), self.fresh("r"), f"q{self.counter}"
+        count = self.draw(st.integers(1, 4))
+        shape = self.pick([s for s in ("S", "V") if s in self.reachable()])
+        lines = [f"{indent}{xs} = []", f"{indent}for {q} in range({count}):"]
+        self.scope.append((q, "S", False))
+        lines.append(f"{indent}    {xs}.append(np.tanh({self.expr(shape, self.depth())}) * "
+                     f"({q} + 1.0))")
+        self.scope.pop()
+        lines.append(f"{indent}{acc} = {self.expr('S', 1)}")
+        mode = self.pick(("iterate", "index", "pop"))
+        if mode == "iterate":
+            v = f"v{self.counter}"
+            lines.append(f"{indent}for {v} in {xs}:")
+            lines.append(f"{indent}    {acc} = {acc} + np.sum(np.sin({v}) * {v})")
+        elif mode == "index":
+            a = self.draw(st.integers(-count, count - 1))
+            b = self.draw(st.integers(-count, count - 1))
+            lines.append(f"{indent}{acc} = {acc} + np.sum({xs}[{a}] * {xs}[{b}])")
+        else:
+            lines.append(f"{indent}{acc} = {acc} + np.sum(np.cos({xs}.pop()))")
+            if count > 1:
+                lines.append(f"{indent}{acc} = {acc} + np.sum({xs}[0])")
+        self.bind(acc, "S")
         return lines
 
     def _stmt_rows_loop(self, indent):

@@ -1,0 +1,302 @@
+"""Loop-invariant work hoisted out of loop nests as tables: ``np.exp(a[c])`` inside
+``for c in range(k)`` inside ``for i in range(n)`` reads nothing the ``i`` loop changes, so
+its k values are computed once, before the ``i`` loop, into ``exp_a = np.exp(a[:k])``, and
+the statement reads ``exp_a[c]``.
+
+LLVM hoists a call that does not depend on any loop out of the loops itself; it cannot hoist
+one that depends on an inner loop's index. A mixture's log-likelihood written with loops
+computes ``np.exp(log_prec[c])`` once per point and component (25,000 calls for 1,000
+points and 25 components, where 25 are enough: 464 -> 404 us for its gradient, measured by
+hand on the generated code before this pass was written).
+
+The rewrite is made only when it cannot change a value: the call is elementwise (so
+``f(a[:k])[c]`` is ``f(a[c])`` for every ``c`` the loop takes, whatever a's rank), ``c`` is
+the index of a ``for c in range(k)`` loop that does not rebind it, and the loop the table is
+hoisted out of neither rebinds ``a`` nor anything in ``k``, nor writes into ``a`` or any name
+ever bound from it, nor hands any of them to a call that could write into them (a generated
+function, a method, an ``out=`` argument). The table is read, never written, and the
+statement's target is never written in place either (an array row read from the table would
+otherwise be written through). A table of a loop that does not run is computed and unused:
+the functions tabulated cannot fail (NumPy's error model: inf and nan, no exceptions).
+
+>>> import gast
+>>> from autodiff_ast.templates import unparse
+>>> fn = gast.parse('''
+... def f(x, log_prec):
+...     total = 0.0
+...     for i in range(x.shape[0]):
+...         for c in range(log_prec.shape[0]):
+...             e = np.exp(log_prec[c])
+...             total = total + e * x[i]
+...     return total
+... ''').body[0]
+>>> tabulate_invariant_calls(fn, {"x", "log_prec", "total", "i", "c", "e"})
+True
+>>> print(unparse(fn.body[1]))
+exp_log_prec = np.exp(log_prec[:log_prec.shape[0]])
+>>> print(unparse(fn.body[2].body[0].body[0]))
+e = exp_log_prec[c]
+"""
+
+from __future__ import annotations
+
+import gast
+
+from .param_writes import dotted_name
+
+__all__ = ["tabulate_invariant_calls"]
+
+#: Elementwise functions worth a table (a libm call each), and the NumPy function that
+#: computes the table (math.exp of a float64 and np.exp call the same routine under Numba).
+_TABULATED = {f"{module}.{fn}": f"np.{fn}" for module in ("np", "math")
+              for fn in ("exp", "log", "sqrt", "sin", "cos", "tan", "tanh", "sinh", "cosh",
+                         "log1p", "expm1", "log10", "log2")}
+_TABULATED.update({"np.arctan": "np.arctan", "math.atan": "np.arctan",
+                   "np.arcsinh": "np.arcsinh", "math.asinh": "np.arcsinh"})
+#: Calls that write into none of their arguments.
+_PURE_MODULES = ("np.", "math.")
+_PURE_BUILTINS = {"range", "len", "min", "max", "abs", "float", "int", "bool"}
+_WRITING_NUMPY = {"np.copyto", "np.put", "np.place", "np.putmask", "np.fill_diagonal",
+                  "np.put_along_axis"}
+_PURE_METHODS = {"copy", "sum", "max", "min", "mean", "any", "all", "astype", "pop", "append"}
+#: Dialect helpers that add into their first argument.
+_WRITES_FIRST = {"add_at", "add_into", "subtract_at", "add_outer_at"}
+
+
+def tabulate_invariant_calls(fn, taken):
+    """Rewrite `fn` (a gast FunctionDef, in place): each tabulated call becomes a read of a
+    table made before the outermost loop it is invariant in. `taken` holds the names in use
+    (the tables' names are added). Returns whether anything changed."""
+    if any(isinstance(n, (gast.FunctionDef, gast.Lambda)) and n is not fn for n in gast.walk(fn)):
+        return False
+    aliases = _bound_from(fn)
+    tables = {}  # (function, array, bound, id(loop)) -> table name
+    inserts = {}  # id(loop) -> (block, loop, [statements])
+    changed = False
+    for stmt, loops, blocks in _statements_in_loops(fn.body):
+        found = _candidate(stmt, loops)
+        if found is None:
+            continue
+        func, array, index, k, inner = found
+        if _written(fn, stmt.targets[0].id, aliases):
+            continue  # (an array row read from the table must not be written through)
+        at = loops.index(inner)
+        hoist = None
+        for j in range(at):  # the outermost loop the call is invariant in
+            if _invariant(loops[j], array, k, aliases):
+                hoist = j
+                break
+        if hoist is None:
+            continue
+        loop = loops[hoist]
+        key = (func, array, _text(k), id(loop))
+        if key not in tables:
+            table = _fresh(f"{func[3:]}_{array}", taken)
+            tables[key] = table
+            value = gast.Call(func=_dotted(func), args=[gast.Subscript(
+                value=_name(array), slice=gast.Slice(lower=None, upper=_copy(k), step=None),
+                ctx=gast.Load())], keywords=[])
+            made = gast.Assign(targets=[_name(table, gast.Store())], value=value,
+                               type_comment=None)
+            inserts.setdefault(id(loop), (blocks[hoist], loop, []))[2].append(made)
+        stmt.value = gast.Subscript(value=_name(tables[key]), slice=_name(index),
+                                    ctx=gast.Load())
+        changed = True
+    for block, loop, made in inserts.values():
+        at = next(k for k, s in enumerate(block) if s is loop)
+        block[at:at] = made
+    return changed
+
+
+def _statements_in_loops(block, loops=(), blocks=()):
+    """(statement, enclosing loops outermost first, the block holding each loop) for every
+    simple statement inside at least one loop."""
+    for stmt in block:
+        if isinstance(stmt, (gast.For, gast.While)):
+            for inner in (stmt.body, stmt.orelse):
+                yield from _statements_in_loops(inner, loops + (stmt,), blocks + (block,))
+        elif isinstance(stmt, (gast.If, gast.Try, gast.With)):
+            for field in ("body", "orelse", "finalbody"):
+                yield from _statements_in_loops(getattr(stmt, field, None) or [], loops, blocks)
+            for handler in getattr(stmt, "handlers", None) or []:
+                yield from _statements_in_loops(handler.body, loops, blocks)
+        elif loops:
+            yield stmt, list(loops), list(blocks)
+
+
+def _candidate(stmt, loops):
+    """(table function, array, index, loop bound, index loop) when `stmt` is
+    ``t = f(a[c])`` with ``c`` the index of an enclosing ``for c in range(k)``; else None."""
+    if not (isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and
+            isinstance(stmt.targets[0], gast.Name) and isinstance(stmt.value, gast.Call)):
+        return None
+    call = stmt.value
+    func = _TABULATED.get(dotted_name(call.func) or "")
+    if func is None or len(call.args) != 1 or call.keywords:
+        return None
+    arg = call.args[0]
+    if not (isinstance(arg, gast.Subscript) and isinstance(arg.value, gast.Name) and
+            isinstance(arg.slice, gast.Name)):
+        return None
+    array, index = arg.value.id, arg.slice.id
+    if array == index:
+        return None
+    for loop in reversed(loops):
+        if isinstance(loop, gast.For) and isinstance(loop.target, gast.Name) and \
+                loop.target.id == index:
+            it = loop.iter
+            if loop.orelse or not (isinstance(it, gast.Call) and dotted_name(it.func) == "range"
+                                   and len(it.args) == 1 and not it.keywords):
+                return None
+            if index in _stored(loop.body) or array in _stored([loop]):
+                return None
+            return func, array, index, it.args[0], loop
+    return None
+
+
+def _invariant(loop, array, bound, aliases):
+    """Whether `loop` leaves `array` (and every name bound from it) and the names in `bound`
+    as they were: not rebound, not written into, not handed to a call that could write."""
+    if not _int_expr(bound):
+        return False
+    stored = _stored([loop])
+    if array in stored or {n.id for n in gast.walk(bound) if isinstance(n, gast.Name)} & stored:
+        return False
+    family = aliases.get(array, set()) | {array}
+    return not (family & _written_in([loop]))
+
+
+def _written(fn, target, aliases):
+    """Whether the value of `target` (or of a name bound from it) may be written in place."""
+    family = aliases.get(target, set()) | {target}
+    return bool(family & _written_in(fn.body))
+
+
+def _stored(stmts):
+    """Names bound anywhere in `stmts` (assignments, loop targets, augmented assignments)."""
+    out = set()
+    for stmt in stmts:
+        for node in gast.walk(stmt):
+            if isinstance(node, gast.Name) and isinstance(node.ctx, (gast.Store, gast.Del)):
+                out.add(node.id)
+    return out
+
+
+def _written_in(stmts):
+    """Names whose memory `stmts` may write: subscript and augmented assignment targets,
+    the first argument of the add helpers, receivers of methods other than reads, and every
+    name handed to a call that is not a NumPy/math function or a builtin."""
+    out = set()
+    for stmt in stmts:
+        for node in gast.walk(stmt):
+            if isinstance(node, (gast.Assign, gast.AugAssign)):
+                targets = node.targets if isinstance(node, gast.Assign) else [node.target]
+                for t in targets:
+                    if isinstance(node, gast.AugAssign) or not isinstance(t, gast.Name):
+                        out |= _bases(t)
+            elif isinstance(node, gast.Call):
+                func = dotted_name(node.func) or ""
+                if func in _WRITES_FIRST and node.args:
+                    out |= _bases(node.args[0])
+                elif isinstance(node.func, gast.Attribute) and not func.startswith(
+                        _PURE_MODULES):
+                    if node.func.attr not in _PURE_METHODS:
+                        out |= _roots(node.func.value)
+                elif func in _WRITING_NUMPY or func.startswith("np.random.") or not (
+                        func.startswith(_PURE_MODULES) or func in _PURE_BUILTINS):
+                    for arg in node.args:
+                        out |= _roots(arg)
+                for kw in node.keywords:
+                    if kw.arg == "out" or not (func.startswith(_PURE_MODULES) or
+                                               func in _PURE_BUILTINS):
+                        out |= _roots(kw.value)
+    return out
+
+
+def _roots(node):
+    return {n.id for n in gast.walk(node) if isinstance(n, gast.Name)}
+
+
+def _bases(target):
+    """The names a write into `target` writes through (``a`` of ``a[i, j]``; every name of a
+    tuple target)."""
+    if isinstance(target, (gast.Tuple, gast.List)):
+        return set().union(*(_bases(e) for e in target.elts)) if target.elts else set()
+    while isinstance(target, (gast.Subscript, gast.Attribute, gast.Starred)):
+        target = target.value
+    return {target.id} if isinstance(target, gast.Name) else _roots(target)
+
+
+def _bound_from(fn):
+    """name -> every name whose value may share its memory (bound from an expression that
+    mentions it, directly or through other names), over the whole function."""
+    edges = {}
+    for node in gast.walk(fn):
+        if isinstance(node, gast.Assign):
+            sources = _roots(node.value)
+            for target in node.targets:
+                for n in gast.walk(target):
+                    if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store):
+                        for s in sources:
+                            edges.setdefault(s, set()).add(n.id)
+        elif isinstance(node, gast.For):
+            for s in _roots(node.iter):
+                edges.setdefault(s, set()).update(_roots(node.target))
+        elif isinstance(node, gast.Call) and isinstance(node.func, gast.Attribute) and \
+                node.func.attr in ("append", "insert", "extend"):  # a list holds it now
+            for arg in node.args:
+                for s in _roots(arg):
+                    edges.setdefault(s, set()).update(_bases(node.func.value))
+    closure = {}
+    for start in edges:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in edges.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        closure[start] = seen
+    return closure
+
+
+def _int_expr(expr):
+    """A loop bound the table can be sized with before the loop: names, attributes,
+    subscripts, constants and arithmetic, ``len``/``min``/``max`` of those."""
+    for node in gast.walk(expr):
+        if isinstance(node, gast.Call):
+            if dotted_name(node.func) not in ("len", "min", "max") or node.keywords:
+                return False
+        elif not isinstance(node, (gast.Name, gast.Constant, gast.Attribute, gast.Subscript,
+                                   gast.BinOp, gast.UnaryOp, gast.operator, gast.unaryop,
+                                   gast.expr_context, gast.Tuple)):
+            return False
+    return True
+
+
+def _fresh(base, taken):
+    name, k = base, 2
+    while name in taken:
+        name = f"{base}_{k}"
+        k += 1
+    taken.add(name)
+    return name
+
+
+def _name(identifier, ctx=None):
+    return gast.Name(id=identifier, ctx=ctx or gast.Load(), annotation=None, type_comment=None)
+
+
+def _dotted(text):
+    node = _name(text.split(".")[0])
+    for part in text.split(".")[1:]:
+        node = gast.Attribute(value=node, attr=part, ctx=gast.Load())
+    return node
+
+
+def _copy(node):
+    import copy
+    return copy.deepcopy(node)
+
+
+def _text(node):
+    return gast.dump(node)

@@ -1,0 +1,288 @@
+"""Loop-invariant tables and reused per-step buffers in the compiled dialect
+(codegen/invariant_tables.py, codegen/buffer_reuse.py): where each rewrite is made, every
+case it must refuse, the helpers' values, and jit gradients against the NumPy source and
+finite differences."""
+
+import gast
+import numpy as np
+import pytest
+
+import autodiff_ast as ad
+from autodiff_ast.jit import jit
+from autodiff_ast.templates import unparse
+from codegen.buffer_reuse import reuse_buffers
+from codegen.invariant_tables import tabulate_invariant_calls
+
+
+def _function(body, params="x, a"):
+    return gast.parse(f"def f({params}):\n" + "\n".join("    " + line for line in body)).body[0]
+
+
+def _tabulated(body, params="x, a"):
+    fn = _function(body, params)
+    taken = {n.id for n in gast.walk(fn) if isinstance(n, gast.Name)}
+    changed = tabulate_invariant_calls(fn, taken)
+    return changed, unparse(fn)
+
+
+NEST = ["total = 0.0", "for i in range(x.shape[0]):", "    for c in range(k):",
+        "        e = np.exp(a[c])", "        total = total + e * x[i]", "return total"]
+
+
+def test_an_elementwise_call_of_the_inner_index_becomes_a_table_before_the_nest():
+    changed, text = _tabulated(["k = a.shape[0]"] + NEST)
+    assert changed
+    assert "exp_a = np.exp(a[:k])\n    for i in range(x.shape[0]):" in text, text
+    assert "e = exp_a[c]" in text, text
+    changed, text = _tabulated(["k = a.shape[0]"] + [line.replace("np.exp", "math.log")
+                                                     for line in NEST])
+    assert changed and "log_a = np.log(a[:k])" in text, text  # math.* tabulated by np.*
+
+
+@pytest.mark.parametrize("inside, why", [
+    ("a[0] = 1.0", "the array is written in the loop"),
+    ("a = a * 2.0", "the array is rebound in the loop"),
+    ("add_at(a, 0, 1.0)", "an add helper writes into it"),
+    ("helper(a)", "a generated function could write into it"),
+    ("a.fill(0.0)", "a method writes into it"),
+    ("np.copyto(a, x[:3])", "np.copyto writes into it"),
+    ("np.add(a, 1.0, out=a)", "an out= argument"),
+    ("np.random.shuffle(a)", "np.random writes into it"),
+    ("v = a[1:]\nv[0] = 2.0", "a view of it is written"),
+    ("k = k - 1", "the loop bound changes"),
+])
+def test_no_table_when_the_loop_could_change_what_the_call_reads(inside, why):
+    body = ["k = a.shape[0]", "total = 0.0", "for i in range(x.shape[0]):",
+            "    for c in range(k):", "        e = np.exp(a[c])",
+            "        total = total + e * x[i]"] + ["    " + line for line in inside.split("\n")] \
+        + ["return total"]
+    changed, text = _tabulated(body)
+    assert not changed, (why, text)
+
+
+@pytest.mark.parametrize("body, why", [
+    (["for c in range(k):", "    e = np.exp(a[c])"], "no loop around the index loop"),
+    (["for i in range(3):", "    for c in range(1, k):", "        e = np.exp(a[c])"],
+     "a range with a start"),
+    (["for i in range(3):", "    for c in range(k):", "        c = c + 1",
+      "        e = np.exp(a[c])"], "the index is rebound"),
+    (["for i in range(3):", "    for c in range(k):", "        e = np.exp(a[i])"],
+     "the subscript is the outer index"),
+    (["for i in range(3):", "    for c in range(k):", "        e = np.exp(a[c])",
+      "        e[0] = 0.0"], "the target is written in place"),
+    (["for i in range(3):", "    for c in range(k):", "        e = np.abs(a[c])"],
+     "not a tabulated function"),
+    (["for i in range(3):", "    for c in range(k):", "        e = np.exp(a[c], out=y)"],
+     "keywords"),
+    (["for i in range(3):", "    for c in range(f(k)):", "        e = np.exp(a[c])"],
+     "a call in the bound"),
+])
+def test_no_table_outside_the_pattern(body, why):
+    changed, text = _tabulated(["k = 3"] + body)
+    assert not changed, (why, text)
+
+
+def test_the_table_goes_before_the_outermost_loop_that_leaves_the_array_alone():
+    changed, text = _tabulated([
+        "k = a.shape[0]", "for t in range(3):", "    a = a * 0.5", "    for i in range(4):",
+        "        for c in range(k):", "            e = np.exp(a[c])"])
+    assert changed
+    assert "a = a * 0.5\n        exp_a = np.exp(a[:k])\n        for i in range(4):" in text, text
+
+
+def test_one_table_per_call_and_loop_and_fresh_names():
+    changed, text = _tabulated([
+        "k = a.shape[0]", "exp_a = 1.0", "for i in range(4):", "    for c in range(k):",
+        "        e = np.exp(a[c])", "        g = np.exp(a[c])", "    for c in range(k):",
+        "        h = np.exp(a[c])"])
+    assert changed
+    assert text.count("np.exp(a[:k])") == 1, text
+    assert "exp_a_2 = np.exp(a[:k])" in text and text.count("exp_a_2[c]") == 3, text
+
+
+# ---------------------------------------------------------------- buffer reuse
+def _reused(body, params="x, w"):
+    fn = _function(body, params)
+    used = reuse_buffers(fn)
+    return used, unparse(fn)
+
+
+LOOP = ["n = x.shape[0]", "k = w.shape[0]", "total = 0.0", "for i in range(n):",
+        "    terms = np.zeros(k)", "    for c in range(k):",
+        "        terms[c] = w[c] * x[i]"]
+
+
+def test_a_private_vector_allocated_each_step_reuses_its_old_array():
+    used, text = _reused(LOOP + ["    total = total + np.sum(terms) + terms[0]",
+                                 "    bar = np.zeros_like(terms)", "return total"])
+    assert used == {"zeros_reusing"}, text  # (bar is first bound in the loop)
+    assert "terms = np.empty(0)\n    for i in range(n):\n        terms = zeros_reusing(" \
+        "terms, k)" in text, text
+    used, text = _reused(LOOP[:4] + ["    terms = np.zeros(k)"] + LOOP[4:] + [
+        "bar = np.zeros_like(terms)", "for i in range(n):", "    bar[0] = bar[0] + 1.0",
+        "    total = total + bar[0]", "    bar = np.zeros_like(terms)", "return total"])
+    assert "bar = zeros_like_reusing(bar, terms)" in text, text
+
+
+@pytest.mark.parametrize("line, why", [
+    ("kept = terms", "another name holds it"),
+    ("tape.append(terms)", "a list holds it"),
+    ("total = total + helper(terms)", "a generated function could keep it"),
+    ("v = terms[1:]", "a view of it"),
+    ("pair = (terms, 1.0)", "a tuple holds it"),
+    ("t2 = np.asarray(terms)", "np.asarray returns it"),
+])
+def test_no_reuse_when_anything_else_can_hold_the_array(line, why):
+    used, text = _reused(["tape = []"] + LOOP + ["    " + line, "return total"])
+    assert not used, (why, text)
+
+
+@pytest.mark.parametrize("body, why", [
+    (["for i in range(3):", "    w = np.zeros(4)"], "a parameter"),
+    (["terms = x[0]", "for i in range(3):", "    terms = np.zeros(4)"],
+     "bound to a view of a parameter"),
+    (["for i in range(3):", "    terms = np.zeros(x.shape)"], "a shape tuple"),
+    (["s = x.shape", "for i in range(3):", "    terms = np.zeros(s)"],
+     "a name holding a shape tuple"),
+    (["for i in range(3):", "    terms = np.zeros((3, 3))"], "two axes"),
+    (["for i in range(3):", "    terms = np.zeros(3, dtype=np.int64)"], "another dtype"),
+    (["y = terms", "for i in range(3):", "    terms = np.zeros(4)"],
+     "mentioned before the loop"),
+    (["for i in range(3):", "    terms = np.zeros_like(x)"], "no array bound before the loop"),
+    (["terms = np.zeros(4)", "terms = x.copy()", "for i in range(3):",
+      "    terms = np.zeros_like(x)"], "zeros_like of a parameter: its rank is unknown"),
+    (["for i in range(3):", "    terms = np.zeros(4)", "    g = lambda: terms"], "a closure"),
+])
+def test_no_reuse_outside_the_pattern(body, why):
+    used, text = _reused(body + ["return 0.0"])
+    assert not used, (why, text)
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_reusing_helpers_zero_the_buffer_or_allocate(compiled):
+    import numba
+    from test_dialect_helpers import _helper_namespace
+    ns = _helper_namespace("zeros_reusing", "zeros_like_reusing")
+    zeros, zeros_like = ns["zeros_reusing"], ns["zeros_like_reusing"]
+    if compiled:
+        plain_zeros, plain_like = zeros, zeros_like
+        zeros = numba.njit(lambda b, n: plain_zeros(b, n))
+        zeros_like = numba.njit(lambda b, like: plain_like(b, like))
+    buffer = np.arange(4.0)
+    out = zeros(buffer, 4)
+    assert np.shares_memory(out, buffer) and np.array_equal(out, np.zeros(4))
+    other = np.arange(4.0)
+    out = zeros(other, 6)
+    assert not np.shares_memory(out, other) and np.array_equal(out, np.zeros(6))
+    assert np.array_equal(other, np.arange(4.0))  # a buffer of another size is left as it was
+    like = np.ones(5)
+    buffer = np.arange(5.0)
+    out = zeros_like(buffer, like)
+    assert np.shares_memory(out, buffer) and np.array_equal(out, np.zeros(5))
+    ints = np.arange(5)
+    out = zeros_like(np.arange(5.0), ints)  # another dtype: a new array of like's dtype
+    assert out.dtype == ints.dtype and np.array_equal(out, np.zeros(5, dtype=ints.dtype))
+    out = zeros_like(np.arange(3.0), like)
+    assert out.shape == (5,) and np.array_equal(out, np.zeros(5))
+    strided = np.arange(10.0)[::2]
+    out = zeros(strided, 5)
+    assert np.array_equal(out, np.zeros(5))
+    if compiled:  # Numba reuses only C-contiguous buffers: the strided one is left alone
+        assert np.array_equal(strided, np.arange(10.0)[::2])
+
+
+# ---------------------------------------------------------------- end to end
+def mixture(means, log_prec, x):
+    """A log-sum-exp over components in loops: exp(log_prec[c]) per point and component, a
+    new terms vector per point (read back element by element)."""
+    n = x.shape[0]
+    k = means.shape[0]
+    total = 0.0
+    for i in range(n):
+        terms = np.zeros(k)
+        for c in range(k):
+            diff = x[i] - means[c]
+            terms[c] = 0.5 * log_prec[c] - 0.5 * np.exp(log_prec[c]) * np.sum(diff * diff)
+        top = terms[0]
+        for c in range(1, k):
+            if terms[c] > top:
+                top = terms[c]
+        s = 0.0
+        for c in range(k):
+            s = s + np.exp(terms[c] - top)
+        total = total + np.log(s) + top
+    return -total
+
+
+def drifting(scale, x):
+    """The array the exp reads changes every step: no table may be made."""
+    total = 0.0
+    s = scale.copy()
+    for i in range(x.shape[0]):
+        for c in range(s.shape[0]):
+            total = total + np.exp(s[c]) * x[i]
+        s[0] = s[0] + 0.25 * x[i]
+    return total
+
+
+def kept_terms(w, x):
+    """Each step's vector is kept in a list: its array must not be reused."""
+    rows = []
+    k = w.shape[0]
+    for i in range(x.shape[0]):
+        terms = np.zeros(k)
+        for c in range(k):
+            terms[c] = np.tanh(w[c] * x[i])
+        rows.append(terms)
+    total = 0.0
+    for r in rows:
+        total = total + np.sum(r * r)
+    return total
+
+
+def _finite_difference(f, args, argnum, eps=1e-6):
+    base = [np.array(a, dtype=float) for a in args]
+    out = np.zeros_like(base[argnum])
+    for idx in np.ndindex(out.shape):
+        up = [a.copy() for a in base]
+        down = [a.copy() for a in base]
+        up[argnum][idx] += eps
+        down[argnum][idx] -= eps
+        out[idx] = (f(*up) - f(*down)) / (2 * eps)
+    return out
+
+
+@pytest.mark.numba
+def test_jit_mixture_gradient_with_tables_and_reused_buffers():
+    rng = np.random.default_rng(21)
+    args = (rng.standard_normal((3, 2)), rng.uniform(-0.5, 0.5, 3), rng.standard_normal((5, 2)))
+    compiled = jit(ad.grad(mixture, argnums=(0, 1)))
+    got = compiled(*args)
+    expected = ad.grad(mixture, argnums=(0, 1))(*args)
+    for a, b, k in zip(got, expected, (0, 1)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+        np.testing.assert_allclose(a, _finite_difference(mixture, args, k), rtol=1e-6,
+                                   atol=1e-8)
+    source = compiled.source
+    assert "exp_log_prec = np.exp(log_prec[:k])" in source, source
+    assert "terms = zeros_reusing(terms, k)" in source, source
+    assert "terms_bar = zeros_like_reusing(terms_bar, terms)" in source, source
+    np.testing.assert_allclose(jit(mixture)(*args), mixture(*args), rtol=1e-13)
+    empty = (args[0], args[1], np.zeros((0, 2)))  # no step: the tables and buffers unused
+    np.testing.assert_array_equal(compiled(*empty)[0], np.zeros((3, 2)))
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("f, argnums", [(drifting, (0, 1)), (kept_terms, (0, 1))])
+def test_jit_leaves_changing_arrays_and_kept_buffers_alone(f, argnums):
+    rng = np.random.default_rng(22)
+    args = (rng.standard_normal(4), rng.standard_normal(6))
+    compiled = jit(ad.grad(f, argnums=argnums))
+    got = compiled(*args)
+    for a, b, k in zip(got, ad.grad(f, argnums=argnums)(*args), argnums):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+        np.testing.assert_allclose(a, _finite_difference(f, args, k), rtol=1e-6, atol=1e-8)
+    assert "exp_s = " not in compiled.source
+    assert "zeros_reusing(terms" not in compiled.source
+    np.testing.assert_allclose(jit(f)(*args), f(*args), rtol=1e-13)
