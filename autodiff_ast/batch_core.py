@@ -566,6 +566,16 @@ class FunctionBatcher:
         base = stmt.prim.base
         index = store.slice
         base_type = self.types.get(base, T.UNKNOWN)
+        if base_type.kind == "list":  # an entry rebound: a batched list holds batched entries
+            if flag_any(self.flag(index)):
+                raise PerExampleLoop("a list entry chosen by an index that differs between "
+                                     "examples", stmt.origin)
+            value = stmt.value
+            if flag_any(self.flags.get(base, False)) and not flag_any(self.flag(value)):
+                value = R.broadcast_batch(value, atom_type(value, self.types), self.n(),
+                                          writable=True)
+            target = gast.Subscript(value=name(base), slice=clone(index), ctx=gast.Store())
+            return [gast.Assign(targets=[target], value=to_expr(value), type_comment=None)]
         region = index_type(base_type, index, self.types)
         call = PrimCall(by_name("getitem"), {"x": name(base), "index": index},
                         {"x": base_type, "index": atom_type(index, self.types)}, None, region)
@@ -642,7 +652,10 @@ class FunctionBatcher:
         call = stmt.value
         value = call.args[0]
         if flag_any(self.flags.get(stmt.prim.base, False)) and not flag_any(self.flag(value)):
-            value = R.broadcast_batch(value, atom_type(value, self.types), self.n())
+            # (an array of its own: a list holds one array type, and a broadcast view's
+            # is another under Numba)
+            value = R.broadcast_batch(value, atom_type(value, self.types), self.n(),
+                                      writable=True)
         return gast.Expr(value=gast.Call(func=clone(call.func), args=[to_expr(value)],
                                          keywords=[]))
 

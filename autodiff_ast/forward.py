@@ -161,10 +161,27 @@ class Tangents(DerivativeTable):
         self.exprs[value] = expr
         self.ttypes[value] = typ
 
+    def _list_of(self, dot, source, element_expr):
+        """``dot = []`` and a loop appending `element_expr` (of ``e``) for each ``e`` of the
+        list `source`: a list tangent of its own, one entry per element (a loop, not a
+        comprehension: generated code is differentiated again)."""
+        self.emit(assign(dot, gast.List(elts=[], ctx=gast.Load())))
+        element = self.namer.temp("element")
+        self.emit(gast.For(target=name(element, store=True), iter=to_expr(source),
+                           body=[gast.Expr(value=fill(f"b.append({element_expr})", b=dot,
+                                                      e=element))],
+                           orelse=[], type_comment=None))
+
     def set_zero(self, value):
         """``value_dot = 0`` (of value's shape) as a variable."""
         dot = self.namer.tangent(value)
-        self.emit(assign(dot, self.zero(name(value), self.type_of(value))))
+        t = self.type_of(value)
+        if t.kind == "list":
+            elt = t.elts[0] if t.elts else T.UNKNOWN
+            self._list_of(dot, name(value), "np.zeros_like(e)" if elt.kind == "array"
+                          else "0.0")
+        else:
+            self.emit(assign(dot, self.zero(name(value), t)))
         self.exprs[value] = name(dot)
         self.ttypes[value] = self.type_of(value)
         self.owned.add(value)
@@ -186,6 +203,13 @@ class Tangents(DerivativeTable):
             return dot
         current = self.materialized(value)
         if value in self.owned and isinstance(current, gast.Name) and current.id == dot:
+            return dot
+        if self.type_of(value).kind == "list":  # entries are rebound, never written into
+            held = self.namer.temp(f"{dot}_held")
+            self.emit(assign(held, current))
+            self._list_of(dot, name(held), "e")
+            self.exprs[value] = name(dot)
+            self.owned.add(value)
             return dot
         self.emit(assign(dot, fill("np.copy(d)", d=current)))
         self.exprs[value] = name(dot)

@@ -433,11 +433,13 @@ def compile_error(failure, user_fn):
         candidates += [above] if above else []
         candidates += [failure.code] if failure.code else []
     filename, lineno, code = _find_user_line(user_fn, candidates)
-    where = f"line {failure.lineno} of {os.path.basename(failure.filename)}"
+    where = f"line {failure.lineno} of {os.path.basename(failure.filename)}" if \
+        failure.lineno else os.path.basename(failure.filename)
     if failure.function:
         where = f"{failure.function}, {where}"
     generated = f" (`{failure.code}`)" if failure.code else ""
-    message = (f"Numba cannot compile the generated code for this line ({where}"
+    what = "this line" if failure.lineno else "this function"
+    message = (f"Numba cannot compile the generated code for {what} ({where}"
                f"{generated}): {failure.reason}")
     return CompileError(message, filename=filename, lineno=lineno, code=code,
                         hint="rewrite the line with NumPy functions Numba supports "

@@ -382,15 +382,13 @@ class Adjoints(DerivativeTable):
         bar = self.namer.adjoint(value)
         t = self.type_of(value)
         elt = t.elts[0] if t.elts else T.UNKNOWN
-        if elt.kind in ("float", "int", "bool"):
-            self.out.append(assign(bar, fill("[0.0] * len(v)", v=value)))
-        else:
-            self.out.append(assign(bar, gast.List(elts=[], ctx=gast.Load())))
-            element = self.namer.temp("element")
-            self.out.append(gast.For(
-                target=name(element, store=True), iter=name(value),
-                body=[gast.Expr(value=fill("b.append(np.zeros_like(e))", b=bar, e=element))],
-                orelse=[], type_comment=None))
+        zero = "0.0" if elt.kind in ("float", "int", "bool") else "np.zeros_like(e)"
+        self.out.append(assign(bar, gast.List(elts=[], ctx=gast.Load())))
+        element = self.namer.temp("element")
+        self.out.append(gast.For(
+            target=name(element, store=True), iter=name(value),
+            body=[gast.Expr(value=fill(f"b.append({zero})", b=bar, e=element))],
+            orelse=[], type_comment=None))
         self.owned.add(bar)
         self.exprs[value] = name(bar)
 

@@ -396,6 +396,10 @@ class _Entry:
                 result = self.target(*args, *self.data)
             except self.error as again:
                 raise self.owner.failure(again) from None
+        except Exception as exc:
+            if not _inside_numba_compiler(exc):
+                raise  # raised by the compiled code itself (an IndexError, say)
+            raise self.owner.failure(_InternalError(exc)) from None
         if len(self.signatures) != self.seen:  # newly compiled (and cached): record it
             self.seen = len(self.signatures)
             self.owner.record_cache()
@@ -403,6 +407,30 @@ class _Entry:
 
     def __repr__(self):
         return f"<compiled {self.name}>"
+
+
+class _InternalError(Exception):
+    """An exception Numba's compiler raised without making it a NumbaError (an assertion in
+    its lowering, say): reported as a compile failure, with what it said."""
+
+    def __init__(self, exc):
+        detail = str(exc).strip()
+        super().__init__(f"Numba's compiler failed inside ({type(exc).__name__}"
+                         f"{': ' + detail if detail else ''}); this is a Numba limitation "
+                         "or bug: call the function without jit")
+
+
+def _inside_numba_compiler(exc):
+    """Whether `exc` was raised while Numba compiled (not by compiled code running)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
+        if "/numba/core/" in path and path.rsplit("/", 1)[-1] in (
+                "compiler.py", "compiler_machinery.py", "typed_passes.py", "lowering.py",
+                "typeinfer.py", "base.py"):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _writeable(value):

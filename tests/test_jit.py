@@ -760,3 +760,24 @@ def test_overlapping_in_place_add_matches_numpy_under_jit(fn):
     expected = np.array([8.0, 16.0, 24.0, 14.0])  # a = [1, 3, 5, 7]; d/dx of sum(a * a)
     np.testing.assert_allclose(ad.grad(fn)(x), expected, rtol=1e-14)
     np.testing.assert_allclose(jit(ad.grad(fn))(x), expected, rtol=1e-14)
+
+
+def test_an_internal_error_of_numbas_compiler_is_a_compile_failure():
+    """An exception Numba's compiler raises without wrapping it (an assertion in its
+    lowering) is reported like any compile failure; one raised by compiled code is not."""
+    from codegen.numba_cpu import _failure, _inside_numba_compiler, _InternalError
+    namespace = {}
+    exec(compile("def lower():\n    raise AssertionError()\n",
+                 "/site-packages/numba/core/lowering.py", "exec"), namespace)
+    try:
+        namespace["lower"]()
+    except AssertionError as exc:
+        inside = exc
+    assert _inside_numba_compiler(inside)
+    try:
+        [][1]
+    except IndexError as exc:
+        assert not _inside_numba_compiler(exc)
+    failure = _failure(_InternalError(inside), "/tmp/jit_f.py", "def f(x):\n    return x\n")
+    assert "Numba's compiler failed inside (AssertionError)" in failure.reason, failure.reason
+    assert failure.lineno is None

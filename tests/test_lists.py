@@ -1,7 +1,9 @@
 """Local lists in differentiated code: built with ``append``, read back by ``pop``, by index
-(``xs[j]``), by iteration (``for v in xs``, ``enumerate``) or stacked. A list's adjoint holds
-one entry per element, in the element's place (reverse.py, ``Adjoints.init_list_zeros``);
-every gradient is checked against central differences, in NumPy and compiled."""
+(``xs[j]``), by iteration (``for v in xs``, ``enumerate``) or stacked. A list's adjoint (and
+tangent) holds one entry per element, in the element's place (reverse.py,
+``Adjoints.init_list_zeros``; forward.py, ``Tangents.set_zero``); every gradient is checked
+against central differences, in NumPy and compiled, and every Hessian (which differentiates
+the gradient's list code again, and batches it) against differences of the gradient."""
 
 import numpy as np
 import pytest
@@ -113,24 +115,31 @@ def test_jit_gradient_through_a_list(f):
     np.testing.assert_allclose(jit(ad.grad(f))(W), ad.grad(f)(W), rtol=1e-12, atol=1e-13)
 
 
-SECOND_ORDER_GAPS = {
-    indexed: "the gradient writes into its list adjoint by index (xs_bar[1] = ...), which "
-             "differentiated code does not accept yet",
-    indexed_in_a_loop: "as indexed: an entry of a list adjoint written by index",
-    read_then_popped: "as indexed: an entry of a list adjoint written by index",
-    iterated: "the tape of the elements read in the loop gets a tangent tape "
-              "(v_tape_dot.pop()) the second pass does not type as a list",
-    enumerated_scalars: "the gradient pops a list of numbers made by [0.0] * len(xs), whose "
-                        "type the second pass does not know as a list",
-}
-
-
-@pytest.mark.parametrize("f", [
-    pytest.param(f, marks=pytest.mark.xfail(strict=True, reason=SECOND_ORDER_GAPS[f]))
-    if f in SECOND_ORDER_GAPS else f for f in PROGRAMS], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("f", PROGRAMS, ids=lambda f: f.__name__)
 def test_hessian_through_a_list_matches_differences_of_the_gradient(f):
     eps = 1e-5
     grad = ad.grad(f)
     expected = np.array([(grad(W + eps * e) - grad(W - eps * e)) / (2 * eps)
                          for e in np.eye(W.size)])
     np.testing.assert_allclose(ad.hessian(f)(W), expected, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("f", PROGRAMS, ids=lambda f: f.__name__)
+def test_batched_gradient_through_a_list_is_the_per_example_gradient(f):
+    batch = np.random.default_rng(3).standard_normal((4, 3))
+    expected = np.stack([ad.grad(f)(w) for w in batch])
+    np.testing.assert_allclose(ad.vmap(ad.grad(f))(batch), expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("f", [pop_all, iterated, read_then_popped],
+                         ids=lambda f: f.__name__)
+def test_jit_of_batched_and_second_derivatives_through_a_list(f):
+    """The batched list code compiles: an unbatched value appended to (or written into) a
+    batched list is a batched array of its own, not a broadcast view (a list holds one array
+    type under Numba)."""
+    batch = np.random.default_rng(4).standard_normal((3, 3))
+    np.testing.assert_allclose(jit(ad.vmap(ad.grad(f)))(batch), ad.vmap(ad.grad(f))(batch),
+                               rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(jit(ad.hessian(f))(W), ad.hessian(f)(W), rtol=1e-12,
+                               atol=1e-13)
