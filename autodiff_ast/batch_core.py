@@ -123,8 +123,8 @@ _DTYPES = {"float64": "np.float64", "float32": "np.float32", "int64": "np.int64"
 
 def batch_size_of(batched, types):
     """The batch size, read off the first batched parameter that is an array (a batched list,
-    such as a tape of batched values, holds it in each element)."""
-    arrays = [p for p in batched if types.get(p, T.UNKNOWN).kind != "list"]
+    such as a tape of batched values, or a tuple, holds it in each element)."""
+    arrays = [p for p in batched if types.get(p, T.UNKNOWN).kind not in ("list", "tuple")]
     if arrays:
         return fill("x.shape[0]", x=arrays[0])
     return fill("x[0].shape[0]", x=batched[0])

@@ -204,12 +204,14 @@ class Tangents(DerivativeTable):
         current = self.materialized(value)
         if value in self.owned and isinstance(current, gast.Name) and current.id == dot:
             return dot
-        if self.type_of(value).kind == "list":  # entries are rebound, never written into
-            held = self.namer.temp(f"{dot}_held")
-            self.emit(assign(held, current))
-            self._list_of(dot, name(held), "e")
+        if self.type_of(value).kind == "list":
+            # Written in place, as the list itself is (a name sharing the list sees the write
+            # in Python, and its tangent list sees it too); entries are rebound, never
+            # written into, so no copy is needed.
+            if isinstance(current, gast.Name):
+                return current.id
+            self.emit(assign(dot, current))
             self.exprs[value] = name(dot)
-            self.owned.add(value)
             return dot
         self.emit(assign(dot, fill("np.copy(d)", d=current)))
         self.exprs[value] = name(dot)
@@ -343,8 +345,11 @@ def forward(core, active_params, registry=None, needed=None):
     wanted = [a for i, a in enumerate(outputs) if needed is None or i in needed]
     out_names = [n.id for a in wanted for n in gast.walk(a) if isinstance(n, gast.Name)]
     # Lists (the tapes generated code passes between functions) carry lists of tangents.
+    # Tuples of numbers and arrays (a residual handed to a backward function) carry tuples.
     active_params = [p for p in active_params if core.types.get(p, T.UNKNOWN).is_float or
-                     core.types.get(p, T.UNKNOWN).kind == "list"]
+                     core.types.get(p, T.UNKNOWN).kind == "list" or
+                     (core.types.get(p, T.UNKNOWN).kind == "tuple" and
+                      _flat_tuple(core.types[p]))]
     varied, useful = activity(core, active_params, out_names)
     live = varied & useful
     body = []
@@ -353,6 +358,9 @@ def forward(core, active_params, registry=None, needed=None):
     for p in active_params:
         dot = core.namer.tangent(p)
         dot_params.append(dot)
+        if core.types.get(p, T.UNKNOWN).kind == "tuple":
+            tan.tuples[p] = dot  # (a variable holding a tuple of tangents)
+            continue
         tan.exprs[p] = name(dot)
         tan.ttypes[p] = core.types.get(p, T.UNKNOWN)
     for p in _lists_given_tangents_here(core, active_params, varied):
@@ -538,12 +546,53 @@ class _Walker:
             out, tan.out = tan.out, saved
         return out or [gast.Pass()]
 
+    def carry_tuples(self, names):
+        """Before a loop: each tuple of numbers or arrays the loop reassigns gets one tangent
+        variable per element (``state_dot_0``, ...), so a step reads the tangent the step
+        before wrote, not the expressions code generation held before the loop."""
+        tan = self.tan
+        carried = {}
+        for t in names:
+            typ = tan.type_of(t)
+            if t not in self.defined or typ.kind != "tuple" or not _flat_tuple(typ):
+                continue
+            base = tan.namer.tangent(t)
+            dots = [tan.namer.temp(f"{base}_{k}") for k in range(len(typ.elts))]
+            self.settle_tuple(t, dots, tan.out)
+            carried[t] = dots
+        return carried
+
+    def settle_tuple(self, t, dots, out):
+        """Write the tangent of tuple `t` into the variables `dots` (appended to `out`) and
+        make them its tangent."""
+        tan = self.tan
+        part = tan.tuples.get(t)
+        elts = tan.type_of(t).elts
+        for k, (dot, elt) in enumerate(zip(dots, elts)):
+            current = tan.element(part, k)
+            if isinstance(current, gast.Name) and current.id == dot:
+                continue
+            value = tan.zero(fill("t[k]", t=t, k=k), elt) if current is None else current
+            fix = assign(dot, value)
+            fix.tangent = True
+            out.append(fix)
+        tan.tuples[t] = [name(d) for d in dots]
+        tan.bound.add(t)
+
     def loop(self, stmt):
         names = self.assigned(stmt)
         self.carry(names)
+        carried = self.carry_tuples(names)
         self.hoist_broadcasts(stmt, names)
         node = copy.copy(stmt)
         node.body = self.nested(stmt.body)
+        if carried:  # the step's last tangents into the variables the next step reads
+            if node.body == [gast.Pass()] or (len(node.body) == 1 and
+                                              isinstance(node.body[0], gast.Pass)):
+                node.body = []
+            for t, dots in carried.items():
+                self.settle_tuple(t, dots, node.body)
+            node.body = node.body or [gast.Pass()]
         node.orelse = []
         self.tan.out.append(node)
 
@@ -552,15 +601,31 @@ class _Walker:
         names = self.assigned(stmt)
         before = (dict(tan.exprs), dict(tan.ttypes), dict(tan.tuples), set(tan.owned))
         defined = set(self.defined)
-        arms = []
+        arms, arm_tuples = [], []
         for stmts in (stmt.body, stmt.orelse):
             tan.exprs, tan.ttypes = dict(before[0]), dict(before[1])
             tan.tuples, tan.owned = dict(before[2]), set(before[3])
             self.defined = set(defined)
             out = self.nested(stmts) if stmts else []
             arms.append((out, dict(tan.exprs), dict(tan.ttypes), set(self.defined)))
+            arm_tuples.append(dict(tan.tuples))
         tan.exprs, tan.ttypes = dict(before[0]), dict(before[1])
         tan.tuples, tan.owned = dict(before[2]), set(before[3])
+        for t in names:  # a tuple of numbers or arrays: one tangent variable per element
+            typ = tan.type_of(t)
+            if typ.kind != "tuple" or not _flat_tuple(typ) or \
+                    not all(t in seen for _, _, _, seen in arms):
+                continue
+            base = tan.namer.tangent(t)
+            dots = [tan.namer.temp(f"{base}_{k}") for k in range(len(typ.elts))]
+            for (out, _, _, _), tuples in zip(arms, arm_tuples):
+                tan.tuples = dict(tuples)
+                if out == [gast.Pass()]:
+                    out.clear()
+                self.settle_tuple(t, dots, out)
+            tan.tuples = dict(before[2])
+            tan.tuples[t] = [name(d) for d in dots]
+            before[2][t] = tan.tuples[t]
         merged = []
         for t in names:
             kind = tan.type_of(t).kind
@@ -839,8 +904,14 @@ def _forward_user_call(stmt, tan, core, registry):
     callee = prim.callee
     target = _stmt_targets(stmt)[0]
     flat_args = prim.args
-    active = [p for p, a in zip(callee.params, flat_args)
-              if isinstance(a, gast.Name) and a.id in tan.exprs]
+    def carries(a):  # an argument with a tangent (a tuple's: its elements')
+        if not isinstance(a, gast.Name):
+            return False
+        if a.id in tan.tuples:
+            t = tan.type_of(a.id)
+            return t.kind == "tuple" and _flat_tuple(t) and tan.part(a) is not None
+        return a.id in tan.exprs
+    active = [p for p, a in zip(callee.params, flat_args) if carries(a)]
     if not active:
         return None
     needed = _needed_elements(core, target, tan.live) \
@@ -849,7 +920,8 @@ def _forward_user_call(stmt, tan, core, registry):
     if jf is None:
         return None
     param_to_arg = dict(zip(callee.params, flat_args))
-    dots = [tan.of_atom(param_to_arg[p], full=True) for p in active]
+    dots = [tan.output(param_to_arg[p]) if param_to_arg[p].id in tan.tuples else
+            tan.of_atom(param_to_arg[p], full=True) for p in active]
     call = gast.Call(func=name(jf.name), args=list(stmt.value.args) + dots, keywords=[])
     dot = tan.namer.tangent(target)
     replacement = assign([target, dot], call)
@@ -919,3 +991,9 @@ def returned_names(exprs):
 
 __all__ = ["forward", "TangentSweep", "JvpRegistry", "JvpFunction", "Tangents",
            "tangent_returns", "missing_rule", "rule_dots", "returned_names", "unparse"]
+
+
+def _flat_tuple(t):
+    """A tuple type of known length whose elements are numbers or arrays."""
+    return t.elts is not None and all(e.kind in ("float", "int", "bool", "array")
+                                      for e in t.elts)

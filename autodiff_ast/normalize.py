@@ -735,7 +735,36 @@ class Normalizer:
             self.types[out] = T.AType("list", elts=())
             self.append(assign(out, gast.List(elts=[], ctx=gast.Load())), Prim("list_new"))
             return name(out)
+        if target is not None and target in self.mutable_lists():
+            # `xs = [a, b]` later indexed by a variable, written into, appended to or popped
+            # from: a list like one built with append (a fixed tuple otherwise)
+            atoms = [self.atom(e) for e in node.elts]
+            out = self.define(target)
+            self.types[out] = T.AType("list", elts=())
+            self.append(assign(out, gast.List(elts=[], ctx=gast.Load())), Prim("list_new"))
+            for atom in atoms:
+                self.append_atom(out, atom, node)
+            return name(out)
         return gast.List(elts=[self.atom(e) for e in node.elts], ctx=gast.Load())
+
+    def mutable_lists(self):
+        """User names the function indexes with a non-constant, writes an element of, or
+        appends to or pops from: a list display assigned to one is built as a list."""
+        if getattr(self, "_mutable_lists", None) is None:
+            names = set()
+            for n in gast.walk(self.info.node):
+                if isinstance(n, gast.Subscript) and isinstance(n.value, gast.Name) and (
+                        isinstance(n.ctx, gast.Store) or not isinstance(
+                            n.slice, (gast.Constant, gast.Slice, gast.Tuple))):
+                    names.add(n.value.id)
+                elif isinstance(n, gast.AugAssign) and isinstance(n.target, gast.Subscript) \
+                        and isinstance(n.target.value, gast.Name):
+                    names.add(n.target.value.id)
+                elif isinstance(n, gast.Call) and isinstance(n.func, gast.Attribute) and \
+                        n.func.attr in ("append", "pop") and isinstance(n.func.value, gast.Name):
+                    names.add(n.func.value.id)
+            self._mutable_lists = names
+        return self._mutable_lists
 
     # -- calls
     def expr_Call(self, node, target):
@@ -1061,6 +1090,17 @@ class Normalizer:
             return T.FLOAT if "float" in (old.kind, typ.kind) else typ
         if old.kind == "list" and typ.kind == "list":
             return typ if typ.elts else old
+        if old.kind == typ.kind == "tuple" and old.elts is not None and typ.elts is not None \
+                and len(old.elts) == len(typ.elts):  # element by element
+            saved = self.types.get(core_name)
+            elts = []
+            try:
+                for a, b in zip(old.elts, typ.elts):
+                    self.types[core_name] = a
+                    elts.append(self.join(core_name, b))
+            finally:
+                self.types[core_name] = saved
+            return T.AType("tuple", elts=tuple(elts))
         if "unknown" in (old.kind, typ.kind):
             # Optimistic: the known side (a recursive call is typed before its result is).
             return typ if old.kind == "unknown" else old
@@ -1348,11 +1388,14 @@ class Normalizer:
                                    call)
         if len(call.args) != 1:
             raise self.unsupported("append() takes one value", call)
-        value = self.atom(call.args[0])
+        self.append_atom(core, self.atom(call.args[0]), call)
+
+    def append_atom(self, core, value, node):
+        """``core.append(value)`` (value an atom) on the local list `core`."""
         vt = atom_type(value, self.types)
         old = self.types[core]
         if old.elts and old.elts[0] != vt:
-            joined = self.join_list_element(old.elts[0], vt, call)
+            joined = self.join_list_element(old.elts[0], vt, node)
             vt = joined
         self.types[core] = T.AType("list", elts=(vt,))
         expr = gast.Call(func=gast.Attribute(value=name(core), attr="append", ctx=gast.Load()),

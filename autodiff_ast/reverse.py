@@ -157,6 +157,7 @@ class Adjoints(DerivativeTable):
         self.atypes = {}  # value name -> abstract type of that expression
         self.owned = set()  # adjoint names holding an array nobody else references
         self.tuples = {}  # tuple-valued name -> list of element adjoint exprs (None: zero)
+        self.tuple_vars = {}  # tuple-valued name -> its element adjoints' variables (in loops)
         self.helpers = set()
         self.array_lists = set()  # lists stacked into arrays: their adjoint is an array
         # Names whose adjoint is a variable initialised before a loop or branch: every
@@ -182,16 +183,44 @@ class Adjoints(DerivativeTable):
     def add(self, value, contrib, ctype=None):
         """Accumulate `contrib` (of abstract type `ctype`) into the adjoint of `value`."""
         if self.type_of(value).kind == "list":
-            # A list's adjoint (a stack of adjoints, e.g. of a tape handed between generated
-            # functions) flows along one path: it is passed on, never summed.
+            # A list's adjoint has an entry per element (see init_list_zeros); a second one
+            # (the list read whole twice, say copied and indexed) is added entry by entry.
             bar = self.namer.adjoint(value)
-            if self.exprs.get(value) is None or value in self.accumulate or \
-                    value in self.empty_lists:
+            if self.exprs.get(value) is None or value in self.empty_lists:
                 self.empty_lists.discard(value)
                 self.out.append(assign(bar, contrib))
                 self.exprs[value] = name(bar)
+                self.owned.discard(bar)
                 return
-            raise AssertionError(f"two adjoints for the list {value}")
+            current = self.exprs[value]
+            part = self.namer.temp(f"{bar}_part")
+            self.out.append(assign(part, contrib))
+            if not (isinstance(current, gast.Name) and current.id == bar and bar in self.owned):
+                held = self.namer.temp(f"{bar}_held")
+                self.out.append(assign(held, current))
+                self.out.append(assign(bar, gast.List(elts=[], ctx=gast.Load())))
+                element = self.namer.temp("element")
+                self.out.append(gast.For(
+                    target=name(element, store=True), iter=name(held),
+                    body=[gast.Expr(value=fill("b.append(e)", b=bar, e=element))],
+                    orelse=[], type_comment=None))
+                self.owned.add(bar)
+                self.exprs[value] = name(bar)
+            k = self.namer.temp("k")
+            entry = gast.Subscript(value=name(bar), slice=name(k), ctx=gast.Store())
+            self.out.append(gast.For(
+                target=name(k, store=True), iter=fill("range(len(p))", p=part),
+                body=[gast.Assign(targets=[entry], value=fill("b[k] + p[k]", b=bar, p=part,
+                                                              k=k), type_comment=None)],
+                orelse=[], type_comment=None))
+            return
+        t = self.type_of(value)
+        if t.kind == "tuple" and _flat_tuple(t):  # (a tuple popped from a tape, say)
+            whole = self.namer.temp(f"{self.namer.adjoint(value)}_part")
+            self.out.append(assign(whole, contrib))
+            for k in range(len(t.elts)):
+                self.add_to_tuple(value, k, fill("w[k]", w=whole, k=k))
+            return
         if ctype is None:
             ctype = self.expr_type(contrib)
         contrib, fitted = self.fit(contrib, ctype, self.type_of(value), value)
@@ -267,8 +296,45 @@ class Adjoints(DerivativeTable):
             return fill("0.0")
         return fill("np.zeros_like(x)", x=value)
 
+    def tuple_variables(self, value):
+        """Before a loop or branch: the adjoint of the tuple-valued `value` held in one
+        variable per element (``state_bar_0``, ...), so it flows from one step to the next:
+        what a step's reads add and what its write takes must be runtime values, not the
+        expressions code generation holds for straight-line code."""
+        elts = self.type_of(value).elts
+        bars = self.tuple_vars.get(value)
+        if bars is None:
+            base = self.namer.adjoint(value)
+            bars = [self.namer.temp(f"{base}_{k}") for k in range(len(elts))]
+        parts = self.tuples.get(value) or [None] * len(elts)
+        for k, (bar, part, elt) in enumerate(zip(bars, parts, elts)):
+            if isinstance(part, gast.Name) and part.id == bar:
+                continue
+            self.pin_readers(bar)
+            self.out.append(assign(bar, to_expr(part) if part is not None else
+                                   _zero_of(fill("t[k]", t=value, k=k), elt)))
+        self.tuple_vars[value] = bars
+        self.tuples[value] = [name(b) for b in bars]
+
+    def add_to_tuple(self, value, k, g):
+        """Add `g` into element k of the tuple-valued `value`'s adjoint."""
+        bars = self.tuple_vars.get(value)
+        if bars is None:
+            parts = self.tuples.setdefault(value, [None] * len(self.type_of(value).elts or ()))
+            parts[k] = g if parts[k] is None else fill("a + b", a=parts[k], b=g)
+            return
+        self.pin_readers(bars[k])
+        self.out.append(assign(bars[k], fill("a + b", a=bars[k], b=g)))
+
     def init_zero(self, value):
         """``x_bar = 0`` of x's type (before a loop, or after x is overwritten in one)."""
+        if value in self.tuple_vars:
+            elts = self.type_of(value).elts
+            for k, (bar, elt) in enumerate(zip(self.tuple_vars[value], elts)):
+                self.pin_readers(bar)
+                self.out.append(assign(bar, _zero_of(fill("t[k]", t=value, k=k), elt)))
+            self.tuples[value] = [name(b) for b in self.tuple_vars[value]]
+            return
         bar = self.namer.adjoint(value)
         self.pin_readers(bar)
         self.out.append(assign(bar, self.zero_expr(value)))
@@ -303,6 +369,10 @@ class Adjoints(DerivativeTable):
                 if self.exprs.get(value) is None:  # one zero per element
                     self.init_list_zeros(value)
                     self.empty_lists.add(value)
+                continue
+            if t.kind == "tuple" and _flat_tuple(t):
+                self.tuple_variables(value)
+                self.accumulate.add(value)
                 continue
             if t.kind in ("tuple", "list", "object"):
                 continue
@@ -542,7 +612,8 @@ def make_split(sweep, program, bwd_name=None, recompute=False):
     """
     from .tidy import drop_unread_tapes, free_names, tidy_block
     core = sweep.core
-    bar_names = {e.id for e in sweep.param_bars if isinstance(e, gast.Name)}
+    bar_names = {n.id for e in sweep.param_bars if e is not None for n in gast.walk(e)
+                 if isinstance(n, gast.Name)}
     if recompute:
         for stmt in sweep.backward:
             stmt.backward = True
@@ -593,6 +664,18 @@ def make_split(sweep, program, bwd_name=None, recompute=False):
     forward = [assign(r, _placeholder(core.types.get(r, T.UNKNOWN))) for r in residuals
                if r not in top and r not in core.params] + forward
     residuals = _start_backward_only_tapes(forward, sweep, residuals)
+    # A list the function returns and its backward function pops (a list built in the
+    # helper): the caller holds it as the output too, so the backward function pops a copy.
+    for r in residuals:
+        if r in returned and core.types.get(r, T.UNKNOWN).kind == "list":
+            kept = core.namer.temp(f"{r}_kept")
+            element = core.namer.temp("element")
+            sweep.backward = [
+                assign(kept, gast.List(elts=[], ctx=gast.Load())),
+                gast.For(target=name(element, store=True), iter=name(r),
+                         body=[gast.Expr(value=fill("k.append(e)", k=kept, e=element))],
+                         orelse=[], type_comment=None),
+                assign(r, name(kept))] + list(sweep.backward)
     sweep.forward = forward
     base = core.name
     fwd_name = program.module_names.fresh(f"{base}_fwd") if residuals else core.name
@@ -743,7 +826,9 @@ def reverse(core, active_params, registry=None, seed="grad", output_index=None):
     builder = _Builder(core, adj, active, registry)
     builder.backward_block(core.body)
     forward = builder.forward_sweep()
-    param_bars = [adj.materialized(p) for p in active_params]
+    param_bars = [_tuple_adjoint(adj, p, snapshot=False)
+                  if core.types.get(p, T.UNKNOWN).kind == "tuple" else adj.materialized(p)
+                  for p in active_params]
     _undo_aliased_in_place(backward, adj.in_place, seeds)
     _run_forward_where_order_free(backward, seeds)
     _rebind_dead_adjoints(backward, core, set(seeds) | set(active_params))
@@ -772,15 +857,28 @@ def _seed_output(adj, atom, seed, varied, core):
             parts[k] = g if part is None else fill("a + b", a=part, b=g)
         return
     current = adj.get(atom.id)
+    if current is not None and t.kind == "list":  # entry by entry, not a concatenation
+        adj.add(atom.id, seed, t)
+        return
     adj.seed(atom.id, seed if current is None else fill("a + b", a=current, b=seed))
 
 
-def _tuple_adjoint(adj, value):
+def _flat_tuple(t):
+    """A tuple type of known length whose elements are numbers or arrays."""
+    return t.elts is not None and all(e.kind in ("float", "int", "bool", "array")
+                                      for e in t.elts)
+
+
+def _tuple_adjoint(adj, value, snapshot=True):
     """The adjoint of the tuple-valued `value` as a tuple expression (zeros for elements with
-    none), or None when no element has one."""
+    none), or None when no element has one. Elements held in variables (a tuple's adjoint in a
+    loop, see Adjoints.tuple_variables) are read into names of their own first: the variables
+    are zeroed once the value is overwritten, and the expression may be read after that."""
     parts = adj.tuples.get(value)
     if not parts or all(p is None for p in parts):
         return None
+    if snapshot and value in adj.tuple_vars:
+        parts = [_snapshot(adj, p) if p is not None else None for p in parts]
     elts = adj.type_of(value).elts or ()
     return gast.Tuple(elts=[to_expr(p) if p is not None else _zero_of(
         fill("t[k]", t=value, k=k), elts[k] if k < len(elts) else T.UNKNOWN)
@@ -1337,10 +1435,13 @@ class _Builder:
         adj, core = self.adj, self.core
         targets = _stmt_targets(stmt)
         kind = stmt.prim.kind
-        overwrites = (self.depth > 0 and kind not in ("counter", "append", "list_new")) or \
+        overwrites = (self.depth > 0 and kind not in ("counter", "append")) or \
             kind in ("setitem", "add_at")
         marker = len(adj.out)
-        if any(t in self.active for t in targets):
+        # (a pop from a differentiated list gives its adjoint an entry back even when the
+        # popped value has no derivative: the entries stay in their elements' places)
+        if any(t in self.active for t in targets) or (kind == "pop" and
+                                                     stmt.prim.base in self.active):
             replacement = _reverse_stmt(stmt, adj, self.active, core, self.registry,
                                         in_loop=self.loops > 0)
             if replacement is not None:
@@ -1358,7 +1459,10 @@ class _Builder:
         restores = {}
         if overwrites and targets:
             for t in targets:
-                if core.types.get(t, T.UNKNOWN).kind == "list" or \
+                # A list made anew in a loop step (`row = []`) gets the list of the step
+                # before back (its elements are popped in that step's backward code); other
+                # list values are passed on whole, never overwritten in place.
+                if (core.types.get(t, T.UNKNOWN).kind == "list" and kind != "list_new") or \
                         (id(stmt), t) in self.first_bindings:
                     continue
                 restore = self.restore_stmt(stmt, t)
@@ -2489,7 +2593,7 @@ def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
     if prim.kind == "unpack":
         src = prim.args[0]
         if isinstance(src, gast.Name) and src.id in active:
-            parts = adj.tuples.setdefault(src.id, [None] * len(targets))
+            adj.tuples.setdefault(src.id, [None] * len(targets))
             for i, t in enumerate(targets):
                 # A tuple's parts are taken at their elements' full shapes (a helper's
                 # backward function, say, gets them as its outputs' cotangents).
@@ -2499,7 +2603,7 @@ def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
                 if g is None and adj.type_of(t).kind == "tuple":
                     g = _tuple_adjoint(adj, t)  # a nested tuple: its elements' adjoints
                 if g is not None:
-                    parts[i] = g if parts[i] is None else fill("a + b", a=parts[i], b=g)
+                    adj.add_to_tuple(src.id, i, g)
         return None
     if prim.kind == "tuple":
         parts = adj.tuples.get(targets[0], [])
@@ -2513,10 +2617,7 @@ def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
             g = _tuple_adjoint(adj, targets[0])
         src = prim.args[0]
         if g is not None and isinstance(src, gast.Name) and src.id in active:
-            size = len(adj.type_of(src.id).elts or ())
-            parts = adj.tuples.setdefault(src.id, [None] * size)
-            k = stmt.value.slice.value
-            parts[k] = g if parts[k] is None else fill("a + b", a=parts[k], b=g)
+            adj.add_to_tuple(src.id, stmt.value.slice.value, g)
         return None
     if prim.kind == "opaque":  # a call with no rule, reached by a derivative after all
         raise prim.error
@@ -2546,7 +2647,7 @@ def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
         return None
     if prim.kind == "pop":
         base, target = prim.base, targets[0]
-        g = adj.get(target)
+        g = adj.get(target) if target in active else None
         if base not in active:
             return None
         if base in adj.array_lists:
@@ -2841,5 +2942,10 @@ def _reverse_user_call(stmt, adj, active, core, registry, in_loop=False):
     adj.out.append(assign(outs if len(outs) > 1 else outs[0], call))
     for p, local in zip(active_callee, outs):
         atom = param_to_arg[p]
-        adj.add(atom.id, name(local), callee.types.get(p, T.UNKNOWN))
+        t = callee.types.get(p, T.UNKNOWN)
+        if t.kind == "tuple" and _flat_tuple(t):  # a tuple's adjoint, element by element
+            for k in range(len(t.elts)):
+                adj.add_to_tuple(atom.id, k, fill("b[k]", b=local, k=k))
+            continue
+        adj.add(atom.id, name(local), t)
     return replacement

@@ -107,6 +107,10 @@ class _SharedMemoryCheck:
         self.read(state, _reads(stmt))
         prim = getattr(stmt, "prim", None)
         in_place_of = getattr(stmt, "in_place_of", None)
+        if prim is not None and prim.kind == "setitem" and in_place_of is None and \
+                self.normalizer.types.get(prim.base) is not None and \
+                self.normalizer.types[prim.base].kind == "list":
+            return state  # `xs[i] = v` rebinds an entry: no element's memory is written
         if (prim is not None and prim.kind == "setitem") or in_place_of is not None:
             # a write into memory other names may share: `y[i] = v`, or `y += v` on an array
             base = in_place_of or prim.base

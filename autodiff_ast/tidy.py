@@ -679,24 +679,34 @@ def _tidy_nested(stmts, keep, temps, facts=None, gather=False):
 
 def _carried(body):
     """Names a loop body reads before it sets them: they carry a value between iterations."""
-    seen_def, carried = set(), set()
+    carried = set()
 
-    def walk(stmts):
+    def walk(stmts, seen_def):
+        """Record the reads of names not surely set before; returns the names surely set
+        after `stmts` (an arm of a branch is one path: the other arm's writes do not count,
+        and a nested loop may not run)."""
+        seen_def = set(seen_def)
         for stmt in stmts:
             if isinstance(stmt, _CONTROL):
                 header = stmt.iter if isinstance(stmt, gast.For) else stmt.test
                 for n in _names(header):
                     if n not in seen_def:
                         carried.add(n)
-                walk(stmt.body)
-                walk(stmt.orelse)
-                seen_def.update(_names(stmt, gast.Store))
+                if isinstance(stmt, gast.If):
+                    seen_def = walk(stmt.body, seen_def) & walk(stmt.orelse, seen_def)
+                else:
+                    inner = set(seen_def)
+                    if isinstance(stmt, gast.For):
+                        inner |= set(_names(stmt.target, gast.Store))
+                    walk(stmt.body, inner)
+                    walk(stmt.orelse, seen_def)
                 continue
             for n in stmt_uses(stmt):
                 if n not in seen_def:
                     carried.add(n)
             seen_def.update(stmt_defs(stmt))
-    walk(body)
+        return seen_def
+    walk(body, set())
     return carried
 
 

@@ -410,7 +410,7 @@ class _Generator:
 
     def statement(self, indent):
         kinds = ["assign", "assign", "update", "branch", "elementwise_loop", "accumulate",
-                 "while_loop", "stencil_loop", "list_loop"]
+                 "while_loop", "stencil_loop", "list_loop", "tuple_loop"]
         if "M" in self.reachable() and "rows_loop" not in KNOWN_GAPS:
             kinds.append("rows_loop")
         kind = self.pick(kinds)
@@ -588,6 +588,27 @@ class _Generator:
             if count > 1:
                 lines.append(f"{indent}{acc} = {acc} + np.sum({xs}[0])")
         self.bind(acc, "S")
+        return lines
+
+    def _stmt_tuple_loop(self, indent):
+        """A pair of numbers carried through a loop (unpacked each step, rebuilt, sometimes
+        in a branch): its adjoint and tangent flow from one step to the next."""
+        pair, a, b = self.fresh("pair"), f"a{self.counter}", f"b{self.counter}"
+        steps = self.draw(st.integers(1, 3))
+        lines = [f"{indent}{pair} = ({self.expr('S', 1)}, {self.expr('S', 1)})",
+                 f"{indent}for _ in range({steps}):", f"{indent}    {a}, {b} = {pair}"]
+        self.scope += [(a, "S", False), (b, "S", False)]
+        first = f"np.tanh({self.expr('S', self.depth())})"
+        second = f"0.5 * {b} + 0.3 * np.sin({a})"
+        if self.draw(st.booleans()):
+            lines += [f"{indent}    if {a} > {b}:", f"{indent}        {pair} = ({first}, {second})",
+                      f"{indent}    else:", f"{indent}        {pair} = ({b}, np.tanh({a}))"]
+        else:
+            lines.append(f"{indent}    {pair} = ({first}, {second})")
+        del self.scope[-2:]
+        result = self.fresh("p")
+        lines.append(f"{indent}{result} = {pair}[0] * {pair}[1] + {pair}[0]")
+        self.bind(result, "S")
         return lines
 
     def _stmt_rows_loop(self, indent):
@@ -844,6 +865,20 @@ def _differences_at_fault(fn, args):
                 diffs = [(along(h) - along(-h)) / (2 * h) for h in steps]
         except Exception:  # noqa: BLE001 (a program that cannot run in long double)
             diffs = []
+
+        def along64(t, u=u, v=v):
+            moved = ad.tree_map(lambda x, d: np.asarray(x) + t * np.asarray(d), args, v)
+            return _wide_inner(u, fn(*moved))
+        try:
+            with np.errstate(all="ignore"):
+                here, near = along64(0.0), (along64(1e-7) + along64(-1e-7)) / 2
+        except Exception:  # noqa: BLE001
+            here, near = 0.0, 0.0
+        if abs(here - near) > 1e-4 * max(1.0, abs(here)):
+            # The value jumps right here (in float64): a comparison decided by rounding (the
+            # mean of equal numbers one ulp above one of them, say) puts the point on another
+            # branch than every neighbour the differences sample.
+            return "the point lies on a discontinuity; both modes agree at order 1"
         confirmed &= any(abs(a - b) <= 1e-6 * scale and abs(a - forward) <= 1e-6 * scale
                          for a, b in zip(diffs, diffs[1:]))
     if confirmed:
