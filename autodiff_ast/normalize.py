@@ -451,6 +451,8 @@ class Normalizer:
         out = self.define(target.id)
         self.types[out] = atom_type(atom, self.types)
         self.append(assign(out, atom), Prim("copy", args=[atom]))
+        if isinstance(atom, gast.Name) and self.types[out].kind == "array":
+            self.body[-1].view_of = atom.id  # `for row in a`: row is a's row, not a copy
 
     def visit_return(self, stmt):
         if stmt.value is None:

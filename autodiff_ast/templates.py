@@ -212,13 +212,15 @@ class _Simplify(gast.NodeTransformer):
             if folded is not None:
                 return _num(folded)
         if isinstance(op, gast.Mult):
-            if is_const(left, 1):
+            # (1.0 * mask is a float array; mask alone is a boolean one, which - negates
+            # never and + combines by logical or)
+            if is_const(left, 1) and not _boolean(right):
                 return right
-            if is_const(right, 1):
+            if is_const(right, 1) and not _boolean(left):
                 return left
-            if is_const(left, -1):
+            if is_const(left, -1) and not _boolean(right):
                 return self.visit(gast.UnaryOp(op=gast.USub(), operand=right))
-            if is_const(right, -1):
+            if is_const(right, -1) and not _boolean(left):
                 return self.visit(gast.UnaryOp(op=gast.USub(), operand=left))
             # g * (1.0 / b) -> g / b ; (1.0 / b) * g -> g / b
             for a, b in ((left, right), (right, left)):
@@ -245,6 +247,25 @@ class _Simplify(gast.NodeTransformer):
         if isinstance(op, gast.Pow) and is_const(right, 1):
             return left
         return node
+
+
+_BOOLEAN_CALLS = ("isnan", "isinf", "isfinite", "logical_and", "logical_or", "logical_not",
+                  "logical_xor", "signbit", "isclose", "greater", "less", "equal", "not_equal",
+                  "greater_equal", "less_equal")
+
+
+def _boolean(node):
+    """Whether `node` may be a boolean array (a comparison, a logical function or operator)."""
+    if isinstance(node, (gast.Compare, gast.BoolOp)):
+        return True
+    if isinstance(node, gast.UnaryOp):
+        return isinstance(node.op, (gast.Not, gast.Invert)) or _boolean(node.operand)
+    if isinstance(node, gast.BinOp) and isinstance(node.op, (gast.BitAnd, gast.BitOr,
+                                                             gast.BitXor)):
+        return True
+    if isinstance(node, gast.Call) and isinstance(node.func, gast.Attribute):
+        return node.func.attr in _BOOLEAN_CALLS
+    return False
 
 
 def _same_negative_constant(node, result):

@@ -914,6 +914,8 @@ def _check_jit(fn, args, value):
         expected = ad.grad(target, argnums=argnums)(*args)
     except AutodiffError as exc:  # already differentiated above: should not happen
         return "crash", f"plain grad failed: {exc}"
+    except Exception:  # noqa: BLE001 (the plain gradient's own code failed)
+        return "crash", "plain grad failed:\n" + traceback.format_exc()
     try:
         got_value = jit(fn)(*args)
         got = jit(ad.grad(target, argnums=argnums))(*args)

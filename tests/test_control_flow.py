@@ -252,3 +252,17 @@ def test_loop_invariant_values_are_not_taped():
     g(X, 0.3)
     assert "b_tape" not in g.source
     check_grads(f, (X, 0.3), order=2, modes=("rev", "fwd"))
+
+
+def _rows_doubled_in_place(w):
+    a = np.outer(w, w)
+    for row in a:
+        row[0] = row[0] * 2.0  # writes into a through the row
+    return np.sum(a * a)
+
+
+def test_a_write_into_the_row_a_for_loop_gives_is_refused_not_lost():
+    """``for row in a`` binds a view of a's row: a write into it changes a, which the core
+    form would not see (the gradient was silently wrong); it is refused with the line."""
+    with pytest.raises(UnsupportedSyntaxError, match="shares memory with row"):
+        ad.grad(_rows_doubled_in_place)(np.array([0.3, -0.7, 1.1]))

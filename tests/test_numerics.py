@@ -497,3 +497,16 @@ def test_integer_argument_outside_argnums_is_fine():
     g = ad.grad(lambda x, n: x * n)(2.0, 3)
     assert g == 3.0
     assert np.allclose(ad.jacfwd(lambda x, n: x * n)(np.ones(2), 3), 3.0 * np.eye(2))
+
+
+def _minus_a_minimum(b, a):
+    return b ** 2.0 - np.min(a[0])
+
+
+def test_a_negated_tie_mask_stays_a_float_array():
+    """The adjoint of ``-np.min(x)`` is ``-1.0 * (x == m) / count``: simplifying the product
+    to ``-(x == m)`` negated a boolean array, which NumPy refuses."""
+    a = np.array([[0.5, -1.0, 2.0], [1.0, 1.0, 1.0]])
+    db, da = ad.grad(_minus_a_minimum, argnums=(0, 1))(0.5, a)
+    assert db == 1.0
+    np.testing.assert_array_equal(da, [[0.0, -1.0, 0.0], [0.0, 0.0, 0.0]])
