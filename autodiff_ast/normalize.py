@@ -1189,6 +1189,25 @@ class Normalizer:
             bounds = [self.atom(a) for a in it.args]
             self.range_loop(stmt, bounds, stmt.target, [])
             return
+        if fn is reversed and len(it.args) == 1 and isinstance(it.args[0], gast.Call) and \
+                not it.keywords:
+            inner = it.args[0]
+            callee = self.expr(inner.func) if isinstance(inner.func, (gast.Name,
+                                                                       gast.Attribute)) else None
+            if isinstance(callee, Static) and callee.value is range and not inner.keywords:
+                if not 1 <= len(inner.args) <= 2:
+                    raise self.unsupported("reversed() of a range with a step is not supported",
+                                           stmt, "write the reversed range itself: "
+                                           "range(last, first - step, -step)")
+                # reversed(range(a, b)) is range(b - 1, a - 1, -1)
+                start = inner.args[0] if len(inner.args) == 2 else gast.Constant(0, None)
+                stop = inner.args[-1]
+                one = gast.Constant(1, None)
+                bounds = [self.atom(gast.BinOp(left=stop, op=gast.Sub(), right=one)),
+                          self.atom(gast.BinOp(left=start, op=gast.Sub(), right=one)),
+                          self.atom(gast.UnaryOp(op=gast.USub(), operand=one))]
+                self.range_loop(stmt, bounds, stmt.target, [])
+                return
         from .checkpointing import checkpoint
         if fn is checkpoint:
             inner = it.args[0] if len(it.args) == 1 else None

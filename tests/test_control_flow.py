@@ -266,3 +266,36 @@ def test_a_write_into_the_row_a_for_loop_gives_is_refused_not_lost():
     form would not see (the gradient was silently wrong); it is refused with the line."""
     with pytest.raises(UnsupportedSyntaxError, match="shares memory with row"):
         ad.grad(_rows_doubled_in_place)(np.array([0.3, -0.7, 1.1]))
+
+
+def _horner_reversed(w):
+    t = 1.0
+    for i in reversed(range(3)):
+        t = t * w[i] + 0.5
+    return t
+
+
+def _window_reversed(w):
+    t = 0.0
+    for i in reversed(range(1, 3)):
+        for j in reversed(range(i)):
+            t = t * 0.5 + w[i] * w[j]
+    return t
+
+
+@pytest.mark.parametrize("f", [_horner_reversed, _window_reversed])
+def test_reversed_range_loops(f):
+    """``for i in reversed(range(a, b))`` runs as ``range(b - 1, a - 1, -1)``."""
+    check_grads(f, (np.array([0.3, -0.7, 1.1]),), order=2, modes=("fwd", "rev"))
+
+
+def _stepped_reversed(w):
+    t = 0.0
+    for i in reversed(range(0, 3, 2)):
+        t = t + w[i]
+    return t
+
+
+def test_reversed_range_with_a_step_is_refused_with_a_hint():
+    with pytest.raises(UnsupportedSyntaxError, match="reversed range itself"):
+        ad.grad(_stepped_reversed)(np.array([0.3, -0.7, 1.1]))
