@@ -178,8 +178,8 @@ class Tangents(DerivativeTable):
         t = self.type_of(value)
         if t.kind == "list":
             elt = t.elts[0] if t.elts else T.UNKNOWN
-            self._list_of(dot, name(value), "np.zeros_like(e)" if elt.kind == "array"
-                          else "0.0")
+            from .reverse import _element_zero
+            self._list_of(dot, name(value), _element_zero(elt))
         else:
             self.emit(assign(dot, self.zero(name(value), t)))
         self.exprs[value] = name(dot)

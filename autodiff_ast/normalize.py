@@ -410,6 +410,17 @@ class Normalizer:
             names = target.elts
             if isinstance(value, (gast.Tuple, gast.List)) and len(value.elts) == len(names):
                 atoms = [self.expr(v) for v in value.elts]
+                # `a, b = b, a`: every value is read before any name is bound (inside a loop
+                # or branch a rebound name keeps its core name, so read b into a temporary)
+                bound = {self.env.get(t.id) for t in names if isinstance(t, gast.Name)}
+                for k, a in enumerate(atoms):
+                    if isinstance(a, gast.Name) and a.id in bound:
+                        held = self.namer.temp(f"{a.id}_held")
+                        self.types[held] = atom_type(a, self.types)
+                        self.append(assign(held, a), Prim("copy", args=[a]))
+                        if self.types[held].kind == "array":
+                            self.body[-1].view_of = a.id
+                        atoms[k] = name(held)
                 for t, a in zip(names, atoms):
                     self.bind_value(t, a)
                 return

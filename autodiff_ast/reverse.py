@@ -294,6 +294,8 @@ class Adjoints(DerivativeTable):
         t = self.type_of(value)
         if t.kind == "float" or (t.kind in ("int", "bool")):
             return fill("0.0")
+        if t.kind == "tuple" and t.elts is not None:
+            return _zero_of(name(value), t)
         return fill("np.zeros_like(x)", x=value)
 
     def tuple_variables(self, value):
@@ -452,7 +454,7 @@ class Adjoints(DerivativeTable):
         bar = self.namer.adjoint(value)
         t = self.type_of(value)
         elt = t.elts[0] if t.elts else T.UNKNOWN
-        zero = "0.0" if elt.kind in ("float", "int", "bool") else "np.zeros_like(e)"
+        zero = _element_zero(elt)
         self.out.append(assign(bar, gast.List(elts=[], ctx=gast.Load())))
         element = self.namer.temp("element")
         self.out.append(gast.For(
@@ -721,14 +723,24 @@ def _zeros_at_entry(sweep, forward):
             if stmt.prim.kind in ("pop", "append"):
                 changed.add(stmt.prim.base)
     names = []
+    at = 0  # (where the next zero goes: after the ones made so far, in order)
     for k, (p, bar) in enumerate(zip(sweep.active_params, sweep.param_bars)):
         t = core.types.get(p, T.UNKNOWN)
         if bar is not None or p not in changed or t.kind == "float":
             continue
         zero = core.namer.fresh(f"{p}_bar_zero")
-        value = fill("[0.0] * len(p)", p=p) if t.kind == "list" else fill("np.zeros_like(p)",
-                                                                           p=p)
-        forward.insert(len(names), assign(zero, value))
+        if t.kind == "list":  # one zero per element, of the element's type
+            element = core.namer.temp("element")
+            elt = t.elts[0] if t.elts else T.UNKNOWN
+            made = [assign(zero, gast.List(elts=[], ctx=gast.Load())),
+                    gast.For(target=name(element, store=True), iter=name(p),
+                             body=[gast.Expr(value=fill(f"z.append({_element_zero(elt)})",
+                                                        z=zero, e=element))],
+                             orelse=[], type_comment=None)]
+        else:
+            made = [assign(zero, fill("np.zeros_like(p)", p=p))]
+        forward[at:at] = made
+        at += len(made)
         sweep.param_bars[k] = name(zero)
         names.append(zero)
     return names
@@ -861,6 +873,18 @@ def _seed_output(adj, atom, seed, varied, core):
         adj.add(atom.id, seed, t)
         return
     adj.seed(atom.id, seed if current is None else fill("a + b", a=current, b=seed))
+
+
+def _element_zero(elt):
+    """Template text of a zero adjoint for a list element ``e`` of type `elt` (a tuple of
+    numbers and arrays gets a tuple of zeros)."""
+    if elt.kind in ("float", "int", "bool"):
+        return "0.0"
+    if elt.kind == "tuple" and _flat_tuple(elt):
+        parts = ["0.0" if t.kind in ("float", "int", "bool") else f"np.zeros_like(e[{k}])"
+                 for k, t in enumerate(elt.elts)]
+        return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+    return "np.zeros_like(e)"
 
 
 def _flat_tuple(t):
@@ -1648,7 +1672,9 @@ class _Builder:
                     assigned.append(t)
         defined_before = set(self.core.params) | self.defined_before.get(id(stmt), set())
         return [t for t in assigned if (t in defined_before or t in read_first) and
-                self.core.types.get(t, T.UNKNOWN).kind not in ("list", "tuple")]
+                (self.core.types.get(t, T.UNKNOWN).kind != "list") and not (
+                    self.core.types.get(t, T.UNKNOWN).kind == "tuple" and
+                    not _flat_tuple(self.core.types[t]))]
 
     def _checkpointed_forward(self, stmt, plan, needed, tapes, depth, defined):
         """Forward sweep of a checkpointed loop: no tapes, the state saved every `stride`
@@ -2656,7 +2682,11 @@ def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
             return None
         if adj.get(base) is None:  # the elements left in the list get zeros first
             adj.init_list_zeros(base)
-        value = adj.materialized(target) if g is not None else adj.zero_expr(target)
+        if adj.type_of(target).kind == "tuple":  # (a checkpointed loop's saved tuple)
+            value = (_tuple_adjoint(adj, target) if target in active else None) or \
+                _zero_of(name(target), adj.type_of(target))
+        else:
+            value = adj.materialized(target) if g is not None else adj.zero_expr(target)
         adj.out.append(gast.Expr(value=fill("b.append(v)", b=adj.exprs[base], v=value)))
         adj.empty_lists.discard(base)
         return None

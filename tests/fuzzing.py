@@ -600,9 +600,13 @@ class _Generator:
         self.scope += [(a, "S", False), (b, "S", False)]
         first = f"np.tanh({self.expr('S', self.depth())})"
         second = f"0.5 * {b} + 0.3 * np.sin({a})"
-        if self.draw(st.booleans()):
+        form = self.draw(st.integers(0, 2))
+        if form == 0:
             lines += [f"{indent}    if {a} > {b}:", f"{indent}        {pair} = ({first}, {second})",
                       f"{indent}    else:", f"{indent}        {pair} = ({b}, np.tanh({a}))"]
+        elif form == 1:  # names swapped in place (every value read before any is bound)
+            lines += [f"{indent}    {b}, {a} = {a} + 0.1 * np.tanh({b}), {b}",
+                      f"{indent}    {pair} = ({a}, 0.5 * {b})"]
         else:
             lines.append(f"{indent}    {pair} = ({first}, {second})")
         del self.scope[-2:]
