@@ -434,7 +434,7 @@ class _ReverseTransform(_Transformed):
             grads.append(_rebuild(values[i], leaf_grads))
         grads = grads[0] if single else tuple(grads)
         value = extra[0] if self.with_value else None
-        aux = extra[-1] if self.has_aux else None
+        aux = _plain_dict(extra[-1]) if self.has_aux else None
         if self.with_value and self.has_aux:
             return (value, aux), grads
         if self.with_value:
@@ -442,6 +442,14 @@ class _ReverseTransform(_Transformed):
         if self.has_aux:
             return grads, aux
         return grads
+
+
+def _plain_dict(value):
+    """An aux dict a compiled function returned (Numba gives a typed dict, its values of one
+    type) as a plain dict, as the uncompiled function returns it."""
+    if type(value).__name__ == "Dict" and type(value).__module__.startswith("numba"):
+        return dict(value)
+    return value
 
 
 def grad(fun, argnums=0, has_aux=False, verbose=False, debug_nans=None):

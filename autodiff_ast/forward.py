@@ -370,6 +370,13 @@ def forward(core, active_params, registry=None, needed=None):
         tan.ttypes[p] = core.types[p]
     tan.live = live
     _Walker(tan, core, registry, live, set(core.params)).block(core.body)
+    for i, atom in enumerate(outputs):
+        t = core.types.get(atom.id, T.UNKNOWN) if isinstance(atom, gast.Name) else T.UNKNOWN
+        if (needed is None or i in needed) and t.kind == "object" and t.dtype == "dict":
+            raise core.info.error(
+                UnsupportedSyntaxError, f"{core.info.name} returns a dict, which has no "
+                "derivative here (a dict is passed back only as has_aux's aux output)",
+                core.return_node, "return its values as a tuple")
     out_dots = [tan.output(atom) if tan.part(atom) is not None and (
         needed is None or i in needed) else None for i, atom in enumerate(outputs)]
     return TangentSweep(core, active_params, dot_params, body, out_dots)

@@ -35,7 +35,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import pytrees
-from .api import _flat_values, _match_leaf, _rebuild, _ReverseTransform, _spec_key, _Transformed
+from .api import (
+    _flat_values,
+    _match_leaf,
+    _plain_dict,
+    _rebuild,
+    _ReverseTransform,
+    _spec_key,
+    _Transformed,
+)
 from .errors import ArgnumsError, CompileError, StaticArgumentError
 from .naming import sanitize
 
@@ -313,7 +321,7 @@ def _make_plan(jitted, args):
         if not n_extra:
             return grads
         value = result[0]
-        aux = result[n_extra - 1]
+        aux = _plain_dict(result[n_extra - 1])
         if with_value and has_aux:
             return (value, aux), grads
         return (value, grads) if with_value else (grads, aux)
@@ -499,3 +507,4 @@ def _find_user_line(user_fn, candidates):
     filename, first, _ = spans[0]
     lines = linecache.getlines(filename)
     return filename, first, (lines[first - 1].strip() if 0 < first <= len(lines) else None)
+

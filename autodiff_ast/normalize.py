@@ -469,9 +469,30 @@ class Normalizer:
         if stmt.value is None:
             return gast.Constant(value=None, kind=None)
         if isinstance(stmt.value, gast.Tuple):
-            return gast.Tuple(elts=[self.runtime(self.expr(e), e) for e in stmt.value.elts],
+            return gast.Tuple(elts=[self.returned(e) for e in stmt.value.elts],
                               ctx=gast.Load())
-        return self.runtime(self.expr(stmt.value), stmt.value)
+        return self.returned(stmt.value)
+
+    def returned(self, node):
+        """A returned value (a dict display among them: see expr_Dict)."""
+        return self.runtime(self.expr(node), node)
+
+    def expr_Dict(self, node, target):
+        """A dict display with string keys (``return loss, {"acc": acc}``, has_aux's aux
+        output): a value passed on as it is, with no derivative."""
+        if not node.keys or not all(isinstance(k, gast.Constant) and isinstance(k.value, str)
+                                    for k in node.keys):
+            raise self.unsupported("a dict display is supported with string keys only "
+                                   "(an aux output)", node,
+                                   "build dicts outside the function and pass them as pytree "
+                                   "arguments")
+        values = [self.runtime(self.expr(v), v) for v in node.values]
+        out = self.define(target) if target is not None else self.namer.temp("returned")
+        self.types[out] = T.AType("object", "dict")
+        display = gast.Dict(keys=[gast.Constant(value=k.value, kind=None) for k in node.keys],
+                            values=values)
+        self.append(assign(out, display), Prim("nondiff", args=values))
+        return name(out)
 
     # -- names
     def define(self, user_name, typ=None):
@@ -683,6 +704,11 @@ class Normalizer:
             value = gast.Subscript(value=base, slice=index, ctx=gast.Load())
             kind = "tuple_get" if out.is_float else "nondiff"
             return self.emit(value, out, Prim(kind, args=[base], rule=index), target, "item")
+        if typ.kind == "object" and typ.dtype == "dict":
+            raise self.unsupported("reading a dict built in the function is not supported "
+                                   "(a dict display is passed back only as an aux output)",
+                                   node, "keep the values in names, or pass the dict as a "
+                                   "pytree argument")
         out = _element_type(typ) if typ.kind == "list" else index_type(typ, index, self.types)
         value = gast.Subscript(value=base, slice=index, ctx=gast.Load())
         call = PrimCall(rules.by_name("getitem"), {"x": base, "index": index},
@@ -1258,6 +1284,32 @@ class Normalizer:
         if isinstance(seq, Static) and isinstance(seq.value, (tuple, list)):
             for value in seq.value:  # a loop over constants unrolls
                 self.bind_value(stmt.target, self.static(value, stmt, None))
+                for inner in stmt.body:
+                    self.visit_stmt(inner)
+            return
+        if isinstance(seq, TreeRef) and seq.spec.kind in ("list", "tuple"):
+            # `for layer in params["layers"]`: a loop over the entries of a pytree argument
+            # unrolls (each entry is its own leaves, of its own shapes)
+            target = stmt.target
+            if not (isinstance(target, gast.Name) or (isinstance(target, gast.Tuple) and all(
+                    isinstance(e, gast.Name) for e in target.elts))):
+                raise self.unsupported("the loop variable over a pytree's entries must be a "
+                                       "name or names", stmt, "index the entries inside the loop")
+            if any(isinstance(n, (gast.Break, gast.Continue)) for n in gast.walk(stmt)):
+                raise self.unsupported("break/continue in a loop over a pytree's entries is "
+                                       "not supported", stmt, "use a flag")
+            for k in range(len(seq.spec.children)):
+                entry = self.tree_child(seq, seq.spec.children[k][0], stmt)
+                if isinstance(target, gast.Name):
+                    self.bind_value(target, entry)
+                else:  # `for W, b in params`: each entry a tuple of as many parts
+                    if not (isinstance(entry, TreeRef) and
+                            len(entry.spec.children) == len(target.elts)):
+                        raise self.unsupported("an entry does not unpack into "
+                                               f"{len(target.elts)} names", stmt)
+                    for j, e in enumerate(target.elts):
+                        self.bind_value(e, self.tree_child(entry, entry.spec.children[j][0],
+                                                           stmt))
                 for inner in stmt.body:
                     self.visit_stmt(inner)
             return

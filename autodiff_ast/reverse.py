@@ -26,7 +26,7 @@ import gast
 
 from . import types as T
 from .derivative_table import DerivativeTable
-from .errors import MissingRuleError, NonScalarOutputError, UnsupportedError
+from .errors import MissingRuleError, NonScalarOutputError, UnsupportedError, UnsupportedSyntaxError
 from .normalize import CoreFunction, atom_type
 from .rules import PrimCall
 from .templates import assign, fill, name, to_expr, unparse
@@ -816,6 +816,12 @@ def reverse(core, active_params, registry=None, seed="grad", output_index=None):
                     "return a float")
             if isinstance(a, gast.Name):
                 t = core.types.get(a.id, T.UNKNOWN)
+                if t.kind == "object" and t.dtype == "dict":
+                    raise core.info.error(
+                        NonScalarOutputError, f"grad requires a real scalar output, but "
+                        f"{core.info.name} returns a dict", core.return_node,
+                        "return the loss, with the dict as aux: return loss, {...} and pass "
+                        "has_aux=True")
                 if t.kind == "array" or not t.is_float and t.kind != "unknown":
                     raise core.info.error(
                         NonScalarOutputError, f"grad requires a real scalar output, but "
@@ -824,6 +830,12 @@ def reverse(core, active_params, registry=None, seed="grad", output_index=None):
                 adj.seed(a.id, 1.0)
     else:
         for i, a in enumerate(outputs):
+            t = core.types.get(a.id, T.UNKNOWN) if isinstance(a, gast.Name) else T.UNKNOWN
+            if t.kind == "object" and t.dtype == "dict":
+                raise core.info.error(
+                    UnsupportedSyntaxError, f"{core.info.name} returns a dict, which has no "
+                    "derivative here (a dict is passed back only as has_aux's aux output)",
+                    core.return_node, "return its values as a tuple")
             if isinstance(a, gast.Name) and a.id not in core.namer.temps and \
                     core.namer.adjoint(a.id) not in seeds:
                 seed_name = core.namer.adjoint(a.id)

@@ -300,7 +300,7 @@ SOURCE_ERRORS = [
     ("returns_pair", 0.4, E.NonScalarOutputError, "returns a tuple of 2 values"),
     ("returns_none", 0.4, E.NonScalarOutputError, "returns None"),
     ("returns_string", 0.4, E.NonScalarOutputError, "returns the constant 'hello'"),
-    ("returns_dict", X, E.UnsupportedSyntaxError, "a dict display"),
+    ("returns_dict", X, E.NonScalarOutputError, "returns a dict"),
     ("with_block", 0.4, E.UnsupportedSyntaxError, "with np.errstate"),
     ("view_write", X, E.UnsupportedSyntaxError, "shares memory with v"),
     ("shared_in_place_add", X, E.UnsupportedSyntaxError, "z shares memory with y"),

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import autodiff_ast as ad
 from autodiff_ast import pytrees
 from autodiff_ast.pytrees import (
     PyTreeDef,
@@ -443,3 +444,79 @@ def test_docstring_examples():
     result = doctest.testmod(pytrees, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0
     assert result.failed == 0
+
+
+def _mlp_over_layers(params, x):
+    h = x
+    for layer in params["layers"]:  # a loop over a pytree list: unrolled, one layer each
+        h = np.tanh(h @ layer["W"] + layer["b"])
+    return np.sum(h * h)
+
+
+def _over_weight_pairs(params, x):
+    h = x
+    for W, b in params:  # entries of a list of (W, b) tuples, unpacked
+        h = np.tanh(W @ h + b)
+    return np.sum(h)
+
+
+def _loss_with_stats(w):
+    terms = []
+    for i in range(3):
+        terms.append(w[i] * w[(i + 1) % 3])
+    loss = terms[0] + terms[1] * terms[2]
+    return loss, {"first": terms[0], "count": len(terms)}
+
+
+def test_loops_over_the_entries_of_a_pytree_argument():
+    rng = np.random.default_rng(31)
+    layers = {"layers": [{"W": 0.5 * rng.standard_normal((3, 3)), "b": rng.standard_normal(3)}
+                         for _ in range(2)]}
+    pairs = [(rng.standard_normal((3, 3)), rng.standard_normal(3)) for _ in range(2)]
+    x = rng.standard_normal(3)
+    for f, params in ((_mlp_over_layers, layers), (_over_weight_pairs, pairs)):
+        ad.check_grads(f, (params, x), order=1, modes=("fwd", "rev"))
+        expected = ad.tree_leaves(ad.grad(f)(params, x))
+        got = ad.tree_leaves(ad.jit(ad.grad(f))(params, x))
+        for a, b in zip(got, expected):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+
+
+def test_has_aux_returns_a_dict():
+    """``return loss, {"name": value}`` (JAX's has_aux habit): the dict comes back as it is
+    (compiled, a plain dict too; Numba gives its values one type)."""
+    w = np.array([0.3, -0.7, 1.1])
+    (value, aux), grad = ad.value_and_grad(_loss_with_stats, has_aux=True)(w)
+    assert aux == {"first": w[0] * w[1], "count": 3}
+    assert value == _loss_with_stats(w)[0]
+    eps = 1e-6
+    differences = [(_loss_with_stats(w + eps * e)[0] - _loss_with_stats(w - eps * e)[0])
+                   / (2 * eps) for e in np.eye(3)]
+    np.testing.assert_allclose(grad, differences, rtol=1e-7)
+    (value2, aux2), grad2 = ad.jit(ad.value_and_grad(_loss_with_stats, has_aux=True))(w)
+    assert type(aux2) is dict and aux2 == {"first": w[0] * w[1], "count": 3.0}
+    np.testing.assert_allclose(grad2, grad, rtol=1e-14)
+
+
+def _reads_its_dict(w):
+    d = {"a": w * 2.0}
+    return np.sum(d["a"])
+
+
+def _returns_a_dict(w):
+    return {"a": w * 2.0}
+
+
+def test_a_dict_display_has_no_derivative_and_says_so():
+    """A dict made in the function is only passed back as an aux output: reading it, or
+    differentiating it as an output, is refused with the line (never a zero derivative)."""
+    w = np.array([0.3, -0.7, 1.1])
+    with pytest.raises(ad.UnsupportedSyntaxError, match="reading a dict built in the function"):
+        ad.grad(_reads_its_dict)(w)
+    for transform in (lambda: ad.jvp(_returns_a_dict, (w,), (w,)),
+                      lambda: ad.jacfwd(_returns_a_dict)(w),
+                      lambda: ad.jacrev(_returns_a_dict)(w)):
+        with pytest.raises(ad.UnsupportedSyntaxError, match="returns a dict"):
+            transform()
+    with pytest.raises(ad.NonScalarOutputError, match="returns a dict"):
+        ad.grad(_returns_a_dict)(w)
