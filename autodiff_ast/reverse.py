@@ -196,16 +196,7 @@ class Adjoints(DerivativeTable):
             part = self.namer.temp(f"{bar}_part")
             self.out.append(assign(part, contrib))
             if not (isinstance(current, gast.Name) and current.id == bar and bar in self.owned):
-                held = self.namer.temp(f"{bar}_held")
-                self.out.append(assign(held, current))
-                self.out.append(assign(bar, gast.List(elts=[], ctx=gast.Load())))
-                element = self.namer.temp("element")
-                self.out.append(gast.For(
-                    target=name(element, store=True), iter=name(held),
-                    body=[gast.Expr(value=fill("b.append(e)", b=bar, e=element))],
-                    orelse=[], type_comment=None))
-                self.owned.add(bar)
-                self.exprs[value] = name(bar)
+                self.own_list(value, current)
             k = self.namer.temp("k")
             entry = gast.Subscript(value=name(bar), slice=name(k), ctx=gast.Store())
             self.out.append(gast.For(
@@ -451,15 +442,25 @@ class Adjoints(DerivativeTable):
         shape throughout: an element read adds into its entry, the adjoint of
         ``xs.append(v)`` pops v's entry, that of ``v = xs.pop()`` appends v's adjoint. (A
         loop, not a comprehension: generated code is differentiated again.)"""
-        bar = self.namer.adjoint(value)
         t = self.type_of(value)
-        elt = t.elts[0] if t.elts else T.UNKNOWN
-        zero = _element_zero(elt)
+        self.list_from(value, name(value), _element_zero(t.elts[0] if t.elts else T.UNKNOWN))
+
+    def own_list(self, value, current):
+        """Make the list adjoint of `value` a list of its own holding `current`'s entries
+        (they are rebound later, never written into: a shallow copy)."""
+        held = self.namer.temp(f"{self.namer.adjoint(value)}_held")
+        self.out.append(assign(held, current))
+        self.list_from(value, name(held), "e")
+
+    def list_from(self, value, source, entry):
+        """``value_bar = []`` and a loop appending `entry` (a template of ``e``) for each
+        element ``e`` of the list `source`; value_bar becomes value's adjoint, owned."""
+        bar = self.namer.adjoint(value)
         self.out.append(assign(bar, gast.List(elts=[], ctx=gast.Load())))
         element = self.namer.temp("element")
         self.out.append(gast.For(
-            target=name(element, store=True), iter=name(value),
-            body=[gast.Expr(value=fill(f"b.append({zero})", b=bar, e=element))],
+            target=name(element, store=True), iter=source,
+            body=[gast.Expr(value=fill(f"b.append({entry})", b=bar, e=element))],
             orelse=[], type_comment=None))
         self.owned.add(bar)
         self.exprs[value] = name(bar)
@@ -474,15 +475,7 @@ class Adjoints(DerivativeTable):
                 self.init_list_zeros(value)
             elif not (isinstance(self.exprs[value], gast.Name) and
                       self.exprs[value].id == bar) or bar not in self.owned:
-                # another's list: entries into a list of our own (the loop copies it)
-                held = self.namer.temp(f"{bar}_held")
-                self.out.append(assign(held, self.exprs[value]))
-                self.out.append(assign(bar, gast.List(elts=[], ctx=gast.Load())))
-                element = self.namer.temp("element")
-                self.out.append(gast.For(
-                    target=name(element, store=True), iter=name(held),
-                    body=[gast.Expr(value=fill("b.append(e)", b=bar, e=element))],
-                    orelse=[], type_comment=None))
+                self.own_list(value, self.exprs[value])  # another's list: entries into ours
             self.owned.add(bar)
             self.exprs[value] = name(bar)
             self.empty_lists.discard(value)

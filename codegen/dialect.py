@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 import gast
 
 from .buffer_reuse import reuse_buffers
-from .emit import comment, is_marker, render_function
+from .emit import comment, fresh_name, is_marker, render_function
 from .fused_updates import fuse_outer_adds
 from .helpers import DIALECT_DEPENDS, DIALECT_HELPERS, DIALECT_NOT_COMPILED
 from .invariant_tables import tabulate_invariant_calls
@@ -1084,7 +1084,7 @@ def _thread_data(lowered, data, entries, taken):
             continue
         fn = by_name[entry]
         lowered.data_args[entry] = list(needs[entry])
-        wrapper_name = _fresh(f"{entry}_entry", taken)
+        wrapper_name = fresh_name(f"{entry}_entry", taken)
         params = [a.id for a in fn.args.args[:len(fn.args.args) - len(needs[entry])]]
         call = f"{entry}({', '.join(params + needs[entry])})"
         text = (f"def {wrapper_name}({', '.join(params)}):\n"
@@ -1092,12 +1092,3 @@ def _thread_data(lowered, data, entries, taken):
                 f'must not\n    freeze module arrays."""\n'
                 f"    return {call}\n")
         lowered.wrappers[entry] = gast.parse(text).body[0]
-
-
-def _fresh(base, taken):
-    name, k = base, 2
-    while name in taken:
-        name = f"{base}_{k}"
-        k += 1
-    taken.add(name)
-    return name

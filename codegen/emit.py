@@ -167,3 +167,18 @@ def render_module(doc, imports, helpers, functions, decorator=None):
     if pieces:
         text += "\n\n\n" + "\n\n\n".join(pieces)
     return text + "\n"
+
+
+def fresh_name(base, taken):
+    """`base`, or `base_2`, `base_3`, ... : the first not in `taken` (which gets it).
+
+    >>> taken = {"t", "t_2"}
+    >>> fresh_name("t", taken), "t_3" in taken
+    ('t_3', True)
+    """
+    name, k = base, 2
+    while name in taken:
+        name = f"{base}_{k}"
+        k += 1
+    taken.add(name)
+    return name

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import gast
 
+from .emit import fresh_name
 from .param_writes import dotted_name
 
 __all__ = ["tabulate_invariant_calls"]
@@ -91,7 +92,7 @@ def tabulate_invariant_calls(fn, taken):
         loop = loops[hoist]
         key = (func, array, _text(k), id(loop))
         if key not in tables:
-            table = _fresh(f"{func[3:]}_{array}", taken)
+            table = fresh_name(f"{func[3:]}_{array}", taken)
             tables[key] = table
             value = gast.Call(func=_dotted(func), args=[gast.Subscript(
                 value=_name(array), slice=gast.Slice(lower=None, upper=_copy(k), step=None),
@@ -271,15 +272,6 @@ def _int_expr(expr):
                                    gast.expr_context, gast.Tuple)):
             return False
     return True
-
-
-def _fresh(base, taken):
-    name, k = base, 2
-    while name in taken:
-        name = f"{base}_{k}"
-        k += 1
-    taken.add(name)
-    return name
 
 
 def _name(identifier, ctx=None):
