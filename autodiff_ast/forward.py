@@ -36,12 +36,14 @@ from .normalize import CoreFunction, Prim, atom_type
 from .reverse import (
     _ELEMENTWISE_OK,
     CONTROL,
+    _element_zero,
     _stmt_targets,
     activity,
+    refuse_dict_output,
     walk_statements,
 )
 from .rules import PrimCall
-from .templates import assign, const_value, fill, name, to_expr, unparse
+from .templates import append_loop, assign, const_value, fill, name, to_expr, unparse
 
 _KINDS = ("copy", "unpack", "tuple", "tuple_get", "user", "rule", "nondiff", "setitem",
           "append", "list_new", "counter", "add_at", "pop", "opaque")
@@ -161,25 +163,15 @@ class Tangents(DerivativeTable):
         self.exprs[value] = expr
         self.ttypes[value] = typ
 
-    def _list_of(self, dot, source, element_expr):
-        """``dot = []`` and a loop appending `element_expr` (of ``e``) for each ``e`` of the
-        list `source`: a list tangent of its own, one entry per element (a loop, not a
-        comprehension: generated code is differentiated again)."""
-        self.emit(assign(dot, gast.List(elts=[], ctx=gast.Load())))
-        element = self.namer.temp("element")
-        self.emit(gast.For(target=name(element, store=True), iter=to_expr(source),
-                           body=[gast.Expr(value=fill(f"b.append({element_expr})", b=dot,
-                                                      e=element))],
-                           orelse=[], type_comment=None))
-
     def set_zero(self, value):
         """``value_dot = 0`` (of value's shape) as a variable."""
         dot = self.namer.tangent(value)
         t = self.type_of(value)
-        if t.kind == "list":
-            elt = t.elts[0] if t.elts else T.UNKNOWN
-            from .reverse import _element_zero
-            self._list_of(dot, name(value), _element_zero(elt))
+        if t.kind == "list":  # one zero per element, of the element's type
+            for stmt in append_loop(dot, name(value), _element_zero(t.elts[0] if t.elts
+                                                                     else T.UNKNOWN),
+                                    self.namer.temp("element")):
+                self.emit(stmt)
         else:
             self.emit(assign(dot, self.zero(name(value), t)))
         self.exprs[value] = name(dot)
@@ -348,8 +340,7 @@ def forward(core, active_params, registry=None, needed=None):
     # Tuples of numbers and arrays (a residual handed to a backward function) carry tuples.
     active_params = [p for p in active_params if core.types.get(p, T.UNKNOWN).is_float or
                      core.types.get(p, T.UNKNOWN).kind == "list" or
-                     (core.types.get(p, T.UNKNOWN).kind == "tuple" and
-                      _flat_tuple(core.types[p]))]
+                     T.flat_tuple(core.types.get(p, T.UNKNOWN))]
     varied, useful = activity(core, active_params, out_names)
     live = varied & useful
     body = []
@@ -370,13 +361,8 @@ def forward(core, active_params, registry=None, needed=None):
         tan.ttypes[p] = core.types[p]
     tan.live = live
     _Walker(tan, core, registry, live, set(core.params)).block(core.body)
-    for i, atom in enumerate(outputs):
-        t = core.types.get(atom.id, T.UNKNOWN) if isinstance(atom, gast.Name) else T.UNKNOWN
-        if (needed is None or i in needed) and t.kind == "object" and t.dtype == "dict":
-            raise core.info.error(
-                UnsupportedSyntaxError, f"{core.info.name} returns a dict, which has no "
-                "derivative here (a dict is passed back only as has_aux's aux output)",
-                core.return_node, "return its values as a tuple")
+    for atom in wanted:
+        refuse_dict_output(core, atom)
     out_dots = [tan.output(atom) if tan.part(atom) is not None and (
         needed is None or i in needed) else None for i, atom in enumerate(outputs)]
     return TangentSweep(core, active_params, dot_params, body, out_dots)
@@ -561,7 +547,7 @@ class _Walker:
         carried = {}
         for t in names:
             typ = tan.type_of(t)
-            if t not in self.defined or typ.kind != "tuple" or not _flat_tuple(typ):
+            if t not in self.defined or not T.flat_tuple(typ):
                 continue
             base = tan.namer.tangent(t)
             dots = [tan.namer.temp(f"{base}_{k}") for k in range(len(typ.elts))]
@@ -620,7 +606,7 @@ class _Walker:
         tan.tuples, tan.owned = dict(before[2]), set(before[3])
         for t in names:  # a tuple of numbers or arrays: one tangent variable per element
             typ = tan.type_of(t)
-            if typ.kind != "tuple" or not _flat_tuple(typ) or \
+            if not T.flat_tuple(typ) or \
                     not all(t in seen for _, _, _, seen in arms):
                 continue
             base = tan.namer.tangent(t)
@@ -916,7 +902,7 @@ def _forward_user_call(stmt, tan, core, registry):
             return False
         if a.id in tan.tuples:
             t = tan.type_of(a.id)
-            return t.kind == "tuple" and _flat_tuple(t) and tan.part(a) is not None
+            return T.flat_tuple(t) and tan.part(a) is not None
         return a.id in tan.exprs
     active = [p for p, a in zip(callee.params, flat_args) if carries(a)]
     if not active:
@@ -998,9 +984,3 @@ def returned_names(exprs):
 
 __all__ = ["forward", "TangentSweep", "JvpRegistry", "JvpFunction", "Tangents",
            "tangent_returns", "missing_rule", "rule_dots", "returned_names", "unparse"]
-
-
-def _flat_tuple(t):
-    """A tuple type of known length whose elements are numbers or arrays."""
-    return t.elts is not None and all(e.kind in ("float", "int", "bool", "array")
-                                      for e in t.elts)

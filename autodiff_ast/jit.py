@@ -507,4 +507,3 @@ def _find_user_line(user_fn, candidates):
     filename, first, _ = spans[0]
     lines = linecache.getlines(filename)
     return filename, first, (lines[first - 1].strip() if 0 < first <= len(lines) else None)
-

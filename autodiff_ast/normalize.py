@@ -469,13 +469,9 @@ class Normalizer:
         if stmt.value is None:
             return gast.Constant(value=None, kind=None)
         if isinstance(stmt.value, gast.Tuple):
-            return gast.Tuple(elts=[self.returned(e) for e in stmt.value.elts],
+            return gast.Tuple(elts=[self.runtime(self.expr(e), e) for e in stmt.value.elts],
                               ctx=gast.Load())
-        return self.returned(stmt.value)
-
-    def returned(self, node):
-        """A returned value (a dict display among them: see expr_Dict)."""
-        return self.runtime(self.expr(node), node)
+        return self.runtime(self.expr(stmt.value), stmt.value)
 
     def expr_Dict(self, node, target):
         """A dict display with string keys (``return loss, {"acc": acc}``, has_aux's aux
@@ -488,7 +484,7 @@ class Normalizer:
                                    "arguments")
         values = [self.runtime(self.expr(v), v) for v in node.values]
         out = self.define(target) if target is not None else self.namer.temp("returned")
-        self.types[out] = T.AType("object", "dict")
+        self.types[out] = T.DICT
         display = gast.Dict(keys=[gast.Constant(value=k.value, kind=None) for k in node.keys],
                             values=values)
         self.append(assign(out, display), Prim("nondiff", args=values))
@@ -704,7 +700,7 @@ class Normalizer:
             value = gast.Subscript(value=base, slice=index, ctx=gast.Load())
             kind = "tuple_get" if out.is_float else "nondiff"
             return self.emit(value, out, Prim(kind, args=[base], rule=index), target, "item")
-        if typ.kind == "object" and typ.dtype == "dict":
+        if typ == T.DICT:
             raise self.unsupported("reading a dict built in the function is not supported "
                                    "(a dict display is passed back only as an aux output)",
                                    node, "keep the values in names, or pass the dict as a "
@@ -769,14 +765,9 @@ class Normalizer:
         return gast.Tuple(elts=[self.atom(e) for e in node.elts], ctx=gast.Load())
 
     def expr_List(self, node, target):
-        if not node.elts and target is not None:
-            out = self.define(target)
-            self.types[out] = T.AType("list", elts=())
-            self.append(assign(out, gast.List(elts=[], ctx=gast.Load())), Prim("list_new"))
-            return name(out)
-        if target is not None and target in self.mutable_lists():
-            # `xs = [a, b]` later indexed by a variable, written into, appended to or popped
-            # from: a list like one built with append (a fixed tuple otherwise)
+        if target is not None and (not node.elts or target in self.mutable_lists()):
+            # `xs = []`; or `xs = [a, b]` later indexed by a variable, written into, appended
+            # to or popped from: a list built with append (a fixed tuple otherwise)
             atoms = [self.atom(e) for e in node.elts]
             out = self.define(target)
             self.types[out] = T.AType("list", elts=())

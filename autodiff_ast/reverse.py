@@ -29,7 +29,7 @@ from .derivative_table import DerivativeTable
 from .errors import MissingRuleError, NonScalarOutputError, UnsupportedError, UnsupportedSyntaxError
 from .normalize import CoreFunction, atom_type
 from .rules import PrimCall
-from .templates import assign, fill, name, to_expr, unparse
+from .templates import append_loop, assign, fill, name, to_expr, unparse
 
 # Calls whose result is a new array (safe to update in place afterwards).
 _ALLOCATING = {"np.zeros_like", "np.zeros", "np.ones_like", "np.full_like", "np.outer", "np.dot",
@@ -206,7 +206,7 @@ class Adjoints(DerivativeTable):
                 orelse=[], type_comment=None))
             return
         t = self.type_of(value)
-        if t.kind == "tuple" and _flat_tuple(t):  # (a tuple popped from a tape, say)
+        if T.flat_tuple(t):  # (a tuple popped from a tape, say)
             whole = self.namer.temp(f"{self.namer.adjoint(value)}_part")
             self.out.append(assign(whole, contrib))
             for k in range(len(t.elts)):
@@ -363,7 +363,7 @@ class Adjoints(DerivativeTable):
                     self.init_list_zeros(value)
                     self.empty_lists.add(value)
                 continue
-            if t.kind == "tuple" and _flat_tuple(t):
+            if T.flat_tuple(t):
                 self.tuple_variables(value)
                 self.accumulate.add(value)
                 continue
@@ -456,12 +456,7 @@ class Adjoints(DerivativeTable):
         """``value_bar = []`` and a loop appending `entry` (a template of ``e``) for each
         element ``e`` of the list `source`; value_bar becomes value's adjoint, owned."""
         bar = self.namer.adjoint(value)
-        self.out.append(assign(bar, gast.List(elts=[], ctx=gast.Load())))
-        element = self.namer.temp("element")
-        self.out.append(gast.For(
-            target=name(element, store=True), iter=source,
-            body=[gast.Expr(value=fill(f"b.append({entry})", b=bar, e=element))],
-            orelse=[], type_comment=None))
+        self.out.extend(append_loop(bar, source, entry, self.namer.temp("element")))
         self.owned.add(bar)
         self.exprs[value] = name(bar)
 
@@ -664,12 +659,7 @@ def make_split(sweep, program, bwd_name=None, recompute=False):
     for r in residuals:
         if r in returned and core.types.get(r, T.UNKNOWN).kind == "list":
             kept = core.namer.temp(f"{r}_kept")
-            element = core.namer.temp("element")
-            sweep.backward = [
-                assign(kept, gast.List(elts=[], ctx=gast.Load())),
-                gast.For(target=name(element, store=True), iter=name(r),
-                         body=[gast.Expr(value=fill("k.append(e)", k=kept, e=element))],
-                         orelse=[], type_comment=None),
+            sweep.backward = append_loop(kept, name(r), "e", core.namer.temp("element")) + [
                 assign(r, name(kept))] + list(sweep.backward)
     sweep.forward = forward
     base = core.name
@@ -723,13 +713,8 @@ def _zeros_at_entry(sweep, forward):
             continue
         zero = core.namer.fresh(f"{p}_bar_zero")
         if t.kind == "list":  # one zero per element, of the element's type
-            element = core.namer.temp("element")
-            elt = t.elts[0] if t.elts else T.UNKNOWN
-            made = [assign(zero, gast.List(elts=[], ctx=gast.Load())),
-                    gast.For(target=name(element, store=True), iter=name(p),
-                             body=[gast.Expr(value=fill(f"z.append({_element_zero(elt)})",
-                                                        z=zero, e=element))],
-                             orelse=[], type_comment=None)]
+            made = append_loop(zero, name(p), _element_zero(t.elts[0] if t.elts else T.UNKNOWN),
+                               core.namer.temp("element"))
         else:
             made = [assign(zero, fill("np.zeros_like(p)", p=p))]
         forward[at:at] = made
@@ -809,7 +794,7 @@ def reverse(core, active_params, registry=None, seed="grad", output_index=None):
                     "return a float")
             if isinstance(a, gast.Name):
                 t = core.types.get(a.id, T.UNKNOWN)
-                if t.kind == "object" and t.dtype == "dict":
+                if t == T.DICT:
                     raise core.info.error(
                         NonScalarOutputError, f"grad requires a real scalar output, but "
                         f"{core.info.name} returns a dict", core.return_node,
@@ -823,12 +808,7 @@ def reverse(core, active_params, registry=None, seed="grad", output_index=None):
                 adj.seed(a.id, 1.0)
     else:
         for i, a in enumerate(outputs):
-            t = core.types.get(a.id, T.UNKNOWN) if isinstance(a, gast.Name) else T.UNKNOWN
-            if t.kind == "object" and t.dtype == "dict":
-                raise core.info.error(
-                    UnsupportedSyntaxError, f"{core.info.name} returns a dict, which has no "
-                    "derivative here (a dict is passed back only as has_aux's aux output)",
-                    core.return_node, "return its values as a tuple")
+            refuse_dict_output(core, a)
             if isinstance(a, gast.Name) and a.id not in core.namer.temps and \
                     core.namer.adjoint(a.id) not in seeds:
                 seed_name = core.namer.adjoint(a.id)
@@ -880,22 +860,26 @@ def _seed_output(adj, atom, seed, varied, core):
     adj.seed(atom.id, seed if current is None else fill("a + b", a=current, b=seed))
 
 
+def refuse_dict_output(core, atom):
+    """Raise when the output `atom` of `core` is a dict display: it has no derivative (a
+    dict is passed back only as has_aux's aux output, which is not differentiated)."""
+    if isinstance(atom, gast.Name) and core.types.get(atom.id) == T.DICT:
+        raise core.info.error(
+            UnsupportedSyntaxError, f"{core.info.name} returns a dict, which has no "
+            "derivative here (a dict is passed back only as has_aux's aux output)",
+            core.return_node, "return its values as a tuple")
+
+
 def _element_zero(elt):
     """Template text of a zero adjoint for a list element ``e`` of type `elt` (a tuple of
     numbers and arrays gets a tuple of zeros)."""
     if elt.kind in ("float", "int", "bool"):
         return "0.0"
-    if elt.kind == "tuple" and _flat_tuple(elt):
+    if T.flat_tuple(elt):
         parts = ["0.0" if t.kind in ("float", "int", "bool") else f"np.zeros_like(e[{k}])"
                  for k, t in enumerate(elt.elts)]
         return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
     return "np.zeros_like(e)"
-
-
-def _flat_tuple(t):
-    """A tuple type of known length whose elements are numbers or arrays."""
-    return t.elts is not None and all(e.kind in ("float", "int", "bool", "array")
-                                      for e in t.elts)
 
 
 def _tuple_adjoint(adj, value, snapshot=True):
@@ -1676,10 +1660,10 @@ class _Builder:
                 if t not in assigned:
                     assigned.append(t)
         defined_before = set(self.core.params) | self.defined_before.get(id(stmt), set())
-        return [t for t in assigned if (t in defined_before or t in read_first) and
-                (self.core.types.get(t, T.UNKNOWN).kind != "list") and not (
-                    self.core.types.get(t, T.UNKNOWN).kind == "tuple" and
-                    not _flat_tuple(self.core.types[t]))]
+        def saved(t):  # (lists are not saved; tuples of numbers and arrays are)
+            typ = self.core.types.get(t, T.UNKNOWN)
+            return typ.kind not in ("list", "tuple") or T.flat_tuple(typ)
+        return [t for t in assigned if (t in defined_before or t in read_first) and saved(t)]
 
     def _checkpointed_forward(self, stmt, plan, needed, tapes, depth, defined):
         """Forward sweep of a checkpointed loop: no tapes, the state saved every `stride`
@@ -2978,7 +2962,7 @@ def _reverse_user_call(stmt, adj, active, core, registry, in_loop=False):
     for p, local in zip(active_callee, outs):
         atom = param_to_arg[p]
         t = callee.types.get(p, T.UNKNOWN)
-        if t.kind == "tuple" and _flat_tuple(t):  # a tuple's adjoint, element by element
+        if T.flat_tuple(t):  # a tuple's adjoint, element by element
             for k in range(len(t.elts)):
                 adj.add_to_tuple(atom.id, k, fill("b[k]", b=local, k=k))
             continue

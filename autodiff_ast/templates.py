@@ -116,6 +116,22 @@ def copy_marks(source, target):
     return target
 
 
+def append_loop(target, source, entry, element):
+    """``target = []`` and ``for element in source: target.append(entry)`` (`entry` a
+    template of ``e``, which names the element): a list built element by element (a loop,
+    not a comprehension: generated code is differentiated again).
+
+    >>> print("\\n".join(unparse(s) for s in append_loop("xs_bar", name("xs"), "0.0", "e_1")))
+    xs_bar = []
+    for e_1 in xs:
+        xs_bar.append(0.0)
+    """
+    return [assign(target, gast.List(elts=[], ctx=gast.Load())),
+            gast.For(target=name(element, store=True), iter=source,
+                     body=[gast.Expr(value=fill(f"t.append({entry})", t=target, e=element))],
+                     orelse=[], type_comment=None)]
+
+
 def assign(target, value):
     """``target = value`` as a gast statement; target is a name or a list of names."""
     if isinstance(target, (list, tuple)):

@@ -56,6 +56,17 @@ FLOAT = AType("float", "float64")
 INT = AType("int", "int64")
 BOOL = AType("bool", "bool")
 NONE = AType("none")
+DICT = AType("object", "dict")  # a dict display made in the function (an aux output)
+
+
+def flat_tuple(t):
+    """Whether `t` is a tuple of known length whose elements are numbers or arrays.
+
+    >>> flat_tuple(AType("tuple", elts=(FLOAT, array((N,))))), flat_tuple(AType("tuple"))
+    (True, False)
+    """
+    return t.kind == "tuple" and t.elts is not None and all(
+        e.kind in ("float", "int", "bool", "array") for e in t.elts)
 
 
 def array(dims, dtype="float64"):

@@ -48,6 +48,8 @@ from __future__ import annotations
 
 import gast
 
+from .emit import dotted_node, mentions, name_node
+from .fused_updates import ADD_HELPERS
 from .param_writes import dotted_name
 
 __all__ = ["reuse_buffers"]
@@ -63,7 +65,7 @@ _READING = _ALLOCATING | {
     "np.where", "np.argmax", "np.argmin", "np.any", "np.all", "np.isnan", "np.isfinite",
     "np.divide", "np.multiply", "np.add", "np.subtract", "np.negative", "np.sign",
     "sum_of_products", "small_dot", "sum_axis", "max_axis", "min_axis", "mean_axis",
-    "outer_product", "tanh_fast", "add_at", "add_into", "subtract_at", "add_outer_at"}
+    "outer_product", "tanh_fast"} | ADD_HELPERS
 _READING_METHODS = {"copy", "sum", "max", "min", "mean", "any", "all"}
 _SHAPE_ATTRS = {"shape", "size", "ndim", "dtype"}
 
@@ -97,7 +99,7 @@ def reuse_buffers(fn):
                 continue
             bound_before = any(isinstance(s, gast.Assign) and any(
                 isinstance(t, gast.Name) and t.id == x for t in s.targets) for s in before)
-            mentioned_before = any(_mentions(s, x) for s in before)
+            mentioned_before = any(mentions(s, x) for s in before)
             call = stmt.value
             if kind == "zeros":
                 if not bound_before:
@@ -106,15 +108,15 @@ def reuse_buffers(fn):
                     placeholders.setdefault(id(top), (top, []))
                     if x not in placeholders[id(top)][1]:
                         placeholders[id(top)][1].append(x)
-                stmt.value = _call("zeros_reusing", [_name(x), call.args[0]])
+                stmt.value = _call("zeros_reusing", [name_node(x), call.args[0]])
             else:
                 if not bound_before:
                     continue
-                stmt.value = _call("zeros_like_reusing", [_name(x), call.args[0]])
+                stmt.value = _call("zeros_like_reusing", [name_node(x), call.args[0]])
             used.add(stmt.value.func.id)
     for top, names in placeholders.values():
         at = next(k for k, s in enumerate(fn.body) if s is top)
-        fn.body[at:at] = [gast.Assign(targets=[_name(x, gast.Store())],
+        fn.body[at:at] = [gast.Assign(targets=[name_node(x, gast.Store())],
                                       value=_call("np.empty", [gast.Constant(0, None)]),
                                       type_comment=None) for x in names]
     return used
@@ -286,17 +288,5 @@ def _read_keeps_nothing(node, parents, vector):
     return False
 
 
-def _mentions(node, x):
-    return any(isinstance(n, gast.Name) and n.id == x for n in gast.walk(node))
-
-
-def _name(identifier, ctx=None):
-    return gast.Name(id=identifier, ctx=ctx or gast.Load(), annotation=None, type_comment=None)
-
-
 def _call(func, args):
-    parts = func.split(".")
-    node = _name(parts[0])
-    for part in parts[1:]:
-        node = gast.Attribute(value=node, attr=part, ctx=gast.Load())
-    return gast.Call(func=node, args=args, keywords=[])
+    return gast.Call(func=dotted_node(func), args=args, keywords=[])

@@ -182,3 +182,27 @@ def fresh_name(base, taken):
         k += 1
     taken.add(name)
     return name
+
+
+def name_node(identifier, ctx=None):
+    """A gast Name (load context unless `ctx` is given)."""
+    return gast.Name(id=identifier, ctx=ctx or gast.Load(), annotation=None, type_comment=None)
+
+
+def dotted_node(text):
+    """``np.exp`` as a gast expression (a name, then attributes): param_writes.dotted_name's
+    inverse.
+
+    >>> ast.unparse(gast.gast_to_ast(dotted_node("np.random.rand")))
+    'np.random.rand'
+    """
+    parts = text.split(".")
+    node = name_node(parts[0])
+    for part in parts[1:]:
+        node = gast.Attribute(value=node, attr=part, ctx=gast.Load())
+    return node
+
+
+def mentions(node, identifier):
+    """Whether a Name `identifier` occurs anywhere under `node`."""
+    return any(isinstance(n, gast.Name) and n.id == identifier for n in gast.walk(node))

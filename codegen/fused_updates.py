@@ -35,12 +35,14 @@ from __future__ import annotations
 
 import gast
 
+from .emit import mentions, name_node
 from .param_writes import dotted_name
 
-__all__ = ["fuse_outer_adds"]
+__all__ = ["ADD_HELPERS", "fuse_outer_adds"]
 
 _FRESH = {"np.zeros_like", "np.zeros", "np.empty", "np.empty_like", "np.ones_like", "np.ones"}
-_ADDS = {"add_at", "add_into", "add_outer_at", "subtract_at"}
+#: Dialect helpers that add into their first argument (and keep none of their arguments).
+ADD_HELPERS = frozenset({"add_at", "add_into", "add_outer_at", "subtract_at"})
 
 
 def fuse_outer_adds(fn):
@@ -71,13 +73,13 @@ def _fuse_in_place(stmt):
         return None
     product = stmt.value.args[2]
     if isinstance(product, gast.UnaryOp) and isinstance(product.op, gast.USub):
-        stmt.value.func = _name("subtract_at")
+        stmt.value.func = name_node("subtract_at")
         stmt.value.args[2] = product.operand
         return "subtract_at"
     if not (_call_name(product) == "outer_product" and len(product.args) == 2 and
             not product.keywords):
         return None
-    stmt.value.func = _name("add_outer_at")
+    stmt.value.func = name_node("add_outer_at")
     stmt.value.args = stmt.value.args[:2] + list(product.args)
     return "add_outer_at"
 
@@ -95,7 +97,7 @@ def _fuse_at(block, k, fn, loads, bound_from):
         return None
     for m in range(k + 1, len(block)):
         use = block[m]
-        if not _mentions(use, temp):
+        if not mentions(use, temp):
             continue
         if not (isinstance(use, gast.Expr) and _call_name(use.value) == "add_at" and
                 len(use.value.args) == 3 and isinstance(use.value.args[0], gast.Name) and
@@ -103,7 +105,7 @@ def _fuse_at(block, k, fn, loads, bound_from):
             return None
         array, index = use.value.args[0].id, use.value.args[1]
         between = block[k + 1:m]
-        if any(_mentions(s, array) for s in between):
+        if any(mentions(s, array) for s in between):
             return None
         index_names = {n.id for n in gast.walk(index) if isinstance(n, gast.Name)}
         if any(isinstance(n, gast.Name) and not isinstance(n.ctx, gast.Load) and
@@ -114,7 +116,7 @@ def _fuse_at(block, k, fn, loads, bound_from):
                 if isinstance(n, gast.Name)):
             return None
         u, v = stmt.value.args
-        block[k] = gast.Expr(value=gast.Call(func=_name("add_outer_at"),
+        block[k] = gast.Expr(value=gast.Call(func=name_node("add_outer_at"),
                                              args=[use.value.args[0], index, u, v],
                                              keywords=[]))
         del block[m]
@@ -141,7 +143,7 @@ def _private(fn, array):
                     bound = True
         elif isinstance(node, gast.Subscript) and isinstance(node.value, gast.Name):
             allowed.add(id(node.value))
-        elif isinstance(node, gast.Call) and _call_name(node) in _ADDS and node.args and \
+        elif isinstance(node, gast.Call) and _call_name(node) in ADD_HELPERS and node.args and \
                 isinstance(node.args[0], gast.Name):
             allowed.add(id(node.args[0]))
         elif isinstance(node, gast.Return):
@@ -184,11 +186,3 @@ def _blocks(fn):
 def _call_name(node):
     """'np.zeros' for a call of np.zeros (None for anything but a call of a dotted name)."""
     return dotted_name(node.func) if isinstance(node, gast.Call) else None
-
-
-def _name(identifier):
-    return gast.Name(id=identifier, ctx=gast.Load(), annotation=None, type_comment=None)
-
-
-def _mentions(node, name):
-    return any(isinstance(n, gast.Name) and n.id == name for n in gast.walk(node))

@@ -40,9 +40,12 @@ e = exp_log_prec[c]
 
 from __future__ import annotations
 
+import copy
+
 import gast
 
-from .emit import fresh_name
+from .emit import dotted_node, fresh_name, name_node
+from .fused_updates import ADD_HELPERS
 from .param_writes import dotted_name
 
 __all__ = ["tabulate_invariant_calls"]
@@ -60,8 +63,6 @@ _PURE_BUILTINS = {"range", "len", "min", "max", "abs", "float", "int", "bool"}
 _WRITING_NUMPY = {"np.copyto", "np.put", "np.place", "np.putmask", "np.fill_diagonal",
                   "np.put_along_axis"}
 _PURE_METHODS = {"copy", "sum", "max", "min", "mean", "any", "all", "astype", "pop", "append"}
-#: Dialect helpers that add into their first argument.
-_WRITES_FIRST = {"add_at", "add_into", "subtract_at", "add_outer_at"}
 
 
 def tabulate_invariant_calls(fn, taken):
@@ -71,6 +72,8 @@ def tabulate_invariant_calls(fn, taken):
     if any(isinstance(n, (gast.FunctionDef, gast.Lambda)) and n is not fn for n in gast.walk(fn)):
         return False
     aliases = _bound_from(fn)
+    written = _written_in(fn.body)  # (the rewrite adds reads only: computed once)
+    effects = {}  # id(loop) -> (names it binds, names it may write into)
     tables = {}  # (function, array, bound, id(loop)) -> table name
     inserts = {}  # id(loop) -> (block, loop, [statements])
     changed = False
@@ -79,28 +82,31 @@ def tabulate_invariant_calls(fn, taken):
         if found is None:
             continue
         func, array, index, k, inner = found
-        if _written(fn, stmt.targets[0].id, aliases):
+        if (aliases.get(stmt.targets[0].id, set()) | {stmt.targets[0].id}) & written:
             continue  # (an array row read from the table must not be written through)
         at = loops.index(inner)
         hoist = None
         for j in range(at):  # the outermost loop the call is invariant in
-            if _invariant(loops[j], array, k, aliases):
+            loop = loops[j]
+            if id(loop) not in effects:
+                effects[id(loop)] = (_stored([loop]), _written_in([loop]))
+            if _invariant(array, k, aliases, *effects[id(loop)]):
                 hoist = j
                 break
         if hoist is None:
             continue
         loop = loops[hoist]
-        key = (func, array, _text(k), id(loop))
+        key = (func, array, gast.dump(k), id(loop))
         if key not in tables:
             table = fresh_name(f"{func[3:]}_{array}", taken)
             tables[key] = table
-            value = gast.Call(func=_dotted(func), args=[gast.Subscript(
-                value=_name(array), slice=gast.Slice(lower=None, upper=_copy(k), step=None),
-                ctx=gast.Load())], keywords=[])
-            made = gast.Assign(targets=[_name(table, gast.Store())], value=value,
+            rows = gast.Slice(lower=None, upper=copy.deepcopy(k), step=None)
+            value = gast.Call(func=dotted_node(func), args=[gast.Subscript(
+                value=name_node(array), slice=rows, ctx=gast.Load())], keywords=[])
+            made = gast.Assign(targets=[name_node(table, gast.Store())], value=value,
                                type_comment=None)
             inserts.setdefault(id(loop), (blocks[hoist], loop, []))[2].append(made)
-        stmt.value = gast.Subscript(value=_name(tables[key]), slice=_name(index),
+        stmt.value = gast.Subscript(value=name_node(tables[key]), slice=name_node(index),
                                     ctx=gast.Load())
         changed = True
     for block, loop, made in inserts.values():
@@ -155,22 +161,15 @@ def _candidate(stmt, loops):
     return None
 
 
-def _invariant(loop, array, bound, aliases):
-    """Whether `loop` leaves `array` (and every name bound from it) and the names in `bound`
-    as they were: not rebound, not written into, not handed to a call that could write."""
+def _invariant(array, bound, aliases, stored, written):
+    """Whether a loop that binds the names `stored` and may write into `written` leaves
+    `array` (and every name bound from it) and the names in `bound` as they were: not
+    rebound, not written into, not handed to a call that could write."""
     if not _int_expr(bound):
         return False
-    stored = _stored([loop])
     if array in stored or {n.id for n in gast.walk(bound) if isinstance(n, gast.Name)} & stored:
         return False
-    family = aliases.get(array, set()) | {array}
-    return not (family & _written_in([loop]))
-
-
-def _written(fn, target, aliases):
-    """Whether the value of `target` (or of a name bound from it) may be written in place."""
-    family = aliases.get(target, set()) | {target}
-    return bool(family & _written_in(fn.body))
+    return not ((aliases.get(array, set()) | {array}) & written)
 
 
 def _stored(stmts):
@@ -197,7 +196,7 @@ def _written_in(stmts):
                         out |= _bases(t)
             elif isinstance(node, gast.Call):
                 func = dotted_name(node.func) or ""
-                if func in _WRITES_FIRST and node.args:
+                if func in ADD_HELPERS and node.args:
                     out |= _bases(node.args[0])
                 elif isinstance(node.func, gast.Attribute) and not func.startswith(
                         _PURE_MODULES):
@@ -272,23 +271,3 @@ def _int_expr(expr):
                                    gast.expr_context, gast.Tuple)):
             return False
     return True
-
-
-def _name(identifier, ctx=None):
-    return gast.Name(id=identifier, ctx=ctx or gast.Load(), annotation=None, type_comment=None)
-
-
-def _dotted(text):
-    node = _name(text.split(".")[0])
-    for part in text.split(".")[1:]:
-        node = gast.Attribute(value=node, attr=part, ctx=gast.Load())
-    return node
-
-
-def _copy(node):
-    import copy
-    return copy.deepcopy(node)
-
-
-def _text(node):
-    return gast.dump(node)

@@ -6,6 +6,7 @@ finite differences."""
 import gast
 import numpy as np
 import pytest
+from test_loop_tapes import lse_mixture as mixture  # exp(log_prec[c]), a terms vector per point
 
 import autodiff_ast as ad
 from autodiff_ast.jit import jit
@@ -193,28 +194,6 @@ def test_the_reusing_helpers_zero_the_buffer_or_allocate(compiled):
 
 
 # ---------------------------------------------------------------- end to end
-def mixture(means, log_prec, x):
-    """A log-sum-exp over components in loops: exp(log_prec[c]) per point and component, a
-    new terms vector per point (read back element by element)."""
-    n = x.shape[0]
-    k = means.shape[0]
-    total = 0.0
-    for i in range(n):
-        terms = np.zeros(k)
-        for c in range(k):
-            diff = x[i] - means[c]
-            terms[c] = 0.5 * log_prec[c] - 0.5 * np.exp(log_prec[c]) * np.sum(diff * diff)
-        top = terms[0]
-        for c in range(1, k):
-            if terms[c] > top:
-                top = terms[c]
-        s = 0.0
-        for c in range(k):
-            s = s + np.exp(terms[c] - top)
-        total = total + np.log(s) + top
-    return -total
-
-
 def drifting(scale, x):
     """The array the exp reads changes every step: no table may be made."""
     total = 0.0
