@@ -18,6 +18,8 @@ def grad_f(x):
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import sys
 from dataclasses import dataclass, field
@@ -259,10 +261,36 @@ def _where(info):
 
 
 def prepare(fn, specs, program=None):
+    """`fn` parsed, and normalized for `specs`: (info, program, entry core function).
+
+    When jit asked for small vectors as scalars (:func:`scalarizing`), the program returned is
+    the rewritten one (autodiff_ast/scalarize.py); `info` stays the user's function either way.
+    """
+    wanted = _SCALARIZE.get()
+    if wanted:
+        _SCALARIZE.set(False)  # only the outermost function of this build
     info = parse_function(fn)
     program = program or Program(reserved={"np", "math", "unbroadcast"})
     core = normalize_into(program, info, specs, core_name=info.name)
+    if wanted:
+        from .scalarize import rebuild, scalarize
+        rewritten = scalarize(program, core)
+        if rewritten is not None and rebuild(program, core, rewritten) is not None:
+            program, core = rewritten.program, rewritten.core
     return info, program, core
+
+
+_SCALARIZE = contextvars.ContextVar("autodiff_ast_scalarize", default=False)
+
+
+@contextlib.contextmanager
+def scalarizing(on=True):
+    """Within this block, the next :func:`prepare` keeps small vectors as scalars (jit)."""
+    token = _SCALARIZE.set(on)
+    try:
+        yield
+    finally:
+        _SCALARIZE.reset(token)
 
 
 def _signature_line(info, specs):
@@ -316,7 +344,7 @@ def build_reverse(fn, specs, argnums=(0,), has_aux=False, with_value=False, entr
     body = list(forward)
     if forward and backward:
         body.append(blank())
-    body += _with_comments(backward, info)
+    body += _with_comments(backward, core.info)
     prefix = "value_and_grad" if with_value else "grad"
     entry = entry_name or program.module_names.fresh(f"{prefix}_{info.name}")
     main = function(entry, core.params, body, returns + bars)
@@ -369,7 +397,7 @@ def build_vjp(fn, specs, has_aux=False, standalone_module=None, argnums=None):
         [name(r) for r in split.residuals]
     fwd = function(split.fwd_name, core.params, sweep.forward, fwd_returns)
     bwd_params = split.bwd_params + split.residuals + sweep.seeds
-    bwd = function(split.bwd_name, bwd_params, _with_comments(sweep.backward, info),
+    bwd = function(split.bwd_name, bwd_params, _with_comments(sweep.backward, core.info),
                    _bar_exprs(sweep, core))
     builder = ModuleBuilder(program, registry)
     builder.add_splits()

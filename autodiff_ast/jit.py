@@ -191,7 +191,7 @@ class _Jitted:
             if found is not None:  # compiled by an earlier process: nothing to generate
                 out, module = found
             else:
-                generated = build()
+                generated = _build(self, build)
                 name = sanitize(f"jit_{generated.entry}")
                 out, module = TARGETS[self.jit_options.target].compile(
                     generated, self.jit_options, name, self._static_note())
@@ -246,6 +246,30 @@ class _Jitted:
 
     def _compile_error(self, failure):
         return compile_error(failure, _user_function(self))
+
+
+def _scalarizes(jitted):
+    """Whether jit builds `jitted` with its small vectors as scalars (autodiff_ast/scalarize.py):
+    the CPU target, for the primal or grad/value_and_grad of a plain Python function (the
+    rewrite is made for the outermost function only; AUTODIFF_AST_SCALARIZE=0 turns it off)."""
+    if jitted.jit_options.target != "cpu" or os.environ.get("AUTODIFF_AST_SCALARIZE") == "0":
+        return False
+    if isinstance(jitted, _Primal):
+        return True
+    return isinstance(jitted, _ReverseTransform) and getattr(jitted, "py_fun", None) is not None
+
+
+def _build(jitted, build):
+    """build(), with small vectors as scalars where that applies; on any failure of the
+    rewritten program, the original's build (whose errors name the user's lines)."""
+    if not _scalarizes(jitted):
+        return build()
+    from .build import scalarizing
+    try:
+        with scalarizing():
+            return build()
+    except Exception:  # noqa: BLE001 - the plain build below reports the user's error
+        return build()
 
 
 def _leaf_key(a):

@@ -52,7 +52,7 @@ def build_primal(fn, specs, entry_name=None):
         gast.copy_location(ret, last)
         ret.origin = getattr(last, "origin", None)
         body.append(ret)
-    body = _with_comments(body, info)
+    body = _with_comments(body, core.info)
     entry = entry_name or core.name
     tuple_out = isinstance(returns, gast.Tuple)
     if body and isinstance(body[-1], gast.Return):

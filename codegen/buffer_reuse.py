@@ -130,7 +130,7 @@ def _simple_statements(loop):
 
 def _allocation(stmt, bindings, params):
     """'zeros' for ``x = np.zeros(k)`` (k a number, float64), 'zeros_like' for
-    ``x = np.zeros_like(y)`` with y a vector; else None."""
+    ``x = np.zeros_like(y)``; else None."""
     if not (len(stmt.targets) == 1 and isinstance(stmt.targets[0], gast.Name) and
             isinstance(stmt.value, gast.Call) and len(stmt.value.args) == 1 and
             not stmt.value.keywords):
@@ -139,9 +139,8 @@ def _allocation(stmt, bindings, params):
     arg = stmt.value.args[0]
     if func == "np.zeros" and _scalar_int(arg, bindings, params):
         return "zeros"
-    if func == "np.zeros_like" and isinstance(arg, gast.Name) and \
-            _vector(arg.id, bindings, params):
-        return "zeros_like"
+    if func == "np.zeros_like" and isinstance(arg, gast.Name):
+        return "zeros_like"  # (the helper reuses vectors and allocates anything else)
     return None
 
 

@@ -51,6 +51,7 @@ from .buffer_reuse import reuse_buffers
 from .emit import comment, fresh_name, is_marker, render_function
 from .fused_updates import fuse_outer_adds
 from .helpers import DIALECT_DEPENDS, DIALECT_HELPERS, DIALECT_NOT_COMPILED
+from .inlining import inline_loop_calls
 from .invariant_tables import tabulate_invariant_calls
 from .param_writes import dotted_name
 
@@ -1011,6 +1012,8 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
                  fn.name not in DIALECT_NOT_COMPILED]
     for name in replaced:
         module.need(name)
+    if numba_overloads:  # calls in loops replaced by the callee's body (codegen/inlining.py)
+        functions = inline_loop_calls(functions, entries=set(entries) | _helper_names(functions))
     lowering = _Lower(module)
     functions = [lowering.visit(fn) for fn in functions]
     for fn in functions:  # add_at(a, i, outer_product(u, v)) and add_at(a, i, -v)
@@ -1034,6 +1037,12 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
                             helper_functions={fn.name for fn in helper_defs})
     _thread_data(lowered, data, entries, module.taken | set(names))
     return lowered
+
+
+def _helper_names(functions):
+    """The emitted helpers among `functions` (never inlined: they are written for any rank)."""
+    from .helpers import HELPERS
+    return {fn.name for fn in functions if fn.name in HELPERS or fn.name in DIALECT_HELPERS}
 
 
 def _data_names(header, injected):

@@ -88,6 +88,38 @@ def add_along_axis(like, indices, values, axis):
     return out
 '''
 
+# Index helpers of code whose small vectors are kept as scalars (autodiff_ast/scalarize.py):
+# element j of a vector of unknown length, read where NumPy would broadcast it or slice it.
+HELPERS["broadcast_index"] = '''\
+def broadcast_index(m, j, n):
+    """The index of element j of a vector of length m broadcast to length n: j, or 0 when m
+    is one (NumPy's broadcasting; ValueError for any other length)."""
+    if m == n:
+        return j
+    if m == 1:
+        return 0
+    raise ValueError("operands could not be broadcast together")
+'''
+
+HELPERS["slice_index"] = '''\
+def slice_index(m, i, stop):
+    """Index i of a vector of length m, read as an element of its slice [...:stop]
+    (ValueError when m is less than stop: code with its small vectors kept as scalars needs
+    the whole slice)."""
+    if m < stop:
+        raise ValueError("a constant slice runs past the end of the array")
+    return i
+'''
+
+HELPERS["store_index"] = '''\
+def store_index(m, j, n):
+    """Index j of a row of length m, where a vector of length n is stored into it
+    (ValueError unless m is n, as NumPy's assignment would raise)."""
+    if m != n:
+        raise ValueError("could not broadcast the vector into a row of the array")
+    return j
+'''
+
 #: Helpers that a helper calls (emitted with it).
 HELPER_DEPENDS = {"dot_adjoints": ("unbroadcast",),
                   "matmul_adjoints": ("dot_adjoints", "unbroadcast")}

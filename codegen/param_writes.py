@@ -1,4 +1,5 @@
-"""A last guard on every generated function: it never writes into its caller's arrays.
+"""A last guard on every generated function: it never writes into its caller's arrays (nor
+into module data it reads).
 
 The passes that write generated code decide when ``x_bar += c`` may add in place (the adjoint
 owns its array) before later clean-ups run; a clean-up can still turn ``a_bar = 1.0 * x`` into
@@ -73,8 +74,11 @@ def _base_name(target):
 
 def keep_params_unwritten(params, body):
     """Rewrite `body` (a list of statements, changed in place) so it writes into no array a
-    parameter in `params` holds; returns `body`."""
-    shared = set(params)
+    parameter in `params` holds, nor one a module global holds (module data: ``v_bar = W``
+    then ``v_bar[2] = 0.0`` would change W for every later call); returns `body`."""
+    names = [n for s in body for n in gast.walk(s) if isinstance(n, gast.Name)]
+    bound = {n.id for n in names if isinstance(n.ctx, (gast.Store, gast.Del))}
+    shared = set(params) | ({n.id for n in names if isinstance(n.ctx, gast.Load)} - bound)
     bindings = {}  # name -> the statements that bound it to shared memory
     copy_on_entry = set()
 

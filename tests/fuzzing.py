@@ -413,6 +413,7 @@ class _Generator:
                  "while_loop", "stencil_loop", "list_loop", "tuple_loop"]
         if "M" in self.reachable() and "rows_loop" not in KNOWN_GAPS:
             kinds.append("rows_loop")
+        kinds.append("small_vector")
         kind = self.pick(kinds)
         return getattr(self, f"_stmt_{kind}")(indent)
 
@@ -629,6 +630,57 @@ class _Generator:
         self.scope.pop()
         lines.append(f"{indent}for {row} in {rows}:")
         lines.append(f"{indent}    {acc} = {acc} + {body}")
+        return lines
+
+    def _small_vector(self, k, indent, source=None, length=None):
+        """Lines making a vector of k (2 or 3) elements known when the code is written (a
+        constant slice, a display of scalars, np.zeros and constant writes), some arithmetic
+        on it (helpers too), and its name: what jit keeps as scalars (scalarize.py)."""
+        name = self.fresh("s")
+        vectors = [source] if source else [t for t, s, _ in self.scope if s == "V"]
+        form = "slice" if source else \
+            self.pick(("slice", "display", "zeros") if vectors else ("display", "zeros"))
+        if form == "slice":
+            start = self.pick((0, (length or self.n) - k))
+            lines = [f"{indent}{name} = {self.pick(vectors)}[{start}:{start + k}]"]
+        elif form == "display":
+            parts = ", ".join(self.expr("S", 1) for _ in range(k))
+            lines = [f"{indent}{name} = np.array([{parts}])"]
+        else:
+            lines = [f"{indent}{name} = np.zeros({k})"]
+            for c in sorted({self.draw(st.integers(0, k - 1)) for _ in range(2)}):
+                lines.append(f"{indent}{name}[{c}] = {self.expr('S', 1)}")
+        other = self.fresh("s")
+        forms = ["{v} * {s} + np.sin({v})", "np.tanh({v}) - {v} / ({s} * {s} + 1.0)",
+                 "({v} + {s}) * {v}"]
+        if self.helpers:
+            forms.append(f"{self.pick(self.helpers)[0]}({{v}}, {{v}} * {{s}})")
+        text = self.pick(forms).format(v=name, s=self.expr("S", 1))
+        lines.append(f"{indent}{other} = {text}")
+        if self.draw(st.booleans()):
+            c = self.draw(st.integers(0, k - 1))
+            lines.append(f"{indent}{other}[{c}] = {other}[{(c + 1) % k}] * {self.expr('S', 1)}")
+        return lines, name, other
+
+    def _stmt_small_vector(self, indent):
+        k = self.draw(st.integers(2, 3))
+        acc = self.fresh("t")
+        reduce = self.pick(("np.sum({a} * {b})", "np.dot({a}, {b})", "{b}[0] * {a}[{k1}]",
+                            "np.sum(np.cos({b}))"))
+        matrices = [t for t, s, _ in self.scope if s == "M" and t.isidentifier()]
+        if matrices and self.m >= 2 and self.draw(st.booleans()):
+            # rows of a matrix, read through constant slices inside a loop
+            rows, i, row = self.pick(matrices), f"i{self.counter}", f"row{self.counter}"
+            k = min(k, self.m)
+            lines = [f"{indent}{acc} = 0.0", f"{indent}for {i} in range({self.n}):",
+                     f"{indent}    {row} = {rows}[{i}]"]
+            body, a, b = self._small_vector(k, indent + "    ", source=row, length=self.m)
+            step = reduce.format(a=a, b=b, k1=k - 1)
+            self.bind(acc, "S")
+            return lines + body + [f"{indent}    {acc} = {acc} + {step}"]
+        lines, a, b = self._small_vector(k, indent)
+        lines.append(f"{indent}{acc} = {reduce.format(a=a, b=b, k1=k - 1)}")
+        self.bind(acc, "S")
         return lines
 
     def helper(self):

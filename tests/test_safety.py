@@ -289,3 +289,32 @@ def test_results_do_not_depend_on_earlier_calls():
     g = ad.grad(writes_its_argument)
     assert np.array_equal(g(x), g(x))
     assert json.dumps(g(x).tolist()) == json.dumps(ad.grad(writes_its_argument)(x).tolist())
+
+
+DIRECTIONS = np.array([0.5, -1.0, 2.0])  # module data a gradient must leave alone
+
+
+def _weighted_end(angles):
+    pos = np.zeros(2)
+    total = 0.0
+    for i in range(angles.shape[0]):
+        pos = pos + np.array([np.cos(angles[i]), np.sin(angles[i])])
+        total = total + np.sum(pos * pos)
+    v = np.zeros(3)
+    v[0] = pos[0]
+    v[2] = pos[1] * pos[0]
+    return total + np.sum(v * DIRECTIONS)
+
+
+def test_gradient_never_writes_into_module_data():
+    """The adjoint of ``v * DIRECTIONS`` was DIRECTIONS itself after clean-ups, and the adjoint
+    of ``v[2] = ...`` zeroed its entry in place: module data changed on every call (wrong
+    gradients from then on)."""
+    before = DIRECTIONS.copy()
+    x = np.array([0.3, 0.7])
+    g = ad.grad(_weighted_end)
+    first, second = g(x), g(x)
+    np.testing.assert_array_equal(DIRECTIONS, before)
+    np.testing.assert_array_equal(first, second)
+    fd = [(_weighted_end(x + e) - _weighted_end(x - e)) / 2e-6 for e in np.eye(2) * 1e-6]
+    np.testing.assert_allclose(first, fd, rtol=1e-6)

@@ -801,6 +801,17 @@ _register(("inv", "det", "slogdet"), _stacked)
 _register(("getitem",), getitem)
 
 
+def _per_example_index(bc):
+    """The index helpers of code with small vectors as scalars (lengths in, an index out):
+    the same for every example while the lengths are."""
+    if any(bc.is_batched(p) for p in bc.call.args):
+        raise NoBatchingRule(f"{bc.rule.name} of a batched length")
+    return bc.value
+
+
+_register(("broadcast_index", "slice_index", "store_index"), _per_example_index)
+
+
 def rule_for(name):
     """The batching rule of a primitive (aliases such as ``exp@math.exp`` share their base's).
 

@@ -772,6 +772,12 @@ register_helper(Rule("add_along_axis", "add_along_axis", ("like", "indices", "va
                      else None,
                      lambda call, dots: _relinear(call, dots, "values"), linear=True),
                 "add_along_axis")
+# The index helpers of code whose small vectors are scalars (autodiff_ast/scalarize.py): integer
+# results, no derivative; the element they pick is an ordinary read x[index].
+for _name, _params in (("broadcast_index", ("m", "j", "n")), ("slice_index", ("m", "i", "stop")),
+                       ("store_index", ("m", "j", "n"))):
+    register_helper(Rule(_name, _name, _params, {}, (), lambda call: T.INT, nondiff_output=True),
+                    _name)
 register(Rule("shape", "np.shape", ("x",), {}, (),
           lambda call: T.AType("tuple", elts=tuple(T.INT for _ in range(call.ndim("x") or 0)))
           if call.ndim("x") is not None else T.AType("tuple"), nondiff_output=True), np.shape)
