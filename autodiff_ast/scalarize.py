@@ -342,6 +342,7 @@ class _Analysis:
             self.functions[id(cf)] = _Function(cf, cf is entry)
         self.sites = {}  # id(callee core) -> [(caller _Function, form)]
         for fn in self.functions.values():
+            fn.skipped = _unpacked_calls(fn)
             other_reads, written = set(), set()
             for stmt in _statements(fn.core.body):
                 if isinstance(stmt, (gast.If, gast.For, gast.While)):
@@ -351,7 +352,14 @@ class _Analysis:
                                 fn.pinned.add(n.id)
                     fn.owned |= _written_names(stmt)
                     continue
+                if id(stmt) in fn.skipped:  # `a, b = t` of `t = f(...)`: part of the call
+                    fn.forms[id(stmt)] = _Form("skip")
+                    fn.owned |= _written_names(stmt)
+                    continue
                 form = _classify(stmt, fn)
+                if form.kind == "call" and id(stmt) in fn.unpacked:
+                    form = _Form("call", None, (form.args[0], form.args[1],
+                                                fn.unpacked[id(stmt)].targets[0]))
                 fn.forms[id(stmt)] = form
                 fn.owned |= _written_names(stmt)
                 if form.kind == "other":
@@ -572,6 +580,34 @@ class _Analysis:
         return changed
 
 
+def _unpacked_calls(fn):
+    """``t = f(...)`` then ``a, b = t`` (the core form of ``a, b = f(...)``) with t read nowhere
+    else: fn.unpacked maps the call to the unpacking statement, which is returned (as ids)
+    to be skipped: the pair is one call with targets (a, b)."""
+    fn.unpacked = {}
+    skipped = set()
+    reads = {}
+    for node in gast.walk(gast.Module(body=fn.core.body, type_ignores=[])):
+        if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Load):
+            reads[node.id] = reads.get(node.id, 0) + 1
+    for block, _ in _blocks(fn.core.body):
+        for first, second in zip(block, block[1:]):
+            prim = getattr(first, "prim", None)
+            if not (prim is not None and prim.kind == "user" and
+                    isinstance(first, gast.Assign) and len(first.targets) == 1 and
+                    isinstance(first.targets[0], gast.Name)):
+                continue
+            t = first.targets[0].id
+            if isinstance(second, gast.Assign) and len(second.targets) == 1 and \
+                    isinstance(second.targets[0], gast.Tuple) and \
+                    all(isinstance(e, gast.Name) for e in second.targets[0].elts) and \
+                    isinstance(second.value, gast.Name) and second.value.id == t and \
+                    reads.get(t) == 1:
+                fn.unpacked[id(first)] = second
+                skipped.add(id(second))
+    return skipped
+
+
 def _mentions(node, name):
     return any(isinstance(n, gast.Name) and n.id == name for n in gast.walk(node))
 
@@ -650,7 +686,8 @@ def _mutated_or_viewed(stmt, fn):
                 fn.is_vector(n.id)}
     for node in gast.walk(stmt.value):
         if isinstance(node, gast.Attribute) and isinstance(node.value, gast.Name) and \
-                fn.is_vector(node.value.id):
+                fn.is_vector(node.value.id) and node.attr not in ("shape", "ndim", "size",
+                                                                  "dtype"):
             out.add(node.value.id)
     return out
 
@@ -777,8 +814,8 @@ class _Writer:
                 self.emit("else:", indent)
                 self.body(stmt.orelse, indent + 1)
             return
-        if id(stmt) in self.analysis.row_defs.get(id(fn), ()):
-            return  # a row read element by element where it is used
+        if id(stmt) in self.analysis.row_defs.get(id(fn), ()) or id(stmt) in fn.skipped:
+            return  # a row read element by element where it is used; an unpacked call
         form = fn.forms.get(id(stmt), _Form("other"))
         getattr(self, f"_{_effective(fn, form)}")(stmt, form, indent)
 

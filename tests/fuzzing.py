@@ -668,13 +668,12 @@ class _Generator:
         reduce = self.pick(("np.sum({a} * {b})", "np.dot({a}, {b})", "{b}[0] * {a}[{k1}]",
                             "np.sum(np.cos({b}))"))
         matrices = [t for t, s, _ in self.scope if s == "M" and t.isidentifier()]
-        if matrices and self.m >= 2 and self.draw(st.booleans()):
-            # rows of a matrix, read through constant slices inside a loop
+        if matrices and self.draw(st.booleans()):
+            # rows of a matrix (m x n), read through constant slices inside a loop
             rows, i, row = self.pick(matrices), f"i{self.counter}", f"row{self.counter}"
-            k = min(k, self.m)
-            lines = [f"{indent}{acc} = 0.0", f"{indent}for {i} in range({self.n}):",
+            lines = [f"{indent}{acc} = 0.0", f"{indent}for {i} in range({self.m}):",
                      f"{indent}    {row} = {rows}[{i}]"]
-            body, a, b = self._small_vector(k, indent + "    ", source=row, length=self.m)
+            body, a, b = self._small_vector(k, indent + "    ", source=row, length=self.n)
             step = reduce.format(a=a, b=b, k1=k - 1)
             self.bind(acc, "S")
             return lines + body + [f"{indent}    {acc} = {acc} + {step}"]

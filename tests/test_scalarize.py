@@ -102,6 +102,32 @@ def with_aux(x):
     return np.sum(v * v), v
 
 
+def split(v):
+    """A helper returning a vector and a number."""
+    return v * 2.0, np.sum(v * v)
+
+
+def shapes_and_control(x, A):
+    """Tuple returns, both arms of a branch, a while loop, a row read in a nested loop, a
+    vector also needed whole (np.linalg.norm, its shape)."""
+    a, b = split(x[0:2])
+    if b > 1.0:
+        v = a * x[2]
+    else:
+        v = np.array([b, x[1]])
+    k = 0
+    while k < 3:
+        v = v * 0.9 + np.sin(v)
+        k = k + 1
+    total = np.linalg.norm(v) + v.shape[0]
+    for i in range(A.shape[0]):
+        r = A[i]
+        for j in range(2):
+            total = total + np.sum(r[0:2] * v) * (j + 1.0)
+    c, d = split(x[1:3])
+    return total + np.sum(c) + d
+
+
 def rng_data():
     rng = np.random.default_rng(7)
     cams = rng.standard_normal((3, 7)) * 0.3
@@ -220,6 +246,15 @@ def test_slice_past_the_end_raises(quick_llvm):
     compiled(np.ones(4), np.ones(3))
     with pytest.raises(ValueError, match="slice"):
         compiled(np.ones(3), np.ones(3))
+
+
+def test_tuples_branches_while_rows_and_mixed_calls(quick_llvm):
+    rng = np.random.default_rng(3)
+    x, A = rng.standard_normal(4), rng.standard_normal((3, 2))
+    compiled = _grads_agree(shapes_and_control, (x, A), (0, 1))
+    assert "v_0" in compiled.source and "def split(v_0, v_1):" in compiled.source
+    x[0:2] = 0.1  # the other arm
+    _grads_agree(shapes_and_control, (x, A), (0, 1))
 
 
 def test_vector_outputs_and_aux(quick_llvm):
