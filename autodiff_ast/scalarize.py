@@ -60,10 +60,10 @@ import gast
 
 from .rules.elementwise import PARTIALS, PIECEWISE_CONSTANT
 
-__all__ = ["scalarize", "Scalarized", "MAX_LENGTH"]
+__all__ = ["scalarize", "rebuild", "Scalarized", "MAX_LENGTH"]
 
 #: Vectors longer than this stay arrays (one name per element stops paying off).
-MAX_LENGTH = 16
+MAX_LENGTH = 8
 
 TOP = "unknown"  # a vector whose length is not known statically
 
@@ -73,7 +73,8 @@ _FILLS = {"zeros": "0.0", "ones": "1.0", "zeros_like": "0.0", "ones_like": "1.0"
 
 @dataclass
 class Scalarized:
-    """The rewritten module's text, its program and entry core function."""
+    """The rewritten module's text; :func:`rebuild` fills in its program and entry core
+    function."""
 
     text: str
     program: object
@@ -102,7 +103,6 @@ class _Function:
 
     def __init__(self, core, entry):
         self.core = core
-        self.entry = entry
         self.lengths = {}  # vector name -> int | TOP (absent: nothing known yet)
         self.consts = _int_constants(core.body)
         self.forms = {}  # id(stmt) -> _Form
@@ -111,6 +111,12 @@ class _Function:
         self.frozen = entry  # parameters and returns keep their form
         self.names = {n.id for n in gast.walk(gast.Module(body=core.body, type_ignores=[]))
                       if isinstance(n, gast.Name)} | set(core.params)
+        # `a, b = f(...)` in core form: the call statement -> its unpacking, and those skipped
+        self.unpacked, self.skipped = {}, set()
+        # read element by element (see _Analysis.element_reads): name -> [read keys], local
+        # rows -> (matrix, index text), and the candidates while that is being decided
+        self.reads, self.rows = {}, {}
+        self.candidates, self.row_candidates = set(), {}
 
     def is_vector(self, name):
         t = self.core.types.get(name)
@@ -1031,5 +1037,3 @@ def rebuild(program, core, scalarized):
     scalarized.program, scalarized.core = new, entry
     return scalarized
 
-
-__all__ += ["rebuild"]
