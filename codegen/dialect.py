@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 import gast
 
 from .buffer_reuse import reuse_buffers
+from .common_calls import reuse_math_calls
 from .emit import comment, fresh_name, is_marker, render_function
 from .fused_updates import fuse_outer_adds
 from .helpers import DIALECT_DEPENDS, DIALECT_HELPERS, DIALECT_NOT_COMPILED
@@ -1020,6 +1021,7 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
         for name in fuse_outer_adds(fn):
             module.need(name)
         if numba_overloads:  # np.exp(a[c]) in a loop nest: one table before the nest
+            reuse_math_calls(fn)  # np.cos(t) again where c = np.cos(t) still holds it
             tabulate_invariant_calls(fn, module.taken)
             for name in reuse_buffers(fn):  # x = np.zeros(k) in a loop: x's old array
                 module.need(name)

@@ -12,6 +12,7 @@ import autodiff_ast as ad
 from autodiff_ast.jit import jit
 from autodiff_ast.templates import unparse
 from codegen.buffer_reuse import reuse_buffers
+from codegen.common_calls import reuse_math_calls
 from codegen.helpers import dialect_helper_source
 from codegen.invariant_tables import tabulate_invariant_calls
 
@@ -283,3 +284,46 @@ def test_jit_leaves_changing_arrays_and_kept_buffers_alone(f, argnums):
     assert "exp_s = " not in compiled.source
     assert "zeros_reusing(terms" not in compiled.source
     np.testing.assert_allclose(jit(f)(*args), f(*args), rtol=1e-13)
+
+
+# ---------------------------------------------------------------- math calls reused
+def _reused_calls(body, params="t, g"):
+    fn = _function(body, params)
+    count = reuse_math_calls(fn)
+    return count, unparse(fn)
+
+
+def test_a_repeated_math_call_reads_the_name_holding_it():
+    count, text = _reused_calls(["c = np.cos(t)", "u = t", "a, v = g, u", "cond = t > 0.0",
+                                 "if cond:", "    s = np.sin(t)", "b = g * np.cos(v)",
+                                 "cond_2 = cond", "if cond_2:", "    b = b * np.sin(u)",
+                                 "return b"])
+    assert count == 2, text
+    assert "b = g * c" in text and "b = b * s" in text, text
+
+
+@pytest.mark.parametrize("line, why", [
+    ("t = t + 1.0", "t rebound"),
+    ("c = 2.0", "the holder rebound"),
+    ("t[0] = 1.0", "t written into"),
+    ("t += 1.0", "t added to in place"),
+    ("add_at(t, 0, 1.0)", "t passed to a call made for its effect"),
+])
+def test_a_math_call_is_not_reused_after_a_change(line, why):
+    count, text = _reused_calls(["c = np.cos(t)", line, "return np.cos(t)"])
+    assert count == 0, (why, text)
+
+
+def test_math_calls_in_loops_and_one_armed_branches():
+    # changed later in the loop: the next step's call must be made again
+    count, text = _reused_calls(["c = np.cos(t)", "for i in range(3):", "    b = np.cos(t)",
+                                 "    t = t + b", "return c"])
+    assert count == 0, text
+    # computed in one arm only: not after the branch
+    count, text = _reused_calls(["if g > 0.0:", "    c = np.cos(t)", "return np.cos(t)"])
+    assert count == 0, text
+    # the same condition again, changed in between: not reused
+    count, text = _reused_calls(["cond = g > 0.0", "if cond:", "    c = np.cos(t)",
+                                 "cond = g < 0.0", "if cond:", "    return np.cos(t)",
+                                 "return 0.0"])
+    assert count == 0, text
