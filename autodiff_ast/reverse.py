@@ -2627,7 +2627,10 @@ def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
                 adj.add(atom.id, g, atom_type(atom, core.types))
         return None
     if prim.kind == "tuple_get":
-        g = _snapshot(adj, adj.get(targets[0]))
+        t = targets[0]
+        if adj.get(t) is not None and adj.smaller(adj.atypes.get(t, adj.type_of(t)), t):
+            adj.materialized(t)  # the element's part at its full shape, as for unpacking
+        g = _snapshot(adj, adj.get(t))
         if g is None and adj.type_of(targets[0]).kind == "tuple":
             g = _tuple_adjoint(adj, targets[0])
         src = prim.args[0]

@@ -128,6 +128,123 @@ def shapes_and_control(x, A):
     return total + np.sum(c) + d
 
 
+# ---------------------------------------------------------------- mixed programs
+# Small vectors with slices of steps, tuples, lists, while/break, three levels of helpers,
+# constant writes read back, vectors also needed whole: jit against plain against differences.
+def mixed_1(x):
+    v = x[0:3]
+    w = v[::-1] * 2.0 + v[-1]
+    u = w[1:]
+    return np.sum(u * u) + np.max(w) + np.sum(np.where(w > 0.5, w, -w))
+
+
+def _pair(a, b):
+    return a * b, a + b
+
+
+def mixed_2(x, y):
+    p, q = _pair(x[0:2], y[1:3])
+    r, s = _pair(p, q)
+    return np.sum(r * s) + np.dot(p, q)
+
+
+def mixed_3(x):
+    pos = np.array([x[0], x[1]])
+    vel = np.zeros(2)
+    t = 0
+    while t < 5:
+        vel = vel - 0.1 * pos
+        pos = pos + 0.1 * vel
+        if np.sum(pos * pos) > 10.0:
+            break
+        t = t + 1
+    return np.sum(pos * vel)
+
+
+def mixed_4(x):
+    v = np.zeros(3)
+    for i in range(3):
+        v[i] = x[i] * (i + 1.0)   # variable index: stays an array
+    w = x[0:3] * v
+    return np.sum(w * w)
+
+
+def _inner(a):
+    return a * np.tanh(a)
+
+
+def _middle(a, s):
+    return _inner(a) * s + _inner(a * 0.5)
+
+
+def _outer(a, b):
+    return np.sum(_middle(a, 2.0) * _middle(b, 0.3))
+
+
+def mixed_5(x):
+    return _outer(x[0:3], x[2:5])
+
+
+def mixed_6(A):
+    total = 0.0
+    for i in range(A.shape[0]):
+        r = A[i]
+        a = r[0:2]
+        b = r[1:3]
+        total = total + np.sum(_inner(a) * b) + r[2] * r[0]
+    return total
+
+
+def mixed_7(x):
+    xs = []
+    for k in range(3):
+        xs.append(x[k:k + 2] * (k + 1.0))
+    v = xs[0] + xs[1] * xs[2]
+    return np.sum(v * v)
+
+
+def mixed_8(x):
+    v = x[0:2]
+    t = (v, 3.0)
+    return np.sum(t[0] * t[1]) + np.sum(v)
+
+
+def mixed_9(x):
+    v = np.array([x[0], x[1], x[2]])
+    n = np.linalg.norm(v)
+    u = v / n
+    return np.sum(u * x[1:4]) + n
+
+
+def mixed_10(x, k):
+    v = x[0:2] * k
+    return np.sum(v ** 2) + np.sum(np.exp(v) / (1.0 + v * v))
+
+
+def mixed_11(x):
+    m = np.zeros(3)
+    m[0] = x[0]
+    m[1] = m[0] * x[1]
+    m[2] = m[1] + np.sin(m[0])
+    m[0] = m[2] * 2.0
+    return np.sum(m * m) + m[-1]
+
+
+MIXED = [
+    (mixed_1, lambda r: (r.standard_normal(4),)),
+    (mixed_2, lambda r: (r.standard_normal(3), r.standard_normal(4))),
+    (mixed_3, lambda r: (r.standard_normal(2),)),
+    (mixed_4, lambda r: (r.standard_normal(3),)),
+    (mixed_5, lambda r: (r.standard_normal(5),)),
+    (mixed_6, lambda r: (r.standard_normal((4, 3)),)),
+    (mixed_7, lambda r: (r.standard_normal(4),)),
+    (mixed_8, lambda r: (r.standard_normal(2),)),
+    (mixed_9, lambda r: (r.standard_normal(4),)),
+    (mixed_10, lambda r: (r.standard_normal(2), 1.7)),
+    (mixed_11, lambda r: (r.standard_normal(2),)),
+]
+
+
 def rng_data():
     rng = np.random.default_rng(7)
     cams = rng.standard_normal((3, 7)) * 0.3
@@ -255,6 +372,14 @@ def test_tuples_branches_while_rows_and_mixed_calls(quick_llvm):
     assert "v_0" in compiled.source and "def split(v_0, v_1):" in compiled.source
     x[0:2] = 0.1  # the other arm
     _grads_agree(shapes_and_control, (x, A), (0, 1))
+
+
+@pytest.mark.parametrize("fn, make", MIXED, ids=[f.__name__ for f, _ in MIXED])
+def test_mixed_programs(quick_llvm, fn, make):
+    args = make(np.random.default_rng(5))
+    argnums = tuple(i for i, a in enumerate(args) if isinstance(a, np.ndarray))
+    _grads_agree(fn, args, argnums)
+    assert ad.jit(fn)(*args) == pytest.approx(fn(*args), rel=1e-12)
 
 
 def test_vector_outputs_and_aux(quick_llvm):

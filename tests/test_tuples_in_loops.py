@@ -159,3 +159,16 @@ def test_jit_primal_of_a_swap_in_a_loop():
     new b): the primal itself was wrong under jit, and every derivative with it."""
     np.testing.assert_allclose(jit(swapped_in_branches)(W), swapped_in_branches(W),
                                rtol=1e-15)
+
+
+def _tuple_element_times_number(x):
+    v = np.array([x[0], x[1]])
+    t = (v, 3.0)
+    return np.sum(t[0] * t[1]) + np.sum(v)
+
+
+def test_a_tuple_element_whose_adjoint_is_one_number():
+    """``t[0]``'s adjoint was held as one number (the sum's) and indexed as an array by the
+    display's rule: TypeError in the generated code."""
+    x = np.array([0.3, 0.4])
+    np.testing.assert_allclose(ad.grad(_tuple_element_times_number)(x), [4.0, 4.0])
