@@ -999,7 +999,8 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
     ``tanh_fast(x)``, ``np.sum(a * b)`` as ``sum_of_products(a, b)``,
     ``np.sum(x, axis=k)`` as ``sum_axis(x, k)`` and, in a module with loops, ``np.dot`` and
     ``@`` as ``small_dot(a, b)``, compiled into loops for float arrays (a target that
-    compiles with Numba asks for it).
+    compiles with Numba asks for it). It also inlines calls made in loops
+    (:mod:`codegen.inlining`) and reuses repeated math calls (:mod:`codegen.common_calls`).
     """
     tree = parse_with_comments(source)
     module = _Module(tree)
