@@ -274,7 +274,7 @@ def prepare(fn, specs, program=None):
     core = normalize_into(program, info, specs, core_name=info.name)
     if wanted:
         from .scalarize import rebuild, scalarize
-        rewritten = scalarize(program, core)
+        rewritten = scalarize(program, core, wanted if isinstance(wanted, dict) else None)
         if rewritten is not None and rebuild(program, core, rewritten) is not None:
             program, core = rewritten.program, rewritten.core
     return info, program, core
@@ -284,9 +284,11 @@ _SCALARIZE = contextvars.ContextVar("autodiff_ast_scalarize", default=False)
 
 
 @contextlib.contextmanager
-def scalarizing(on=True):
-    """Within this block, the next :func:`prepare` keeps small vectors as scalars (jit)."""
-    token = _SCALARIZE.set(on)
+def scalarizing(hints=None):
+    """Within this block, the next :func:`prepare` keeps small vectors as scalars (jit);
+    `hints` maps parameters to the length of their small last axis (the module is compiled
+    for those lengths)."""
+    token = _SCALARIZE.set(dict(hints) if hints else True)
     try:
         yield
     finally:

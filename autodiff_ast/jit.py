@@ -26,6 +26,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import inspect
 import linecache
 import os
@@ -184,14 +185,20 @@ class _Jitted:
         return tuple(parts)
 
     def _module_for(self, key, build):
+        hints = getattr(self, "_hints", {}) if _scalarizes(self) else {}
+        if hints:  # the module is written for these small axes (autodiff_ast/scalarize.py)
+            key = (key, "sizes", tuple(sorted(hints.items())))
         if key not in self._modules:
             from . import warmstart
-            index = warmstart.key_for(self, key) if self.jit_options.cache else None
+            index = warmstart.key_for(self, key[0] if hints else key) \
+                if self.jit_options.cache else None
+            if index and hints:
+                index = hashlib.sha256(f"{index} {key[2]!r}".encode()).hexdigest()
             found = warmstart.load(index) if index else None
             if found is not None:  # compiled by an earlier process: nothing to generate
                 out, module = found
             else:
-                generated = _build(self, build)
+                generated = _build(self, build, hints)
                 name = sanitize(f"jit_{generated.entry}")
                 out, module = TARGETS[self.jit_options.target].compile(
                     generated, self.jit_options, name, self._static_note())
@@ -224,6 +231,8 @@ class _Jitted:
                 from .normalize import Static
                 specs[n] = Static(self._intern(n, v))
                 self._statics[n] = v
+        self._hints = {n: _small_axis(v) for n, v in zip(names, values)
+                       if n not in static and _small_axis(v) is not None}
         return names, values, specs
 
     def _intern(self, name, value):
@@ -248,6 +257,21 @@ class _Jitted:
         return compile_error(failure, _user_function(self))
 
 
+#: Arrays whose last axis has at most this many entries (2-D: rows; 1-D: the vector) are
+#: compiled for that length: their rows are small vectors kept as scalars. Equal to
+#: autodiff_ast.scalarize.MAX_LENGTH (not imported: a warm start does not load the passes).
+SMALL_AXIS = 8
+
+
+def _small_axis(a):
+    """The length jit specialises `a` for (a float64 vector or matrix whose last axis has 2 to
+    SMALL_AXIS entries), else None."""
+    if type(a) is np.ndarray and a.ndim in (1, 2) and a.dtype == np.float64 and \
+            2 <= a.shape[-1] <= SMALL_AXIS:
+        return a.shape[-1]
+    return None
+
+
 def _scalarizes(jitted):
     """Whether jit builds `jitted` with its small vectors as scalars (autodiff_ast/scalarize.py):
     the CPU target, for the primal or grad/value_and_grad of a plain Python function (the
@@ -259,14 +283,15 @@ def _scalarizes(jitted):
     return isinstance(jitted, _ReverseTransform) and getattr(jitted, "py_fun", None) is not None
 
 
-def _build(jitted, build):
-    """build(), with small vectors as scalars where that applies; on any failure of the
-    rewritten program, the original's build (whose errors name the user's lines)."""
+def _build(jitted, build, hints):
+    """build(), with small vectors as scalars where that applies (`hints`: the lengths of the
+    small last axes of the arguments); on any failure of the rewritten program, the
+    original's build (whose errors name the user's lines)."""
     if not _scalarizes(jitted):
         return build()
     from .build import scalarizing
     try:
-        with scalarizing():
+        with scalarizing(hints):
             return build()
     except Exception:  # noqa: BLE001 - the plain build below reports the user's error
         return build()
@@ -279,7 +304,7 @@ def _leaf_key(a):
         flags = a.flags
         if not (flags.c_contiguous and flags.writeable) or a.ndim == 0:
             return None
-        return (a.dtype, tuple(s == 1 for s in a.shape))
+        return (a.dtype, tuple(s == 1 for s in a.shape), _small_axis(a))
     if kind in (float, int, bool) or isinstance(a, np.generic):
         return kind
     return None

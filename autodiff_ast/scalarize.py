@@ -11,13 +11,15 @@ functions back to the front end: reverse mode then differentiates scalar code, w
 are scalars too.
 
 Where lengths come from: a slice with constant bounds (``cam[0:3]``, ``xcam[0:2]``), a display of
-scalars (``np.array([a, b, c])``), ``np.zeros(3)``; they flow through elementwise arithmetic and
-ufuncs, copies, constant-index reads and writes, slices, and into and out of the user's helper
-functions (a helper whose every call passes a vector of one length takes its elements as
-parameters; one that returns such a vector returns its elements). ``np.sum`` and ``np.dot`` of
-such vectors become sums of products. A vector of unknown length used beside one of length
-``n`` is read element by element through ``broadcast_index`` (NumPy's broadcasting: length
-``n`` or one, otherwise ValueError), and a constant slice of one through ``slice_index``
+scalars (``np.array([a, b, c])``), ``np.zeros(3)``, and the arguments jit compiles for their
+short last axis (``hints``: a 3-vector, the rows ``pos[i]`` of an N x 3 array); they flow
+through elementwise arithmetic and ufuncs, copies, constant-index reads and writes, slices,
+and into and out of the user's helper functions (a helper whose every call passes a vector
+of one length takes its elements as parameters; one that returns such a vector returns its
+elements). ``np.sum`` and ``np.dot`` of such vectors become sums of products. A vector of
+unknown length used beside one of length ``n`` is read element by element through
+``broadcast_index`` (NumPy's broadcasting: length ``n`` or one, otherwise ValueError), and a
+constant slice of one through ``slice_index``
 (ValueError if the array is shorter than the slice's end, where NumPy would give a shorter
 slice: the one behaviour that differs, and it raises rather than computes). Any other use
 of a scalarized vector gets the array back (``np.array([rot_0, rot_1, rot_2])``) just there.
@@ -84,7 +86,8 @@ class Scalarized:
 # ---------------------------------------------------------------- statement forms
 @dataclass
 class _Form:
-    kind: str  # elementwise, sum, dot, item, slice, display, fill, copy, setitem, call, other
+    kind: str  # elementwise, sum, dot, item, slice, display, fill, row, copy, setitem,
+    # store_row, call, other (and skip: the unpacking half of a call)
     target: str | None = None
     args: tuple = ()
 
@@ -117,6 +120,7 @@ class _Function:
         # rows -> (matrix, index text), and the candidates while that is being decided
         self.reads, self.rows = {}, {}
         self.candidates, self.row_candidates = set(), {}
+        self.row_lengths = {}  # a matrix argument jit specialised -> the length of its rows
 
     def is_vector(self, name):
         t = self.core.types.get(name)
@@ -143,6 +147,13 @@ class _Function:
 
     def length(self, name):
         return self.lengths.get(name)
+
+    def elements_known(self, name):
+        """Whether every element of `name` can be named: scalarized, or an array of a length
+        fixed for this compilation (an argument jit specialised: read as ``x[j]``)."""
+        n = self.lengths.get(name)
+        return self.static(name) is not None or (
+            isinstance(n, int) and name not in self.owned and 1 <= n <= MAX_LENGTH)
 
     def static(self, name):
         """The number of scalars `name` is kept in, or None when it stays an array."""
@@ -243,6 +254,11 @@ def _classify(stmt, fn):
                                           fn.is_vector(call.args[p].id) for p in ("a", "b")):
         return _Form("dot", out, (call.args["a"].id, call.args["b"].id))
     if rule == "getitem" and isinstance(call.args["x"], gast.Name) and \
+            call.args["x"].id in fn.row_lengths and fn.is_vector(out) and \
+            fn.is_scalar_atom(call.args["index"]) and \
+            not isinstance(getattr(call.args["index"], "value", 0), float):
+        return _Form("row", out, (call.args["x"].id, call.args["index"]))
+    if rule == "getitem" and isinstance(call.args["x"], gast.Name) and \
             fn.is_vector(call.args["x"].id):
         x, index = call.args["x"].id, call.args["index"]
         if fn.const_int(index) is not None:
@@ -342,10 +358,19 @@ def _slice_length(fn, x, lo, hi, step):
 
 
 class _Analysis:
-    def __init__(self, program, entry):
+    def __init__(self, program, entry, hints=None):
         self.functions = {}
+        hints = hints or {}
         for cf in program.functions.values():
-            self.functions[id(cf)] = _Function(cf, cf is entry)
+            fn = self.functions[id(cf)] = _Function(cf, cf is entry)
+            if cf is entry:  # arguments jit compiles for their small last axis
+                stored = {n.id for n in gast.walk(gast.Module(body=cf.body, type_ignores=[]))
+                          if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store)}
+                for p in cf.params:
+                    t = cf.types.get(p)
+                    if p in hints and p not in stored and t is not None and \
+                            t.kind == "array" and t.dims is not None and len(t.dims) == 2:
+                        fn.row_lengths[p] = hints[p]
         self.sites = {}  # id(callee core) -> [(caller _Function, form)]
         for fn in self.functions.values():
             fn.skipped = _unpacked_calls(fn)
@@ -395,9 +420,9 @@ class _Analysis:
                 fn.owned |= set(fn.core.params)
             for p in fn.core.params:
                 if fn.frozen and fn.is_vector(p):
-                    fn.lengths[p] = TOP
+                    fn.lengths[p] = hints.get(p, TOP) if fn.core is entry else TOP
             for name in fn.names - fn.owned:  # module data: read through broadcast_index
-                if fn.is_vector(name):
+                if fn.is_vector(name) and name not in fn.lengths:
                     fn.lengths[name] = TOP
 
     def returned(self, fn):
@@ -439,7 +464,7 @@ class _Analysis:
             if not fn.frozen:
                 fn.candidates |= {p for p in fn.core.params if fn.is_vector(p) and
                                   fn.length(p) == TOP and p not in fn.pinned}
-            rows = _row_definitions(fn)
+            rows = {v: r for v, r in _row_definitions(fn).items() if fn.length(v) == TOP}
             fn.candidates |= set(rows)
             fn.row_candidates = rows
         changed = True
@@ -513,6 +538,52 @@ class _Analysis:
                     return None
         return list(reads)
 
+    def settle(self):
+        """The lengths, with vectors that no statement would use as scalars kept as arrays
+        (each use would make the array again: ``np.tile(v, 2)``, a helper that keeps its
+        parameter an array), repeated until no more are kept."""
+        initial = {id(fn): dict(fn.lengths) for fn in self.functions.values()}
+        for _ in range(20):
+            self.run()
+            kept = False
+            for fn in self.functions.values():
+                for name in [n for n in fn.lengths if fn.static(n) is not None]:
+                    if self._only_materialized(fn, name):
+                        fn.pinned.add(name)
+                        kept = True
+            if not kept:
+                return
+            for fn in self.functions.values():
+                fn.lengths = dict(initial[id(fn)])
+        raise RuntimeError("scalarize: vectors kept as arrays did not settle")
+
+    def _only_materialized(self, fn, v):
+        """Whether every read of scalarized `v` needs it as an array again."""
+        reads = scalar = 0
+        for stmt in _statements(fn.core.body):
+            if isinstance(stmt, (gast.If, gast.For, gast.While)) or not any(
+                    isinstance(n, gast.Name) and n.id == v and isinstance(n.ctx, gast.Load)
+                    for n in gast.walk(stmt)):
+                continue
+            form = fn.forms.get(id(stmt), _Form("other"))
+            kind = _effective(fn, form)
+            if kind == "setitem" and form.target == v:
+                continue  # a write of one element
+            reads += 1
+            if kind in ("elementwise", "sum", "dot", "item", "slice", "copy", "store_row"):
+                scalar += 1
+            elif kind == "call":
+                callee = self.functions[id(form.args[0])]
+                if not callee.frozen and all(
+                        callee.static(p) is not None for p, a in zip(callee.core.params,
+                                                                     form.args[1])
+                        if isinstance(a, gast.Name) and a.id == v):
+                    scalar += 1
+        if any(isinstance(a, gast.Name) and a.id == v for a in self.returned(fn)):
+            reads += 1
+            scalar += self.return_lengths(fn) is not None
+        return reads > 0 and scalar == 0
+
     def run(self):
         for _ in range(100):
             changed = False
@@ -547,6 +618,8 @@ class _Analysis:
                 changed |= self._set(fn, out, _slice_length(fn, *args))
             elif k == "display":
                 changed |= self._set(fn, out, len(args))
+            elif k == "row":
+                changed |= self._set(fn, out, fn.row_lengths[args[0]])
             elif k == "fill":
                 n = args[0] if args[2] is None else fn.length(args[2])
                 changed |= self._set(fn, out, TOP if n == 0 else n)
@@ -567,7 +640,7 @@ class _Analysis:
                     arg = form.args[1][index]
                     if isinstance(arg, gast.Name) and caller.is_vector(arg.id):
                         m = caller.length(arg.id)
-                        if m is not None and m != TOP and caller.static(arg.id) is None:
+                        if m is not None and m != TOP and not caller.elements_known(arg.id):
                             m = TOP  # the caller keeps it as an array
                     else:
                         m = TOP
@@ -704,9 +777,10 @@ def _effective(fn, form):
     if form.target is not None and k not in ("sum", "dot", "item") and \
             fn.static(form.target) is None:
         return "other"  # the result stays an array
-    if k == "slice" and fn.static(form.args[0]) is None and fn.length(form.args[0]) != TOP:
+    if k == "slice" and not fn.elements_known(form.args[0]) and \
+            fn.length(form.args[0]) != TOP:
         return "other"
-    if k in ("sum", "dot") and any(fn.static(a) is None for a in form.args):
+    if k in ("sum", "dot") and not all(fn.elements_known(a) for a in form.args):
         return "other"
     if k == "item":
         n = fn.static(form.args[0])
@@ -762,11 +836,18 @@ class _Writer:
         self.taken.add(name)
         return name
 
+    def elements_of(self, name):
+        """The elements of a vector whose elements can be named (texts)."""
+        if self.fn.static(name) is not None:
+            return self.element_names(name)
+        return [f"{name}[{j}]" for j in range(self.fn.length(name))]
+
     def element(self, name, j, n):
         """Element j of vector `name` in a statement over n elements (text)."""
-        size = self.fn.static(name)
-        if size is not None:
-            return self.element_names(name)[0 if size == 1 else j]
+        if self.fn.elements_known(name):
+            elements = self.elements_of(name)
+            if len(elements) in (1, n):
+                return elements[0 if len(elements) == 1 else j]
         return self.read(name, ("bcast", j, n))
 
     def read(self, name, key):
@@ -863,10 +944,10 @@ class _Writer:
             self.emit(f"{a}[{row}, store_index({a}.shape[1], {j}, {n})] = {name}", indent)
 
     def _sum(self, stmt, form, indent):
-        self.emit(f"{form.target} = " + " + ".join(self.element_names(form.args[0])), indent)
+        self.emit(f"{form.target} = " + " + ".join(self.elements_of(form.args[0])), indent)
 
     def _dot(self, stmt, form, indent):
-        a, b = (self.element_names(x) for x in form.args)
+        a, b = (self.elements_of(x) for x in form.args)
         if len(a) != len(b):
             return self._other(stmt, form, indent)
         self.emit(f"{form.target} = " + " + ".join(f"{u} * {v}" for u, v in zip(a, b)),
@@ -889,14 +970,18 @@ class _Writer:
     def _slice(self, stmt, form, indent):
         x, lo, hi, step = form.args
         names = self.element_names(form.target)
-        size = self.fn.static(x)
-        if size is not None:
-            picked = range(*slice(lo, hi, step).indices(size))
-            source = [self.element_names(x)[i] for i in picked]
+        if self.fn.elements_known(x):
+            elements = self.elements_of(x)
+            source = [elements[i] for i in range(*slice(lo, hi, step).indices(len(elements)))]
         else:
             source = [self.read(x, ("slice", lo + j, hi)) for j in range(len(names))]
         for name, value in zip(names, source):
             self.emit(f"{name} = {value}", indent)
+
+    def _row(self, stmt, form, indent):
+        matrix, index = form.args
+        for j, name in enumerate(self.element_names(form.target)):
+            self.emit(f"{name} = {matrix}[{_unparse(index)}, {j}]", indent)
 
     def _display(self, stmt, form, indent):
         for name, elt in zip(self.element_names(form.target), form.args):
@@ -917,7 +1002,7 @@ class _Writer:
         texts = []
         for p, a in zip(callee_core.params, args):
             if not callee.frozen and callee.static(p) is not None:
-                texts += self.element_names(a.id)
+                texts += self.elements_of(a.id)
             elif not callee.frozen and p in callee.reads:
                 texts += [self.read(a.id, key) for key in callee.reads[p]]
             elif isinstance(a, gast.Name) and self.fn.static(a.id) is not None:
@@ -987,14 +1072,17 @@ def _replace_names(node, texts):
 
 
 # ---------------------------------------------------------------- entry point
-def scalarize(program, core):
+def scalarize(program, core, hints=None):
     """The program rewritten with small vectors as scalars, or None when nothing changes.
 
+    `hints` maps parameters of the entry to the length of their small last axis, for a module
+    compiled for those lengths (jit specialises on them): a vector argument then has that
+    length, and a row ``a[i]`` of a matrix argument is a vector of it.
     Returns a :class:`Scalarized` whose ``text`` is the module source (not yet loaded); see
     :func:`rebuild` for the program and core form of it.
     """
-    analysis = _Analysis(program, core)
-    analysis.run()
+    analysis = _Analysis(program, core, hints)
+    analysis.settle()
     analysis.element_reads()
     if not any(fn.static(n) is not None for fn in analysis.functions.values()
                for n in fn.lengths) and not any(fn.reads for fn in analysis.functions.values()):

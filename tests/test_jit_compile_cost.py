@@ -71,7 +71,7 @@ def test_whole_array_sum_is_reassociated_only_without_loops():
 
 def test_int_cotangent_of_a_helper_is_made_float():
     g = ad.grad(scaled_lse)
-    v = np.array([0.3, -1.2, 2.0, 0.7])
+    v = np.linspace(-1.2, 2.0, 10)  # longer than jit's SMALL_AXIS: not kept as scalars
     g(v)
     source = g.source
     assert "float(-n)" in source
@@ -86,7 +86,7 @@ def compiled():
     y = 3.0 * x - 1.0 + 0.1 * rng.standard_normal(1001)
     lin = jit(ad.grad(linreg_loss, argnums=(0, 1)))
     lse_grad = jit(ad.grad(scaled_lse))
-    v = np.array([0.3, -1.2, 2.0, 0.7])
+    v = np.linspace(-1.2, 2.0, 10)  # longer than jit's SMALL_AXIS: not kept as scalars
     return {"lin": lin, "lin_args": (0.5, 0.2, x, y), "lin_value": lin(0.5, 0.2, x, y),
             "lse": lse_grad, "v": v, "lse_value": lse_grad(v)}
 
