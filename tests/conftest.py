@@ -40,6 +40,18 @@ def rng():
     return np.random.default_rng(0)
 
 
+@pytest.fixture(scope="module")
+def quick_llvm():
+    """LLVM at -O0 while a test module compiles: typing and lowering, which decide whether
+    Numba accepts the code, are the same at every level, and compiling is the tests' cost
+    (the level is part of a generated module's text, so these never meet optimized ones)."""
+    import numba
+    saved = numba.config.OPT
+    numba.config.OPT = numba.core.config._OptLevel(0)
+    yield
+    numba.config.OPT = saved
+
+
 @pytest.fixture(scope="session")
 def regen_golden(request):
     """Whether golden files should be rewritten instead of compared."""

@@ -338,16 +338,6 @@ def test_module_data_becomes_arguments():
 
 
 # ---------------------------------------------------------------- compiled: shared fixtures
-@pytest.fixture(scope="module")
-def quick_llvm():
-    """LLVM at -O0 while this module compiles (see the module docstring)."""
-    import numba
-    saved = numba.config.OPT
-    numba.config.OPT = numba.core.config._OptLevel(0)
-    yield
-    numba.config.OPT = saved
-
-
 inputs = np.array([[0.52, 1.12, 0.77], [0.88, -1.08, 0.15], [0.52, 0.06, -1.3],
                    [0.74, -2.49, 1.39]])
 

@@ -77,15 +77,6 @@ def assert_trees_close(got, want, rtol=1e-10, atol=1e-12):
 
 # ---------------------------------------------------------------- shared compiled functions
 @pytest.fixture(scope="module")
-def quick_llvm():
-    import numba
-    saved = numba.config.OPT
-    numba.config.OPT = numba.core.config._OptLevel(0)
-    yield
-    numba.config.OPT = saved
-
-
-@pytest.fixture(scope="module")
 def data():
     rng = np.random.default_rng(3)
     params = {"W1": rng.standard_normal((5, 3)), "b1": rng.standard_normal(5),

@@ -321,15 +321,6 @@ def test_vectors_only_ever_needed_as_arrays_stay_arrays():
 
 
 # ---------------------------------------------------------------- compiled results
-@pytest.fixture(scope="module")
-def quick_llvm():
-    import numba
-    saved = numba.config.OPT
-    numba.config.OPT = numba.core.config._OptLevel(0)
-    yield
-    numba.config.OPT = saved
-
-
 def _grads_agree(fn, args, argnums, check_fd=True):
     compiled = ad.jit(ad.grad(fn, argnums=argnums))
     plain = ad.grad(fn, argnums=argnums)
