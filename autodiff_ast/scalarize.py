@@ -19,10 +19,11 @@ of one length takes its elements as parameters; one that returns such a vector r
 elements). ``np.sum`` and ``np.dot`` of such vectors become sums of products. A vector of
 unknown length used beside one of length ``n`` is read element by element through
 ``broadcast_index`` (NumPy's broadcasting: length ``n`` or one, otherwise ValueError), and a
-constant slice of one through ``slice_index``
-(ValueError if the array is shorter than the slice's end, where NumPy would give a shorter
-slice: the one behaviour that differs, and it raises rather than computes). Any other use
-of a scalarized vector gets the array back (``np.array([rot_0, rot_1, rot_2])``) just there.
+constant slice of one through ``slice_index`` (ValueError if the array is shorter than the
+slice's end, where NumPy would give a shorter slice: the one behaviour that differs, and it
+raises rather than computes). Any other use of a scalarized vector gets the array back
+(``np.array([rot_0, rot_1, rot_2])``) just there, and a vector every use of which would do
+that stays an array.
 
 The result is a module of plain Python functions (``scalarized``), loaded and normalized again;
 :func:`scalarize` returns its program and entry core function, or None when nothing has a
