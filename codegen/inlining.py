@@ -55,9 +55,10 @@ from .emit import fresh_name, is_marker, name_node
 
 __all__ = ["inline_loop_calls", "MAX_STATEMENTS"]
 
-#: A function grows to at most this many statements by inlining (Numba's compile time grows
-#: with it).
-MAX_STATEMENTS = 3000
+#: A function grows to at most this many statements by inlining: Numba's compile time grows
+#: with it, fast for scalar statements, slowly for array ones (docs/numba.md). The largest
+#: function ADBench's bundle adjustment gradient makes has 473.
+MAX_STATEMENTS = 1000
 
 
 def _size(stmts):
