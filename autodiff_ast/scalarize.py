@@ -57,11 +57,15 @@ def f(x):
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from dataclasses import dataclass
 
 import gast
 
+from codegen.emit import fresh_name, mentions
+
 from .rules.elementwise import PARTIALS, PIECEWISE_CONSTANT
+from .templates import unparse
 
 __all__ = ["scalarize", "rebuild", "Scalarized", "MAX_LENGTH"]
 
@@ -93,10 +97,6 @@ class _Form:
     args: tuple = ()
 
 
-def _unparse(node):
-    return ast.unparse(gast.gast_to_ast(node))
-
-
 def _rule_name(prim):
     name = getattr(prim.rule, "name", None)
     return name.split("@")[0] if isinstance(name, str) else None
@@ -108,13 +108,20 @@ class _Function:
     def __init__(self, core, entry):
         self.core = core
         self.lengths = {}  # vector name -> int | TOP (absent: nothing known yet)
-        self.consts = _int_constants(core.body)
+        body = gast.Module(body=core.body, type_ignores=[])
+        # how often each name is bound (Store) and read (Load) in the body: one walk
+        self.stores, self.loads = Counter(), Counter()
+        for n in gast.walk(body):
+            if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store):
+                self.stores[n.id] += 1
+            elif isinstance(n, gast.Name) and isinstance(n.ctx, gast.Load):
+                self.loads[n.id] += 1
+        self.consts = _int_constants(core.body, self.stores)
         self.forms = {}  # id(stmt) -> _Form
         self.pinned = set()  # vectors that must stay arrays (loop targets, read by headers)
         self.owned = set()  # names this function binds (its parameters too, unless frozen)
         self.frozen = entry  # parameters and returns keep their form
-        self.names = {n.id for n in gast.walk(gast.Module(body=core.body, type_ignores=[]))
-                      if isinstance(n, gast.Name)} | set(core.params)
+        self.names = set(self.stores) | set(self.loads) | set(core.params)
         # `a, b = f(...)` in core form: the call statement -> its unpacking, and those skipped
         self.unpacked, self.skipped = {}, set()
         # read element by element (see _Analysis.element_reads): name -> [read keys], local
@@ -122,6 +129,7 @@ class _Function:
         self.reads, self.rows = {}, {}
         self.candidates, self.row_candidates = set(), {}
         self.row_lengths = {}  # a matrix argument jit specialised -> the length of its rows
+        self.row_defs = set()  # ids of `v = a[i]` statements whose row is read in place
 
     def is_vector(self, name):
         t = self.core.types.get(name)
@@ -165,16 +173,13 @@ class _Function:
         return None
 
 
-def _int_constants(body):
-    """Names bound exactly once, to an integer computed from integer constants (``add = 0 + 3``,
-    the core form of ``cam[ROT_IDX:ROT_IDX + 3]``)."""
-    counts, values = {}, {}
-    for node in gast.walk(gast.Module(body=body, type_ignores=[])):
-        if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store):
-            counts[node.id] = counts.get(node.id, 0) + 1
+def _int_constants(body, stores):
+    """Names bound exactly once (`stores`: bindings per name), to an integer computed from
+    integer constants (``add = 0 + 3``, the core form of ``cam[ROT_IDX:ROT_IDX + 3]``)."""
+    values = {}
     for node in gast.walk(gast.Module(body=body, type_ignores=[])):
         if isinstance(node, gast.Assign) and len(node.targets) == 1 and \
-                isinstance(node.targets[0], gast.Name) and counts[node.targets[0].id] == 1:
+                isinstance(node.targets[0], gast.Name) and stores[node.targets[0].id] == 1:
             try:
                 value = _fold(node.value, values)
             except (ValueError, ZeroDivisionError, OverflowError):
@@ -365,16 +370,14 @@ class _Analysis:
         for cf in program.functions.values():
             fn = self.functions[id(cf)] = _Function(cf, cf is entry)
             if cf is entry:  # arguments jit compiles for their small last axis
-                stored = {n.id for n in gast.walk(gast.Module(body=cf.body, type_ignores=[]))
-                          if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store)}
                 for p in cf.params:
                     t = cf.types.get(p)
-                    if p in hints and p not in stored and t is not None and \
+                    if p in hints and p not in fn.stores and t is not None and \
                             t.kind == "array" and t.dims is not None and len(t.dims) == 2:
                         fn.row_lengths[p] = hints[p]
         self.sites = {}  # id(callee core) -> [(caller _Function, form)]
         for fn in self.functions.values():
-            fn.skipped = _unpacked_calls(fn)
+            fn.unpacked, fn.skipped = _unpacked_calls(fn)
             other_reads, written = set(), set()
             for stmt in _statements(fn.core.body):
                 if isinstance(stmt, (gast.If, gast.For, gast.While)):
@@ -458,7 +461,6 @@ class _Analysis:
         (element j broadcast to length n), ("slice", i, stop) (index i of a slice ending at
         stop), ("const", c, None) (v[c]); a parameter becomes one parameter per read (its callers
         read the elements), a row is read in place (``a[i, 5]``): no array between them."""
-        self.row_defs = {}
         for fn in self.functions.values():
             fn.reads, fn.rows = {}, {}
             fn.candidates = set()
@@ -489,17 +491,17 @@ class _Analysis:
             for v, (stmt, matrix, index) in fn.row_candidates.items():
                 if v in fn.reads:
                     fn.rows[v] = (matrix, index)
-                    self.row_defs.setdefault(id(fn), set()).add(id(stmt))
+                    fn.row_defs.add(id(stmt))
 
     def _reads_of(self, fn, v):
         """The element reads of candidate `v`, or None when some use needs the array."""
         reads = {}
         row = fn.row_candidates.get(v)
         for stmt in _statements(fn.core.body):
-            if not _mentions(stmt, v):
+            if not mentions(stmt, v):
                 continue
             if isinstance(stmt, (gast.If, gast.For, gast.While)):
-                if any(_mentions(n, v) for n in _header_nodes(stmt)):
+                if any(mentions(n, v) for n in _header_nodes(stmt)):
                     return None
                 continue
             if row is not None and stmt is row[0]:
@@ -518,7 +520,7 @@ class _Analysis:
             elif kind == "call":
                 callee_core, args, target = form.args
                 callee = self.functions[id(callee_core)]
-                if callee.frozen or _mentions(target, v):
+                if callee.frozen or mentions(target, v):
                     return None
                 for p, a in zip(callee_core.params, args):
                     if isinstance(a, gast.Name) and a.id == v:
@@ -528,7 +530,7 @@ class _Analysis:
             else:
                 return None
         for a in self.returned(fn):
-            if _mentions(a, v):
+            if mentions(a, v):
                 return None
         if v in fn.core.params and not fn.frozen:
             index = fn.core.params.index(v)
@@ -662,14 +664,9 @@ class _Analysis:
 
 def _unpacked_calls(fn):
     """``t = f(...)`` then ``a, b = t`` (the core form of ``a, b = f(...)``) with t read nowhere
-    else: fn.unpacked maps the call to the unpacking statement, which is returned (as ids)
-    to be skipped: the pair is one call with targets (a, b)."""
-    fn.unpacked = {}
-    skipped = set()
-    reads = {}
-    for node in gast.walk(gast.Module(body=fn.core.body, type_ignores=[])):
-        if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Load):
-            reads[node.id] = reads.get(node.id, 0) + 1
+    else: (id of the call -> the unpacking statement, ids of the unpacking statements, to be
+    skipped): the pair is one call with targets (a, b)."""
+    unpacked, skipped = {}, set()
     for block, _ in _blocks(fn.core.body):
         for first, second in zip(block, block[1:]):
             prim = getattr(first, "prim", None)
@@ -682,14 +679,10 @@ def _unpacked_calls(fn):
                     isinstance(second.targets[0], gast.Tuple) and \
                     all(isinstance(e, gast.Name) for e in second.targets[0].elts) and \
                     isinstance(second.value, gast.Name) and second.value.id == t and \
-                    reads.get(t) == 1:
-                fn.unpacked[id(first)] = second
+                    fn.loads[t] == 1:
+                unpacked[id(first)] = second
                 skipped.add(id(second))
-    return skipped
-
-
-def _mentions(node, name):
-    return any(isinstance(n, gast.Name) and n.id == name for n in gast.walk(node))
+    return unpacked, skipped
 
 
 def _blocks(body, owner=None):
@@ -707,10 +700,7 @@ def _row_definitions(fn):
     is bound once, i is a constant or bound once (earlier in the same block, or as the
     target of the loop whose body the block is), and every use of v follows its binding in
     that block."""
-    stores = {}
-    for node in gast.walk(gast.Module(body=fn.core.body, type_ignores=[])):
-        if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store):
-            stores[node.id] = stores.get(node.id, 0) + 1
+    stores = fn.stores
     out = {}
     for block, owner in _blocks(fn.core.body):
         for k, stmt in enumerate(block):
@@ -737,17 +727,17 @@ def _row_definitions(fn):
                 earlier = any(_stores(s, index.id) for s in block[:k]
                               if not isinstance(s, (gast.If, gast.For, gast.While)))
                 loop = isinstance(owner, gast.For) and owner.body is block and \
-                    _mentions(owner.target, index.id)
+                    mentions(owner.target, index.id)
                 if not (earlier or loop):
                     continue
             else:
                 continue
-            uses = [s for s in _statements(fn.core.body) if _mentions(s, v) and
+            uses = [s for s in _statements(fn.core.body) if mentions(s, v) and
                     not isinstance(s, (gast.If, gast.For, gast.While))]
             after = {id(s) for s in _statements(block[k + 1:])} | {id(stmt)}
             if any(id(s) not in after for s in uses):
                 continue
-            out[v] = (stmt, matrix.id, _unparse(index))
+            out[v] = (stmt, matrix.id, unparse(index))
     return out
 
 
@@ -816,26 +806,12 @@ class _Writer:
 
     def element_names(self, name):
         if name not in self.elements:
-            n = self.fn.static(name)
-            out = []
-            for j in range(n):
-                base = f"{name}_{j}"
-                fresh, k = base, 2
-                while fresh in self.taken:
-                    fresh = f"{base}_{k}"
-                    k += 1
-                self.taken.add(fresh)
-                out.append(fresh)
-            self.elements[name] = out
+            self.elements[name] = [fresh_name(f"{name}_{j}", self.taken)
+                                   for j in range(self.fn.static(name))]
         return self.elements[name]
 
     def fresh(self, base):
-        name, k = base, 2
-        while name in self.taken:
-            name = f"{base}_{k}"
-            k += 1
-        self.taken.add(name)
-        return name
+        return fresh_name(base, self.taken)
 
     def elements_of(self, name):
         """The elements of a vector whose elements can be named (texts)."""
@@ -889,20 +865,20 @@ class _Writer:
         fn = self.fn
         if isinstance(stmt, (gast.If, gast.While)):
             self.emit(f"{'if' if isinstance(stmt, gast.If) else 'while'} "
-                      f"{_unparse(stmt.test)}:", indent)
+                      f"{unparse(stmt.test)}:", indent)
             self.body(stmt.body, indent + 1)
             if stmt.orelse:
                 self.emit("else:", indent)
                 self.body(stmt.orelse, indent + 1)
             return
         if isinstance(stmt, gast.For):
-            self.emit(f"for {_unparse(stmt.target)} in {_unparse(stmt.iter)}:", indent)
+            self.emit(f"for {unparse(stmt.target)} in {unparse(stmt.iter)}:", indent)
             self.body(stmt.body, indent + 1)
             if stmt.orelse:
                 self.emit("else:", indent)
                 self.body(stmt.orelse, indent + 1)
             return
-        if id(stmt) in self.analysis.row_defs.get(id(fn), ()) or id(stmt) in fn.skipped:
+        if id(stmt) in fn.row_defs or id(stmt) in fn.skipped:
             return  # a row read element by element where it is used; an unpacked call
         form = fn.forms.get(id(stmt), _Form("other"))
         getattr(self, f"_{_effective(fn, form)}")(stmt, form, indent)
@@ -937,7 +913,7 @@ class _Writer:
         n = self.fn.static(v)
         if n is None:
             return self._other(stmt, form, indent)
-        row = _unparse(index)
+        row = unparse(index)
         if n == 1:
             self.emit(f"{a}[{row}] = {self.element_names(v)[0]}", indent)
             return
@@ -966,7 +942,7 @@ class _Writer:
 
     def _setitem(self, stmt, form, indent):
         self.emit(f"{self.element_names(form.target)[form.args[0]]} = "
-                  f"{_unparse(form.args[1])}", indent)
+                  f"{unparse(form.args[1])}", indent)
 
     def _slice(self, stmt, form, indent):
         x, lo, hi, step = form.args
@@ -982,11 +958,11 @@ class _Writer:
     def _row(self, stmt, form, indent):
         matrix, index = form.args
         for j, name in enumerate(self.element_names(form.target)):
-            self.emit(f"{name} = {matrix}[{_unparse(index)}, {j}]", indent)
+            self.emit(f"{name} = {matrix}[{unparse(index)}, {j}]", indent)
 
     def _display(self, stmt, form, indent):
         for name, elt in zip(self.element_names(form.target), form.args):
-            self.emit(f"{name} = {_unparse(elt)}", indent)
+            self.emit(f"{name} = {unparse(elt)}", indent)
 
     def _fill(self, stmt, form, indent):
         for name in self.element_names(form.target):
@@ -1009,7 +985,7 @@ class _Writer:
             elif isinstance(a, gast.Name) and self.fn.static(a.id) is not None:
                 texts.append(self.materialized(a.id))
             else:
-                texts.append(_unparse(a))
+                texts.append(unparse(a))
         lengths = self.analysis.return_lengths(callee)
         targets = [target] if isinstance(target, gast.Name) else list(target.elts)
         outs, after = [], []
@@ -1053,7 +1029,7 @@ class _Writer:
                 else:
                     parts.append(self.materialized(a.id))
             else:
-                parts.append(_unparse(a))
+                parts.append(unparse(a))
         if isinstance(fn.core.returns, gast.Tuple) or lengths is not None:
             self.emit("return (" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")",
                       1)
