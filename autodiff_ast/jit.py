@@ -185,20 +185,22 @@ class _Jitted:
         return tuple(parts)
 
     def _module_for(self, key, build):
-        hints = getattr(self, "_hints", {}) if _scalarizes(self) else {}
-        if hints:  # the module is written for these small axes (autodiff_ast/scalarize.py)
-            key = (key, "sizes", tuple(sorted(hints.items())))
+        scalarize = _scalarizes(self)
+        hints = getattr(self, "_hints", {}) if scalarize else {}
+        sizes = tuple(sorted(hints.items()))
+        index_key = key
+        if sizes:  # the module is written for these small axes (autodiff_ast/scalarize.py)
+            key = (key, "sizes", sizes)
         if key not in self._modules:
             from . import warmstart
-            index = warmstart.key_for(self, key[0] if hints else key) \
-                if self.jit_options.cache else None
-            if index and hints:
-                index = hashlib.sha256(f"{index} {key[2]!r}".encode()).hexdigest()
+            index = warmstart.key_for(self, index_key) if self.jit_options.cache else None
+            if index and sizes:
+                index = hashlib.sha256(f"{index} {sizes!r}".encode()).hexdigest()
             found = warmstart.load(index) if index else None
             if found is not None:  # compiled by an earlier process: nothing to generate
                 out, module = found
             else:
-                generated = _build(self, build, hints)
+                generated = _build(build, scalarize, hints)
                 name = sanitize(f"jit_{generated.entry}")
                 out, module = TARGETS[self.jit_options.target].compile(
                     generated, self.jit_options, name, self._static_note())
@@ -231,8 +233,11 @@ class _Jitted:
                 from .normalize import Static
                 specs[n] = Static(self._intern(n, v))
                 self._statics[n] = v
-        self._hints = {n: _small_axis(v) for n, v in zip(names, values)
-                       if n not in static and _small_axis(v) is not None}
+        self._hints = {}
+        for n, v in zip(names, values):
+            length = None if n in static else _small_axis(v)
+            if length is not None:
+                self._hints[n] = length
         return names, values, specs
 
     def _intern(self, name, value):
@@ -283,11 +288,11 @@ def _scalarizes(jitted):
     return isinstance(jitted, _ReverseTransform) and getattr(jitted, "py_fun", None) is not None
 
 
-def _build(jitted, build, hints):
-    """build(), with small vectors as scalars where that applies (`hints`: the lengths of the
+def _build(build, scalarize, hints):
+    """build(), with small vectors as scalars when `scalarize` (`hints`: the lengths of the
     small last axes of the arguments); on any failure of the rewritten program, the
     original's build (whose errors name the user's lines)."""
-    if not _scalarizes(jitted):
+    if not scalarize:
         return build()
     from .build import scalarizing
     try:

@@ -216,9 +216,12 @@ def inline_loop_calls(functions, entries=()):
     inlinable = {name: fn for name, fn in by_name.items()
                  if name not in recursive and name not in entries and _inlinable(fn)}
     module_names = set(by_name)
+    free = {}  # callee name -> the globals it reads (asked at each call site, kept until
+    # the callee's own body changes)
     changed_any = False
     for fn in functions:
         taken = _names(fn) | module_names | {a.id for a in fn.args.args}
+        bound = _stored(fn) | {a.id for a in fn.args.args}  # grows with each inlined body
         size = _size(fn.body)
         for _ in range(64):  # rounds: an inlined body's calls are inlined in the next
             sites = []
@@ -232,15 +235,20 @@ def inline_loop_calls(functions, entries=()):
                 grow = _size(callee.body)
                 if size + grow > MAX_STATEMENTS:
                     continue
-                if _free(callee) & (_stored(fn) | {a.id for a in fn.args.args}):
+                if callee.name not in free:
+                    free[callee.name] = _free(callee)
+                if free[callee.name] & bound:
                     continue  # a global the callee reads is a local name here
-                taken |= _free(callee)
-                stmts[i:i + 1] = _body_for(callee, site[0], site[1], stmts[i], taken)
+                taken |= free[callee.name]
+                body = _body_for(callee, site[0], site[1], stmts[i], taken)
+                bound |= _stored(gast.Module(body=body, type_ignores=[]))
+                stmts[i:i + 1] = body
                 size += grow
                 changed = True
             if not changed:
                 break
             changed_any = True
+            free.pop(fn.name, None)  # its body changed: what it reads may have too
     if not changed_any:
         return list(functions)
     keep = list(functions)
