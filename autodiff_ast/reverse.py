@@ -2610,13 +2610,7 @@ def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
         if isinstance(src, gast.Name) and src.id in active:
             adj.tuples.setdefault(src.id, [None] * len(targets))
             for i, t in enumerate(targets):
-                # A tuple's parts are taken at their elements' full shapes (a helper's
-                # backward function, say, gets them as its outputs' cotangents).
-                if adj.get(t) is not None and adj.smaller(adj.atypes.get(t, adj.type_of(t)), t):
-                    adj.materialized(t)
-                g = _snapshot(adj, adj.get(t))
-                if g is None and adj.type_of(t).kind == "tuple":
-                    g = _tuple_adjoint(adj, t)  # a nested tuple: its elements' adjoints
+                g = _tuple_part(adj, t)
                 if g is not None:
                     adj.add_to_tuple(src.id, i, g)
         return None
@@ -2627,12 +2621,7 @@ def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
                 adj.add(atom.id, g, atom_type(atom, core.types))
         return None
     if prim.kind == "tuple_get":
-        t = targets[0]
-        if adj.get(t) is not None and adj.smaller(adj.atypes.get(t, adj.type_of(t)), t):
-            adj.materialized(t)  # the element's part at its full shape, as for unpacking
-        g = _snapshot(adj, adj.get(t))
-        if g is None and adj.type_of(targets[0]).kind == "tuple":
-            g = _tuple_adjoint(adj, targets[0])
+        g = _tuple_part(adj, targets[0])
         src = prim.args[0]
         if g is not None and isinstance(src, gast.Name) and src.id in active:
             adj.add_to_tuple(src.id, stmt.value.slice.value, g)
@@ -2704,6 +2693,19 @@ def _zero_of(expr, typ):
         return gast.Tuple(elts=[_zero_of(fill("v[k]", v=expr, k=k), e)
                                 for k, e in enumerate(typ.elts)], ctx=gast.Load())
     return fill("0.0")
+
+
+def _tuple_part(adj, t):
+    """The adjoint of `t`, an element taken out of a tuple (unpacked or indexed), as the
+    tuple's part: at the element's full shape (a helper's backward function gets the parts
+    as its outputs' cotangents; a part held as one number would be added in later as if it
+    had that shape), under a name of its own, or the adjoints of a nested tuple's elements."""
+    if adj.get(t) is not None and adj.smaller(adj.atypes.get(t, adj.type_of(t)), t):
+        adj.materialized(t)
+    g = _snapshot(adj, adj.get(t))
+    if g is None and adj.type_of(t).kind == "tuple":
+        g = _tuple_adjoint(adj, t)
+    return g
 
 
 def _snapshot(adj, g):
