@@ -274,9 +274,10 @@ def prepare(fn, specs, program=None):
     core = normalize_into(program, info, specs, core_name=info.name)
     if wanted:
         from .scalarize import rebuild, scalarize
-        rewritten = scalarize(program, core, wanted if isinstance(wanted, dict) else None)
-        if rewritten is not None and rebuild(program, core, rewritten) is not None:
-            program, core = rewritten.program, rewritten.core
+        text = scalarize(program, core, wanted if isinstance(wanted, dict) else None)
+        rebuilt = rebuild(program, core, text) if text is not None else None
+        if rebuilt is not None:
+            program, core = rebuilt
     return info, program, core
 
 
