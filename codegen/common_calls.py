@@ -46,6 +46,7 @@ from __future__ import annotations
 import gast
 
 from .emit import name_node
+from .invariant_tables import stored_names, written_names
 from .param_writes import dotted_name
 
 __all__ = ["reuse_math_calls"]
@@ -125,27 +126,10 @@ class _State:
 
 
 def _changed(stmts):
-    """Names the statements may bind or change (targets, bases written into, arguments of
-    calls made for their effect)."""
-    out = set()
-    for stmt in stmts:
-        for node in gast.walk(stmt):
-            if isinstance(node, gast.Name) and isinstance(node.ctx, (gast.Store, gast.Del)):
-                out.add(node.id)
-            elif isinstance(node, (gast.Assign, gast.AugAssign)):
-                targets = node.targets if isinstance(node, gast.Assign) else [node.target]
-                for t in targets:
-                    while isinstance(t, (gast.Subscript, gast.Attribute)):
-                        t = t.value
-                    if isinstance(t, gast.Name):
-                        out.add(t.id)
-            elif isinstance(node, gast.Expr) and isinstance(node.value, gast.Call):
-                out |= {n.id for n in gast.walk(node.value) if isinstance(n, gast.Name)}
-            elif isinstance(node, gast.Call) and isinstance(node.func, gast.Attribute):
-                base = node.func.value  # x.append(...), tape.pop(): the object may change
-                if isinstance(base, gast.Name):
-                    out.add(base.id)
-    return out
+    """Names the statements may bind, or write into (invariant_tables' account of writes:
+    subscript and augmented targets, the add helpers' arrays, receivers of methods other than
+    reads, whatever is handed to a call that is not a NumPy/math function or a builtin)."""
+    return stored_names(stmts) | written_names(stmts)
 
 
 class _Replace(gast.NodeTransformer):

@@ -48,7 +48,7 @@ from .emit import dotted_node, fresh_name, name_node
 from .fused_updates import ADD_HELPERS
 from .param_writes import dotted_name
 
-__all__ = ["tabulate_invariant_calls"]
+__all__ = ["tabulate_invariant_calls", "stored_names", "written_names"]
 
 #: Elementwise functions worth a table (a libm call each), and the NumPy function that
 #: computes the table (math.exp of a float64 and np.exp call the same routine under Numba).
@@ -72,7 +72,7 @@ def tabulate_invariant_calls(fn, taken):
     if any(isinstance(n, (gast.FunctionDef, gast.Lambda)) and n is not fn for n in gast.walk(fn)):
         return False
     aliases = _bound_from(fn)
-    written = _written_in(fn.body)  # (the rewrite adds reads only: computed once)
+    written = written_names(fn.body)  # (the rewrite adds reads only: computed once)
     effects = {}  # id(loop) -> (names it binds, names it may write into)
     tables = {}  # (function, array, bound, id(loop)) -> table name
     inserts = {}  # id(loop) -> (block, loop, [statements])
@@ -89,7 +89,7 @@ def tabulate_invariant_calls(fn, taken):
         for j in range(at):  # the outermost loop the call is invariant in
             loop = loops[j]
             if id(loop) not in effects:
-                effects[id(loop)] = (_stored([loop]), _written_in([loop]))
+                effects[id(loop)] = (stored_names([loop]), written_names([loop]))
             if _invariant(array, k, aliases, *effects[id(loop)]):
                 hoist = j
                 break
@@ -155,7 +155,7 @@ def _candidate(stmt, loops):
             if loop.orelse or not (isinstance(it, gast.Call) and dotted_name(it.func) == "range"
                                    and len(it.args) == 1 and not it.keywords):
                 return None
-            if index in _stored(loop.body) or array in _stored([loop]):
+            if index in stored_names(loop.body) or array in stored_names([loop]):
                 return None
             return func, array, index, it.args[0], loop
     return None
@@ -172,7 +172,7 @@ def _invariant(array, bound, aliases, stored, written):
     return not ((aliases.get(array, set()) | {array}) & written)
 
 
-def _stored(stmts):
+def stored_names(stmts):
     """Names bound anywhere in `stmts` (assignments, loop targets, augmented assignments)."""
     out = set()
     for stmt in stmts:
@@ -182,7 +182,7 @@ def _stored(stmts):
     return out
 
 
-def _written_in(stmts):
+def written_names(stmts):
     """Names whose memory `stmts` may write: subscript and augmented assignment targets,
     the first argument of the add helpers, receivers of methods other than reads, and every
     name handed to a call that is not a NumPy/math function or a builtin."""
