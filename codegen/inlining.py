@@ -52,6 +52,7 @@ import copy
 import gast
 
 from .emit import fresh_name, is_marker, name_node
+from .invariant_tables import stored_names
 
 __all__ = ["inline_loop_calls", "MAX_STATEMENTS"]
 
@@ -128,17 +129,9 @@ def _names(node):
 
 def _free(fn):
     """Names `fn` reads that it does not bind (module globals)."""
-    bound = _stored(fn) | {a.id for a in fn.args.args}
+    bound = stored_names([fn]) | {a.id for a in fn.args.args}
     return {n.id for n in gast.walk(fn) if isinstance(n, gast.Name) and
             isinstance(n.ctx, gast.Load) and n.id not in bound}
-
-
-def _stored(fn):
-    out = set()
-    for n in gast.walk(fn):
-        if isinstance(n, gast.Name) and isinstance(n.ctx, (gast.Store, gast.Del)):
-            out.add(n.id)
-    return out
 
 
 class _Renamer(gast.NodeTransformer):
@@ -157,7 +150,7 @@ class _Renamer(gast.NodeTransformer):
 def _body_for(callee, call, kind, stmt, taken):
     """The statements replacing `stmt` (a call of `callee`)."""
     params = [a.id for a in callee.args.args]
-    stored = _stored(callee) - {callee.name}
+    stored = stored_names([callee]) - {callee.name}
     mapping, prologue = {}, []
     for p, arg in zip(params, call.args):
         if p not in stored and isinstance(arg, (gast.Name, gast.Constant)):
@@ -221,7 +214,7 @@ def inline_loop_calls(functions, entries=()):
     changed_any = False
     for fn in functions:
         taken = _names(fn) | module_names | {a.id for a in fn.args.args}
-        bound = _stored(fn) | {a.id for a in fn.args.args}  # grows with each inlined body
+        bound = stored_names([fn]) | {a.id for a in fn.args.args}  # grows with each inlined body
         size = _size(fn.body)
         for _ in range(64):  # rounds: an inlined body's calls are inlined in the next
             sites = []
@@ -241,7 +234,7 @@ def inline_loop_calls(functions, entries=()):
                     continue  # a global the callee reads is a local name here
                 taken |= free[callee.name]
                 body = _body_for(callee, site[0], site[1], stmts[i], taken)
-                bound |= _stored(gast.Module(body=body, type_ignores=[]))
+                bound |= stored_names(body)
                 stmts[i:i + 1] = body
                 size += grow
                 changed = True
