@@ -1420,6 +1420,7 @@ class _Builder:
         self.replacements = {}  # id(core stmt) -> forward statement replacing it
         self.saves = {}  # id(core stmt) -> tape name (the statement's target is saved)
         self.pops = []  # (marker statement, name) to resolve once reads are known
+        self.row_bindings = {}  # id(x = np.empty(k)) -> (tape, plan): the tape's rows
         self.depth = 0
         self.checkpoint_plans = {}  # id(checkpointed loop) -> how it is saved and recomputed
         self.defined_before = _defined_before(core)
@@ -1784,9 +1785,6 @@ class _Builder:
                 for tape, target in saves:
                     if (sid, target) not in self.unsaved:  # (a dropped save pushes nothing)
                         uses[tape] = uses.get(tape, 0) + 1
-        written = {t for inner in walk_statements(self.core.body)
-                   if not isinstance(inner, CONTROL) and inner.prim.kind in ("setitem", "add_at")
-                   for t in _stmt_targets(inner)}
         plan = {}
         for loop in self.core.body:
             if not isinstance(loop, gast.For) or id(loop) in self.checkpoint_plans or \
@@ -1797,6 +1795,9 @@ class _Builder:
             trips = fill("max(b - a, 0)", a=start, b=stop) if start is not None else to_expr(stop)
             step = name(loop.target.id) if start is None else fill("i - a", i=loop.target.id,
                                                                    a=start)
+            branched = {id(inner) for b in walk_statements(loop.body) if isinstance(b, gast.If)
+                        for inner in walk_statements(b.body + b.orelse)}
+            once = {id(inner) for inner in walk_statements(loop.body)} - branched
             for stmt, slot, size in _steps_of_nest(loop, step, trips):
                 saves = self.saves.get(id(stmt))
                 if isinstance(stmt, CONTROL) or not isinstance(saves, list):
@@ -1809,17 +1810,29 @@ class _Builder:
                     if t.kind in ("float", "int", "bool"):
                         dtype = {"float": t.dtype or "float64", "int": "int64",
                                  "bool": "bool_"}[t.kind]
-                        shape = size
-                    else:  # arrays stay on lists: as fast (numba-notes.md), no shape to know
+                        plan[tape] = {"loop": id(loop), "step": slot, "shape": size,
+                                      "dtype": dtype}
                         continue
-                    plan[tape] = {"loop": id(loop), "step": slot, "shape": shape,
-                                  "dtype": dtype, "copy": t.kind == "array" and target in written}
+                    length = _fresh_vector_length(stmt, target, t, loop, once)
+                    if length is not None:  # other arrays stay on lists (no shape to know)
+                        plan[tape] = {"loop": id(loop), "step": slot, "shape": size,
+                                      "dtype": "float64", "row": length, "target": target,
+                                      "binding": id(stmt), "zero": _called(stmt.value) ==
+                                      "np.zeros", "before": self.core.namer.derived(
+                                          target, "before_loop")}
         for restore, _ in self.pops:
             tape = _popped_tape(restore)
-            if tape in plan:
-                row = gast.Subscript(value=name(tape), slice=to_expr(plan[tape]["step"]),
-                                     ctx=gast.Load())
-                restore.value = fill("r.copy()", r=row) if plan[tape]["copy"] else row
+            if tape in plan and "row" in plan[tape]:
+                # the value before this step's binding: the row the step before bound, or
+                # (at the first step) the value the name had before the loop
+                step = plan[tape]["step"]
+                restore.value = fill("t[s - 1] if s > 0 else b", t=tape, s=step,
+                                     b=plan[tape]["before"])
+            elif tape in plan:
+                restore.value = gast.Subscript(value=name(tape), slice=to_expr(
+                    plan[tape]["step"]), ctx=gast.Load())
+        self.row_bindings = {info["binding"]: (tape, info) for tape, info in plan.items()
+                             if "row" in info}
         return plan
 
     def _forward_block(self, stmts, needed, tapes, depth, defined, record=True):
@@ -1831,8 +1844,10 @@ class _Builder:
                 continue
             for tape, info in sorted(self.preallocated.items()):
                 if info["loop"] == id(stmt) and record:
+                    shape = fill("(s, r)", s=info["shape"], r=info["row"]) if "row" in info \
+                        else info["shape"]
                     out.append(assign(tape, fill(f"np.empty(s, dtype=np.{info['dtype']})",
-                                                 s=info["shape"])))
+                                                 s=shape)))
             if isinstance(stmt, CONTROL):
                 assigned = {t for inner in walk_statements([stmt]) if not isinstance(
                     inner, CONTROL) for t in _stmt_targets(inner)}
@@ -1843,6 +1858,9 @@ class _Builder:
                                                            self.core.types) or \
                                 _placeholder(self.core.types.get(t, T.UNKNOWN))
                             out.append(assign(t, placeholder))
+                    for _, info in sorted(self.preallocated.items()):
+                        if info["loop"] == id(stmt) and "row" in info and record:
+                            out.append(assign(info["before"], name(info["target"])))
                 copy = _shallow_copy(stmt)
                 copy.body = self._forward_block(stmt.body, needed, tapes, depth + 1, defined,
                                                 record)
@@ -1868,6 +1886,8 @@ class _Builder:
                 for tape, target in save:
                     if tape in self.preallocated and (id(stmt), target) in self.unsaved:
                         continue  # another statement fills this tape
+                    if tape in self.preallocated and "row" in self.preallocated[tape]:
+                        continue  # the binding itself takes the tape's row (below)
                     if tape in self.preallocated:
                         row = gast.Subscript(value=name(tape), slice=to_expr(
                             self.preallocated[tape]["step"]), ctx=gast.Store())
@@ -1881,6 +1901,15 @@ class _Builder:
             if id(stmt) in self.stale_views:  # the backward sweep reads it after a write
                 replacement = _shallow_copy(stmt)
                 replacement.value = fill("v.copy()", v=stmt.value)
+            if id(stmt) in self.row_bindings and record:  # x = np.empty(k): the tape's row
+                tape, info = self.row_bindings[id(stmt)]
+                replacement = assign(info["target"], gast.Subscript(
+                    value=name(tape), slice=to_expr(info["step"]), ctx=gast.Load()))
+                if info["zero"]:
+                    out.append(replacement)
+                    replacement = gast.Assign(targets=[gast.Subscript(
+                        value=name(info["target"]), slice=gast.Slice(None, None, None),
+                        ctx=gast.Store())], value=gast.Constant(0.0, None), type_comment=None)
             out.append(replacement)
             for tape, local in getattr(replacement, "tapes", ()) if record else ():
                 out.append(gast.Expr(value=fill("t.append(v)", t=tape, v=local)))
@@ -1953,6 +1982,70 @@ def _steps_of_nest(loop, step, trips):
                 yield from visit(stmt.body, fill("s * t + o", s=step, t=inner, o=offset),
                                  fill("n * t", n=trips, t=inner))
     yield from visit(loop.body, step, trips)
+
+
+def _fresh_vector_length(stmt, target, t, loop, once):
+    """The length k when `stmt` binds the float64 vector `target` to a new ``np.empty(k)`` or
+    ``np.zeros(k)``, k does not change in the top-level `loop`, and `stmt` is the one binding
+    of `target` in the loop, run once in every step (not in a branch); else None. Each step's
+    new vector can then be a row of a tape preallocated before the loop (no allocation per
+    step), and the value a step's binding replaced is the row of the step before."""
+    if any(isinstance(n, (gast.Break, gast.Continue, gast.Return)) for n in gast.walk(loop)):
+        return None  # (a step that skips the binding would leave its row unwritten)
+    if not (t.kind == "array" and t.dtype == "float64" and t.dims is not None and
+            len(t.dims) == 1 and id(stmt) in once and isinstance(stmt, gast.Assign) and
+            _called(stmt.value) in ("np.empty", "np.zeros") and len(stmt.value.args) == 1 and
+            not stmt.value.keywords and _stmt_targets(stmt) == [target]):
+        return None
+    stores = [inner for inner in walk_statements(loop.body)  # (in-place writes aside)
+              if not isinstance(inner, CONTROL) and target in _stmt_targets(inner) and
+              getattr(getattr(inner, "prim", None), "kind", None) not in ("setitem", "add_at")]
+    assigned = {n for inner in walk_statements(loop.body) if not isinstance(inner, CONTROL)
+                for n in _stmt_targets(inner)}
+    assigned |= {inner.target.id for inner in walk_statements([loop])
+                 if isinstance(inner, gast.For) and isinstance(inner.target, gast.Name)}
+    if stores != [stmt]:
+        return None
+    return _invariant_length(stmt.value.args[0], loop.body, assigned)
+
+
+def _invariant_length(expr, body, assigned, depth=0, defs=None):
+    """`expr` (an integer) as an expression with the same value before the loop whose `body`
+    binds `assigned`, putting back the loop's own shape reads (``item = shape[1]``, ``shape =
+    x.shape``) and reading ``same_length(m, n)`` as m (its value when it does not raise);
+    None when it changes in the loop."""
+    if _invariant_int(expr, assigned):
+        return to_expr(expr)
+    if depth > 16:
+        return None
+    if defs is None:
+        defs = {}
+        for inner in walk_statements(body):
+            if not isinstance(inner, CONTROL):
+                for t in _stmt_targets(inner):
+                    defs.setdefault(t, []).append(inner)
+    if isinstance(expr, gast.Call) and unparse(expr.func) == "same_length" and \
+            len(expr.args) == 2:
+        return _invariant_length(expr.args[0], body, assigned, depth + 1, defs)
+    names = {n.id for n in gast.walk(expr) if isinstance(n, gast.Name)} & assigned
+    values = {}
+    for n in names:
+        found = defs.get(n, [])
+        if len(found) != 1 or not isinstance(found[0], gast.Assign) or not isinstance(
+                found[0].value, (gast.Attribute, gast.Subscript, gast.Call)):
+            return None
+        values[n] = found[0].value
+    from .templates import copy_tree
+    if isinstance(expr, gast.Name) and expr.id in values:
+        return _invariant_length(copy_tree(values[expr.id]), body, assigned, depth + 1, defs)
+    if any(isinstance(v, gast.Call) for v in values.values()):
+        return None
+    return _invariant_length(fill(unparse(expr), **{n: copy_tree(v) for n, v in values.items()}),
+                             body, assigned, depth + 1, defs)
+
+
+def _called(value):
+    return unparse(value.func) if isinstance(value, gast.Call) else None
 
 
 def _invariant_int(expr, assigned):
@@ -2535,6 +2628,8 @@ def _placeholder(t):
         return fill(f"np.zeros(s, np.{t.dtype})", s=shape)
     if t.kind == "list":  # a tape (a sweep over this code pairs it with a list of tangents)
         return gast.List(elts=[], ctx=gast.Load())
+    if t.kind == "tuple" and t.elts:  # (a helper's results, saved in a loop: one type)
+        return gast.Tuple(elts=[_placeholder(e) for e in t.elts], ctx=gast.Load())
     if t.kind == "int":
         return fill("0")
     if t.kind == "bool":

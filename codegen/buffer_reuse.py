@@ -1,12 +1,17 @@
 """Per-step allocations in loops written into the array the name held before:
-``terms = np.zeros(k)`` in a loop becomes ``terms = zeros_reusing(terms, k)``, and
-``x_bar = np.zeros_like(x)`` becomes ``x_bar = zeros_like_reusing(x_bar, x)``.
+``terms = np.zeros(k)`` in a loop becomes ``if terms.shape[0] == k: terms[:] = 0`` (else the
+allocation), and ``x_bar = np.zeros_like(x)`` the same when x_bar is known to be a vector, or
+``x_bar = zeros_like_reusing(x_bar, x)`` when its rank is not known.
 
 A loop that starts each step with a new small array (the user's ``terms = np.zeros(k)``; the
-backward sweep's reset of an adjoint after each step) pays an allocation and a free per step
-(~45 ns each under Numba: 2,000 of them were a tenth of a mixture gradient's time). The helpers
-zero the old array and return it when it has the shape and dtype asked for, and allocate
-otherwise (:data:`codegen.helpers.DIALECT_HELPERS`).
+backward sweep's reset of an adjoint after each step, ``x_bar = np.zeros_like(x) if x.size else
+np.zeros_like(x_bar)`` after a tape's pop) pays an allocation and a free per step (~45 ns each
+under Numba: 2,000 of them were a tenth of a mixture gradient's time). The statements written
+out zero the old array when it has the length asked for and allocate otherwise; they are
+written out rather than a helper's call because a call that takes and returns the array pays
+atomic reference counts too (a loop-form ADBench GMM gradient, 25,000 resets of a 10-vector:
+5.0 -> 4.1 ms). ``zeros_like_reusing`` (:data:`codegen.helpers.DIALECT_HELPERS`) is for an
+array of unknown rank: Numba's overload reuses only a vector of the very type asked for.
 
 That is only right when nothing else can see the old array: the name is *private*. It is not
 a parameter; every value it is bound to is a new array (an allocation, a copy, arithmetic);
@@ -15,12 +20,15 @@ comparison, its shape, size, ndim or dtype, an argument of a NumPy function or d
 that returns a new array or a number, the array the add helpers write into, a subscript
 that gives a number (an integer index into a vector: the name is known to be one) or is
 written to, or what the function returns. Anything else (``y = x``, a tape's ``append``, a
-call of a generated function, a view) keeps the name out.
+call of a generated function, a view) keeps the name out. A name is known to be a vector when
+every value bound to it is ``np.zeros(k)`` and the like with one integer length, the
+``zeros_like`` of a vector, a choice of two vectors, or a ``pop`` of a tape every value
+appended to which is a vector.
 
-``np.zeros(k)`` needs a value of the name before the loop for the helper to take; one is
-bound (``terms = np.empty(0)``) before the outermost loop when the function does not mention
-the name before that loop. ``np.zeros_like(y)`` is rewritten only where the name already has
-a value bound before the outermost loop, at the function's top level.
+``np.zeros(k)`` needs a value of the name before the loop to compare with; one is bound
+(``terms = np.empty(0)``) before the outermost loop when the function does not mention the
+name before that loop. ``np.zeros_like(y)`` is rewritten only where the name already has a
+value bound before the outermost loop, at the function's top level.
 
 >>> import gast
 >>> from autodiff_ast.templates import unparse
@@ -36,12 +44,15 @@ a value bound before the outermost loop, at the function's top level.
 ...         total = total + np.sum(terms)
 ...     return total
 ... ''').body[0]
->>> sorted(reuse_buffers(fn))
-['zeros_reusing']
+>>> reuse_buffers(fn)
+set()
 >>> print(unparse(fn.body[3]))
 terms = np.empty(0)
 >>> print(unparse(fn.body[4].body[0]))
-terms = zeros_reusing(terms, k)
+if terms.shape[0] == k:
+    terms[:] = 0
+else:
+    terms = np.zeros(k)
 """
 
 from __future__ import annotations
@@ -55,8 +66,7 @@ from .param_writes import dotted_name
 __all__ = ["reuse_buffers"]
 
 _ALLOCATING = {"np.zeros", "np.zeros_like", "np.empty", "np.empty_like", "np.ones",
-               "np.ones_like", "np.full", "np.full_like", "np.copy", "zeros_reusing",
-               "zeros_like_reusing"}
+               "np.ones_like", "np.full", "np.full_like", "np.copy", "zeros_like_reusing"}
 #: Calls that read their arguments and return a new array or a number, never a view.
 _READING = _ALLOCATING | {
     "len", "float", "int", "np.sum", "np.max", "np.min", "np.mean", "np.prod", "np.dot",
@@ -68,11 +78,13 @@ _READING = _ALLOCATING | {
     "outer_product", "tanh_fast"} | ADD_HELPERS
 _READING_METHODS = {"copy", "sum", "max", "min", "mean", "any", "all"}
 _SHAPE_ATTRS = {"shape", "size", "ndim", "dtype"}
+_EMPTY_LIST = "[]"  # what _bindings records for ``x = []``
+_RANGE_STEP = "range"  # ... and for the target of ``for x in range(...)``
 
 
 def reuse_buffers(fn):
     """Rewrite `fn` (a gast FunctionDef, in place); returns the names of the helpers the
-    rewritten statements call (empty: nothing changed)."""
+    rewritten statements call (empty when it calls none, changed or not)."""
     if any(isinstance(n, (gast.FunctionDef, gast.Lambda)) and n is not fn for n in gast.walk(fn)):
         return set()
     params = {a.id for a in fn.args.args if isinstance(a, gast.Name)}
@@ -108,11 +120,18 @@ def reuse_buffers(fn):
                     placeholders.setdefault(id(top), (top, []))
                     if x not in placeholders[id(top)][1]:
                         placeholders[id(top)][1].append(x)
-                stmt.value = _call("zeros_reusing", [name_node(x), call.args[0]])
-            else:
-                if not bound_before:
-                    continue
-                stmt.value = _call("zeros_like_reusing", [name_node(x), call.args[0]])
+                length = call.args[0]
+                if isinstance(length, gast.Tuple):
+                    length = length.elts[0]
+                _zero_in_place(stmt, parents, x, length, call)
+                continue
+            if not bound_before:
+                continue
+            if _vector(x, bindings, params):
+                like = _like(call)
+                _zero_in_place(stmt, parents, x, _shape0(like), call)
+                continue
+            stmt.value = _call("zeros_like_reusing", [name_node(x), _like(call)])
             used.add(stmt.value.func.id)
     for top, names in placeholders.values():
         at = next(k for k, s in enumerate(fn.body) if s is top)
@@ -120,6 +139,35 @@ def reuse_buffers(fn):
                                       value=_call("np.empty", [gast.Constant(0, None)]),
                                       type_comment=None) for x in names]
     return used
+
+
+def _zero_in_place(stmt, parents, x, length, allocation):
+    """Replace `stmt` (``x = <allocation>``, x a vector) by ``if x.shape[0] == length: x[:] = 0
+    else: x = <allocation>``: written out, not a helper call, because a call that takes and
+    returns the array pays two atomic reference counts (a third of a loop-form mixture
+    gradient's time, 25,000 steps of 10-vectors)."""
+    test = gast.Compare(left=_shape0(name_node(x)), ops=[gast.Eq()], comparators=[length])
+    zero = gast.Assign(targets=[gast.Subscript(value=name_node(x), slice=gast.Slice(
+        lower=None, upper=None, step=None), ctx=gast.Store())],
+        value=gast.Constant(0, None), type_comment=None)
+    branch = gast.If(test=test, body=[zero], orelse=[stmt])
+    parent = parents[id(stmt)]
+    for field in ("body", "orelse"):
+        block = getattr(parent, field, None) or []
+        for at, sibling in enumerate(block):
+            if sibling is stmt:
+                block[at] = branch
+                parents[id(stmt)] = branch
+                return
+    raise AssertionError("statement not found in its parent")
+
+
+def _shape0(array):
+    """``array.shape[0]`` (for ``y if c else z``, the choice of the two lengths)."""
+    if isinstance(array, gast.IfExp):
+        return gast.IfExp(test=array.test, body=_shape0(array.body), orelse=_shape0(array.orelse))
+    shape = gast.Attribute(value=array, attr="shape", ctx=gast.Load())
+    return gast.Subscript(value=shape, slice=gast.Constant(0, None), ctx=gast.Load())
 
 
 def _simple_statements(loop):
@@ -130,7 +178,12 @@ def _simple_statements(loop):
 
 def _allocation(stmt, bindings, params):
     """'zeros' for ``x = np.zeros(k)`` (k a number, float64), 'zeros_like' for
-    ``x = np.zeros_like(y)``; else None."""
+    ``x = np.zeros_like(y)`` and for the backward sweep's reset after a tape pop,
+    ``x = np.zeros_like(y) if y.size else np.zeros_like(x)``; else None."""
+    if len(stmt.targets) == 1 and isinstance(stmt.targets[0], gast.Name) and \
+            isinstance(stmt.value, gast.IfExp) and \
+            all(_zeros_like_of_name(arm) for arm in (stmt.value.body, stmt.value.orelse)):
+        return "zeros_like"
     if not (len(stmt.targets) == 1 and isinstance(stmt.targets[0], gast.Name) and
             isinstance(stmt.value, gast.Call) and len(stmt.value.args) == 1 and
             not stmt.value.keywords):
@@ -144,14 +197,34 @@ def _allocation(stmt, bindings, params):
     return None
 
 
+def _zeros_like_of_name(expr):
+    return isinstance(expr, gast.Call) and dotted_name(expr.func) == "np.zeros_like" and \
+        len(expr.args) == 1 and isinstance(expr.args[0], gast.Name) and not expr.keywords
+
+
+def _like(value):
+    """What ``zeros_like_reusing`` copies the shape of: y of ``np.zeros_like(y)``, and
+    ``y if c else z`` of ``np.zeros_like(y) if c else np.zeros_like(z)``."""
+    if isinstance(value, gast.IfExp):
+        return gast.IfExp(test=value.test, body=value.body.args[0], orelse=value.orelse.args[0])
+    return value.args[0]
+
+
 def _bindings(fn):
-    """name -> the expressions it is bound to (None for a binding that is not ``x = e``)."""
+    """name -> the expressions it is bound to (None for a binding that is not ``x = e``;
+    ``_EMPTY_LIST`` for ``x = []``, ``_RANGE_STEP`` for the target of ``for x in range(...)``),
+    and ``("appended", t)`` -> the values of ``t.append(v)``."""
     out = {}
     for node in gast.walk(fn):
+        if isinstance(node, gast.Call) and isinstance(node.func, gast.Attribute) and \
+                node.func.attr == "append" and isinstance(node.func.value, gast.Name):
+            value = node.args[0] if len(node.args) == 1 and not node.keywords else None
+            out.setdefault(("appended", node.func.value.id), []).append(value)
         if isinstance(node, gast.Assign):
             for target in node.targets:
                 if isinstance(target, gast.Name):
-                    out.setdefault(target.id, []).append(node.value)
+                    empty = isinstance(node.value, gast.List) and not node.value.elts
+                    out.setdefault(target.id, []).append(_EMPTY_LIST if empty else node.value)
                 else:
                     for n in gast.walk(target):
                         if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store):
@@ -160,6 +233,10 @@ def _bindings(fn):
                                gast.comprehension)):
             if isinstance(node, gast.AugAssign):
                 continue  # (in place: the same array)
+            if isinstance(node, gast.For) and isinstance(node.target, gast.Name) and \
+                    isinstance(node.iter, gast.Call) and dotted_name(node.iter.func) == "range":
+                out.setdefault(node.target.id, []).append(_RANGE_STEP)
+                continue
             for field in ("target", "items"):
                 for n in gast.walk(getattr(node, field, None) or gast.Pass()):
                     if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store):
@@ -175,7 +252,13 @@ def _scalar_int(expr, bindings, params, depth=0):
     if isinstance(expr, gast.Constant):
         return type(expr.value) is int
     if isinstance(expr, gast.Subscript):
-        return isinstance(expr.value, gast.Attribute) and expr.value.attr == "shape" and \
+        shape = expr.value
+        if isinstance(shape, gast.Name):  # shape = x.shape; n = shape[0]
+            values = bindings.get(shape.id)
+            if shape.id not in params and values and all(
+                    isinstance(v, gast.Attribute) and v.attr == "shape" for v in values):
+                shape = values[0]
+        return isinstance(shape, gast.Attribute) and shape.attr == "shape" and \
             not isinstance(expr.slice, gast.Slice)
     if isinstance(expr, gast.Call):
         return dotted_name(expr.func) in ("len", "int", "max", "min") and not expr.keywords \
@@ -190,40 +273,65 @@ def _scalar_int(expr, bindings, params, depth=0):
     if isinstance(expr, gast.Name):
         values = bindings.get(expr.id)
         return expr.id not in params and bool(values) and all(
-            v is not None and _scalar_int(v, bindings, params, depth + 1) for v in values)
+            v is _RANGE_STEP or v is not None and _scalar_int(v, bindings, params, depth + 1)
+            for v in values)
     return False
 
 
-def _vector(x, bindings, params, depth=0):
+def _vector(x, bindings, params, seen=frozenset()):
     """Whether name `x` surely holds a vector: bound only to ``np.zeros(k)`` and the like
-    with one integer length, or to ``np.zeros_like(v)`` of such a vector."""
+    with one integer length, to ``np.zeros_like(v)`` of such a vector, to a choice between
+    such values, or to what a tape's ``pop`` gives back when every value appended to the tape
+    is such a vector. (A name met again while it is being decided is assumed to be one: the
+    first value bound in a run is then one that is not circular.)"""
     values = bindings.get(x)
-    if depth > 4 or x in params or not values:
+    if x in seen:
+        return True
+    if len(seen) > 8 or x in params or not values:
         return False
-    for v in values:
-        if not isinstance(v, gast.Call) or v.keywords and dotted_name(v.func) != "np.full":
-            return False
-        func = dotted_name(v.func)
-        if func in ("np.zeros", "np.empty", "np.ones", "np.full"):
-            size = v.args[0] if v.args else None
-            if isinstance(size, gast.Tuple) and len(size.elts) == 1:
-                size = size.elts[0]
-            if size is None or not _scalar_int(size, bindings, params):
-                return False
-        elif func in ("np.zeros_like", "np.empty_like", "np.ones_like"):
-            if not (v.args and isinstance(v.args[0], gast.Name) and
-                    _vector(v.args[0].id, bindings, params, depth + 1)):
-                return False
-        elif func == "zeros_reusing":
-            if len(v.args) != 2 or not _scalar_int(v.args[1], bindings, params):
-                return False
-        elif func == "zeros_like_reusing":
-            if not (len(v.args) == 2 and isinstance(v.args[1], gast.Name) and
-                    _vector(v.args[1].id, bindings, params, depth + 1)):
-                return False
-        else:
-            return False
-    return True
+    seen = seen | {x}
+    return all(v is not None and _vector_value(v, bindings, params, seen) for v in values)
+
+
+def _vector_value(v, bindings, params, seen):
+    if isinstance(v, gast.IfExp):
+        return _vector_value(v.body, bindings, params, seen) and \
+            _vector_value(v.orelse, bindings, params, seen)
+    if isinstance(v, gast.Name):
+        return _vector(v.id, bindings, params, seen)
+    if isinstance(v, gast.Subscript) and isinstance(v.value, gast.Name):
+        # a row t[s] of a matrix t = np.empty((m, k)) (reverse mode's tape of vectors)
+        return _scalar_int(v.slice, bindings, params) and _matrix(v.value.id, bindings, params)
+    if not isinstance(v, gast.Call) or v.keywords and dotted_name(v.func) != "np.full":
+        return False
+    func = dotted_name(v.func)
+    if func in ("np.zeros", "np.empty", "np.ones", "np.full"):
+        size = v.args[0] if v.args else None
+        if isinstance(size, gast.Tuple) and len(size.elts) == 1:
+            size = size.elts[0]
+        return size is not None and _scalar_int(size, bindings, params)
+    if func in ("np.zeros_like", "np.empty_like", "np.ones_like"):
+        return len(v.args) == 1 and _vector_value(v.args[0], bindings, params, seen)
+    if func == "zeros_like_reusing":
+        return len(v.args) == 2 and _vector_value(v.args[1], bindings, params, seen)
+    if isinstance(v.func, gast.Attribute) and v.func.attr == "pop" and not v.args and \
+            isinstance(v.func.value, gast.Name):
+        tape = v.func.value.id
+        appended = bindings.get(("appended", tape))
+        lists = bindings.get(tape)
+        return bool(lists) and all(b == _EMPTY_LIST for b in lists) and bool(appended) and all(
+            a is not None and _vector_value(a, bindings, params, seen) for a in appended)
+    return False
+
+
+def _matrix(x, bindings, params):
+    """Whether name `x` is bound only to ``np.empty((m, k))`` and the like, m and k integers."""
+    values = bindings.get(x)
+    return x not in params and bool(values) and all(
+        isinstance(v, gast.Call) and dotted_name(v.func) in ("np.zeros", "np.empty", "np.ones")
+        and len(v.args) == 1 and isinstance(v.args[0], gast.Tuple) and
+        len(v.args[0].elts) == 2 and all(_scalar_int(e, bindings, params) for e in v.args[0].elts)
+        for v in values)
 
 
 def _fresh_value(expr):

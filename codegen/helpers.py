@@ -659,36 +659,11 @@ def small_dot_numba(a, b):
 '''
 
 # A new small array per loop step costs an allocation and a free (~45 ns each under Numba);
-# codegen/buffer_reuse.py writes `x = np.zeros(k)` in a loop as `x = zeros_reusing(x, k)` where
-# nothing but x can see x's old array. Numba types a helper's two returns as one type, so the
-# overloads reuse only a buffer of the very type the allocation would make.
-DIALECT_HELPERS["zeros_reusing"] = '''\
-def zeros_reusing(buffer, n):
-    """np.zeros(n), written into `buffer` when it is a float64 vector of n entries (the
-    caller hands over an array nothing else refers to)."""
-    if isinstance(buffer, np.ndarray) and buffer.shape == (n,) and buffer.dtype == np.float64:
-        buffer[:] = 0.0
-        return buffer
-    return np.zeros(n)
-
-
-@numba.extending.overload(zeros_reusing, jit_options={'error_model': 'numpy'})
-def zeros_reusing_numba(buffer, n):
-    """How Numba compiles zeros_reusing: a C-contiguous float64 vector of length n is zeroed
-    and returned; anything else gets np.zeros(n)."""
-    if not (isinstance(buffer, numba.types.Array) and buffer.ndim == 1 and
-            buffer.dtype == numba.types.float64 and buffer.layout == 'C' and
-            isinstance(n, numba.types.Integer)):
-        return lambda buffer, n: np.zeros(n)
-
-    def reuse(buffer, n):
-        if buffer.shape[0] == n:
-            buffer[:] = 0.0
-            return buffer
-        return np.zeros(n)
-    return reuse
-'''
-
+# codegen/buffer_reuse.py writes `x = np.zeros_like(y)` in a loop as `x = zeros_like_reusing(x,
+# y)` where nothing but x can see x's old array and x's rank is not known (a known vector is
+# zeroed in place by statements written out, not by this helper). Numba types a helper's two
+# returns as one type, so the overload reuses only a buffer of the very type the allocation
+# would make.
 DIALECT_HELPERS["zeros_like_reusing"] = '''\
 def zeros_like_reusing(buffer, like):
     """np.zeros_like(like), written into `buffer` when it is a vector of like's length and
@@ -721,8 +696,7 @@ def zeros_like_reusing_numba(buffer, like):
 #: calls through a ``numba.extending.overload`` (which carries its own decorator).
 DIALECT_NOT_COMPILED = frozenset({"tanh_fast", "tanh_fast_numba", "sum_of_products",
                                   "sum_of_products_numba", "sum_axis", "sum_axis_numba",
-                                  "small_dot", "small_dot_numba", "zeros_reusing",
-                                  "zeros_reusing_numba", "zeros_like_reusing",
+                                  "small_dot", "small_dot_numba", "zeros_like_reusing",
                                   "zeros_like_reusing_numba"})
 
 #: Numba options a dialect helper is compiled with besides the module's own.

@@ -586,7 +586,7 @@ def test_every_dialect_helper_is_covered():
               "argsort_axis", "scatter_add", "dot_nd", "matmul_nd", "unbroadcast", "max_axis",
               "min_axis", "prod_axis", "tanh_fast", "sum_of_products", "sum_axis",
               "small_dot", "add_outer_at", "subtract_at",
-              "zeros_reusing", "zeros_like_reusing"}  # (the last two: tests/test_hoisting.py)
+              "zeros_like_reusing"}  # (the last: tests/test_hoisting.py)
     assert set(DIALECT_HELPERS) == tested
 
 

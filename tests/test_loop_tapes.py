@@ -233,3 +233,108 @@ def test_accumulator_written_in_place_stays_right(taps_args):
     g = ad.grad(taps_written, argnums=(0, 1))
     g(*taps_args)
     assert "np.zeros_like(out)" in _backward(g.source), g.source
+
+
+# ---------------------------------------------------------------- vectors made each step
+def centered_quadratics(means, q, x):
+    """Each (point, component) step fills a new vector, read again by a second loop (the
+    loop form of ADBench GMM's inner step): the tape keeps one row per step."""
+    n, d = x.shape
+    k = means.shape[0]
+    total = 0.0
+    for i in range(n):
+        terms = np.zeros(k)
+        for c in range(k):
+            xc = np.empty(d)
+            for j in range(d):
+                xc[j] = x[i, j] - means[c, j]
+            ss = 0.0
+            for r in range(d):
+                t = 0.0
+                for j in range(d):
+                    t = t + q[c, r, j] * xc[j]
+                ss = ss + t * t
+            terms[c] = -0.5 * ss
+        total = total + np.log(np.sum(np.exp(terms)))
+    return total
+
+
+def vector_in_a_branch(w, x):
+    total = 0.0
+    v = np.zeros(3)
+    for i in range(x.shape[0]):
+        if x[i] > 0.0:
+            v = np.empty(3)
+            for j in range(3):
+                v[j] = w[j] * x[i]
+        total = total + np.sum(v * v) * x[i]
+    return total
+
+
+def vector_then_break(w, x):
+    total = 0.0
+    for i in range(x.shape[0]):
+        v = np.empty(3)
+        for j in range(3):
+            v[j] = np.sin(w[j] * x[i])
+        total = total + np.sum(v * v)
+        if total > 2.0:
+            break
+    return total
+
+
+def growing_vectors(w, x):
+    total = 0.0
+    for i in range(x.shape[0]):
+        v = np.zeros(i + 1)
+        for j in range(i + 1):
+            v[j] = w[j] * x[i]
+        total = total + np.sum(v * v * v)
+    return total
+
+
+@pytest.fixture(scope="module")
+def quadratic_args():
+    rng = np.random.default_rng(3)
+    return (rng.standard_normal((3, 2)), rng.standard_normal((3, 2, 2)),
+            rng.standard_normal((4, 2)))
+
+
+def test_a_vector_made_each_step_is_a_row_of_a_tape(quadratic_args):
+    check_grads(centered_quadratics, quadratic_args, modes=("rev",))
+    g = ad.grad(centered_quadratics, argnums=(0, 1))
+    g(*quadratic_args)
+    source = g.source
+    assert "xc_tape = np.empty((n * max(k, 0), d), dtype=np.float64)" in source, source
+    assert "xc = xc_tape[i * max(k, 0) + c]" in source, source
+    assert "xc = xc_tape[i * max(k, 0) + c - 1] if i * max(k, 0) + c > 0 else " \
+        "xc_before_loop" in source, source
+    assert "xc_tape = []" not in source and "xc_tape.append(" not in source, source
+
+
+def test_second_order_through_row_tapes(quadratic_args):
+    means, q, x = quadratic_args
+    check_grads(lambda m: centered_quadratics(m, q, x), (means,), order=2, modes=("rev",))
+
+
+@pytest.mark.numba
+def test_jit_gradient_through_row_tapes(quadratic_args):
+    g = ad.jit(ad.grad(centered_quadratics, argnums=(0, 1, 2)))
+    for got, want in zip(g(*quadratic_args),
+                         ad.grad(centered_quadratics, argnums=(0, 1, 2))(*quadratic_args)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)
+    no_points = (quadratic_args[0], quadratic_args[1], np.zeros((0, 2)))
+    np.testing.assert_array_equal(g(*no_points)[0], np.zeros((3, 2)))
+
+
+@pytest.mark.parametrize("fn, why", [
+    (vector_in_a_branch, "bound in a branch: a step may keep the vector before"),
+    (vector_then_break, "a break: the steps after it bind nothing"),
+    (growing_vectors, "a length that changes with the step"),
+])
+def test_vectors_not_bound_once_per_step_stay_on_lists(fn, why):
+    w, x = np.array([0.4, -0.3, 0.8, 0.5]), np.array([0.7, -0.2, 0.9, 0.3])
+    check_grads(fn, (w, x), modes=("rev",))
+    g = ad.grad(fn, argnums=(0, 1))
+    g(w, x)
+    assert "v_tape = []" in g.source, (why, g.source)
