@@ -264,7 +264,8 @@ def prepare(fn, specs, program=None):
     """`fn` parsed, and normalized for `specs`: (info, program, entry core function).
 
     When jit asked for small vectors as scalars (:func:`scalarizing`), the program returned is
-    the rewritten one (autodiff_ast/scalarize.py); `info` stays the user's function either way.
+    the rewritten one (autodiff_ast/scalarize.py, then autodiff_ast/vector_loops.py for the
+    vector arithmetic in loops left); `info` stays the user's function either way.
     """
     wanted = _SCALARIZE.get()
     if wanted:
@@ -274,7 +275,12 @@ def prepare(fn, specs, program=None):
     core = normalize_into(program, info, specs, core_name=info.name)
     if wanted:
         from .scalarize import rebuild, scalarize
+        from .vector_loops import vector_loops
         text = scalarize(program, core, wanted if isinstance(wanted, dict) else None)
+        rebuilt = rebuild(program, core, text) if text is not None else None
+        if rebuilt is not None:
+            program, core = rebuilt
+        text = vector_loops(program, core)  # what is left of vector arithmetic in loops
         rebuilt = rebuild(program, core, text) if text is not None else None
         if rebuilt is not None:
             program, core = rebuilt

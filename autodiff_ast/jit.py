@@ -155,7 +155,17 @@ class _Jitted:
             plan = self.jit_plans.get(key)
             if plan is not None:
                 return plan(args)
-        result = super().__call__(*args, **kwargs)
+        try:
+            result = super().__call__(*args, **kwargs)
+        except CompileError:
+            if not getattr(self, "_last_rewritten", False):
+                raise
+            # Numba refused the program the compiled-code rewrites made (autodiff_ast/
+            # scalarize.py, vector_loops.py): build from the original program, whose
+            # failure, if it fails too, names the user's line.
+            self._modules.pop(self._last_key, None)
+            self._rewrite_failed = True
+            result = super().__call__(*args, **kwargs)
         if key is not None:
             plan = _make_plan(self, args)
             if plan is not None:
@@ -213,6 +223,7 @@ class _Jitted:
             if self.verbose:
                 print(out.source)
         self._last = self._modules[key]
+        self._last_key, self._last_rewritten = key, scalarize
         return self._last
 
     def function_for(self, specs):
@@ -278,10 +289,13 @@ def _small_axis(a):
 
 
 def _scalarizes(jitted):
-    """Whether jit builds `jitted` with its small vectors as scalars (autodiff_ast/scalarize.py):
-    the CPU target, for the primal or grad/value_and_grad of a plain Python function (the
-    rewrite is made for the outermost function only; AUTODIFF_AST_SCALARIZE=0 turns it off)."""
-    if jitted.jit_options.target != "cpu" or os.environ.get("AUTODIFF_AST_SCALARIZE") == "0":
+    """Whether jit builds `jitted` with its small vectors as scalars (autodiff_ast/scalarize.py)
+    and its vector arithmetic in loops as element loops (autodiff_ast/vector_loops.py): the CPU
+    target, for the primal or grad/value_and_grad of a plain Python function (the rewrite is
+    made for the outermost function only; AUTODIFF_AST_SCALARIZE=0 turns it off, and so does
+    a rewritten program Numba could not compile)."""
+    if jitted.jit_options.target != "cpu" or os.environ.get("AUTODIFF_AST_SCALARIZE") == "0" or \
+            getattr(jitted, "_rewrite_failed", False):
         return False
     if isinstance(jitted, _Primal):
         return True

@@ -120,8 +120,35 @@ def store_index(m, j, n):
     return j
 '''
 
+# The length check of vector arithmetic written as element loops (autodiff_ast/vector_loops.py).
+HELPERS["same_length"] = '''\
+def same_length(m, n):
+    """The length of two vectors NumPy's arithmetic combines: m when it is n (ValueError
+    otherwise: neither is one, or the code would not have been written as a loop)."""
+    if m != n:
+        raise ValueError("operands could not be broadcast together")
+    return m
+'''
+
+HELPERS["slice_start"] = '''\
+def slice_start(n, lo):
+    """Where the slice [lo:...] of a vector of length n starts (NumPy's rules: a negative
+    bound counts from the end, and bounds are clipped to the vector)."""
+    if lo < 0:
+        lo += n
+    return min(max(lo, 0), n)
+'''
+
+HELPERS["slice_length"] = '''\
+def slice_length(n, lo, hi):
+    """The length of the slice [lo:hi] of a vector of length n (NumPy's rules)."""
+    if hi < 0:
+        hi += n
+    return max(min(max(hi, 0), n) - slice_start(n, lo), 0)
+'''
+
 #: Helpers that a helper calls (emitted with it).
-HELPER_DEPENDS = {"dot_adjoints": ("unbroadcast",),
+HELPER_DEPENDS = {"slice_length": ("slice_start",), "dot_adjoints": ("unbroadcast",),
                   "matmul_adjoints": ("dot_adjoints", "unbroadcast")}
 
 

@@ -710,8 +710,11 @@ def test_jit_writes_a_whole_array_sum_of_a_product_as_sum_of_products():
 
 
 @pytest.mark.numba
-def test_sum_of_products_in_loops():
-    """Inside loops too (small vectors: no temporary per step), the gradient unchanged."""
+def test_sum_of_products_in_loops(monkeypatch):
+    """Inside loops too (small vectors: no temporary per step), the gradient unchanged. (With
+    jit's rewrites off: they would write this loop's vector arithmetic as element loops,
+    tests/test_vector_loops.py.)"""
+    monkeypatch.setenv("AUTODIFF_AST_SCALARIZE", "0")
     def f(x, m):
         total = 0.0
         for i in range(x.shape[0]):
@@ -859,10 +862,12 @@ def test_add_outer_at_and_subtract_at_update_a_row_in_place():
 
 
 @pytest.mark.numba
-def test_jit_writes_small_products_and_row_updates_without_temporaries():
+def test_jit_writes_small_products_and_row_updates_without_temporaries(monkeypatch):
     """The adjoint of a matrix-vector product in a loop: small_dot both ways, the outer
     product added into the row in place, the negated row subtracted; gradients equal the
-    NumPy source's."""
+    NumPy source's. (With jit's rewrites off, which would write the loop's vector arithmetic
+    as element loops.)"""
+    monkeypatch.setenv("AUTODIFF_AST_SCALARIZE", "0")
     from test_adjoint_tidying import mixture_like as f  # q = np.dot(qs[c], x[i] - means[c])
 
     rng = np.random.default_rng(15)

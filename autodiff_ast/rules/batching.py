@@ -809,7 +809,8 @@ def _per_example_index(bc):
     return bc.value
 
 
-_register(("broadcast_index", "slice_index", "store_index"), _per_example_index)
+_register(("broadcast_index", "slice_index", "store_index", "same_length", "slice_start",
+           "slice_length"), _per_example_index)
 
 
 def rule_for(name):

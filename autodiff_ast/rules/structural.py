@@ -772,10 +772,12 @@ register_helper(Rule("add_along_axis", "add_along_axis", ("like", "indices", "va
                      else None,
                      lambda call, dots: _relinear(call, dots, "values"), linear=True),
                 "add_along_axis")
-# The index helpers of code whose small vectors are scalars (autodiff_ast/scalarize.py): integer
+# The index helpers of code whose small vectors are scalars (autodiff_ast/scalarize.py), and the
+# length check of vector arithmetic written as loops (autodiff_ast/vector_loops.py): integer
 # results, no derivative; the element they pick is an ordinary read x[index].
 for _name, _params in (("broadcast_index", ("m", "j", "n")), ("slice_index", ("m", "i", "stop")),
-                       ("store_index", ("m", "j", "n"))):
+                       ("store_index", ("m", "j", "n")), ("same_length", ("m", "n")),
+                       ("slice_start", ("n", "lo")), ("slice_length", ("n", "lo", "hi"))):
     register_helper(Rule(_name, _name, _params, {}, (), lambda call: T.INT, nondiff_output=True),
                     _name)
 register(Rule("shape", "np.shape", ("x",), {}, (),
