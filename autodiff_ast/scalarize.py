@@ -62,7 +62,7 @@ from dataclasses import dataclass
 
 import gast
 
-from codegen.emit import fresh_name, mentions
+from codegen.emit import fresh_name, mentions, to_ast
 
 from .rules.elementwise import PARTIALS, PIECEWISE_CONSTANT
 from .templates import unparse
@@ -875,7 +875,7 @@ class _Writer:
 
     def _other(self, stmt, form, indent):
         """Any other statement: scalarized vectors it reads become arrays again just here."""
-        stmt = gast.gast_to_ast(stmt)  # a fresh copy (ast nodes)
+        stmt = to_ast(stmt)  # a fresh copy (ast nodes)
         swaps = {}
         for node in ast.walk(stmt):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and \
@@ -894,7 +894,7 @@ class _Writer:
         n = self.fn.static(form.target)
         names = self.element_names(form.target)
         for j in range(n):
-            value = _replace_names(gast.gast_to_ast(stmt.value),
+            value = _replace_names(to_ast(stmt.value),
                                    {v: self.element(v, j, n) for v in form.args})
             self.emit(f"{names[j]} = {ast.unparse(value)}", indent)
 

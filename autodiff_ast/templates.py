@@ -316,6 +316,12 @@ def simplify(expr):
 
 
 def unparse(node):
-    """Source text of a gast node (via the standard library's unparser)."""
-    tree = ast.fix_missing_locations(gast.gast_to_ast(node))
-    return ast.unparse(tree).strip()
+    """Source text of a gast node (via the standard library's unparser; a negative constant
+    raised to a power is parenthesized, :func:`codegen.emit.to_ast`).
+
+    >>> unparse(gast.BinOp(left=gast.Constant(value=-0.7, kind=None), op=gast.Pow(),
+    ...                    right=name("n")))
+    '(-0.7) ** n'
+    """
+    from codegen.emit import to_ast
+    return ast.unparse(to_ast(node)).strip()

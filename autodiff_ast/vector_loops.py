@@ -73,7 +73,7 @@ from dataclasses import dataclass, field
 
 import gast
 
-from codegen.emit import fresh_name
+from codegen.emit import fresh_name, to_ast
 
 from .rules.elementwise import PARTIALS, PIECEWISE_CONSTANT
 from .templates import unparse
@@ -250,6 +250,7 @@ class _Loop:
     length: str  # what its range reads
     before: list = field(default_factory=list)  # lines before the loop
     body: list = field(default_factory=list)  # lines of its body (not indented)
+    sums: set = field(default_factory=set)  # the sums it accumulates
 
 
 class _Run:
@@ -376,9 +377,12 @@ class _Run:
                 continue
             cls = self.find(form.target if form.kind in ("elementwise", "call", "dot")
                             else self.vectors_read(form)[0])
-            if form.kind == "dot" or current is None or current.key != cls:
+            if form.kind == "dot" or current is None or current.key != cls or \
+                    _loads(form.stmt) & current.sums:  # (a sum is read once it is whole)
                 current = _Loop(cls, fresh_name("j", taken), length=self.length_of[cls])
                 loops.append(current)
+            if form.kind in ("sum", "vdot"):
+                current.sums.add(form.target)
             if form.kind in ("elementwise", "call", "dot"):
                 self.loop_of[form.target] = current
             forms_loop.append((form, current))
@@ -420,7 +424,7 @@ class _Run:
             return
         scalar = fresh_name(f"{form.target}_j", taken)
         if form.kind == "elementwise":
-            value = _replace_names(gast.gast_to_ast(form.stmt.value),
+            value = _replace_names(to_ast(form.stmt.value),
                                    {v: self.element(v, j, loop) for v in form.args})
             loop.body.append(f"{scalar} = {ast.unparse(value)}")
         elif form.kind == "call":  # an elementwise helper's body, element by element
@@ -430,7 +434,7 @@ class _Run:
                 texts[param] = self.element(arg, j, loop) if vector else arg
             for inner in callee.core.body:
                 out = inner.targets[0].id
-                value = _replace_names(gast.gast_to_ast(inner.value), dict(texts))
+                value = _replace_names(to_ast(inner.value), dict(texts))
                 texts[out] = fresh_name(f"{out}_j", taken)
                 loop.body.append(f"{texts[out]} = {ast.unparse(value)}")
             loop.body.append(f"{scalar} = {texts[callee.core.returns.id]}")

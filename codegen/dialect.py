@@ -49,7 +49,7 @@ import gast
 
 from .buffer_reuse import reuse_buffers
 from .common_calls import reuse_math_calls
-from .emit import comment, fresh_name, is_marker, render_function
+from .emit import comment, fresh_name, is_marker, render_function, to_ast
 from .fused_updates import fuse_outer_adds
 from .helpers import DIALECT_DEPENDS, DIALECT_HELPERS, DIALECT_NOT_COMPILED
 from .inlining import inline_loop_calls
@@ -167,7 +167,7 @@ def _render_stmt(stmt):
         return "" if value is None else f"# {value}"
     if _is_docstring(stmt):
         return '"""' + stmt.value.value.replace('"""', "'''") + '"""'
-    return ast.unparse(ast.fix_missing_locations(gast.gast_to_ast(stmt)))
+    return ast.unparse(to_ast(stmt))
 
 
 def _join_header(parts):
@@ -187,7 +187,7 @@ def _expr(text):
 
 
 def _text(node):
-    return ast.unparse(ast.fix_missing_locations(gast.gast_to_ast(node)))
+    return ast.unparse(to_ast(node))
 
 
 def _name(identifier):

@@ -467,3 +467,28 @@ def test_jit_specialises_on_the_lengths_the_rewrite_uses():
     assert _small_axis(np.ones((5, 3))) == 3 and _small_axis(np.ones(4)) == 4
     assert _small_axis(np.ones((5, 9))) is None and _small_axis(np.ones(1)) is None
     assert _small_axis(np.ones((2, 3), dtype=np.float32)) is None
+
+
+def squared_negative(a, b):
+    return a + b * ((-0.7) ** 2)
+
+
+def scaled_rows(x, c):
+    t = c / (2.0 + np.sin(c))
+    return squared_negative(t[:, 0] ** 2 / (2.0 + np.sin(x[1])), c[:, 0]) * t[:, 0]
+
+
+def negative_base(x, c):
+    """A negative constant raised to a power in a helper (found by the fuzzer: the rewritten
+    module's text read ``-0.7 ** 2``, which is -(0.7 ** 2)); x's elements are passed to
+    scaled_rows, so the module is rewritten."""
+    return np.sum(scaled_rows(x, c))
+
+
+def test_negative_constant_raised_to_a_power(quick_llvm):
+    rng = np.random.default_rng(11)
+    args = (rng.standard_normal(4), rng.standard_normal((2, 1)))
+    _, program, core = prepare(negative_base, {"x": spec_of(args[0]), "c": spec_of(args[1])})
+    assert "(-0.7) ** 2" in S.scalarize(program, core, {"x": 4})  # (jit's hint for x)
+    _grads_agree(negative_base, args, (0, 1))
+    assert ad.jit(negative_base)(*args) == pytest.approx(negative_base(*args), rel=1e-12)

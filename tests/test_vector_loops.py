@@ -90,6 +90,21 @@ def kept_after(x, w):
     return total + np.sum(last * last)
 
 
+def scaled_by_sums(x, w):
+    """A sum read by the next statements (found by the fuzzer: it was read in the loop that
+    was still accumulating it), directly and as a helper's argument."""
+    total = 0.0
+    for i in range(x.shape[0]):
+        s = np.sum(x[i] * w)
+        v = np.tanh(x[i] * s) / (1.0 + s * s)
+        total = total + np.sum(scaled(v, np.sum(v)))
+    return total
+
+
+def scaled(a, b):
+    return a * b + np.cbrt(a * a + 1.0)
+
+
 def broadcast_row(x, w):
     """Rows of an N x 1 matrix broadcast against w: left as NumPy arithmetic."""
     total = 0.0
@@ -200,6 +215,13 @@ def test_vectors_read_after_the_loop_and_rows_passed_on(quick_llvm):
     rng = np.random.default_rng(3)
     _grads_agree(kept_after, (rng.standard_normal((4, 10)) * 0.3, rng.standard_normal(10)),
                  (0, 1))
+
+
+def test_a_sum_is_read_only_once_it_is_whole(quick_llvm):
+    rng = np.random.default_rng(5)
+    compiled = _grads_agree(scaled_by_sums, (rng.standard_normal((3, 10)) * 0.3,
+                                             rng.standard_normal(10)), (0, 1))
+    assert "same_length(" in compiled.source
 
 
 def test_size_one_rows_broadcast(quick_llvm):
