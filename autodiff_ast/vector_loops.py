@@ -493,6 +493,8 @@ class _Rewriter:
                     f.kind == "row" and f.target == form.args[0] and f.args[2] == 2
                     for f in run):
                 form = None  # (a matrix product: only a row of a 3-D array, made here)
+            if form is not None and form.target in _loads(form.stmt):
+                form = None  # (v = v * 2: the new array would be made before v is read)
             if form is not None and form.target in names:
                 out += self.flush(run)
                 run, names, made = [], set(), set()

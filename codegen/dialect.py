@@ -51,7 +51,7 @@ from .buffer_reuse import reuse_buffers
 from .common_calls import reuse_math_calls
 from .emit import comment, fresh_name, is_marker, render_function, to_ast
 from .fused_updates import fuse_outer_adds
-from .helpers import DIALECT_DEPENDS, DIALECT_HELPERS, DIALECT_NOT_COMPILED
+from .helpers import DIALECT_DEPENDS, DIALECT_HELPERS, DIALECT_NOT_COMPILED, OVERLOAD_FORMS
 from .inlining import inline_loop_calls
 from .invariant_tables import tabulate_invariant_calls
 from .param_writes import dotted_name
@@ -1028,12 +1028,17 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
                 module.need(name)
     helper_defs = []
     sources = {name: DIALECT_HELPERS[name] for name in module.needed if name in DIALECT_HELPERS}
+    overloaded = set()
+    if numba_overloads:  # add_at, subtract_at: written into their callers by Numba
+        overloaded = {name for name in sources if name in OVERLOAD_FORMS}
+        sources.update({name: OVERLOAD_FORMS[name] for name in overloaded})
     if "keep_all" in module.needed:
         sources["keep_all"] = _KEEP_ALL
     sources.update(module.generated)
     for name in sorted(sources):
         helper_defs += gast.parse(sources[name]).body
-    names = [fn.name for fn in helper_defs + functions if fn.name not in DIALECT_NOT_COMPILED]
+    names = [fn.name for fn in helper_defs + functions
+             if fn.name not in DIALECT_NOT_COMPILED and fn.name not in overloaded]
     data = _data_names(header, injected)
     all_functions = helper_defs + functions
     lowered = LoweredModule(header, all_functions, set(sources), compiled=set(names),

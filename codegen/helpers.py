@@ -719,12 +719,62 @@ def zeros_like_reusing_numba(buffer, like):
     return reuse
 '''
 
+#: The Numba form of helpers that a module written for Numba's overloads (numba_overloads=True)
+#: takes instead of DIALECT_HELPERS's: a plain function and an overload written into the caller
+#: (``inline='always'``), where a call in an inner loop kept LLVM from optimizing the loop
+#: (ADBench GMM's gradient: 4.7 -> 3.2 ms, compile +0.6 s).
+OVERLOAD_FORMS = {}
+OVERLOAD_FORMS["add_at"] = '''\
+def add_at(a, i, v):
+    """`a[i] += v` for one integer `i`: a row added in place when `a` has two or more axes."""
+    a[i] += v
+
+
+@numba.extending.overload(add_at, inline='always', jit_options={'error_model': 'numpy'})
+def add_at_numba(a, i, v):
+    """How Numba compiles add_at: written into the caller (a call in an inner loop kept LLVM
+    from optimizing it: ADBench GMM's gradient 4.7 -> 3.2 ms), as the element update for a
+    vector and as an in-place add on the row otherwise."""
+    if isinstance(a, numba.types.Array) and a.ndim == 1:
+        def element(a, i, v):
+            a[i] += v
+        return element
+
+    def row_update(a, i, v):
+        row = a[i]
+        row += v
+    return row_update
+'''
+
+OVERLOAD_FORMS["subtract_at"] = '''\
+def subtract_at(a, i, v):
+    """`a[i] -= v` for one integer `i`: a row subtracted in place when `a` has two or more
+    axes (what `add_at(a, i, -v)` adds, without the negated copy)."""
+    a[i] -= v
+
+
+@numba.extending.overload(subtract_at, inline='always', jit_options={'error_model': 'numpy'})
+def subtract_at_numba(a, i, v):
+    """How Numba compiles subtract_at: written into the caller, as add_at is."""
+    if isinstance(a, numba.types.Array) and a.ndim == 1:
+        def element(a, i, v):
+            a[i] -= v
+        return element
+
+    def row_update(a, i, v):
+        row = a[i]
+        row -= v
+    return row_update
+'''
+
+
 #: Dialect helpers Numba does not compile as they stand: plain Python functions compiled code
 #: calls through a ``numba.extending.overload`` (which carries its own decorator).
 DIALECT_NOT_COMPILED = frozenset({"tanh_fast", "tanh_fast_numba", "sum_of_products",
                                   "sum_of_products_numba", "sum_axis", "sum_axis_numba",
                                   "small_dot", "small_dot_numba", "zeros_like_reusing",
-                                  "zeros_like_reusing_numba"})
+                                  "zeros_like_reusing_numba", "add_at_numba",
+                                  "subtract_at_numba"})
 
 #: Numba options a dialect helper is compiled with besides the module's own.
 DIALECT_JIT_OPTIONS = {"reassociated_sum": "fastmath={'reassoc'}",

@@ -929,3 +929,36 @@ def test_max_and_min_of_a_matrix_along_one_axis():
                 ns[name](np.zeros(shape), axis)
         cube = rng.standard_normal((2, 3, 4))
         np.testing.assert_array_equal(ns[name](cube, 1), reference(cube, axis=1))
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("name, op", [("add_at", np.add), ("subtract_at", np.subtract)])
+def test_overload_forms_update_elements_and_rows_in_place(name, op):
+    """The Numba forms of add_at/subtract_at (written into the caller) update an element of a
+    vector and a row of a matrix in place, as NumPy's ``a[i] += v`` does, plain and compiled;
+    a module lowered for Numba's overloads takes them."""
+    import numba
+
+    from codegen.helpers import OVERLOAD_FORMS
+    ns = {"np": np, "numba": numba}
+    exec(OVERLOAD_FORMS[name], ns)
+    helper = ns[name]
+
+    @numba.njit
+    def compiled(a, i, v):
+        helper(a, i, v)
+
+    for run in (helper, compiled):
+        a, b = np.arange(4.0), np.arange(6.0).reshape(3, 2)
+        want_a, want_b = a.copy(), b.copy()
+        want_a[2] = op(want_a[2], 0.5)
+        want_b[1] = op(want_b[1], [1.0, -1.0])
+        run(a, 2, 0.5)
+        run(b, 1, np.array([1.0, -1.0]))
+        np.testing.assert_array_equal(a, want_a)
+        np.testing.assert_array_equal(b, want_b)
+    source = "import numpy as np\n\n\ndef f(a0, w):\n    a = a0.copy()\n" \
+             "    for c in range(2):\n        a[c] += w\n    return a\n"
+    text = dialect.render(dialect.lower_source(source, entries=["f"], numba_overloads=True))
+    if name == "add_at":
+        assert "inline='always'" in text and "add_at(a, c, w)" in text, text

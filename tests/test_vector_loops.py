@@ -101,6 +101,17 @@ def scaled_by_sums(x, w):
     return total
 
 
+def rebound(x, w):
+    """A vector computed from itself, and read after the loop."""
+    v = w.copy()
+    total = 0.0
+    for i in range(x.shape[0]):
+        v = v * x[i] + 0.5
+        v = np.tanh(v)
+        total = total + np.sum(v * w)
+    return total + np.sum(v)
+
+
 def scaled(a, b):
     return a * b + np.cbrt(a * a + 1.0)
 
@@ -222,6 +233,12 @@ def test_a_sum_is_read_only_once_it_is_whole(quick_llvm):
     compiled = _grads_agree(scaled_by_sums, (rng.standard_normal((3, 10)) * 0.3,
                                              rng.standard_normal(10)), (0, 1))
     assert "same_length(" in compiled.source
+
+
+def test_a_vector_computed_from_itself(quick_llvm):
+    rng = np.random.default_rng(6)
+    _grads_agree(rebound, (rng.standard_normal((3, 10)) * 0.5, rng.standard_normal(10)),
+                 (0, 1))
 
 
 def test_size_one_rows_broadcast(quick_llvm):
