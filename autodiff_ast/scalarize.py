@@ -65,7 +65,7 @@ import gast
 from codegen.emit import fresh_name, mentions, to_ast
 
 from .rules.elementwise import PARTIALS, PIECEWISE_CONSTANT
-from .templates import unparse
+from .templates import replace_names, unparse
 
 __all__ = ["scalarize", "rebuild", "MAX_LENGTH"]
 
@@ -894,7 +894,7 @@ class _Writer:
         n = self.fn.static(form.target)
         names = self.element_names(form.target)
         for j in range(n):
-            value = _replace_names(to_ast(stmt.value),
+            value = replace_names(to_ast(stmt.value),
                                    {v: self.element(v, j, n) for v in form.args})
             self.emit(f"{names[j]} = {ast.unparse(value)}", indent)
 
@@ -1026,16 +1026,6 @@ class _Writer:
         else:
             self.emit(f"return {parts[0]}", 1)
         return "\n".join(self.lines)
-
-
-def _replace_names(node, texts):
-    """`node` (an ast expression) with the names in `texts` replaced by those expressions."""
-    class Swap(ast.NodeTransformer):
-        def visit_Name(self, name):
-            if name.id in texts and isinstance(name.ctx, ast.Load):
-                return ast.parse(texts[name.id], mode="eval").body
-            return name
-    return Swap().visit(node)
 
 
 # ---------------------------------------------------------------- entry point

@@ -315,6 +315,21 @@ def simplify(expr):
             return expr
 
 
+def replace_names(node, texts):
+    """`node` (a standard-library ast expression) with the names read in `texts` replaced by
+    those expressions' source (an element ``x[i, j]`` for a vector ``v``, say).
+
+    >>> ast.unparse(replace_names(ast.parse("v * 2.0 + w", mode="eval").body, {"v": "x[i, j]"}))
+    'x[i, j] * 2.0 + w'
+    """
+    class Swap(ast.NodeTransformer):
+        def visit_Name(self, node):
+            if node.id in texts and isinstance(node.ctx, ast.Load):
+                return ast.parse(texts[node.id], mode="eval").body
+            return node
+    return Swap().visit(node)
+
+
 def unparse(node):
     """Source text of a gast node (via the standard library's unparser; a negative constant
     raised to a power is parenthesized, :func:`codegen.emit.to_ast`).

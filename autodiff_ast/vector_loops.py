@@ -75,13 +75,13 @@ import gast
 
 from codegen.emit import fresh_name, to_ast
 
+from .reverse import walk_statements
 from .rules.elementwise import PARTIALS, PIECEWISE_CONSTANT
-from .templates import unparse
+from .templates import replace_names, unparse
 
 __all__ = ["vector_loops"]
 
 _ELEMENTWISE = set(PARTIALS) | set(PIECEWISE_CONSTANT) | {"power"}
-_BROADCAST_ERROR = "operands could not be broadcast together"
 
 
 def _rule_name(prim):
@@ -92,7 +92,8 @@ def _rule_name(prim):
 # ---------------------------------------------------------------- what a statement is
 @dataclass
 class _Form:
-    kind: str  # row, elementwise, sum, dot (matrix times vector), vdot (two vectors)
+    kind: str  # row, slice, elementwise, call (an elementwise helper), sum, dot (a row of a
+    # 3-D array times a vector), vdot (two vectors)
     target: str
     args: tuple = ()
     stmt: object = None
@@ -109,7 +110,7 @@ class _Function:
         self.names |= set(core.params)
         self.taken = taken | self.names
         self.written = set()  # bases of in-place writes: their rows are not views we can skip
-        for stmt in _walk(core.body):
+        for stmt in walk_statements(core.body):
             prim = getattr(stmt, "prim", None)
             if prim is not None and prim.kind in ("setitem", "add_at", "append"):
                 self.written.add(prim.base)
@@ -234,14 +235,6 @@ class _Function:
         return None
 
 
-def _walk(stmts):
-    for stmt in stmts:
-        yield stmt
-        if isinstance(stmt, (gast.For, gast.While, gast.If)):
-            yield from _walk(stmt.body)
-            yield from _walk(stmt.orelse)
-
-
 # ---------------------------------------------------------------- one run of statements
 @dataclass
 class _Loop:
@@ -261,8 +254,7 @@ class _Run:
     checked once before the run's loops (``same_length``); statements of one class in a row
     share a loop."""
 
-    def __init__(self, fn, forms, later_reads):
-        self.fn = fn
+    def __init__(self, forms, later_reads):
         self.forms = forms
         self.later_reads = later_reads  # names other statements read
         self.rows = {}  # row name -> (matrix, index text, rank of the row)
@@ -424,7 +416,7 @@ class _Run:
             return
         scalar = fresh_name(f"{form.target}_j", taken)
         if form.kind == "elementwise":
-            value = _replace_names(to_ast(form.stmt.value),
+            value = replace_names(to_ast(form.stmt.value),
                                    {v: self.element(v, j, loop) for v in form.args})
             loop.body.append(f"{scalar} = {ast.unparse(value)}")
         elif form.kind == "call":  # an elementwise helper's body, element by element
@@ -434,7 +426,7 @@ class _Run:
                 texts[param] = self.element(arg, j, loop) if vector else arg
             for inner in callee.core.body:
                 out = inner.targets[0].id
-                value = _replace_names(to_ast(inner.value), dict(texts))
+                value = replace_names(to_ast(inner.value), dict(texts))
                 texts[out] = fresh_name(f"{out}_j", taken)
                 loop.body.append(f"{texts[out]} = {ast.unparse(value)}")
             loop.body.append(f"{scalar} = {texts[callee.core.returns.id]}")
@@ -452,15 +444,6 @@ class _Run:
             loop.body.append(f"{form.target}[{j}] = {scalar}")
 
 
-def _replace_names(node, texts):
-    class Swap(ast.NodeTransformer):
-        def visit_Name(self, name):
-            if name.id in texts and isinstance(name.ctx, ast.Load):
-                return ast.parse(texts[name.id], mode="eval").body
-            return name
-    return Swap().visit(node)
-
-
 # ---------------------------------------------------------------- blocks and functions
 def _loads(node):
     return {n.id for n in gast.walk(node) if isinstance(n, gast.Name) and
@@ -476,7 +459,7 @@ class _Rewriter:
         self.returned = _loads(returns) if returns is not None else set()
         # what each statement reads (a loop's or branch's header apart from its body)
         self.reads = []
-        for stmt in _walk(fn.core.body):
+        for stmt in walk_statements(fn.core.body):
             if isinstance(stmt, (gast.For, gast.While, gast.If)):
                 header = stmt.iter if isinstance(stmt, gast.For) else stmt.test
                 self.reads.append((stmt, _loads(header)))
@@ -525,7 +508,7 @@ class _Rewriter:
         for stmt, reads in self.reads:
             if id(stmt) not in mine:
                 later |= reads
-        r = _Run(self.fn, run, later)
+        r = _Run(run, later)
         if not r.worthwhile():
             return [f.stmt for f in run]
         self.changed = True

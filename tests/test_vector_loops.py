@@ -13,6 +13,7 @@ import ast
 
 import numpy as np
 import pytest
+from test_scalarize import central  # central differences of one argument
 
 import autodiff_ast as ad
 from autodiff_ast.build import prepare
@@ -122,17 +123,6 @@ def broadcast_row(x, w):
     for i in range(x.shape[0]):
         total = total + np.sum(np.tanh(x[i] * w))
     return total
-
-
-def central(f, args, k, eps=1e-6):
-    x = np.array(args[k], dtype=float)
-    g = np.zeros_like(x)
-    for idx in np.ndindex(x.shape):
-        up, down = x.copy(), x.copy()
-        up[idx] += eps
-        down[idx] -= eps
-        g[idx] = (f(*args[:k], up, *args[k + 1:]) - f(*args[:k], down, *args[k + 1:])) / (2 * eps)
-    return g
 
 
 def _grads_agree(fn, args, argnums):
