@@ -113,6 +113,21 @@ def rebound(x, w):
     return total + np.sum(v)
 
 
+def damped(x, w):
+    """A while loop and a branch around vector statements, np.dot of two vectors."""
+    v = w * 0.5
+    total = 0.0
+    steps = 0
+    while total < 3.0 and steps < 5:
+        if steps % 2 == 0:
+            v = np.sin(v) + x[steps] * 0.25
+        else:
+            v = v * np.cos(x[steps])
+        total = total + np.dot(v, w) * 0.1 + 1.0
+        steps += 1
+    return total + np.sum(v * v)
+
+
 def scaled(a, b):
     return a * b + np.cbrt(a * a + 1.0)
 
@@ -229,6 +244,13 @@ def test_a_vector_computed_from_itself(quick_llvm):
     rng = np.random.default_rng(6)
     _grads_agree(rebound, (rng.standard_normal((3, 10)) * 0.5, rng.standard_normal(10)),
                  (0, 1))
+
+
+def test_while_loops_branches_and_dots_of_vectors(quick_llvm):
+    rng = np.random.default_rng(7)
+    compiled = _grads_agree(damped, (rng.standard_normal((6, 11)), rng.standard_normal(11)),
+                            (0, 1))
+    assert "same_length(" in compiled.source
 
 
 def test_size_one_rows_broadcast(quick_llvm):
