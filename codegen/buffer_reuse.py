@@ -1,7 +1,8 @@
 """Per-step allocations in loops written into the array the name held before:
 ``terms = np.zeros(k)`` in a loop becomes ``if terms.shape[0] == k: terms[:] = 0`` (else the
-allocation), and ``x_bar = np.zeros_like(x)`` the same when x_bar is known to be a vector, or
-``x_bar = zeros_like_reusing(x_bar, x)`` when its rank is not known.
+allocation), ``x_bar = np.zeros_like(x)`` the same when x_bar is known to be a vector, or
+``x_bar = zeros_like_reusing(x_bar, x)`` when its rank is not known, and ``t = np.empty(k)``
+(a tape of one step, whatever its dtype) becomes ``if t.shape[0] != k: t = np.empty(k)``.
 
 A loop that starts each step with a new small array (the user's ``terms = np.zeros(k)``; the
 backward sweep's reset of an adjoint after each step, ``x_bar = np.zeros_like(x) if x.size else
@@ -57,6 +58,8 @@ else:
 
 from __future__ import annotations
 
+import copy
+
 import gast
 
 from .emit import dotted_node, mentions, name_node
@@ -80,6 +83,7 @@ _READING_METHODS = {"copy", "sum", "max", "min", "mean", "any", "all"}
 _SHAPE_ATTRS = {"shape", "size", "ndim", "dtype"}
 _EMPTY_LIST = "[]"  # what _bindings records for ``x = []``
 _RANGE_STEP = "range"  # ... and for the target of ``for x in range(...)``
+_INT_HELPERS = {"same_length", "slice_start", "slice_length"}
 
 
 def reuse_buffers(fn):
@@ -113,17 +117,19 @@ def reuse_buffers(fn):
                 isinstance(t, gast.Name) and t.id == x for t in s.targets) for s in before)
             mentioned_before = any(mentions(s, x) for s in before)
             call = stmt.value
-            if kind == "zeros":
+            if kind in ("zeros", "empty"):
                 if not bound_before:
                     if mentioned_before:
                         continue
-                    placeholders.setdefault(id(top), (top, []))
-                    if x not in placeholders[id(top)][1]:
-                        placeholders[id(top)][1].append(x)
+                    placeholders.setdefault(id(top), (top, {}))
+                    placeholders[id(top)][1].setdefault(x, call.keywords)
                 length = call.args[0]
                 if isinstance(length, gast.Tuple):
                     length = length.elts[0]
-                _zero_in_place(stmt, parents, x, length, call)
+                if kind == "zeros":
+                    _zero_in_place(stmt, parents, x, length, call)
+                else:
+                    _allocate_when_shorter(stmt, parents, x, length)
                 continue
             if not bound_before:
                 continue
@@ -135,9 +141,10 @@ def reuse_buffers(fn):
             used.add(stmt.value.func.id)
     for top, names in placeholders.values():
         at = next(k for k, s in enumerate(fn.body) if s is top)
-        fn.body[at:at] = [gast.Assign(targets=[name_node(x, gast.Store())],
-                                      value=_call("np.empty", [gast.Constant(0, None)]),
-                                      type_comment=None) for x in names]
+        fn.body[at:at] = [gast.Assign(targets=[name_node(x, gast.Store())], value=gast.Call(
+            func=dotted_node("np.empty"), args=[gast.Constant(0, None)],
+            keywords=copy.deepcopy(keywords)), type_comment=None)
+            for x, keywords in names.items()]
     return used
 
 
@@ -150,14 +157,24 @@ def _zero_in_place(stmt, parents, x, length, allocation):
     zero = gast.Assign(targets=[gast.Subscript(value=name_node(x), slice=gast.Slice(
         lower=None, upper=None, step=None), ctx=gast.Store())],
         value=gast.Constant(0, None), type_comment=None)
-    branch = gast.If(test=test, body=[zero], orelse=[stmt])
+    _replace_statement(stmt, parents, gast.If(test=test, body=[zero], orelse=[stmt]))
+
+
+def _allocate_when_shorter(stmt, parents, x, length):
+    """Replace `stmt` (``x = np.empty(k)``, x a vector) by ``if x.shape[0] != k: x =
+    np.empty(k)``: the old array serves as it is (its values were never to be read)."""
+    test = gast.Compare(left=_shape0(name_node(x)), ops=[gast.NotEq()], comparators=[length])
+    _replace_statement(stmt, parents, gast.If(test=test, body=[stmt], orelse=[]))
+
+
+def _replace_statement(stmt, parents, new):
     parent = parents[id(stmt)]
     for field in ("body", "orelse"):
         block = getattr(parent, field, None) or []
         for at, sibling in enumerate(block):
             if sibling is stmt:
-                block[at] = branch
-                parents[id(stmt)] = branch
+                block[at] = new
+                parents[id(stmt)] = new
                 return
     raise AssertionError("statement not found in its parent")
 
@@ -177,7 +194,8 @@ def _simple_statements(loop):
 
 
 def _allocation(stmt, bindings, params):
-    """'zeros' for ``x = np.zeros(k)`` (k a number, float64), 'zeros_like' for
+    """'empty' for ``x = np.empty(k)`` (k a number; a dtype keyword allowed: a tape of one
+    step), 'zeros' for ``x = np.zeros(k)`` (k a number, float64), 'zeros_like' for
     ``x = np.zeros_like(y)`` and for the backward sweep's reset after a tape pop,
     ``x = np.zeros_like(y) if y.size else np.zeros_like(x)``; else None."""
     if len(stmt.targets) == 1 and isinstance(stmt.targets[0], gast.Name) and \
@@ -185,16 +203,24 @@ def _allocation(stmt, bindings, params):
             all(_zeros_like_of_name(arm) for arm in (stmt.value.body, stmt.value.orelse)):
         return "zeros_like"
     if not (len(stmt.targets) == 1 and isinstance(stmt.targets[0], gast.Name) and
-            isinstance(stmt.value, gast.Call) and len(stmt.value.args) == 1 and
-            not stmt.value.keywords):
+            isinstance(stmt.value, gast.Call) and len(stmt.value.args) == 1):
         return None
     func = dotted_name(stmt.value.func)
     arg = stmt.value.args[0]
+    if func == "np.empty" and _dtype_only(stmt.value.keywords) and \
+            _scalar_int(arg, bindings, params):
+        return "empty"
+    if stmt.value.keywords:
+        return None
     if func == "np.zeros" and _scalar_int(arg, bindings, params):
         return "zeros"
     if func == "np.zeros_like" and isinstance(arg, gast.Name):
         return "zeros_like"  # (the helper reuses vectors and allocates anything else)
     return None
+
+
+def _dtype_only(keywords):
+    return all(kw.arg == "dtype" and isinstance(kw.value, gast.Attribute) for kw in keywords)
 
 
 def _zeros_like_of_name(expr):
@@ -260,6 +286,8 @@ def _scalar_int(expr, bindings, params, depth=0):
                 shape = values[0]
         return isinstance(shape, gast.Attribute) and shape.attr == "shape" and \
             not isinstance(expr.slice, gast.Slice)
+    if isinstance(expr, gast.Call) and dotted_name(expr.func) in _INT_HELPERS:
+        return True  # (integer helpers of code written as element loops)
     if isinstance(expr, gast.Call):
         return dotted_name(expr.func) in ("len", "int", "max", "min") and not expr.keywords \
             and all(_scalar_int(a, bindings, params, depth + 1) or dotted_name(expr.func) ==
@@ -302,7 +330,8 @@ def _vector_value(v, bindings, params, seen):
     if isinstance(v, gast.Subscript) and isinstance(v.value, gast.Name):
         # a row t[s] of a matrix t = np.empty((m, k)) (reverse mode's tape of vectors)
         return _scalar_int(v.slice, bindings, params) and _matrix(v.value.id, bindings, params)
-    if not isinstance(v, gast.Call) or v.keywords and dotted_name(v.func) != "np.full":
+    if not isinstance(v, gast.Call) or v.keywords and dotted_name(v.func) != "np.full" and \
+            not _dtype_only(v.keywords):
         return False
     func = dotted_name(v.func)
     if func in ("np.zeros", "np.empty", "np.ones", "np.full"):

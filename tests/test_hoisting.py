@@ -132,6 +132,24 @@ def test_a_private_vector_allocated_each_step_reuses_its_old_array():
         "            bar = np.zeros_like(terms)" in text, text
 
 
+def test_a_per_step_empty_vector_keeps_its_old_array():
+    """``t = np.empty(k, dtype=...)`` in a loop (a tape of one step): the old array serves
+    when it has k entries (its values were never to be read); a placeholder of the dtype is
+    bound before the loop."""
+    changed, used, text = _reused([
+        "n = x.shape[0]", "k = w.shape[0]", "total = 0.0", "for i in range(n):",
+        "    t = np.empty(k, dtype=np.float64)", "    for c in range(k):",
+        "        t[c] = w[c] * x[i]", "    for c in range(k):",
+        "        total = total + t[c] * t[c]", "return total"])
+    assert changed and not used, text
+    assert "t = np.empty(0, dtype=np.float64)\n    for i in range(n):\n" \
+        "        if t.shape[0] != k:\n            t = np.empty(k, dtype=np.float64)" in text, text
+    changed, used, text = _reused([
+        "rows = []", "for i in range(3):", "    t = np.empty(4)", "    t[0] = x[i]",
+        "    rows.append(t)", "return rows"])
+    assert not changed, text  # a list holds each step's array
+
+
 def test_a_tape_pops_reset_of_an_adjoint_vector_is_zeroed_in_place():
     """The backward sweep's reset after a pop, ``x_bar = np.zeros_like(x) if x.size else
     np.zeros_like(x_bar)``, where the tape holds only vectors: zeroed in place."""
