@@ -10,17 +10,23 @@ malloc and free. :mod:`autodiff_ast.scalarize` turns vectors of a length known w
 is written into scalars; this pass does the same for a length known only at run time, by
 writing a run of consecutive vector statements as loops over their elements:
 
-    xcentered = np.empty(same_length(x.shape[1], means.shape[1]))
-    for j in range(same_length(x.shape[1], means.shape[1])):
-        xcentered[j] = x[i, j] - means[c, j]
+    length = same_length(x.shape[1], means.shape[1])
+    length_2 = same_length(length, qs.shape[2])
+    xcentered = np.empty(length_2)
+    for j in range(length_2):
+        xcentered_j = x[i, j] - means[c, j]
+        xcentered[j] = xcentered_j
     sum_ = 0.0
     for j_2 in range(qs.shape[1]):
         total = 0.0
-        for k in range(same_length(qs.shape[2], xcentered.shape[0])):
+        for k in range(length_2):
             total = total + qs[c, j_2, k] * xcentered[k]
         qxcentered_j = total
         mul_j = qxcentered_j * qxcentered_j
         sum_ = sum_ + mul_j
+
+(the lengths NumPy requires equal are checked once, before the loops; ``xcentered`` is made
+whole because the product reads all of it; ``qxcentered`` never is).
 
 Statement forms (core form, one operation each, types from the front end): a row ``v = a[i]``
 of a float64 matrix or 3-D array with an integer index (read in place, ``a[i, j]``, never
