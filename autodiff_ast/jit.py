@@ -206,6 +206,8 @@ class _Jitted:
             index = warmstart.key_for(self, index_key) if self.jit_options.cache else None
             if index and sizes:
                 index = hashlib.sha256(f"{index} {sizes!r}".encode()).hexdigest()
+            if index and getattr(self, "_rewrite_failed", False):  # (not the refused module)
+                index = hashlib.sha256(f"{index} original".encode()).hexdigest()
             found = warmstart.load(index) if index else None
             if found is not None:  # compiled by an earlier process: nothing to generate
                 out, module = found

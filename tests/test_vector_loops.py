@@ -288,3 +288,28 @@ def test_turned_off_by_environment(quick_llvm, monkeypatch):
     compiled = ad.jit(ad.grad(mixture))
     compiled(*mixture_args())
     assert "same_length(" not in compiled.source
+
+
+def refused(x, w):
+    total = 0.0
+    for i in range(x.shape[0]):
+        total = total + np.sum(np.tanh(x[i] * w))
+    return total
+
+
+def test_a_rewrite_numba_refuses_falls_back_to_the_original(quick_llvm, monkeypatch):
+    """If Numba cannot compile the rewritten program, jit compiles the original (here the
+    rewrite is made to add an integer np.dot, which NumPy computes and Numba refuses)."""
+    import autodiff_ast.vector_loops as vl
+    rewrite = vl.vector_loops
+
+    def with_an_integer_product(program, core):
+        text = rewrite(program, core)
+        return text.replace("    total = 0.0\n", "    total = float(np.dot(np.arange(3), "
+                            "np.arange(3))) * 0.0\n", 1)
+
+    monkeypatch.setattr(vl, "vector_loops", with_an_integer_product)
+    rng = np.random.default_rng(8)
+    args = (rng.standard_normal((4, 10)), rng.standard_normal(10))
+    compiled = _grads_agree(refused, args, (0, 1))
+    assert "same_length(" not in compiled.source and "np.arange(3)" not in compiled.source
