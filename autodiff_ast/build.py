@@ -276,14 +276,13 @@ def prepare(fn, specs, program=None):
     if wanted:
         from .scalarize import rebuild, scalarize
         from .vector_loops import vector_loops
-        text = scalarize(program, core, wanted if isinstance(wanted, dict) else None)
-        rebuilt = rebuild(program, core, text) if text is not None else None
-        if rebuilt is not None:
-            program, core = rebuilt
-        text = vector_loops(program, core)  # what is left of vector arithmetic in loops
-        rebuilt = rebuild(program, core, text) if text is not None else None
-        if rebuilt is not None:
-            program, core = rebuilt
+        hints = wanted if isinstance(wanted, dict) else None
+        # small vectors as scalars, then what is left of vector arithmetic in loops
+        for rewrite in (lambda p, c: scalarize(p, c, hints), vector_loops):
+            text = rewrite(program, core)
+            rebuilt = rebuild(program, core, text) if text is not None else None
+            if rebuilt is not None:
+                program, core = rebuilt
     return info, program, core
 
 

@@ -1925,31 +1925,12 @@ def _steps_of_nest(loop, step, trips):
     not change (``for c in range(k)`` inside ``for i in range(n)``: step ``i * k + c`` of
     ``n * k``): a value saved once per step there gets one slot of a preallocated tape.
     Statements in branches count too (a slot of a branch not taken is never read)."""
-    assigned = {t for inner in walk_statements(loop.body) if not isinstance(inner, CONTROL)
-                for t in _stmt_targets(inner)}
-    indices = {inner.target.id for inner in walk_statements(loop.body)
-               if isinstance(inner, gast.For) and isinstance(inner.target, gast.Name)}
-    assigned |= indices | {loop.target.id}
-    count, defs = {}, {}
-    for inner in walk_statements(loop.body):
-        if isinstance(inner, gast.Assign) and not isinstance(inner, CONTROL):
-            for t in _stmt_targets(inner):
-                count[t] = count.get(t, 0) + 1
-                defs[t] = inner.value
+    assigned = _loop_assigned(loop)
 
-    def bound(expr, depth=0):
+    def bound(expr):
         """`expr` with the loop's own shape reads (``item = shape[0]``, ``shape = x.shape``)
         put back, when that makes it invariant; else None."""
-        if _invariant_int(expr, assigned):
-            return to_expr(expr)
-        if depth > 4:
-            return None
-        names = {n.id for n in gast.walk(expr) if isinstance(n, gast.Name)} & assigned
-        if any(count.get(n) != 1 or not isinstance(defs[n], (gast.Attribute, gast.Subscript))
-               for n in names):
-            return None
-        from .templates import copy_tree
-        return bound(fill(unparse(expr), **{n: copy_tree(defs[n]) for n in names}), depth + 1)
+        return _invariant_length(expr, loop.body, assigned, through_checks=False, limit=4)
 
     def visit(stmts, step, trips):
         for stmt in stmts:
@@ -2000,23 +1981,28 @@ def _fresh_vector_length(stmt, target, t, loop, once):
     stores = [inner for inner in walk_statements(loop.body)  # (in-place writes aside)
               if not isinstance(inner, CONTROL) and target in _stmt_targets(inner) and
               getattr(getattr(inner, "prim", None), "kind", None) not in ("setitem", "add_at")]
-    assigned = {n for inner in walk_statements(loop.body) if not isinstance(inner, CONTROL)
-                for n in _stmt_targets(inner)}
-    assigned |= {inner.target.id for inner in walk_statements([loop])
-                 if isinstance(inner, gast.For) and isinstance(inner.target, gast.Name)}
     if stores != [stmt]:
         return None
-    return _invariant_length(stmt.value.args[0], loop.body, assigned)
+    return _invariant_length(stmt.value.args[0], loop.body, _loop_assigned(loop))
 
 
-def _invariant_length(expr, body, assigned, depth=0, defs=None):
+def _loop_assigned(loop):
+    """The names a loop's statements bind or write, and the indices of it and its inner loops."""
+    assigned = {t for inner in walk_statements(loop.body) if not isinstance(inner, CONTROL)
+                for t in _stmt_targets(inner)}
+    return assigned | {inner.target.id for inner in walk_statements([loop])
+                       if isinstance(inner, gast.For) and isinstance(inner.target, gast.Name)}
+
+
+def _invariant_length(expr, body, assigned, through_checks=True, limit=16, depth=0,
+                      defs=None):
     """`expr` (an integer) as an expression with the same value before the loop whose `body`
     binds `assigned`, putting back the loop's own shape reads (``item = shape[1]``, ``shape =
-    x.shape``) and reading ``same_length(m, n)`` as m (its value when it does not raise);
-    None when it changes in the loop."""
+    x.shape``) and, with `through_checks`, reading ``same_length(m, n)`` as m (its value when
+    it does not raise); None when it changes in the loop (or after `limit` put-backs)."""
     if _invariant_int(expr, assigned):
         return to_expr(expr)
-    if depth > 16:
+    if depth > limit:
         return None
     if defs is None:
         defs = {}
@@ -2024,24 +2010,27 @@ def _invariant_length(expr, body, assigned, depth=0, defs=None):
             if not isinstance(inner, CONTROL):
                 for t in _stmt_targets(inner):
                     defs.setdefault(t, []).append(inner)
-    if isinstance(expr, gast.Call) and unparse(expr.func) == "same_length" and \
-            len(expr.args) == 2:
-        return _invariant_length(expr.args[0], body, assigned, depth + 1, defs)
+    again = {"through_checks": through_checks, "limit": limit, "depth": depth + 1, "defs": defs}
+    if through_checks and isinstance(expr, gast.Call) and \
+            unparse(expr.func) == "same_length" and len(expr.args) == 2:
+        return _invariant_length(expr.args[0], body, assigned, **again)
     names = {n.id for n in gast.walk(expr) if isinstance(n, gast.Name)} & assigned
     values = {}
+    kinds = (gast.Attribute, gast.Subscript, gast.Call) if through_checks else \
+        (gast.Attribute, gast.Subscript)
     for n in names:
         found = defs.get(n, [])
         if len(found) != 1 or not isinstance(found[0], gast.Assign) or not isinstance(
-                found[0].value, (gast.Attribute, gast.Subscript, gast.Call)):
+                found[0].value, kinds):
             return None
         values[n] = found[0].value
     from .templates import copy_tree
-    if isinstance(expr, gast.Name) and expr.id in values:
-        return _invariant_length(copy_tree(values[expr.id]), body, assigned, depth + 1, defs)
+    if through_checks and isinstance(expr, gast.Name) and expr.id in values:
+        return _invariant_length(copy_tree(values[expr.id]), body, assigned, **again)
     if any(isinstance(v, gast.Call) for v in values.values()):
         return None
     return _invariant_length(fill(unparse(expr), **{n: copy_tree(v) for n, v in values.items()}),
-                             body, assigned, depth + 1, defs)
+                             body, assigned, **again)
 
 
 def _called(value):

@@ -67,14 +67,16 @@ from codegen.emit import fresh_name, mentions, to_ast
 from .rules.elementwise import PARTIALS, PIECEWISE_CONSTANT
 from .templates import replace_names, unparse
 
-__all__ = ["scalarize", "rebuild", "MAX_LENGTH"]
+__all__ = ["scalarize", "rebuild", "MAX_LENGTH", "ELEMENTWISE", "rule_name", "scalar_atom",
+           "header_text"]
 
 #: Vectors longer than this stay arrays (one name per element stops paying off).
 MAX_LENGTH = 8
 
 TOP = "unknown"  # a vector whose length is not known statically
 
-_ELEMENTWISE = set(PARTIALS) | set(PIECEWISE_CONSTANT) | {"power"}
+#: Rules applied element by element (what both compiled-code rewrites write per element).
+ELEMENTWISE = set(PARTIALS) | set(PIECEWISE_CONSTANT) | {"power"}
 _FILLS = {"zeros": "0.0", "ones": "1.0", "zeros_like": "0.0", "ones_like": "1.0"}
 
 
@@ -87,9 +89,28 @@ class _Form:
     args: tuple = ()
 
 
-def _rule_name(prim):
+def rule_name(prim):
+    """The name of the rule a core statement's primitive applies (``maximum`` of
+    ``maximum@max``), or None."""
     name = getattr(prim.rule, "name", None)
     return name.split("@")[0] if isinstance(name, str) else None
+
+
+def scalar_atom(node, types):
+    """Whether `node` (an atom of core form) is one int or float number."""
+    if isinstance(node, gast.Constant):
+        return isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+    if isinstance(node, gast.Name):
+        t = types.get(node.id)
+        return t is not None and t.kind in ("float", "int")
+    return False
+
+
+def header_text(stmt):
+    """The first line of a loop or branch of core form (``for i in range(n):``)."""
+    if isinstance(stmt, gast.For):
+        return f"for {unparse(stmt.target)} in {unparse(stmt.iter)}:"
+    return f"{'if' if isinstance(stmt, gast.If) else 'while'} {unparse(stmt.test)}:"
 
 
 class _Function:
@@ -127,12 +148,7 @@ class _Function:
             len(t.dims) == 1 and t.dtype == "float64"
 
     def is_scalar_atom(self, node):
-        if isinstance(node, gast.Constant):
-            return isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
-        if isinstance(node, gast.Name):
-            t = self.core.types.get(node.id)
-            return t is not None and t.kind in ("float", "int")
-        return False
+        return scalar_atom(node, self.core.types)
 
     def const_int(self, node):
         if isinstance(node, gast.Constant) and type(node.value) is int:
@@ -228,12 +244,12 @@ def _classify(stmt, fn):
     out = target.id
     if prim.kind == "copy" and isinstance(value, gast.Name):
         return _Form("copy", out, (value.id,))
-    rule = _rule_name(prim) if prim.kind in ("rule", "nondiff") else None
+    rule = rule_name(prim) if prim.kind in ("rule", "nondiff") else None
     if rule is None or prim.call is None:
         return _Form("other")
     call = prim.call
     given = {p for p, a in call.args.items() if a is not None}
-    if rule in _ELEMENTWISE and fn.is_vector(out):
+    if rule in ELEMENTWISE and fn.is_vector(out):
         if isinstance(value, gast.Call) and value.keywords:
             return _Form("other")
         atoms = [a for a in call.args.values() if a is not None]
@@ -697,7 +713,7 @@ def _row_definitions(fn):
             prim = getattr(stmt, "prim", None)
             if not (isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and
                     isinstance(stmt.targets[0], gast.Name) and prim is not None and
-                    _rule_name(prim) == "getitem" and isinstance(stmt.value, gast.Subscript)):
+                    rule_name(prim) == "getitem" and isinstance(stmt.value, gast.Subscript)):
                 continue
             v = stmt.targets[0].id
             matrix, index = stmt.value.value, stmt.value.slice
@@ -853,16 +869,8 @@ class _Writer:
 
     def statement(self, stmt, indent):
         fn = self.fn
-        if isinstance(stmt, (gast.If, gast.While)):
-            self.emit(f"{'if' if isinstance(stmt, gast.If) else 'while'} "
-                      f"{unparse(stmt.test)}:", indent)
-            self.body(stmt.body, indent + 1)
-            if stmt.orelse:
-                self.emit("else:", indent)
-                self.body(stmt.orelse, indent + 1)
-            return
-        if isinstance(stmt, gast.For):
-            self.emit(f"for {unparse(stmt.target)} in {unparse(stmt.iter)}:", indent)
+        if isinstance(stmt, (gast.If, gast.While, gast.For)):
+            self.emit(header_text(stmt), indent)
             self.body(stmt.body, indent + 1)
             if stmt.orelse:
                 self.emit("else:", indent)

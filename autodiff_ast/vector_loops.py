@@ -82,18 +82,10 @@ import gast
 from codegen.emit import fresh_name, to_ast
 
 from .reverse import walk_statements
-from .rules.elementwise import PARTIALS, PIECEWISE_CONSTANT
+from .scalarize import ELEMENTWISE, header_text, rule_name, scalar_atom
 from .templates import replace_names, unparse
 
 __all__ = ["vector_loops"]
-
-_ELEMENTWISE = set(PARTIALS) | set(PIECEWISE_CONSTANT) | {"power"}
-
-
-def _rule_name(prim):
-    name = getattr(prim.rule, "name", None)
-    return name.split("@")[0] if isinstance(name, str) else None
-
 
 # ---------------------------------------------------------------- what a statement is
 @dataclass
@@ -128,10 +120,7 @@ class _Function:
             t.dims == ("N",)
 
     def scalar(self, atom):
-        if isinstance(atom, gast.Constant):
-            return isinstance(atom.value, (int, float)) and not isinstance(atom.value, bool)
-        t = self.types.get(atom.id) if isinstance(atom, gast.Name) else None
-        return t is not None and t.kind in ("float", "int")
+        return scalar_atom(atom, self.types)
 
     def integer(self, atom):
         if isinstance(atom, gast.Constant):
@@ -192,7 +181,7 @@ class _Function:
             return None
         if prim.kind not in ("rule", "nondiff") or prim.call is None:
             return None
-        rule, call = _rule_name(prim), prim.call
+        rule, call = rule_name(prim), prim.call
         args = {p: a for p, a in call.args.items() if a is not None}
         if isinstance(stmt.value, gast.Call) and stmt.value.keywords:
             return None
@@ -216,7 +205,7 @@ class _Function:
                     all(d == "N" for d in t.dims[1:]) and out not in self.written:
                 return _Form("row", out, (args["x"].id, args["index"], len(t.dims) - 1), stmt)
             return None
-        if rule in _ELEMENTWISE and self.vector(out):
+        if rule in ELEMENTWISE and self.vector(out):
             atoms = list(args.values())
             if all(isinstance(a, gast.Constant) and self.scalar(a) or isinstance(a, gast.Name)
                    and (self.vector(a.id) or self.scalar(a)) for a in atoms):
@@ -528,8 +517,7 @@ class _Rewriter:
                 lines += [pad + line for line in item]
             elif isinstance(item, tuple):
                 stmt, body, orelse = item
-                header = _header(stmt)
-                lines.append(pad + header)
+                lines.append(pad + header_text(stmt))
                 lines += self.text(body, indent + 1) or [pad + "    pass"]
                 if stmt.orelse:
                     lines.append(pad + "else:")
@@ -537,14 +525,6 @@ class _Rewriter:
             else:
                 lines += [pad + line for line in unparse(item).rstrip("\n").split("\n")]
         return lines
-
-
-def _header(stmt):
-    if isinstance(stmt, gast.For):
-        return f"for {unparse(stmt.target)} in {unparse(stmt.iter)}:"
-    if isinstance(stmt, gast.While):
-        return f"while {unparse(stmt.test)}:"
-    return f"if {unparse(stmt.test)}:"
 
 
 def _function_text(fn, rewriter, items):
