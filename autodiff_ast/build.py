@@ -264,9 +264,9 @@ def prepare(fn, specs, program=None):
     """`fn` parsed, and normalized for `specs`: (info, program, entry core function).
 
     When jit asked for small vectors as scalars (:func:`scalarizing`), the program returned is
-    the rewritten one (autodiff_ast/inline_calls.py for the calls made in loops, then
-    autodiff_ast/scalarize.py, then autodiff_ast/vector_loops.py for the vector arithmetic in
-    loops left); `info` stays the user's function either way.
+    the rewritten one (autodiff_ast/scalarize.py, then autodiff_ast/inline_calls.py for the
+    calls made in loops, then autodiff_ast/vector_loops.py for the vector arithmetic in loops
+    left); `info` stays the user's function either way.
     """
     wanted = _SCALARIZE.get()
     if wanted:
@@ -279,9 +279,9 @@ def prepare(fn, specs, program=None):
         from .scalarize import rebuild, scalarize
         from .vector_loops import vector_loops
         hints = wanted if isinstance(wanted, dict) else None
-        # helpers called in loops written in, small vectors as scalars, then what is left of
-        # vector arithmetic in loops
-        for rewrite in (inline_calls, lambda p, c: scalarize(p, c, hints), vector_loops):
+        # small vectors as scalars, helpers on arrays called in loops written in, then what
+        # is left of vector arithmetic in loops
+        for rewrite in (lambda p, c: scalarize(p, c, hints), inline_calls, vector_loops):
             text = rewrite(program, core)
             rebuilt = rebuild(program, core, text) if text is not None else None
             if rebuilt is not None:

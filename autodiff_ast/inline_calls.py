@@ -12,13 +12,14 @@ loop over the layers: with both written in, its compiled gradient went from 8.4 
 recomputed ``lstm_model``).
 
 A call is written in when it is in a loop (also a loop of a helper written in), its callee is
-not recursive and not marked with ``checkpoint`` (whose point is to recompute), its body is
+not recursive and not marked with ``checkpoint`` (whose point is to recompute), has a loop or
+makes an array (itself or through its own calls: see :func:`_works_on_arrays`), its body is
 not larger than :data:`MAX_STATEMENTS`, and the call binds one name. The callee's names get
 fresh names in the caller; a parameter the callee never rebinds reads the argument itself (in
 core form a rebound parameter is a new name, so that is nearly all of them), the others start
 as ``p = argument`` (what a call does: the same object). Only ``jit`` on the CPU
-asks for the rewrite, before :mod:`autodiff_ast.scalarize` and
-:mod:`autodiff_ast.vector_loops` (:func:`autodiff_ast.build.prepare`);
+asks for the rewrite, after :mod:`autodiff_ast.scalarize` (whose small vectors become
+numbers first) and before :mod:`autodiff_ast.vector_loops` (:func:`autodiff_ast.build.prepare`);
 ``AUTODIFF_AST_SCALARIZE=0`` turns all three off, and jit builds from the original program if
 anything fails on the rewritten one.
 
@@ -92,6 +93,33 @@ def _recursive(functions):
     return found
 
 
+def _works_on_arrays(cf, seen=None):
+    """Whether core function `cf` (or a function it calls) has a loop or makes an array.
+
+    A function of numbers only (what scalarize leaves of one on small vectors: a bundle
+    adjustment's projection) keeps its recomputing pair: running its scalar code again costs
+    less than a tape for each of its values (ADBench BA: 2.55 ms per gradient recomputing,
+    2.69 ms written in). Arrays are what make recomputing dear (each call and its adjoint
+    allocate them again), and a loop's recomputation keeps tapes of its own."""
+    seen = set() if seen is None else seen
+    if id(cf) in seen:
+        return False
+    seen.add(id(cf))
+    for stmt in walk_statements(cf.body):
+        if isinstance(stmt, (gast.For, gast.While)):
+            return True
+        if isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and \
+                isinstance(stmt.targets[0], gast.Name):
+            t = cf.types.get(stmt.targets[0].id)
+            if t is not None and t.kind == "array":
+                return True
+        prim = getattr(stmt, "prim", None)
+        if prim is not None and prim.kind == "user" and prim.callee is not None and \
+                _works_on_arrays(prim.callee, seen):
+            return True
+    return False
+
+
 def _callee(stmt, recursive):
     """The core function `stmt` calls when it can be written in there, else None."""
     prim = getattr(stmt, "prim", None)
@@ -107,7 +135,8 @@ def _callee(stmt, recursive):
             not callee.body or len(args) != len(callee.params) or \
             not all(isinstance(a, (gast.Name, gast.Constant)) for a in args):
         return None
-    if sum(1 for _ in walk_statements(callee.body)) > MAX_STATEMENTS:
+    if sum(1 for _ in walk_statements(callee.body)) > MAX_STATEMENTS or \
+            not _works_on_arrays(callee):
         return None
     return callee
 

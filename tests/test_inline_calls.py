@@ -137,6 +137,18 @@ def recursive_in_loop(x):
     return total
 
 
+def turn(px, py, a):
+    """Numbers only: keeps its recomputing pair."""
+    return px * np.cos(a) - py * np.sin(a)
+
+
+def turned(x, a):
+    total = 0.0
+    for i in range(x.shape[0]):
+        total = total + turn(x[i, 0], x[i, 1], a) ** 2
+    return total
+
+
 # ---------------------------------------------------------------- helpers
 def _grads_agree(fn, args, argnums):
     compiled = ad.jit(ad.grad(fn, argnums=argnums))
@@ -191,8 +203,9 @@ def test_calls_outside_loops_are_kept():
     assert _rewritten(lambda v: np.sum(gate(v)), np.ones(12)) is None
 
 
-def test_checkpointed_recursive_and_long_callees_keep_their_calls(monkeypatch):
+def test_checkpointed_recursive_long_and_scalar_callees_keep_their_calls(monkeypatch):
     x = np.ones((3, 12))
+    assert _rewritten(turned, x, 0.5) is None
     assert _rewritten(checkpointed, x) is None
     assert _rewritten(recursive_in_loop, x) is None
     monkeypatch.setattr(inline_module, "MAX_STATEMENTS", 3)
@@ -261,6 +274,11 @@ def test_pytree_arguments(quick_llvm):
         lower[key][2] -= step
         diff = (with_dict(bumped, x) - with_dict(lower, x)) / (2 * step)
         assert got[key][2] == pytest.approx(diff, rel=1e-6, abs=1e-8)
+
+
+def test_a_callee_of_numbers_kept_as_a_call(quick_llvm):
+    rng = np.random.default_rng(5)
+    _grads_agree(turned, (rng.standard_normal((6, 2)), 0.4), (0, 1))
 
 
 def test_checkpointed_callee_still_recomputes_under_jit(quick_llvm):
