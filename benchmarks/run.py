@@ -34,9 +34,13 @@ ROOT = os.path.dirname(HERE)
 os.environ.setdefault("AUTODIFF_AST_CACHE", os.path.join(ROOT, ".cache", "bench", "modules"))
 os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(ROOT, ".cache", "bench", "numba"))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# On small shared machines OpenBLAS's spinning threads stall every BLAS call for milliseconds
-# (numba-notes.md, "Parallel CPU"); one BLAS thread gives every competitor the same footing.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# BLAS keeps its default threads (one per core), as a user's process does: JAX's XLA runs
+# its matrix products on threads of its own, so one BLAS thread put every BLAS-based entry
+# (ours, hand-written NumPy, autograd) at a disadvantage against it (MLP 784-128-128-10 at
+# batch 1024 on 2 cores: ours 10.5 ms with one BLAS thread, 5.8 ms with two; JAX 5.7 ms,
+# 8.4 ms pinned to one core). The stall a prange once suffered right after a BLAS call
+# (numba-notes.md, "Parallel CPU") is gone with the workqueue threading layer jit selects
+# (docs/numba.md); set OPENBLAS_NUM_THREADS yourself to measure otherwise (it is recorded).
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 if HERE not in sys.path:
