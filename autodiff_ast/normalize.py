@@ -191,6 +191,10 @@ class CoreFunction:
     # core name -> (user statement, user name) where values with and without a size-one
     # axis met (reverse mode refuses such a name when it is active)
     merged_axes: dict = field(default_factory=dict)
+    # core parameter name -> (user name, first statement writing into it): the parameters
+    # the function writes in place (it writes into a copy; autodiff_ast/shared_memory.py
+    # refuses a caller that reads the argument after the call)
+    written_params: dict = field(default_factory=dict)
 
     @property
     def return_type(self):
@@ -268,6 +272,7 @@ class Normalizer:
         self.zero_dim = set()
         # core name -> (statement, user name) where a size-one axis met a longer one (join)
         self.merged_axes = {}
+        self.written_params = {}  # see CoreFunction.written_params
         self.views = {}  # core name -> the array it is a view of (basic slicing, .T, reshape)
         self.written = set()  # core names written in place
 
@@ -324,6 +329,7 @@ class Normalizer:
         core = CoreFunction(self.info, self.core_name, self.params, self.body, self.types,
                             returns, return_node, self.namer, self.arg_specs)
         core.merged_axes = self.merged_axes
+        core.written_params = self.written_params
         return core
 
     # -- statements
@@ -1528,21 +1534,22 @@ class Normalizer:
 
     def copy_params_written_in_place(self, body):
         """Parameters the function writes into are copied first: callers' arrays never change."""
-        written = set()
+        written = {}  # user name -> the first statement writing into it
         for node in body:
             for sub in gast.walk(node):
                 target = None
                 if isinstance(sub, gast.Assign):
                     for t in sub.targets:
                         if isinstance(t, gast.Subscript) and isinstance(t.value, gast.Name):
-                            written.add(t.value.id)
+                            written.setdefault(t.value.id, sub)
                 elif isinstance(sub, gast.AugAssign):
                     target = sub.target
                     if isinstance(target, gast.Subscript) and isinstance(target.value, gast.Name):
-                        written.add(target.value.id)
+                        written.setdefault(target.value.id, sub)
         for pname in sorted(written):
             core = self.env.get(pname)
             if isinstance(core, str) and core in self.params:
+                self.written_params[core] = (pname, written[pname])
                 self.origin = body[0] if body else self.info.node
                 copy_rule = rules.lookup(np.copy)
                 self.apply_rule(copy_rule, {"x": name(core)}, self.origin, pname,

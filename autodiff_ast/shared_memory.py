@@ -28,6 +28,7 @@ Example (doctest)::
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import gast
@@ -64,6 +65,7 @@ class _SharedMemoryCheck:
     def __init__(self, normalizer):
         self.normalizer = normalizer
         self.writes = {}  # id -> the write statement, for the error
+        self.calls = {}  # id of a call -> (callee, its parameter's user name, its write)
 
     def allocations(self, state, n):
         return state.memory.get(n, frozenset({("given", n)}))
@@ -75,6 +77,8 @@ class _SharedMemoryCheck:
             return
         key, base, alias, maybe = hit[0][2]
         user = self.normalizer.user_name
+        if key in self.calls:
+            self.refuse_call(key, base, alias, maybe)
         if maybe:
             what = (f"{user(alias)} may share memory with {user(base)} (on a path where one "
                     "of them is not rebound: a branch not taken, or a loop that runs zero times)")
@@ -86,6 +90,22 @@ class _SharedMemoryCheck:
             getattr(self.writes[key], "origin", None) or self.normalizer.info.node,
             f"take a copy instead (v = x[1:3].copy(), or b = a.copy()), or write "
             f"{user(base)} = {user(base)} + ... rather than an in-place update")
+
+    def refuse_call(self, key, base, alias, maybe):
+        """A call wrote into `base`'s memory through a parameter, and `alias` is read after."""
+        callee, param, write = self.calls[key]
+        info = callee.info
+        where = f"{os.path.basename(info.filename)}:{info.file_line(write)}"
+        user = self.normalizer.user_name
+        shared = "" if alias == base else (
+            f" ({user(alias)} {'may share' if maybe else 'shares'} memory with it)")
+        raise self.normalizer.info.error(
+            UnsupportedSyntaxError, f"{info.name} writes into its parameter {param} in place "
+            f"({where}), and {user(alias)} is read after the call{shared}; generated code "
+            f"gives {info.name} a copy of {user(base)}, so that read would not see the write",
+            getattr(self.writes[key], "origin", None) or self.normalizer.info.node,
+            f"return the new array and bind it ({user(base)} = {info.name}(...)), or pass a "
+            f"copy ({user(base)}.copy()) when the change should not be seen")
 
     def bind(self, state, n, allocs):
         """`n` now holds `allocs`; other names keep what they held."""
@@ -122,6 +142,8 @@ class _SharedMemoryCheck:
             self.writes[id(stmt)] = stmt
             return _State(state.memory, state.pending |
                           {(id(stmt), base, n, maybe) for n, maybe in sharing.items()})
+        if prim is not None and prim.kind == "user":
+            state = self.call_writes(stmt, prim, state)
         view_of = getattr(stmt, "view_of", None)
         for target in stmt.targets if isinstance(stmt, gast.Assign) else []:
             if view_of is not None and isinstance(target, gast.Name):
@@ -130,6 +152,28 @@ class _SharedMemoryCheck:
             for n in _stores(target):
                 state = self.fresh(state, n, stmt)
         return state
+
+    def call_writes(self, stmt, prim, state):
+        """A call of a function that writes into some of its parameters: every name holding
+        an argument's memory, the argument itself included, must not be read afterwards (the
+        callee wrote into a copy)."""
+        callee = prim.callee
+        written = getattr(callee, "written_params", None) or {}
+        pending = set()
+        for param, arg in zip(getattr(callee, "params", ()), prim.args or ()):
+            if param not in written or not isinstance(arg, gast.Name):
+                continue
+            allocs = self.allocations(state, arg.id)
+            names = {n: state.memory.get(n, frozenset({("given", n)})) for n in
+                     set(state.memory) | {arg.id}}
+            for n, held in names.items():
+                if held & allocs:
+                    pending.add((id(stmt), arg.id, n, held != allocs))
+            self.writes[id(stmt)] = stmt
+            self.calls[id(stmt)] = (callee, written[param][0], written[param][1])
+        if not pending:
+            return state
+        return _State(state.memory, state.pending | pending)
 
     def block(self, stmts, state):
         for stmt in stmts:

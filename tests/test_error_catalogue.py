@@ -126,6 +126,17 @@ def shared_in_place_add(x):
     return np.sum(y * z)
 
 
+def _scale_first(v):
+    v[0] = v[0] * 2.0
+    return np.sum(v)
+
+
+def helper_writes_argument(x):
+    y = np.tanh(x)
+    total = _scale_first(y)  # HERE
+    return total + np.sum(y)
+
+
 def rank_changes_in_loop(x):
     y = 0.0
     for i in range(3):
@@ -304,6 +315,8 @@ SOURCE_ERRORS = [
     ("with_block", 0.4, E.UnsupportedSyntaxError, "with np.errstate"),
     ("view_write", X, E.UnsupportedSyntaxError, "shares memory with v"),
     ("shared_in_place_add", X, E.UnsupportedSyntaxError, "z shares memory with y"),
+    ("helper_writes_argument", X, E.UnsupportedSyntaxError,
+     "_scale_first writes into its parameter v in place"),
     ("rank_changes_in_loop", X, E.TypeInferenceError, "y changes from float64 to float64[N]"),
     ("rank_changes_in_branch", X, E.TypeInferenceError, "y changes from float64[N] to float64"),
     ("deletes", 0.4, E.UnsupportedSyntaxError, "del"),
