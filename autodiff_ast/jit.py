@@ -165,6 +165,9 @@ class _Jitted:
             # failure, if it fails too, names the user's line.
             self._modules.pop(self._last_key, None)
             self._rewrite_failed = True
+            if getattr(self, "_last_index", None):  # a new process goes to the original
+                from . import warmstart
+                warmstart.mark_refused(self._last_index)
             result = super().__call__(*args, **kwargs)
         if key is not None:
             plan = _make_plan(self, args)
@@ -201,13 +204,19 @@ class _Jitted:
         index_key = key
         if sizes:  # the module is written for these small axes (autodiff_ast/scalarize.py)
             key = (key, "sizes", sizes)
+        self._last_index = None
         if key not in self._modules:
             from . import warmstart
             index = warmstart.key_for(self, index_key) if self.jit_options.cache else None
             if index and sizes:
                 index = hashlib.sha256(f"{index} {sizes!r}".encode()).hexdigest()
+            if index and scalarize and warmstart.refused(index):
+                # Numba refused this rewrite in an earlier process: the original at once
+                self._rewrite_failed = True
+                return self._module_for(index_key, build)
             if index and getattr(self, "_rewrite_failed", False):  # (not the refused module)
                 index = hashlib.sha256(f"{index} original".encode()).hexdigest()
+            self._last_index = index if scalarize else None
             found = warmstart.load(index) if index else None
             if found is not None:  # compiled by an earlier process: nothing to generate
                 out, module = found

@@ -15,8 +15,9 @@ lowering, and none of those passes is even imported.
 Anything the key cannot describe exactly (a method, a closure over an object, a global that
 is neither a constant, an array, a module nor a function, a function with a custom rule)
 means no key: the module is generated as before. ``$AUTODIFF_AST_WARMSTART_LOG`` names a file
-to which every lookup appends one line (``hit``, ``miss``, ``stored``, ``nokey``): how tests
-see that a second process did not generate.
+to which every lookup appends one line (``hit``, ``miss``, ``stored``, ``nokey``, and
+``refused`` when jit records that Numba refused a rewritten program, :func:`mark_refused`): how
+tests see that a second process did not generate.
 
 >>> import numpy as np
 >>> def f(x):
@@ -39,7 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["function_fingerprint", "key_for", "load", "store"]
+__all__ = ["function_fingerprint", "key_for", "load", "mark_refused", "refused", "store"]
 
 #: Bumped when what a record holds, or how keys are made, changes.
 FORMAT = 1
@@ -252,6 +253,32 @@ def store(key, generated, out, compiled, name, note):
         return _log("nokey", f"not stored: {exc}")
     _log("stored", key)
     return None
+
+
+def _refused_key(key):
+    return hashlib.sha256(f"{key} refused by Numba".encode()).hexdigest()
+
+
+def mark_refused(key):
+    """Record that Numba refused the module indexed under `key` (jit's compiled-code rewrite
+    of the program): a later process builds from the original program at once instead of
+    loading the refused module and failing again."""
+    from codegen.loader import write_index
+    try:
+        write_index(_refused_key(key), "", "refused_module", {"format": FORMAT,
+                                                              "refused": True})
+    except (OSError, TypeError, ValueError) as exc:
+        return _log("nokey", f"refusal not stored: {exc}")
+    return _log("refused", key)
+
+
+def refused(key):
+    """Whether :func:`mark_refused` recorded `key`."""
+    from codegen.loader import read_index
+    entry = read_index(_refused_key(key))
+    record = entry.get("record") if entry else None
+    return isinstance(record, dict) and record.get("format") == FORMAT and \
+        record.get("refused") is True
 
 
 def load(key):

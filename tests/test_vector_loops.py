@@ -313,3 +313,38 @@ def test_a_rewrite_numba_refuses_falls_back_to_the_original(quick_llvm, monkeypa
     args = (rng.standard_normal((4, 10)), rng.standard_normal(10))
     compiled = _grads_agree(refused, args, (0, 1))
     assert "same_length(" not in compiled.source and "np.arange(3)" not in compiled.source
+
+
+def test_a_refused_rewrite_is_remembered_for_the_next_process(quick_llvm, monkeypatch,
+                                                              tmp_path):
+    """After a fallback, the warm-start index records the refusal: a new jit of the same
+    function (as in a new process) builds from the original program at once, without
+    writing or compiling the refused rewrite again."""
+    import autodiff_ast.vector_loops as vl
+    rewrite = vl.vector_loops
+    calls = []
+
+    def with_an_integer_product(program, core):
+        calls.append(core.name)
+        text = rewrite(program, core)
+        return text.replace("    total = 0.0\n", "    total = float(np.dot(np.arange(3), "
+                            "np.arange(3))) * 0.0\n", 1)
+
+    monkeypatch.setattr(vl, "vector_loops", with_an_integer_product)
+    monkeypatch.setenv("AUTODIFF_AST_CACHE", str(tmp_path / "modules"))
+    log = tmp_path / "warmstart.log"
+    monkeypatch.setenv("AUTODIFF_AST_WARMSTART_LOG", str(log))
+    rng = np.random.default_rng(9)
+    args = (rng.standard_normal((4, 10)), rng.standard_normal(10))
+    want = ad.grad(refused)(*args)
+    first = ad.jit(ad.grad(refused))(*args)
+    assert calls and log.read_text().count("refused ") == 1
+    calls.clear()
+    again = ad.jit(ad.grad(refused))
+    second = again(*args)
+    assert calls == [], "the refused rewrite was made again"
+    # neither loaded from the index and refused again by Numba
+    assert log.read_text().count("refused ") == 1, log.read_text()
+    assert "same_length(" not in again.source
+    for got in (first, second):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
