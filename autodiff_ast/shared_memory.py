@@ -65,7 +65,9 @@ class _SharedMemoryCheck:
     def __init__(self, normalizer):
         self.normalizer = normalizer
         self.writes = {}  # id -> the write statement, for the error
-        self.calls = {}  # id of a call -> (callee, its parameter's user name, its write)
+        # id of an entry -> (callee, its parameter's user name, its write), one entry per
+        # parameter a call writes into (kept here, so the ids stay unique)
+        self.calls = {}
 
     def allocations(self, state, n):
         return state.memory.get(n, frozenset({("given", n)}))
@@ -166,11 +168,12 @@ class _SharedMemoryCheck:
             allocs = self.allocations(state, arg.id)
             names = {n: state.memory.get(n, frozenset({("given", n)})) for n in
                      set(state.memory) | {arg.id}}
+            entry = (callee, written[param][0], written[param][1])  # one per parameter
+            self.writes[id(entry)] = stmt
+            self.calls[id(entry)] = entry
             for n, held in names.items():
                 if held & allocs:
-                    pending.add((id(stmt), arg.id, n, held != allocs))
-            self.writes[id(stmt)] = stmt
-            self.calls[id(stmt)] = (callee, written[param][0], written[param][1])
+                    pending.add((id(entry), arg.id, n, held != allocs))
         if not pending:
             return state
         return _State(state.memory, state.pending | pending)
