@@ -491,8 +491,10 @@ def tanh_fast_numba(x):
         q = np.empty(256)
         for start in range(0, flat.size, 256):
             m = min(256, flat.size - start)
+            chunk = flat[start:start + m]  # (indexed from 0: chunk[start + j] would keep
+            o_chunk = o[start:start + m]  # the loops scalar, for a negative index's sake)
             for j in range(m):
-                y = -2.0 * abs(np.float64(flat[start + j]))
+                y = -2.0 * abs(np.float64(chunk[j]))
                 if y < -700.0:  # (tanh is 1.0 long before; a nan stays a nan)
                     y = -700.0
                 k = np.floor(y * 1.4426950408889634 + 0.5)  # y = k ln2 + r, |r| <= ln2 / 2
@@ -504,7 +506,7 @@ def tanh_fast_numba(x):
                 q[j] = r * p
             for j in range(m):
                 expm1 = (scale[j] - 1.0) + scale[j] * q[j]  # exp(y) - 1 = 2**k (1 + q) - 1
-                o[start + j] = np.copysign(-expm1 / (2.0 + expm1), flat[start + j])
+                o_chunk[j] = np.copysign(-expm1 / (2.0 + expm1), chunk[j])
         return out
     return tanh_array
 '''
