@@ -331,6 +331,8 @@ def test_a_refused_rewrite_is_remembered_for_the_next_process(quick_llvm, monkey
                             "np.arange(3))) * 0.0\n", 1)
 
     monkeypatch.setattr(vl, "vector_loops", with_an_integer_product)
+    from autodiff_ast import custom  # (a rule another test registered means no index key)
+    monkeypatch.setattr(custom, "_REGISTERED", {})
     monkeypatch.setenv("AUTODIFF_AST_CACHE", str(tmp_path / "modules"))
     log = tmp_path / "warmstart.log"
     monkeypatch.setenv("AUTODIFF_AST_WARMSTART_LOG", str(log))
