@@ -215,6 +215,10 @@ class Program:
         self.data = {}  # emitted name -> (module name or None, attribute, value)
         self.module_names = Namer(reserved)
         self.order = []
+        # Variables of a program jit rewrote (autodiff_ast/scalarize.py rebuild) that the
+        # user never wrote: their values are temporaries, which tidying may inline (user
+        # variables are kept by name).
+        self.synthetic_names = frozenset()
 
     def data_name(self, value, preferred, module):
         for emitted, (_, _, v) in self.data.items():
@@ -517,6 +521,8 @@ class Normalizer:
             self.namer.reserve(core)
         else:
             core = self.namer.fresh(user_name)
+        if user_name in self.program.synthetic_names:
+            self.namer.temps.add(core)
         if self.depth > 0 and self.block_locals and current is None:
             self.block_locals[-1].add(user_name)
         self.env[user_name] = core

@@ -1086,5 +1086,12 @@ def rebuild(program, core, text):
     info = parse_function(getattr(module, core.name))
     new = Program(reserved={"np", "math", "unbroadcast"} | set(program.data))
     new.data.update(program.data)
+    # The names the rewrite made up (split elements, loop elements) are temporaries; the
+    # program's own names keep what they were.
+    before = set()
+    for cf in program.functions.values():
+        before |= set(cf.params) | set(cf.types)
+    written = frozenset(n.id for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Name))
+    new.synthetic_names = frozenset(n for n in written if n not in before)
     return new, normalize_into(new, info, specs, core_name=core.name)
 

@@ -400,12 +400,12 @@ def test_arguments_with_a_small_last_axis(quick_llvm):
     rng = np.random.default_rng(11)
     pos3 = np.arange(18.0).reshape(6, 3) * 0.7 + 0.1 * rng.standard_normal((6, 3))
     compiled = _grads_agree(pair_energy, (pos3, 1.1), (0,))
-    assert "d_0 = " in compiled.source and "d_2 = " in compiled.source
+    assert "pos[i, 2]" in compiled.source and "d = " not in compiled.source  # three numbers
     # another row length compiles another module; the first is still used for rows of 3
     pos2 = np.arange(10.0).reshape(5, 2) * 0.8 + 0.1 * rng.standard_normal((5, 2))
     np.testing.assert_allclose(compiled(pos2, 1.1)[0], ad.grad(pair_energy)(pos2, 1.1),
                                rtol=1e-9)
-    assert "d_2 = " not in compiled.source
+    assert "pos[i, 1]" in compiled.source and "pos[i, 2]" not in compiled.source  # two
     np.testing.assert_allclose(compiled(pos3, 1.1)[0], ad.grad(pair_energy)(pos3, 1.1),
                                rtol=1e-9)
     big = np.arange(36.0).reshape(4, 9) * 0.3  # rows longer than MAX_LENGTH: arrays
@@ -492,3 +492,15 @@ def test_negative_constant_raised_to_a_power(quick_llvm):
     assert "(-0.7) ** 2" in S.scalarize(program, core, {"x": 4})  # (jit's hint for x)
     _grads_agree(negative_base, args, (0, 1))
     assert ad.jit(negative_base)(*args) == pytest.approx(negative_base(*args), rel=1e-12)
+
+
+def test_names_the_rewrite_makes_up_are_temporaries():
+    """Split elements (d_0, d_1, d_2) are temporaries of the rebuilt program, which tidying
+    may inline like any other (an LJ energy written with 3-vectors: its jit gradient 654 ->
+    524 us); the user's variables stay names it keeps."""
+    from autodiff_ast.build import scalarizing
+    pos3 = np.arange(18.0).reshape(6, 3) * 0.7
+    with scalarizing({"pos": 3}):
+        _, program, core = prepare(pair_energy, {"pos": spec_of(pos3), "sigma": spec_of(1.1)})
+    assert {"d_0", "d_1", "d_2"} <= core.namer.temps
+    assert "energy" not in core.namer.temps and "r2" not in core.namer.temps
