@@ -1064,7 +1064,7 @@ def scalarize(program, core, hints=None):
         [h.rstrip("\n") for h in helper_source(used)] + sources) + "\n"
 
 
-def rebuild(program, core, text):
+def rebuild(program, core, text, made_up_temporaries=False):
     """Load `text` (what :func:`scalarize` wrote) as a module and normalize its entry for
     `core`'s flat signature: a new (program, core) in which the data the original reached
     keeps its names, or None when the signature is not one of arrays and numbers."""
@@ -1086,12 +1086,12 @@ def rebuild(program, core, text):
     info = parse_function(getattr(module, core.name))
     new = Program(reserved={"np", "math", "unbroadcast"} | set(program.data))
     new.data.update(program.data)
-    # The names the rewrite made up (split elements, loop elements) are temporaries; the
-    # program's own names keep what they were.
-    before = set()
-    for cf in program.functions.values():
-        before |= set(cf.params) | set(cf.types)
-    written = frozenset(n.id for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Name))
-    new.synthetic_names = frozenset(n for n in written if n not in before)
+    if made_up_temporaries:  # the names the rewrite made up (d_0, d_1, d_2) are temporaries
+        before = set()
+        for cf in program.functions.values():
+            before |= set(cf.params) | set(cf.types)
+        written = frozenset(n.id for n in ast.walk(ast.parse(text))
+                            if isinstance(n, ast.Name))
+        new.synthetic_names = frozenset(n for n in written if n not in before)
     return new, normalize_into(new, info, specs, core_name=core.name)
 
