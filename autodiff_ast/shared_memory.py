@@ -166,12 +166,11 @@ class _SharedMemoryCheck:
             if param not in written or not isinstance(arg, gast.Name):
                 continue
             allocs = self.allocations(state, arg.id)
-            names = {n: state.memory.get(n, frozenset({("given", n)})) for n in
-                     set(state.memory) | {arg.id}}
             entry = (callee, written[param][0], written[param][1])  # one per parameter
             self.writes[id(entry)] = stmt
             self.calls[id(entry)] = entry
-            for n, held in names.items():
+            for n in set(state.memory) | {arg.id}:
+                held = self.allocations(state, n)
                 if held & allocs:
                     pending.add((id(entry), arg.id, n, held != allocs))
         if not pending:

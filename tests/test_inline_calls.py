@@ -14,7 +14,7 @@ import ast
 
 import numpy as np
 import pytest
-from test_scalarize import central  # central differences of one argument
+from test_vector_loops import _grads_agree  # jit(grad) == grad == differences
 
 import autodiff_ast as ad
 from autodiff_ast import inline_calls as inline_module
@@ -150,23 +150,6 @@ def turned(x, a):
 
 
 # ---------------------------------------------------------------- helpers
-def _grads_agree(fn, args, argnums):
-    compiled = ad.jit(ad.grad(fn, argnums=argnums))
-    got = compiled(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
-    want = ad.grad(fn, argnums=argnums)(*[a.copy() if isinstance(a, np.ndarray) else a
-                                          for a in args])
-    for g, w, k in zip(got, want, argnums):
-        np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-12)
-        if isinstance(args[k], np.ndarray):
-            scale = max(1.0, float(np.max(np.abs(w))))
-            np.testing.assert_allclose(g, central(fn, list(args), k), rtol=1e-5,
-                                       atol=1e-7 * scale)
-    primal = ad.jit(fn)
-    want_value = fn(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
-    assert primal(*args) == pytest.approx(want_value, rel=1e-12, abs=1e-12)
-    return compiled
-
-
 def _rewritten(fn, *args):
     names = fn.__code__.co_varnames[:fn.__code__.co_argcount]
     _, program, core = prepare(fn, {n: spec_of(a) for n, a in zip(names, args)})

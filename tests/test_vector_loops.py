@@ -297,29 +297,9 @@ def refused(x, w):
     return total
 
 
-def test_a_rewrite_numba_refuses_falls_back_to_the_original(quick_llvm, monkeypatch):
-    """If Numba cannot compile the rewritten program, jit compiles the original (here the
-    rewrite is made to add an integer np.dot, which NumPy computes and Numba refuses)."""
-    import autodiff_ast.vector_loops as vl
-    rewrite = vl.vector_loops
-
-    def with_an_integer_product(program, core):
-        text = rewrite(program, core)
-        return text.replace("    total = 0.0\n", "    total = float(np.dot(np.arange(3), "
-                            "np.arange(3))) * 0.0\n", 1)
-
-    monkeypatch.setattr(vl, "vector_loops", with_an_integer_product)
-    rng = np.random.default_rng(8)
-    args = (rng.standard_normal((4, 10)), rng.standard_normal(10))
-    compiled = _grads_agree(refused, args, (0, 1))
-    assert "same_length(" not in compiled.source and "np.arange(3)" not in compiled.source
-
-
-def test_a_refused_rewrite_is_remembered_for_the_next_process(quick_llvm, monkeypatch,
-                                                              tmp_path):
-    """After a fallback, the warm-start index records the refusal: a new jit of the same
-    function (as in a new process) builds from the original program at once, without
-    writing or compiling the refused rewrite again."""
+def _refused_rewrite(monkeypatch):
+    """Make vector_loops add an integer np.dot, which NumPy computes and Numba refuses;
+    returns the list of the core functions it is asked to rewrite, call by call."""
     import autodiff_ast.vector_loops as vl
     rewrite = vl.vector_loops
     calls = []
@@ -331,6 +311,24 @@ def test_a_refused_rewrite_is_remembered_for_the_next_process(quick_llvm, monkey
                             "np.arange(3))) * 0.0\n", 1)
 
     monkeypatch.setattr(vl, "vector_loops", with_an_integer_product)
+    return calls
+
+
+def test_a_rewrite_numba_refuses_falls_back_to_the_original(quick_llvm, monkeypatch):
+    """If Numba cannot compile the rewritten program, jit compiles the original."""
+    _refused_rewrite(monkeypatch)
+    rng = np.random.default_rng(8)
+    args = (rng.standard_normal((4, 10)), rng.standard_normal(10))
+    compiled = _grads_agree(refused, args, (0, 1))
+    assert "same_length(" not in compiled.source and "np.arange(3)" not in compiled.source
+
+
+def test_a_refused_rewrite_is_remembered_for_the_next_process(quick_llvm, monkeypatch,
+                                                              tmp_path):
+    """After a fallback, the warm-start index records the refusal: a new jit of the same
+    function (as in a new process) builds from the original program at once, without
+    writing or compiling the refused rewrite again."""
+    calls = _refused_rewrite(monkeypatch)
     from autodiff_ast import custom  # (a rule another test registered means no index key)
     monkeypatch.setattr(custom, "_REGISTERED", {})
     monkeypatch.setenv("AUTODIFF_AST_CACHE", str(tmp_path / "modules"))
