@@ -706,6 +706,12 @@ class Normalizer:
         typ = atom_type(base, self.types)
         if typ.kind == "tuple":
             if isinstance(index, gast.Constant) and typ.elts is not None:
+                if not isinstance(index.value, int) or \
+                        not -len(typ.elts) <= index.value < len(typ.elts):
+                    raise self.unsupported(
+                        f"{unparse(node)} is out of range: {unparse(node.value)} has "
+                        f"{len(typ.elts)} entries", node,
+                        "check the index (a number's .shape is the empty tuple)")
                 out = typ.elts[index.value]
             else:
                 out = T.UNKNOWN

@@ -50,6 +50,7 @@ import gast
 from .buffer_reuse import reuse_buffers
 from .common_calls import reuse_math_calls
 from .emit import comment, fresh_name, is_marker, render_function, to_ast
+from .fused_regions import FUSED_HELPERS, FUSED_UNCOMPILED, fuse_regions
 from .fused_updates import fuse_outer_adds
 from .helpers import DIALECT_DEPENDS, DIALECT_HELPERS, DIALECT_NOT_COMPILED, OVERLOAD_FORMS
 from .inlining import inline_loop_calls
@@ -932,6 +933,7 @@ class _Module:
         self.general_dot = False
         self.numba_overloads = False
         self.generated = {}  # name -> source of helpers written for one einsum/pattern
+        self.uncompiled = set()  # generated functions Numba reaches through an overload
         # Whole-array code (no loop anywhere): its sums run over whole arrays, where a
         # reassociated sum pays for its compile (in loops they are mostly over small rows)
         self.loop_free = not any(isinstance(n, (gast.For, gast.While)) for n in gast.walk(tree))
@@ -1021,7 +1023,13 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
     for fn in functions:  # add_at(a, i, outer_product(u, v)) and add_at(a, i, -v)
         for name in fuse_outer_adds(fn):
             module.need(name)
-        if numba_overloads:  # np.exp(a[c]) in a loop nest: one table before the nest
+        if numba_overloads:  # whole-vector statements and sums: one loop (fused_regions.py)
+            fused = fuse_regions(fn, module.taken, module.generated)
+            if fused:
+                module.generated.update(FUSED_HELPERS)
+                module.uncompiled |= FUSED_UNCOMPILED | {f"{n}{end}" for n in fused
+                                                         for end in ("", "_numba")}
+            # np.exp(a[c]) in a loop nest: one table before the nest
             reuse_math_calls(fn)  # np.cos(t) again where c = np.cos(t) still holds it
             tabulate_invariant_calls(fn, module.taken)
             for name in reuse_buffers(fn):  # x = np.zeros(k) in a loop: x's old array
@@ -1038,7 +1046,8 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
     for name in sorted(sources):
         helper_defs += gast.parse(sources[name]).body
     names = [fn.name for fn in helper_defs + functions
-             if fn.name not in DIALECT_NOT_COMPILED and fn.name not in overloaded]
+             if fn.name not in DIALECT_NOT_COMPILED and fn.name not in overloaded and
+             fn.name not in module.uncompiled]
     data = _data_names(header, injected)
     all_functions = helper_defs + functions
     lowered = LoweredModule(header, all_functions, set(sources), compiled=set(names),

@@ -1,0 +1,204 @@
+"""Whole-vector statements and their sums in one loop under jit (codegen/fused_regions.py).
+
+Every compiled gradient is compared with the plain-NumPy gradient of the same function and
+with central differences (test_vector_loops._grads_agree), every compiled value with the
+function's own; the generated source is checked to show the run was replaced by a fused call
+(a test cannot pass through code that was never fused). Arguments that are no float64
+vectors of one length take the statements as written: their results are checked too.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import gast
+import numpy as np
+import pytest
+from test_vector_loops import _grads_agree  # jit(grad) == grad == differences
+
+import autodiff_ast as ad
+from autodiff_ast.templates import unparse
+from codegen.dialect import lower_source, render
+from codegen.fused_regions import fuse_regions
+
+pytestmark = [pytest.mark.numba,
+              pytest.mark.filterwarnings("ignore:Cannot cache compiled function")]
+
+
+# ---------------------------------------------------------------- programs
+def line_fit(w, b, x, y):
+    """Linear regression's loss: its gradient is one elementwise run and two sums."""
+    r = w * x + b - y
+    return np.sum(r * r) / x.shape[0]
+
+
+def soft_terms(x, y, c):
+    """Math calls, a power and a value read after the run (t[0])."""
+    u = np.exp(-c * x) + np.log1p(y * y)
+    t = np.tanh(u) ** 2 - 0.5 * np.maximum(x, y)
+    return np.sum(t) + t[0] * c
+
+
+def _fused_calls(source):
+    tree = ast.parse(source)
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and
+            isinstance(n.func, ast.Name) and n.func.id.startswith("fused")]
+
+
+# ---------------------------------------------------------------- the rewrite itself
+def _rewrite(text):
+    fn = gast.parse(text).body[0]
+    sources = {}
+    taken = {n.id for n in gast.walk(fn) if isinstance(n, gast.Name)}
+    names = fuse_regions(fn, taken, sources)
+    return unparse(fn), names, sources
+
+
+def test_a_run_with_sums_becomes_one_call_and_keeps_its_comments():
+    text, names, sources = _rewrite('''
+def f(w, x, y):
+    n = x.shape[0]
+    r = w * x - y
+    r_bar = 2.0 * (r / x.shape[0])
+    w_bar = sum_of_products(r_bar, x)
+    total = np.sum(r_bar)
+    return (w_bar, total, n)
+''')
+    assert names == ["fused"]
+    assert "w_bar, total = fused(w, x, y, x.shape[0])" in text
+    assert "n = x.shape[0]" in text  # a number alone: nothing to fuse
+    loop = sources["fused"].split("def fused_loop")[1]
+    assert "w_bar += r_bar * element(x, i)" in loop and "total += r_bar" in loop
+    assert "r_bar = 2.0 * (r / x_shape_0)" in loop
+
+
+@pytest.mark.parametrize("text", [
+    # one statement: NumPy (and Numba's array expressions) already make one pass
+    "def f(x):\n    s = np.sum(x)\n    return s\n",
+    # everything read later, no sum: nothing saved
+    "def f(x, y):\n    a = x + y\n    b = a * 2.0\n    return (a, b)\n",
+    # a value reading a sum of the same run needs a second pass: the runs split there
+    "def f(x):\n    s = np.sum(x)\n    c = x - s\n    return c\n",
+    # a name updated from its own earlier value
+    "def f(x, t):\n    t = t + x\n    s = np.sum(t)\n    return s\n",
+    # a keyword, an axis, a comparison, a subscript: not elementwise
+    "def f(x):\n    a = np.sum(x, axis=0)\n    b = np.sum(a)\n    return b\n",
+    "def f(x, y):\n    a = x > y\n    b = np.sum(a)\n    return b\n",
+    "def f(x):\n    a = x[1:] * 2.0\n    b = np.sum(a)\n    return b\n",
+    # a name the fused helper relies on
+    "def f(x):\n    element = x * 2.0\n    b = np.sum(element)\n    return b\n",
+])
+def test_runs_left_alone(text):
+    rewritten, names, _ = _rewrite(text)
+    assert names == [] and rewritten.strip() == text.strip()
+
+
+def test_a_run_binding_a_name_twice_splits():
+    _, names, sources = _rewrite('''
+def f(x, y):
+    a = x * y
+    s = np.sum(a)
+    a = x - y
+    t = np.sum(a * a)
+    return (s, t)
+''')
+    assert names == ["fused", "fused_2"]
+
+
+# ---------------------------------------------------------------- compiled results
+@pytest.fixture(scope="module")
+def line_data():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(1000)
+    return 0.7, -0.2, x, 2.0 * x + 0.3 + 0.05 * rng.standard_normal(1000)
+
+
+def test_line_fit_gradient_is_fused_and_right(line_data):
+    compiled = _grads_agree(line_fit, line_data, (0, 1))
+    calls = _fused_calls(compiled.source)
+    assert calls, compiled.source
+    w, b, x, y = line_data
+    r = w * x + b - y
+    want = (2.0 * np.dot(r, x) / x.size, 2.0 * np.sum(r) / x.size)
+    np.testing.assert_allclose(compiled(*line_data), want, rtol=1e-12)
+
+
+def test_math_calls_and_a_value_read_after_the_run():
+    rng = np.random.default_rng(4)
+    args = (rng.standard_normal(300), rng.standard_normal(300), 0.4)
+    compiled = _grads_agree(soft_terms, args, (0, 1, 2))
+    primal = ad.jit(soft_terms)
+    primal(*args)
+    assert _fused_calls(primal.source), primal.source  # t is made whole: t[0] reads it
+    assert "t_values[i] = t" in primal.source
+    assert compiled is not None
+
+
+@pytest.mark.parametrize("case", ["length-one", "matrices", "integers", "empty"])
+def test_other_arguments_take_the_statements(case, line_data):
+    w, b, x, y = line_data
+    if case == "length-one":  # broadcasting: the lengths differ at run time
+        args = (w, b, x, y[:1].copy())
+    elif case == "matrices":
+        args = (w, b, x[:600].reshape(20, 30), y[:600].reshape(20, 30))
+    elif case == "integers":
+        args = (w, b, np.arange(7), np.arange(7) * 2.0)
+    else:
+        args = (w, b, np.zeros(0), np.zeros(0))
+    compiled = ad.jit(ad.grad(line_fit, argnums=(0, 1)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        got = compiled(*args)
+        want = ad.grad(line_fit, argnums=(0, 1))(*args)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert _fused_calls(compiled.source)
+
+
+def squares(w, x):
+    r = w * x - 1.0
+    return np.sum(r * r)
+
+
+def test_numbers_alone_take_the_statements():
+    compiled = ad.jit(ad.grad(squares, argnums=(0, 1)))
+    got = compiled(0.3, 1.7)
+    np.testing.assert_allclose(got, (2 * (0.3 * 1.7 - 1.0) * 1.7, 2 * (0.3 * 1.7 - 1.0) * 0.3),
+                               rtol=1e-12)
+    assert _fused_calls(compiled.source)
+    vectors = compiled(0.3, np.array([1.7, -0.4]))
+    r = 0.3 * np.array([1.7, -0.4]) - 1.0
+    np.testing.assert_allclose(vectors[0], 2 * np.sum(r * np.array([1.7, -0.4])), rtol=1e-12)
+
+
+def test_a_length_of_a_number_is_a_clear_error():
+    with pytest.raises(ad.UnsupportedSyntaxError, match="out of range"):
+        ad.grad(line_fit, argnums=(0, 1))(0.7, -0.2, 1.5, 0.5)
+
+
+def test_lengths_that_do_not_broadcast_raise_as_numpy_does(line_data):
+    w, b, x, y = line_data
+    compiled = ad.jit(ad.grad(line_fit, argnums=(0, 1)))
+    compiled(*line_data)
+    with pytest.raises(ValueError):
+        compiled(w, b, x[:5], y[:4])
+
+
+def test_the_plain_module_runs_without_numba_and_agrees(line_data):
+    """The lowered module's fused helper, called as plain Python, runs the statements."""
+    source = '''\
+import numpy as np
+
+
+def f(w, x, y):
+    r = w * x - y
+    total = np.sum(r * r)
+    return total
+'''
+    _, _, x, y = line_data
+    want = np.sum((0.5 * x - y) ** 2)
+    for decorator in (None, "numba.njit(error_model='numpy')"):
+        lowered = lower_source(source, entries=("f",), numba_overloads=True)
+        text = render(lowered, decorator=decorator)
+        assert "total = fused(w, x, y)" in text
+        namespace = {}
+        exec(compile("import numba\n" + text, f"<fused {decorator}>", "exec"), namespace)
+        assert namespace["f"](0.5, x, y) == pytest.approx(want, rel=1e-12)
