@@ -40,9 +40,12 @@ table below, names, number constants and ``v.shape[k]`` (passed in as a number);
 ``name = np.sum(e)``, ``reassociated_sum(e)``, ``sum_of_products(e1, e2)`` of such
 expressions, each reading at least one name. A run ends at any other statement, at a name
 bound twice, at a name read before the run binds it, and where an expression reads a sum the
-run made (that needs a second pass). A run is rewritten when it has two or more statements
-and saves something: a sum, or a value no later statement reads (never made as an array). A
-value read later is made whole (``np.empty(n)``, filled in the loop) and returned.
+run made (that needs a second pass), and a copy (``a = b``) is no part of one. A run is
+rewritten when it has two or more statements, one of them a sum: a sum reads an array (a
+run of numbers alone, ``mul = 0.25 * p``, would only add a helper to compile), and an
+elementwise chain without one is one loop already (Numba fuses a statement's array
+expression; NumPy's own passes are fast). A value read later is made whole
+(``np.empty(n)``, filled in the loop) and returned.
 
 When an argument is not a number or a float64 vector (a matrix, an integer array, a tuple),
 or a sum or returned value would read no vector (all numbers: a sum of one number), the
@@ -183,7 +186,7 @@ class _Run:
         operands = _sum_operands(stmt.value)
         kind = "sum" if operands is not None else "value"
         if operands is None:
-            if not _elementwise(stmt.value) or isinstance(stmt.value, gast.Constant):
+            if not _elementwise(stmt.value) or isinstance(stmt.value, (gast.Constant, gast.Name)):
                 return None
             operands = [stmt.value]
         reads = {n for op in operands for n in _names_read(op)}
@@ -227,8 +230,7 @@ def fuse_regions(fn, taken, sources):
         later = {n.id for s in stmts[j:] for n in gast.walk(s) if isinstance(n, gast.Name)
                  and isinstance(n.ctx, gast.Load)}
         outputs = [t for t, _, _, _ in run.stmts if t in later]
-        dead = [t for t, kind, _, _ in run.stmts if kind == "value" and t not in later]
-        if len(run.stmts) >= 2 and outputs and (run.sums or dead):
+        if len(run.stmts) >= 2 and outputs and run.sums:
             body += run.markers
             body.append(_replace(run, outputs, taken, sources))
             written.append(body[-1].value.func.id)

@@ -36,7 +36,8 @@ def soft_terms(x, y, c):
     """Math calls, a power and a value read after the run (t[0])."""
     u = np.exp(-c * x) + np.log1p(y * y)
     t = np.tanh(u) ** 2 - 0.5 * np.maximum(x, y)
-    return np.sum(t) + t[0] * c
+    total = np.sum(t)
+    return total + t[0] * c
 
 
 def _fused_calls(source):
@@ -75,8 +76,11 @@ def f(w, x, y):
 @pytest.mark.parametrize("text", [
     # one statement: NumPy (and Numba's array expressions) already make one pass
     "def f(x):\n    s = np.sum(x)\n    return s\n",
-    # everything read later, no sum: nothing saved
-    "def f(x, y):\n    a = x + y\n    b = a * 2.0\n    return (a, b)\n",
+    # no sum: an elementwise chain, or numbers alone
+    "def f(x, y):\n    a = x + y\n    b = np.exp(a) * 2.0\n    return b\n",
+    "def f(p):\n    a = 0.25 * p\n    b = a * (p - 1)\n    return b\n",
+    # a copy is no part of a run
+    "def f(x, y):\n    a = x\n    b = np.sum(a * y)\n    return (a, b)\n",
     # a value reading a sum of the same run needs a second pass: the runs split there
     "def f(x):\n    s = np.sum(x)\n    c = x - s\n    return c\n",
     # a name updated from its own earlier value
@@ -153,22 +157,6 @@ def test_other_arguments_take_the_statements(case, line_data):
     assert _fused_calls(compiled.source)
 
 
-def squares(w, x):
-    r = w * x - 1.0
-    return np.sum(r * r)
-
-
-def test_numbers_alone_take_the_statements():
-    compiled = ad.jit(ad.grad(squares, argnums=(0, 1)))
-    got = compiled(0.3, 1.7)
-    np.testing.assert_allclose(got, (2 * (0.3 * 1.7 - 1.0) * 1.7, 2 * (0.3 * 1.7 - 1.0) * 0.3),
-                               rtol=1e-12)
-    assert _fused_calls(compiled.source)
-    vectors = compiled(0.3, np.array([1.7, -0.4]))
-    r = 0.3 * np.array([1.7, -0.4]) - 1.0
-    np.testing.assert_allclose(vectors[0], 2 * np.sum(r * np.array([1.7, -0.4])), rtol=1e-12)
-
-
 def test_a_length_of_a_number_is_a_clear_error():
     with pytest.raises(ad.UnsupportedSyntaxError, match="out of range"):
         ad.grad(line_fit, argnums=(0, 1))(0.7, -0.2, 1.5, 0.5)
@@ -202,3 +190,7 @@ def f(w, x, y):
         namespace = {}
         exec(compile("import numba\n" + text, f"<fused {decorator}>", "exec"), namespace)
         assert namespace["f"](0.5, x, y) == pytest.approx(want, rel=1e-12)
+        # a number where the run reads a vector: element(x, i) is x
+        assert namespace["f"](0.5, 2.0, y) == pytest.approx(np.sum((1.0 - y) ** 2), rel=1e-12)
+        # numbers alone: the statements as written
+        assert namespace["f"](0.5, 2.0, 0.25) == pytest.approx(0.75 ** 2, rel=1e-12)
