@@ -45,7 +45,10 @@ rewritten when it has two or more statements, one of them a sum: a sum reads an 
 run of numbers alone, ``mul = 0.25 * p``, would only add a helper to compile), and an
 elementwise chain without one is one loop already (Numba fuses a statement's array
 expression; NumPy's own passes are fast). A value read later is made whole
-(``np.empty(n)``, filled in the loop) and returned.
+(``np.empty(n)``, filled in the loop) and returned. A sum the run's values feed inside the
+statement that ends the run (``return np.sum(r * r) / n``, an assignment or a return whose
+calls are all elementwise math or sums) is first bound to a name of its own (``total``), so
+the run takes it.
 
 When an argument is not a number or a float64 vector (a matrix, an integer array, a tuple),
 or a sum or returned value would read no vector (all numbers: a sum of one number), the
@@ -220,6 +223,8 @@ def fuse_regions(fn, taken, sources):
                 j += 1
                 continue
             accepted = run.accepts(stmts[j])
+            if accepted is None and run.stmts and _hoist_sums(stmts, j, run, taken):
+                continue  # the sums of the run's values that stmts[j] took are now before it
             if accepted is None:
                 break
             run.add(accepted)
@@ -240,6 +245,53 @@ def fuse_regions(fn, taken, sources):
             i += 1
     fn.body = body
     return written
+
+
+class _SumsOfRun(gast.NodeTransformer):
+    """Replaces each sum of the run's values in an expression by a new name (collected in
+    `hoisted`); a branch of an ``if`` expression or ``and``/``or`` may not run: left alone."""
+
+    def __init__(self, run, taken):
+        self.run, self.taken, self.hoisted = run, taken, []
+
+    def visit_Call(self, node):
+        operands = _sum_operands(node)
+        reads = {n for op in operands or () for n in _names_read(op)}
+        if operands is not None and reads & self.run.bound and not reads & self.run.sums:
+            name = fresh_name("total", self.taken)
+            self.hoisted.append(gast.Assign(targets=[name_node(name, gast.Store())],
+                                            value=node, type_comment=None))
+            return name_node(name)
+        return self.generic_visit(node)
+
+    def visit_IfExp(self, node):
+        return node
+
+    def visit_BoolOp(self, node):
+        return node
+
+    def visit_Lambda(self, node):
+        return node
+
+
+def _hoist_sums(stmts, j, run, taken):
+    """When stmts[j] (an assignment or a return whose calls are all elementwise math or sums)
+    sums values the run made (``return np.sum(r * r) / n``), bind each such sum to a new
+    name in statements inserted before it (``total = np.sum(r * r)``): the run then takes
+    them. Returns whether any was."""
+    stmt = stmts[j]
+    if not isinstance(stmt, (gast.Assign, gast.Return)) or stmt.value is None:
+        return False
+    calls = [dotted_name(c.func) for c in gast.walk(stmt.value) if isinstance(c, gast.Call)]
+    if not calls or any(c not in ELEMENTWISE_CALLS and c not in SUMS for c in calls):
+        return False
+    hoister = _SumsOfRun(run, taken)
+    value = hoister.visit(stmt.value)
+    if not hoister.hoisted:
+        return False
+    stmt.value = value
+    stmts[j:j] = hoister.hoisted
+    return True
 
 
 def _replace(run, outputs, taken, sources):

@@ -194,3 +194,26 @@ def f(w, x, y):
         assert namespace["f"](0.5, 2.0, y) == pytest.approx(np.sum((1.0 - y) ** 2), rel=1e-12)
         # numbers alone: the statements as written
         assert namespace["f"](0.5, 2.0, 0.25) == pytest.approx(0.75 ** 2, rel=1e-12)
+
+
+def test_a_sum_in_the_statement_ending_the_run_joins_it():
+    text, names, sources = _rewrite('''
+def f(w, x, y):
+    r = w * x - y
+    return np.sum(r * r) / x.shape[0] + (np.sum(y) if w > 0 else 0.0)
+''')
+    assert names == ["fused"]
+    assert "total = fused(w, x, y)" in text
+    assert "return total / x.shape[0] + (np.sum(y) if w > 0 else 0.0)" in text
+    _, names, _ = _rewrite('''
+def f(w, x, y):
+    r = w * x - y
+    return helper(np.sum(r * r))
+''')
+    assert names == []
+
+
+def test_line_fit_primal_is_fused(line_data):
+    primal = ad.jit(line_fit)
+    assert primal(*line_data) == pytest.approx(line_fit(*line_data), rel=1e-12)
+    assert _fused_calls(primal.source), primal.source
