@@ -56,6 +56,7 @@ from .helpers import DIALECT_DEPENDS, DIALECT_HELPERS, DIALECT_NOT_COMPILED, OVE
 from .inlining import inline_loop_calls
 from .invariant_tables import tabulate_invariant_calls
 from .param_writes import dotted_name
+from .window_nests import WINDOW_COMMON, WINDOW_HELPERS, WINDOW_UNCOMPILED, rewrite_window_nests
 
 __all__ = ["LoweredModule", "lower_source", "parse_with_comments", "render"]
 
@@ -1023,6 +1024,11 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
     for fn in functions:  # add_at(a, i, outer_product(u, v)) and add_at(a, i, -v)
         for name in fuse_outer_adds(fn):
             module.need(name)
+        if numba_overloads:  # a correlation's tap nests: one pass (window_nests.py)
+            for name in rewrite_window_nests(fn, module.taken):
+                for helper in (name,) + WINDOW_COMMON:
+                    module.generated[helper] = WINDOW_HELPERS[helper]
+                module.uncompiled |= WINDOW_UNCOMPILED
         if numba_overloads:  # whole-vector statements and sums: one loop (fused_regions.py)
             fused = fuse_regions(fn, module.taken, module.generated)
             if fused:
