@@ -2160,7 +2160,8 @@ def _stale_views(core, backward):
         reads |= value_reads(stmt)
     return {id(s) for s in simple if getattr(s, "view_of", None) and
             any(t in reads for t in _stmt_targets(s)) and writes_into(s.view_of) and
-            not _written_only_before_view(core, s, simple, views)}
+            not _written_only_before_view(core, s, simple, views) and
+            not _views_retired_arrays(core, s.view_of, simple, views, written)}
 
 
 _FRESH_RULES = {"copy", "zeros", "zeros_like", "empty", "empty_like", "ones", "ones_like",
@@ -2198,9 +2199,7 @@ def _written_only_before_view(core, view, simple, views):
                     s is stmt for s in walk_statements([b])):
                 return k
         return None
-    fresh = [k for k, b in enumerate(block[:p]) if not isinstance(b, CONTROL) and
-             y in _stmt_targets(b) and b.prim.kind == "rule" and not getattr(b, "view_of", None)
-             and b.prim.rule.name.split("@")[0] in _FRESH_RULES]
+    fresh = [k for k, b in enumerate(block[:p]) if _fresh_binding(b, y)]
     if len(fresh) != 1:
         return False
     a = fresh[0]
@@ -2212,6 +2211,65 @@ def _written_only_before_view(core, view, simple, views):
             if k is None or not a < k < p:
                 return False
         elif k is not None:
+            return False
+    return True
+
+
+def _fresh_binding(stmt, name):
+    """Whether `stmt` binds `name` to a new array (np.copy, np.zeros, np.empty, ...)."""
+    return not isinstance(stmt, CONTROL) and name in _stmt_targets(stmt) and \
+        stmt.prim.kind in ("rule", "nondiff") and not getattr(stmt, "view_of", None) and \
+        getattr(stmt.prim, "rule", None) is not None and \
+        stmt.prim.rule.name.split("@")[0] in _FRESH_RULES
+
+
+def _views_retired_arrays(core, y, simple, views, written):
+    """Whether every array `y` ever holds is written no more once y holds it: y takes over
+    z's array once per pass of a block (``s = s2`` at the end of a loop step), z is made new
+    earlier in that block (``s2 = np.copy(s)``) and written in place only between the two,
+    nothing else views z, and y's other bindings hold arrays nothing writes. A view of y
+    (``h = s[i]``, anywhere) then never sees a write, so the backward sweep needs no copy
+    of it (ADBench's LSTM: two copies of a state row per layer and step)."""
+    if y in written or any(t in written for t, b in views.items() if b == y):
+        return False
+    takeovers = [b for b in simple if y in _stmt_targets(b) and getattr(b, "view_of", None)
+                 and b.view_of in written]
+    if len(takeovers) != 1:
+        return False
+    takeover = takeovers[0]
+    z = takeover.view_of
+    if z in views or any(b == z and t != y for t, b in views.items()):
+        return False
+    for b in simple:  # y's other bindings: new arrays, or views of arrays nothing writes
+        if b is not takeover and y in _stmt_targets(b) and getattr(b, "view_of", None):
+            base, seen = b.view_of, set()
+            while base in views and base not in seen:
+                seen.add(base)
+                base = views[base]
+            if base in written or base in seen:
+                return False
+    found = _parent_list(core.body, takeover)
+    if not found:
+        return False
+    block, end = found
+
+    def top(stmt):
+        for k, b in enumerate(block):
+            if b is stmt or isinstance(b, CONTROL) and any(
+                    s is stmt for s in walk_statements([b])):
+                return k
+        return None
+    made = [k for k, b in enumerate(block[:end]) if _fresh_binding(b, z)]
+    if len(made) != 1:
+        return False
+    start = made[0]
+    for b in simple:
+        if z not in _stmt_targets(b) or b is block[start]:
+            continue
+        if b.prim.kind not in ("setitem", "add_at"):
+            return False  # z bound a second time
+        k = top(b)
+        if k is None or not start < k < end:
             return False
     return True
 
