@@ -180,8 +180,13 @@ class Adjoints(DerivativeTable):
     def derivative_types(self):
         return self.atypes
 
-    def add(self, value, contrib, ctype=None):
-        """Accumulate `contrib` (of abstract type `ctype`) into the adjoint of `value`."""
+    def add(self, value, contrib, ctype=None, view=False):
+        """Accumulate `contrib` (of abstract type `ctype`) into the adjoint of `value`.
+        view=True: contrib reads memory about to change (a row of an adjoint the caller
+        zeroes next): it is copied where the adjoint would hold it, not where it is added
+        into an array at once (``v_bar += y_bar[i]`` needs no copy)."""
+        if view and (self.type_of(value).kind == "list" or T.flat_tuple(self.type_of(value))):
+            contrib, view = fill("p.copy()", p=contrib), False
         if self.type_of(value).kind == "list":
             # A list's adjoint has an entry per element (see init_list_zeros); a second one
             # (the list read whole twice, say copied and indexed) is added entry by entry.
@@ -221,6 +226,8 @@ class Adjoints(DerivativeTable):
             self.init_zero(value)
             current = self.exprs[value]
         if current is None:
+            if view and not _allocates(contrib):
+                contrib = fill("p.copy()", p=contrib)
             if self.smaller(fitted, value) and _simple(contrib):
                 self.exprs[value] = contrib
                 self.atypes[value] = fitted
@@ -2878,9 +2885,7 @@ def _reverse_setitem(stmt, adj, active, core):
     part_type = index_type(adj.type_of(base), index, core.types)
     part = gast.Subscript(value=name(bar), slice=to_expr(index), ctx=gast.Load())
     if isinstance(value, gast.Name) and value.id in active:
-        if part_type.kind == "array":
-            part = fill("p.copy()", p=part)
-        adj.add(value.id, part, part_type)
+        adj.add(value.id, part, part_type, view=part_type.kind == "array")
     zero = gast.Subscript(value=name(bar), slice=to_expr(index), ctx=gast.Store())
     adj.out.append(gast.Assign(targets=[zero], value=fill("0.0"), type_comment=None))
 

@@ -30,8 +30,10 @@ whole because the product reads all of it; ``qxcentered`` never is).
 
 Statement forms (core form, one operation each, types from the front end): a row ``v = a[i]``
 of a float64 matrix or 3-D array with an integer index (read in place, ``a[i, j]``, never
-made); elementwise arithmetic and ufuncs whose result is a float64 vector of unknown length
-(``N``: not one, so NumPy requires equal lengths, which ``same_length`` checks, raising
+made; a row bound before the run, while v, a and i keep their values, too, and a slice of a
+row as ``a[i, start + j]``: ADBench's LSTM slices each gate's weights out of a row);
+elementwise arithmetic and ufuncs whose result is a float64 vector of unknown length (``N``:
+not one, so NumPy requires equal lengths, which ``same_length`` checks, raising
 ValueError where NumPy would); ``np.sum(v)``; ``np.dot(m, v)`` of a row ``m = a[i]`` of a 3-D
 array made in the same run and a vector (a small matrix: a larger one is BLAS's job); and
 ``np.dot(u, v)`` of two vectors. Consecutive statements over one length share one loop;
@@ -249,12 +251,17 @@ class _Run:
     checked once before the run's loops (``same_length``); statements of one class in a row
     share a loop."""
 
-    def __init__(self, forms, later_reads):
+    def __init__(self, forms, later_reads, rows_before=None):
         self.forms = forms
         self.later_reads = later_reads  # names other statements read
         self.rows = {}  # row name -> (matrix, index text, rank of the row)
+        for v, (matrix, at, rank) in (rows_before or {}).items():  # rows bound before the run
+            self.rows[v] = (matrix, at, rank)
+            if rank == 1:
+                self.texts_before = getattr(self, "texts_before", {})
+                self.texts_before[v] = f"{matrix}.shape[1]"
         self.slices = {}  # slice name -> (vector, name of its start)
-        self.texts = {}  # vector (or a product's inner length) -> its length's text
+        self.texts = dict(getattr(self, "texts_before", {}))  # vector -> its length's text
         self.parent = {}  # union-find over the names in texts and the vectors made here
         self.length_of = {}  # class root -> what a loop's range reads
         self.loop_of = {}  # vector made in the run -> the loop making it
@@ -315,6 +322,9 @@ class _Run:
             return f"{matrix}[{at}, {index}]"
         if v in self.slices:
             vector, start = self.slices[v]
+            if vector in self.rows:  # a slice of a row: read in the matrix, no view made
+                matrix, at, _ = self.rows[vector]
+                return f"{matrix}[{at}, {start} + {index}]"
             return f"{vector}[{start} + {index}]"
         if self.loop_of.get(v) is loop and v in self.scalars:
             return self.scalars[v]
@@ -334,7 +344,10 @@ class _Run:
                 vector, lo, hi = form.args
                 self.read(vector)
                 start, length = fresh_name("start", taken), fresh_name("length", taken)
-                n = f"{vector}.shape[0]"
+                n = f"{self.rows[vector][0]}.shape[1]" if vector in self.rows and \
+                    self.rows[vector][2] == 1 else f"{vector}.shape[0]"
+                if hi == f"{vector}.shape[0]":  # (v[a:], v a row: up to the row's length)
+                    hi = n
                 lines += [f"{start} = slice_start({n}, {lo})",
                           f"{length} = slice_length({n}, {lo}, {hi})"]
                 self.slices[form.target] = (vector, start)
@@ -440,6 +453,17 @@ class _Run:
 
 
 # ---------------------------------------------------------------- blocks and functions
+def _stores(stmt):
+    """Names a statement binds."""
+    return {n.id for n in gast.walk(stmt) if isinstance(n, gast.Name) and
+            isinstance(n.ctx, (gast.Store, gast.Del))}
+
+
+def _names_in(text):
+    """Names in an expression's text (an index: ``i``, ``c + 1``)."""
+    return {n.id for n in gast.walk(gast.parse(text, mode="eval")) if isinstance(n, gast.Name)}
+
+
 def _loads(node):
     return {n.id for n in gast.walk(node) if isinstance(n, gast.Name) and
             isinstance(n.ctx, gast.Load)}
@@ -463,9 +487,14 @@ class _Rewriter:
 
     def block(self, stmts, in_loop):
         """`stmts` with their runs of vector statements written as loops (a list of lines
-        and statements)."""
+        and statements). A row ``v = a[i]`` a run did not take (a run of rows alone) stays
+        a row for the runs after it while v, a and i keep their values: their element loops
+        read ``a[i, j]`` (and slices of it ``a[i, start + j]``), no view of the row needed
+        (ADBench's LSTM: the gate weights' rows, sliced per gate)."""
         out, run, names, made = [], [], set(), set()
+        outer_rows, self.rows_before = getattr(self, "rows_before", {}), {}
         for stmt in stmts:
+            self._forget_rows(stmt)
             form = self.fn.classify(stmt) if in_loop else None
             if form is not None and form.kind == "dot" and not any(
                     f.kind == "row" and f.target == form.args[0] and f.args[2] == 2
@@ -475,6 +504,7 @@ class _Rewriter:
                 form = None  # (v = v * 2: the new array would be made before v is read)
             if form is not None and form.target in names:
                 out += self.flush(run)
+                self._forget_rows(stmt)
                 run, names, made = [], set(), set()
             if form is not None:
                 run.append(form)
@@ -485,6 +515,7 @@ class _Rewriter:
                 out.append(stmt)  # computed before the run's loops: the run goes on
                 continue
             out += self.flush(run)
+            self._forget_rows(stmt)  # (the rows the flushed run left, if stmt changes them)
             run, names, made = [], set(), set()
             if isinstance(stmt, (gast.For, gast.While, gast.If)):
                 loop = in_loop or isinstance(stmt, (gast.For, gast.While))
@@ -492,6 +523,7 @@ class _Rewriter:
             else:
                 out.append(stmt)
         out += self.flush(run)
+        self.rows_before = outer_rows
         return out
 
     def flush(self, run):
@@ -503,11 +535,31 @@ class _Rewriter:
         for stmt, reads in self.reads:
             if id(stmt) not in mine:
                 later |= reads
-        r = _Run(run, later)
+        r = _Run(run, later, {v: row for v, row in self.rows_before.items()
+                              if v not in {f.target for f in run}})
         if not r.worthwhile():
+            for f in run:
+                if f.kind == "row":
+                    matrix, index, rank = f.args
+                    self.rows_before[f.target] = (matrix, unparse(index), rank)
             return [f.stmt for f in run]
         self.changed = True
         return [r.write(self.taken)]
+
+    def _forget_rows(self, stmt):
+        """Rows remembered for later runs that `stmt` may change: it binds the row's name,
+        its matrix or a name of its index (a loop or branch: anything bound inside it)."""
+        if not self.rows_before:
+            return
+        bound = set()
+        for inner in walk_statements([stmt]):
+            if isinstance(inner, gast.For):
+                bound |= {n.id for n in gast.walk(inner.target) if isinstance(n, gast.Name)}
+            elif not isinstance(inner, (gast.While, gast.If)):
+                bound |= _stores(inner)
+        for v, (matrix, at, _) in list(self.rows_before.items()):
+            if {v, matrix} & bound or any(n in bound for n in _names_in(at)):
+                del self.rows_before[v]
 
     def text(self, items, indent):
         lines = []

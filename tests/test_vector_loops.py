@@ -233,6 +233,48 @@ def test_vectors_read_after_the_loop_and_rows_passed_on(quick_llvm):
                  (0, 1))
 
 
+def gated(W, b, x):
+    """Rows sliced per gate after a shape read that ends the rows' run (ADBench's LSTM)."""
+    total = 0.0
+    for i in range(W.shape[0]):
+        w = W[i]
+        h = x.shape[0]
+        gate = 1.0 / (1.0 + np.exp(-(x * w[0:h] + b[i])))
+        change = np.tanh(x * w[h:2 * h])
+        total = total + np.sum(gate * change) + np.sum(w[2 * h:])
+    return total
+
+
+def moved_row(W, x):
+    """A row whose index is rebound before its slice is read: the old row must be read."""
+    total = 0.0
+    for i in range(W.shape[0] - 1):
+        k = i
+        w = W[k]
+        n = x.shape[0]
+        k = k + 1
+        total = total + np.sum(w[0:n] * x) * W[k, 0]
+    return total
+
+
+def test_rows_from_before_a_run_are_read_in_their_matrix(quick_llvm):
+    rng = np.random.default_rng(13)
+    args = (rng.standard_normal((3, 28)) * 0.5, rng.standard_normal(3) * 0.1,
+            rng.standard_normal(9) * 0.5)
+    text = _rewritten(gated, *args)
+    assert "W[i, start + j" in text, text
+    compiled = _grads_agree(gated, args, (0, 1, 2))
+    assert "w = W[i]" not in compiled.source, compiled.source  # (no view left to make)
+
+
+def test_a_row_whose_index_is_rebound_is_read_as_it_was(quick_llvm):
+    rng = np.random.default_rng(14)
+    args = (rng.standard_normal((4, 9)) * 0.5, rng.standard_normal(9) * 0.5)
+    text = _rewritten(moved_row, *args)
+    assert "W[k, start" not in text, text
+    _grads_agree(moved_row, args, (0, 1))
+
+
 def test_a_sum_is_read_only_once_it_is_whole(quick_llvm):
     rng = np.random.default_rng(5)
     compiled = _grads_agree(scaled_by_sums, (rng.standard_normal((3, 10)) * 0.3,
