@@ -517,6 +517,10 @@ class _Rewriter:
             out += self.flush(run)
             self._forget_rows(stmt)  # (the rows the flushed run left, if stmt changes them)
             run, names, made = [], set(), set()
+            shape = self._row_shape(stmt)
+            if shape is not None:  # v.shape of a row: the matrix's (the row need not be made)
+                out.append([shape])
+                continue
             if isinstance(stmt, (gast.For, gast.While, gast.If)):
                 loop = in_loop or isinstance(stmt, (gast.For, gast.While))
                 out.append((stmt, self.block(stmt.body, loop), self.block(stmt.orelse, loop)))
@@ -545,6 +549,19 @@ class _Rewriter:
             return [f.stmt for f in run]
         self.changed = True
         return [r.write(self.taken)]
+
+    def _row_shape(self, stmt):
+        """``t = a.shape[1:]`` written out for ``t = v.shape`` when v is a row ``a[i]`` the
+        runs remember, else None."""
+        if not (isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and
+                isinstance(stmt.targets[0], gast.Name) and
+                isinstance(stmt.value, gast.Attribute) and stmt.value.attr == "shape" and
+                isinstance(stmt.value.value, gast.Name) and
+                stmt.value.value.id in self.rows_before):
+            return None
+        matrix, _, rank = self.rows_before[stmt.value.value.id]
+        axes = ", ".join(f"{matrix}.shape[{k}]" for k in range(1, rank + 1))
+        return f"{stmt.targets[0].id} = ({axes},)"
 
     def _forget_rows(self, stmt):
         """Rows remembered for later runs that `stmt` may change: it binds the row's name,
