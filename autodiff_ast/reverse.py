@@ -2195,23 +2195,30 @@ def _written_only_before_view(core, view, simple, views):
     y = view.view_of
     if y in views or any(b == y and t not in _stmt_targets(view) for t, b in views.items()):
         return False
-    found = _parent_list(core.body, view)
+    return _made_then_written_before(core, simple, y, view)
+
+
+def _made_then_written_before(core, simple, name, stmt):
+    """Whether, in the statement list holding `stmt`, `name` is set to a new array once before
+    it, every in-place write into name anywhere comes between the two, and name is set
+    nowhere else in that list."""
+    found = _parent_list(core.body, stmt)
     if not found:
         return False
     block, p = found
 
-    def top(stmt):
+    def top(inner):
         for k, b in enumerate(block):
-            if b is stmt or isinstance(b, CONTROL) and any(
-                    s is stmt for s in walk_statements([b])):
+            if b is inner or isinstance(b, CONTROL) and any(
+                    s is inner for s in walk_statements([b])):
                 return k
         return None
-    fresh = [k for k, b in enumerate(block[:p]) if _fresh_binding(b, y)]
+    fresh = [k for k, b in enumerate(block[:p]) if _fresh_binding(b, name)]
     if len(fresh) != 1:
         return False
     a = fresh[0]
     for s in simple:
-        if y not in _stmt_targets(s) or s is block[a]:
+        if name not in _stmt_targets(s) or s is block[a]:
             continue
         k = top(s)
         if s.prim.kind in ("setitem", "add_at"):
@@ -2255,30 +2262,7 @@ def _views_retired_arrays(core, y, simple, views, written):
                 base = views[base]
             if base in written or base in seen:
                 return False
-    found = _parent_list(core.body, takeover)
-    if not found:
-        return False
-    block, end = found
-
-    def top(stmt):
-        for k, b in enumerate(block):
-            if b is stmt or isinstance(b, CONTROL) and any(
-                    s is stmt for s in walk_statements([b])):
-                return k
-        return None
-    made = [k for k, b in enumerate(block[:end]) if _fresh_binding(b, z)]
-    if len(made) != 1:
-        return False
-    start = made[0]
-    for b in simple:
-        if z not in _stmt_targets(b) or b is block[start]:
-            continue
-        if b.prim.kind not in ("setitem", "add_at"):
-            return False  # z bound a second time
-        k = top(b)
-        if k is None or not start < k < end:
-            return False
-    return True
+    return _made_then_written_before(core, simple, z, takeover)
 
 
 _SHAPE_ONLY = {"np.zeros_like", "np.ones_like", "np.empty_like", "np.full_like", "len",
