@@ -16,22 +16,28 @@ the gradient took 2.9 ms, a hand-written Numba adjoint with the same loop order 
 JAX 1.3 ms. :func:`rewrite_window_nests` replaces the first nest by
 ``out = window_accumulate(out, w, x, ho, wo, kh, kw)`` and computes the second nest's sums
 before it, ``taps = window_products(out_bar, x, ho, wo, kh, kw)``, the nest then adding
-``taps[a, b]``. Both helpers are plain NumPy (the taps loop as written) with a Numba overload
-that goes over the data once, row by row, every tap applied to a row while it is in cache:
-an output row ``out[i, j]`` gets ``w[a, b] * x[i, j + a, b:b + wo]`` for every tap in the
-order the nest had (so each element is summed in the same order: bit for bit the nest's
-result), and each tap's sum gathers row products.
+``taps[a, b]``; the gradient with respect to x, ``x_bar[:, a:a + ho, b:b + wo] += out_bar *
+w[a, b]`` in the same nest, becomes ``window_scatter(x_bar, out_bar, w, ho, wo, kh, kw)``
+(a nest may hold several such sums and scatters, each writing its own array). Each helper
+is plain NumPy (the taps loop as written) with a Numba overload that goes over the data
+once, row by row, every tap applied to a row while it is in cache: an output row
+``out[i, j]`` gets ``w[a, b] * x[i, j + a, b:b + wo]`` for every tap in the order the nest
+had (so each element is summed in the same order: bit for bit the nest's result), each
+tap's sum gathers row products, and each row of out_bar is added into the rows of x_bar it
+reaches (the same sums in another order).
 
-The overload takes the fast path for float64 arrays of two or three axes (windows on the last
-two), C-contiguous, when every window lies inside ``x``, ``out`` (or ``out_bar``) has exactly
-the window's shape and ``w`` has the taps the nest reads; anything else runs the nest as written
-(NumPy's broadcasting, clipping and errors included).
+The rewritten statements run under ``if windows_fit(...)`` (and ``taps_fit(w, ...)``):
+C-contiguous float64 arrays of two or three axes (windows on the last two), every window
+inside ``x``, the window-shaped array (out, out_bar) of exactly the window's shape, ``w``
+holding the taps the nest reads. The ``else`` branch is the nest as written, so anything
+else keeps NumPy's broadcasting, clipping and errors, and the overloads compile no fallback
+of their own.
 
-The nest must be two ``for`` loops over ranges from zero (ascending; the sums may also run
-descending, as reverse mode writes them), each with one statement, the inner statement one of
-the two forms above (``np.sum(g * v)`` for ``sum_of_products(g, v)`` too, either operand
-order), the window ``x[:, a:a + h, b:b + l]`` or ``x[a:a + h, b:b + l]`` with h, l, the range
-bounds and the arrays read free of the loop counters and of the name the nest writes.
+The nest must be two ``for`` loops over ranges from zero (ascending; sums and scatters may
+also run descending, as reverse mode writes them), the inner loop's statements of the forms
+above (``np.sum(g * v)`` for ``sum_of_products(g, v)`` too, either operand order), the window
+``x[:, a:a + h, b:b + l]`` or ``x[a:a + h, b:b + l]`` with h, l, the range bounds and the
+arrays read free of the loop counters and of the names the nest writes.
 
 >>> import gast
 >>> from autodiff_ast.templates import unparse
