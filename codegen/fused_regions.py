@@ -37,10 +37,11 @@ Which statements: at the top level of a function (a statement in a loop runs on 
 vectors :mod:`autodiff_ast.vector_loops` already writes as loops), ``name = expression`` where
 the expression is arithmetic (``+ - * / **``, unary minus), elementwise math calls of the
 table below, names, number constants and ``v.shape[k]`` (passed in as a number); and sums
-``name = np.sum(e)``, ``reassociated_sum(e)``, ``sum_of_products(e1, e2)`` of such
-expressions, each reading at least one name. A run ends at any other statement, at a name
-bound twice, at a name read before the run binds it, and where an expression reads a sum the
-run made (that needs a second pass), and a copy (``a = b``) is no part of one. A run is
+``name = np.sum(e)``, ``np.mean(e)`` (the sum divided by the length after the loop),
+``reassociated_sum(e)``, ``sum_of_products(e1, e2)`` of such expressions, each reading at
+least one name. A run ends at any other statement, at a name bound twice, at a name read
+before the run binds it, and where an expression reads a sum the run made (that needs a
+second pass), and a copy (``a = b``) is no part of one. A run is
 rewritten when it has two or more statements, one of them a sum: a sum reads an array (a
 run of numbers alone, ``mul = 0.25 * p``, would only add a helper to compile), and an
 elementwise chain without one is one loop already (Numba fuses a statement's array
@@ -102,7 +103,7 @@ ELEMENTWISE_CALLS = frozenset({
     "np.log10", "tanh_fast"})
 
 #: Sums a fused loop keeps as running totals: the name of the call and its operand count.
-SUMS = {"np.sum": 1, "reassociated_sum": 1, "sum_of_products": 2}
+SUMS = {"np.sum": 1, "reassociated_sum": 1, "sum_of_products": 2, "np.mean": 1}
 
 _ARITHMETIC = (gast.Add, gast.Sub, gast.Mult, gast.Div, gast.Pow)
 
@@ -398,12 +399,15 @@ def _helper_source(name, run, outputs, vectors, params, lengths, local):
         length = f"joined_length({length}, {v})"
     made = [f"{stored[t]} = np.empty({count})" for t in outputs if t in stored]
     made += [f"{t} = 0.0" for t, kind, _, _ in run.stmts if kind == "sum"]
+    after = [f"{t} = {t} / {count}" for t, kind, _, v in run.stmts  # (a mean's division)
+             if kind == "sum" and dotted_name(v.func) == "np.mean"]
     loop_returned = [stored.get(t, t) for t in outputs]
     loop_returned = loop_returned[0] if len(loop_returned) == 1 else \
         "(" + ", ".join(loop_returned) + ")"
     statement_text = "\n    ".join(plain)
     loop_text = "\n            ".join(loop)
     made_text = "\n        ".join(made)
+    after_text = "".join("\n        " + line for line in after)
     return f'''\
 def {name}({signature}):
     """The statements of {name}_statements: under Numba in one loop over elements when every
@@ -431,7 +435,7 @@ def {name}_numba({signature}):
             return {name}_statements({signature})
         {made_text}
         for {index} in range({count}):
-            {loop_text}
+            {loop_text}{after_text}
         return {loop_returned}
     return {name}_loop
 '''

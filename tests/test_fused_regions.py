@@ -217,3 +217,22 @@ def test_line_fit_primal_is_fused(line_data):
     primal = ad.jit(line_fit)
     assert primal(*line_data) == pytest.approx(line_fit(*line_data), rel=1e-12)
     assert _fused_calls(primal.source), primal.source
+
+
+def mean_squared(w, b, x, y):
+    """A mean, and a mean of a value made in the run."""
+    r = w * x + b - y
+    return np.mean(r * r) + 0.5 * np.mean(np.tanh(r))
+
+
+def test_means_divide_the_running_sum_by_the_length(line_data):
+    compiled = _grads_agree(mean_squared, line_data, (0, 1))
+    primal = ad.jit(mean_squared)
+    assert primal(*line_data) == pytest.approx(mean_squared(*line_data), rel=1e-12)
+    assert _fused_calls(primal.source), primal.source
+    assert "total = total / n" in primal.source, primal.source
+    w, b, _, _ = line_data
+    with np.errstate(invalid="ignore", divide="ignore"):
+        empty = primal(w, b, np.zeros(0), np.zeros(0))
+    assert np.isnan(empty)
+    assert compiled is not None
