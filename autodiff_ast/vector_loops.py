@@ -82,6 +82,7 @@ from dataclasses import dataclass, field
 import gast
 
 from codegen.emit import fresh_name, to_ast
+from codegen.invariant_tables import stored_names
 
 from .reverse import walk_statements
 from .scalarize import ELEMENTWISE, header_text, rule_name, scalar_atom
@@ -254,14 +255,11 @@ class _Run:
     def __init__(self, forms, later_reads, rows_before=None):
         self.forms = forms
         self.later_reads = later_reads  # names other statements read
-        self.rows = {}  # row name -> (matrix, index text, rank of the row)
-        for v, (matrix, at, rank) in (rows_before or {}).items():  # rows bound before the run
-            self.rows[v] = (matrix, at, rank)
-            if rank == 1:
-                self.texts_before = getattr(self, "texts_before", {})
-                self.texts_before[v] = f"{matrix}.shape[1]"
+        # row name -> (matrix, index text, rank of the row); rows bound before the run too
+        self.rows = dict(rows_before or {})
         self.slices = {}  # slice name -> (vector, name of its start)
-        self.texts = dict(getattr(self, "texts_before", {}))  # vector -> its length's text
+        self.texts = {v: f"{matrix}.shape[1]" for v, (matrix, _, rank) in self.rows.items()
+                      if rank == 1}  # vector (or a product's inner length) -> its length's text
         self.parent = {}  # union-find over the names in texts and the vectors made here
         self.length_of = {}  # class root -> what a loop's range reads
         self.loop_of = {}  # vector made in the run -> the loop making it
@@ -453,12 +451,6 @@ class _Run:
 
 
 # ---------------------------------------------------------------- blocks and functions
-def _stores(stmt):
-    """Names a statement binds."""
-    return {n.id for n in gast.walk(stmt) if isinstance(n, gast.Name) and
-            isinstance(n.ctx, (gast.Store, gast.Del))}
-
-
 def _names_in(text):
     """Names in an expression's text (an index: ``i``, ``c + 1``)."""
     return {n.id for n in gast.walk(gast.parse(text, mode="eval")) if isinstance(n, gast.Name)}
@@ -474,6 +466,7 @@ class _Rewriter:
         self.fn = fn
         self.taken = taken
         self.changed = False
+        self.rows_before = {}  # rows the block's earlier runs left: name -> (matrix, index, rank)
         returns = fn.core.returns
         self.returned = _loads(returns) if returns is not None else set()
         # what each statement reads (a loop's or branch's header apart from its body)
@@ -492,7 +485,7 @@ class _Rewriter:
         read ``a[i, j]`` (and slices of it ``a[i, start + j]``), no view of the row needed
         (ADBench's LSTM: the gate weights' rows, sliced per gate)."""
         out, run, names, made = [], [], set(), set()
-        outer_rows, self.rows_before = getattr(self, "rows_before", {}), {}
+        outer_rows, self.rows_before = self.rows_before, {}
         for stmt in stmts:
             self._forget_rows(stmt)
             form = self.fn.classify(stmt) if in_loop else None
@@ -568,12 +561,7 @@ class _Rewriter:
         its matrix or a name of its index (a loop or branch: anything bound inside it)."""
         if not self.rows_before:
             return
-        bound = set()
-        for inner in walk_statements([stmt]):
-            if isinstance(inner, gast.For):
-                bound |= {n.id for n in gast.walk(inner.target) if isinstance(n, gast.Name)}
-            elif not isinstance(inner, (gast.While, gast.If)):
-                bound |= _stores(inner)
+        bound = stored_names([stmt])
         for v, (matrix, at, _) in list(self.rows_before.items()):
             if {v, matrix} & bound or any(n in bound for n in _names_in(at)):
                 del self.rows_before[v]

@@ -233,10 +233,12 @@ def fuse_regions(fn, taken, sources):
         while j > i and is_marker(stmts[j - 1]):  # trailing comments stay where they are
             j -= 1
             run.markers.pop()
-        later = {n.id for s in stmts[j:] for n in gast.walk(s) if isinstance(n, gast.Name)
-                 and isinstance(n.ctx, gast.Load)}
-        outputs = [t for t, _, _, _ in run.stmts if t in later]
-        if len(run.stmts) >= 2 and outputs and run.sums:
+        outputs = []
+        if len(run.stmts) >= 2 and run.sums:  # (what later statements read: only then)
+            later = {n.id for s in stmts[j:] for n in gast.walk(s)
+                     if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Load)}
+            outputs = [t for t, _, _, _ in run.stmts if t in later]
+        if outputs:
             body += run.markers
             body.append(_replace(run, outputs, taken, sources))
             written.append(body[-1].value.func.id)

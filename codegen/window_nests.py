@@ -251,19 +251,22 @@ def _nest(outer, taken, used):
             return _guarded([(x, out, w)], h, ln, ea, eb, fast, outer)
     # sums into w_bar[a, b] and scatters into x_bar's windows: each its own one pass
     ea, eb = _range_bound(outer, True), _range_bound(inner, True)
-    forms = [(_reduction(stmt, a, b), _scatter(stmt, a, b)) for stmt in inner.body]
-    if any(r is None and sc is None for r, sc in forms):
-        return None
-    written = [(r or sc)[0] for r, sc in forms]
-    read = {n for r, sc in forms for n in ((r or sc)[1], (r or sc)[2])}
-    if len(set(written)) != len(written) or set(written) & read:
-        return None
-    fast, kept, checks = [], [], []
-    for stmt, (r, sc) in zip(inner.body, forms):
-        target, g, x_or_w, h, ln = r or sc
-        if not _free(ea, eb, h, ln, names=(a, b, target), arrays=(g, x_or_w), writes=target):
+    forms = []  # (statement, is a sum, (written, read, read, h, l))
+    for stmt in inner.body:
+        summed = _reduction(stmt, a, b)
+        found = summed or _scatter(stmt, a, b)
+        if found is None or not _free(ea, eb, *found[3:], names=(a, b, found[0]),
+                                      arrays=found[1:3], writes=found[0]):
             return None
-        if r is not None:
+        forms.append((stmt, summed is not None, found))
+    written = [found[0] for _, _, found in forms]
+    read = {n for _, _, found in forms for n in found[1:3]}
+    extents = {(_text(found[3]), _text(found[4])) for _, _, found in forms}
+    if len(set(written)) != len(written) or set(written) & read or len(extents) != 1:
+        return None  # (one windows_fit check covers windows of one extent)
+    fast, kept, checks = [], [], []
+    for stmt, is_sum, (target, g, x_or_w, h, ln) in forms:
+        if is_sum:
             used.add("window_products")
             taps = fresh_name("taps", taken)
             fast.append(_assign(taps, "window_products", [name_node(g), name_node(x_or_w)] +
@@ -280,21 +283,15 @@ def _nest(outer, taken, used):
                     name_node(target), name_node(g), name_node(x_or_w)] +
                 copy.deepcopy([h, ln, ea, eb]), keywords=[])))
             checks.append((target, g, x_or_w))
-    if not _same_extents(forms):
-        return None
     if kept:
         nest = copy.deepcopy(outer)
         nest.body[0].body = kept
         fast.append(nest)
-    h, ln = (forms[0][0] or forms[0][1])[3:5]
     return _guarded(checks, h, ln, ea, eb, fast, outer)
 
 
-def _same_extents(forms):
-    """Whether every statement of a nest reads windows of one extent (one check covers all)."""
-    texts = {(ast.unparse(to_ast(f[3])), ast.unparse(to_ast(f[4])))
-             for r, sc in forms for f in (r or sc,)}
-    return len(texts) == 1
+def _text(node):
+    return ast.unparse(to_ast(node))
 
 
 def _guarded(checks, h, ln, ea, eb, fast, nest):
