@@ -79,8 +79,6 @@ def f(w, x, y):
     # no sum: an elementwise chain, or numbers alone
     "def f(x, y):\n    a = x + y\n    b = np.exp(a) * 2.0\n    return b\n",
     "def f(p):\n    a = 0.25 * p\n    b = a * (p - 1)\n    return b\n",
-    # a copy is no part of a run
-    "def f(x, y):\n    a = x\n    b = np.sum(a * y)\n    return (a, b)\n",
     # a value reading a sum of the same run needs a second pass: the runs split there
     "def f(x):\n    s = np.sum(x)\n    c = x - s\n    return c\n",
     # a name updated from its own earlier value
@@ -88,13 +86,32 @@ def f(w, x, y):
     # a keyword, an axis, a comparison, a subscript: not elementwise
     "def f(x):\n    a = np.sum(x, axis=0)\n    b = np.sum(a)\n    return b\n",
     "def f(x, y):\n    a = x > y\n    b = np.sum(a)\n    return b\n",
-    "def f(x):\n    a = x[1:] * 2.0\n    b = np.sum(a)\n    return b\n",
+    "def f(x):\n    a = x[::2] * 2.0\n    b = np.sum(a)\n    return b\n",
+    # slices: a view bound to a name, slices of a value the run makes, two slices of an
+    # array the run writes, a written array also read whole
+    "def f(x):\n    a = x[1:]\n    return a\n",
+    # one sum of a name or a slice: Numba sums it without a temporary
+    "def f(x):\n    b = np.sum(x[1:])\n    return b\n",
+    "def f(x):\n    a = x * 2.0\n    b = np.sum(a[1:])\n    return b\n",
+    "def f(x, g):\n    g[:-1] = g[:-1] + x[:-1]\n    g[1:] = g[1:] - x[1:]\n    return g\n",
+    "def f(x, g):\n    g[1:] = x[1:] * 2.0\n    s = np.sum(g)\n    return s\n",
     # a name the fused helper relies on
     "def f(x):\n    element = x * 2.0\n    b = np.sum(element)\n    return b\n",
 ])
 def test_runs_left_alone(text):
     rewritten, names, _ = _rewrite(text)
     assert names == [] and rewritten.strip() == text.strip()
+
+
+@pytest.mark.parametrize("copy", ["a = x", "a = x[1:]"])
+def test_a_copy_or_a_view_stays_before_the_run(copy):
+    """`a = x` and `a = x[1:]` bind an array another statement may write: no part of a run
+    (a run would make `a` a new array); the sum after it is fused alone (its operand would
+    otherwise be a temporary array)."""
+    text, names, _ = _rewrite(f"def f(x, y):\n    {copy}\n    b = np.sum(a * y)\n"
+                              "    return (a, b)\n")
+    assert names == ["fused"]
+    assert f"{copy}\n    b = fused(a, y)" in text
 
 
 def test_a_run_binding_a_name_twice_splits():
@@ -107,6 +124,109 @@ def f(x, y):
     return (s, t)
 ''')
     assert names == ["fused", "fused_2"]
+
+
+def test_slices_written_in_place_split_where_another_slice_of_them_is_read():
+    """A Hessian-vector product's shape: reads of `x[1:]` and `x[:-1]`, in-place updates
+    of `g[:-1]`, then of `g[1:]` (which would read what another step wrote: a second run)."""
+    text, names, sources = _rewrite('''
+def f(x, v):
+    g = np.zeros_like(x)
+    g[:-1] = 2.0 * v[:-1]
+    s = 200.0 * (x[1:] - x[:-1] ** 2)
+    g[:-1] += -s * x[:-1]
+    g[1:] = g[1:] + s
+    g[1:] += v[1:] * s
+    return g
+''')
+    assert names == ["fused", "fused_2"]
+    assert "s = fused(v[:-1], g[:-1], x[1:], x[:-1])" in text
+    assert "fused_2(g[1:], s, v[1:])" in text
+    loop = sources["fused"].split("def fused_loop")[1]
+    # a written slice against each other argument
+    assert "overlapping(g_to_m1, v_to_m1) or overlapping(g_to_m1, x_from_1)" in loop
+    assert "g_to_m1_i = g_to_m1_i + -s * x_to_m1_i" in loop  # the element in a local
+    assert "g_to_m1[i] = g_to_m1_i" in loop  # stored once, at the end of the step
+
+
+def _slice_updates(a, b, c):
+    a[1:] = b[1:] * 2.0
+    a[1:] = a[1:] + c[:-1] * b[1:]
+    return a
+
+
+@pytest.mark.parametrize("case", ["apart", "same array", "shifted view", "matrices",
+                                  "integers", "lengths differ"])
+def test_slice_updates_agree_with_numpy_however_the_arguments_overlap(case):
+    """A lowered module with one fused run writing a[1:]: arguments that share memory (the
+    loop would read what it wrote) and arguments of other kinds take the statements."""
+    source = '''\
+import numpy as np
+
+
+def f(a, b, c):
+    a[1:] = b[1:] * 2.0
+    a[1:] = a[1:] + c[:-1] * b[1:]
+    return a
+'''
+    rng = np.random.default_rng(5)
+    base = rng.standard_normal(12)
+    if case == "apart":
+        make = lambda: (np.zeros(12), base.copy(), base[::-1].copy())  # noqa: E731
+    elif case == "same array":
+        make = lambda: (lambda a: (a, a, a))(base.copy())  # noqa: E731
+    elif case == "shifted view":
+        make = lambda: (lambda a: (a[2:], a[:-2], a[1:-1]))(base.copy())  # noqa: E731
+    elif case == "matrices":
+        make = lambda: (np.zeros((4, 3)), base.reshape(4, 3).copy(),  # noqa: E731
+                        base.reshape(4, 3)[::-1].copy())
+    elif case == "integers":
+        make = lambda: (np.zeros(12), np.arange(12), np.arange(12) * 3)  # noqa: E731
+    else:
+        make = lambda: (np.zeros(12), base.copy(), base[:5].copy())  # noqa: E731
+    lowered = lower_source(source, entries=("f",), numba_overloads=True)
+    text = render(lowered, decorator="numba.njit(error_model='numpy')")
+    assert "fused(b[1:], a[1:], c[:-1])" in text
+    namespace = {}
+    exec(compile("import numba\n" + text, "<slice updates>", "exec"), namespace)
+    args = make()
+    if case == "lengths differ":
+        with pytest.raises(ValueError):
+            namespace["f"](*args)
+        return
+    want = _slice_updates(*make())
+    got = namespace["f"](*args)
+    np.testing.assert_array_equal(got, want)
+
+
+def rosenbrock(x):
+    return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
+
+
+def test_a_hessian_vector_product_of_shifted_slices_is_fused_and_right():
+    """jit(jvp(grad(f))) of the Rosenbrock function: forward over reverse, against the
+    tridiagonal Hessian written out by hand."""
+    from autodiff_ast.jacobians import jvp_transform
+    rng = np.random.default_rng(6)
+    x, v = rng.uniform(-1.2, 1.2, 500), rng.standard_normal(500)
+    hvp = ad.jit(jvp_transform(ad.grad(rosenbrock)))
+    g, hv = hvp((x,), (v,))
+    diag = np.zeros(500)
+    diag[:-1] = 1200.0 * x[:-1] ** 2 - 400.0 * x[1:] + 2.0
+    diag[1:] += 200.0
+    off = -400.0 * x[:-1]
+    want = diag * v
+    want[:-1] += off * v[1:]
+    want[1:] += off * v[:-1]
+    np.testing.assert_allclose(hv, want, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(g, ad.grad(rosenbrock)(x), rtol=1e-12)
+    assert len(_fused_calls(hvp.source)) >= 2, hvp.source
+    assert "x_bar[1:]" in hvp.source
+
+
+def test_rosenbrock_gradient_fuses_its_slices():
+    compiled = _grads_agree(rosenbrock, (np.linspace(-1.0, 1.5, 200),), (0,))
+    assert _fused_calls(compiled.source), compiled.source
 
 
 # ---------------------------------------------------------------- compiled results
