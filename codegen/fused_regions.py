@@ -243,7 +243,8 @@ _RESERVED = frozenset({"np", "numba", "element", "joined_length", "one_loop_type
 class _Run:
     """A run of statements being collected: what each binds, writes and reads."""
 
-    def __init__(self):
+    def __init__(self, vectors_only=True):
+        self.vectors_only = vectors_only  # False: no slices (see _handles_matrices)
         self.stmts = []  # (target, kind, operands, value): kind "value", "sum" or "write"
         self.markers = []
         self.bound = set()
@@ -298,6 +299,8 @@ class _Run:
         if written is not None:
             touched.append((written.value.id, target))
             slices.append(written)
+        if slices and not self.vectors_only:
+            return None
         parts = {name for n in slices for name in _slice_names(n)}
         if parts & (self.bound | _RESERVED) or {name for name, _ in touched} & _RESERVED:
             return None  # a slice of (or with a bound made of) a value the run makes
@@ -335,8 +338,9 @@ def fuse_regions(fn, taken, sources):
     the helpers written (each with its ``_statements`` and ``_numba`` functions)."""
     body, written, i = [], [], 0
     stmts = fn.body
+    matrices = _handles_matrices(fn)
     while i < len(stmts):
-        run, j = _Run(), i
+        run, j = _Run(vectors_only=not matrices), i
         while j < len(stmts):
             if is_marker(stmts[j]):
                 run.markers.append(stmts[j])
@@ -353,7 +357,8 @@ def fuse_regions(fn, taken, sources):
             j -= 1
             run.markers.pop()
         outputs = []
-        if len(run.stmts) >= 2 and (run.sums or run.writes) or _one_sum_of_arithmetic(run):
+        if len(run.stmts) >= 2 and (run.sums or run.writes) or \
+                not matrices and _one_sum_of_arithmetic(run):
             later = {n.id for s in stmts[j:] for n in gast.walk(s)
                      if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Load)}
             outputs = [t for t, kind, _, _ in run.stmts if kind != "write" and t in later]
@@ -367,6 +372,23 @@ def fuse_regions(fn, taken, sources):
             i += 1
     fn.body = body
     return written
+
+
+def _handles_matrices(fn):
+    """Whether `fn` slices along two axes (`x_dot[:, 1:]`) or makes arrays of two or more
+    axes: batched code (vmap's) and matrix code, whose slices are no vectors. There a run
+    takes no slices and no sum alone: at run time such a run would take its statements in a
+    function of their own (Numba compiles that slower: a cold jit(hessian) of Rosenbrock
+    took 7.6 -> 10.6 s) and gain nothing."""
+    for node in gast.walk(fn):
+        if isinstance(node, gast.Subscript) and isinstance(node.slice, gast.Tuple) and \
+                any(isinstance(e, gast.Slice) for e in node.slice.elts):
+            return True
+        if isinstance(node, gast.Call) and node.args and \
+                isinstance(node.args[0], gast.Tuple) and len(node.args[0].elts) >= 2 and \
+                dotted_name(node.func) in ("np.zeros", "np.empty", "np.ones", "np.full"):
+            return True
+    return False
 
 
 def _one_sum_of_arithmetic(run):
