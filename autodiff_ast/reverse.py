@@ -1439,7 +1439,8 @@ class _Builder:
 
     # -- backward sweep
     def backward_block(self, stmts):
-        locals_ = _local_temps(stmts, self.core.namer.temps) if self.depth else set()
+        locals_ = _local_temps(stmts, self.core.namer.temps, self.core.body) \
+            if self.depth else set()
         for stmt in reversed(stmts):
             if not self.depth:
                 self.top = stmt  # the top-level statement being reversed
@@ -1538,7 +1539,7 @@ class _Builder:
                 written.update(a.id for a in inner.prim.args if isinstance(a, gast.Name))
         local = set()
         for block in _blocks(stmt):
-            local |= _local_temps(block, self.core.namer.temps)
+            local |= _local_temps(block, self.core.namer.temps, self.core.body)
         return sorted(n for n in names - local if n in self.active), written
 
     def enter_control(self, stmt):
@@ -2603,14 +2604,27 @@ def _blocks(stmt):
                 yield inner.orelse
 
 
-def _local_temps(stmts, temps):
-    """Temporaries assigned once in `stmts` and read only later in the same list."""
+def _read_counts(stmts):
+    counts = {}
+    for stmt in stmts:
+        for n in gast.walk(stmt):
+            if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Load):
+                counts[n.id] = counts.get(n.id, 0) + 1
+    return counts
+
+
+def _local_temps(stmts, temps, body):
+    """Temporaries assigned once in `stmts` and read only later in the same list (not after
+    it in the function `body`: a pass such as scalarize may name a value a later statement
+    reads ``h_0``, a temporary's name)."""
     out = set()
+    inside, everywhere = _read_counts(stmts), _read_counts(body)
     for i, stmt in enumerate(stmts):
         if isinstance(stmt, CONTROL):
             continue
         for t in _stmt_targets(stmt):
-            if t not in temps or stmt.prim.kind in ("setitem", "append"):
+            if t not in temps or stmt.prim.kind in ("setitem", "append") or \
+                    everywhere.get(t, 0) > inside.get(t, 0):
                 continue
             ok = True
             for j, other in enumerate(stmts):

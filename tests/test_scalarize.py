@@ -504,3 +504,33 @@ def test_names_the_rewrite_makes_up_are_temporaries():
         _, program, core = prepare(pair_energy, {"pos": spec_of(pos3), "sigma": spec_of(1.1)})
     assert {"d_0", "d_1", "d_2"} <= core.namer.temps
     assert "energy" not in core.namer.temps and "r2" not in core.namer.temps
+
+
+def last_step_read_after(w, x):
+    """A small vector bound in each step and read after the loop: its scalars (h_0 ...) are
+    names scalarize made, read outside the loop body."""
+    n = x.shape[0]
+    acc = 0.0
+    for i in range(n):
+        h = np.tanh(x[i] * w)
+        acc = acc + np.sum(h * h)
+    return acc + np.sum(h)
+
+
+def last_step_max(w, x):
+    n = x.shape[0]
+    acc = 0.0
+    for i in range(n):
+        h = np.tanh(x[i] * w)
+        acc = acc + np.max(h)
+    return acc + np.sum(h)
+
+
+@pytest.mark.parametrize("fn", [last_step_read_after, last_step_max])
+def test_a_vector_of_the_last_step_read_after_the_loop(fn):
+    """Regression: the backward sweep treated those scalars as temporaries of one step and
+    never reset their adjoints after a step, so the gradient added the last step's adjoint
+    into every earlier step (jit(grad) wrong, grad right, before 2026-11-26)."""
+    rng = np.random.default_rng(8)
+    compiled = _grads_agree(fn, (rng.standard_normal(5), rng.standard_normal((4, 5))), (0, 1))
+    assert "h_4" in compiled.source  # the vector was scalarized
