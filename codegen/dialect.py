@@ -56,6 +56,7 @@ from .helpers import DIALECT_DEPENDS, DIALECT_HELPERS, DIALECT_NOT_COMPILED, OVE
 from .inlining import inline_loop_calls
 from .invariant_tables import tabulate_invariant_calls
 from .param_writes import dotted_name
+from .tape_rows import read_rows_in_place
 from .window_nests import WINDOW_COMMON, WINDOW_HELPERS, WINDOW_UNCOMPILED, rewrite_window_nests
 
 __all__ = ["LoweredModule", "lower_source", "parse_with_comments", "render"]
@@ -1040,6 +1041,7 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
             tabulate_invariant_calls(fn, module.taken)
             for name in reuse_buffers(fn):  # x = np.zeros(k) in a loop: x's old array
                 module.need(name)
+            read_rows_in_place(fn, module.taken)  # a tape's rows as row numbers (tape_rows)
     helper_defs = []
     sources = {name: DIALECT_HELPERS[name] for name in module.needed if name in DIALECT_HELPERS}
     overloaded = set()
