@@ -483,10 +483,35 @@ def _inline_once(stmts, keep, temps, facts=None):
                 if not replacer.done:
                     break
             if isinstance(stmts[j], (gast.Assign, gast.AugAssign)):
-                stmts[j].value = simplify(stmts[j].value)
+                simpler = simplify(stmts[j].value)
+                if not _makes_alias(stmts[j], simpler, stmts[j + 1:]):
+                    stmts[j].value = simpler
             facts.forget(stmts[j])
         del stmts[i]
         return True
+    return False
+
+
+def _makes_alias(stmt, simpler, later):
+    """Whether simplifying `stmt`'s value to `simpler` would turn a new value into another
+    name for an array written in place later (``x_bar = 1.0 * y1`` -> ``x_bar = y1``, then
+    ``x_bar[0] += g`` would change y1 too)."""
+    if not (isinstance(simpler, gast.Name) and not isinstance(stmt.value, gast.Name) and
+            isinstance(stmt, gast.Assign) and isinstance(stmt.targets[0], gast.Name)):
+        return False
+    names = {stmt.targets[0].id, simpler.id}
+    for node in gast.walk(gast.Module(body=list(later), type_ignores=[])):
+        if isinstance(node, gast.AugAssign) and isinstance(node.target, gast.Name) and \
+                node.target.id in names:
+            return True
+        if isinstance(node, (gast.Subscript, gast.Attribute)) and \
+                isinstance(node.ctx, gast.Store) and isinstance(node.value, gast.Name) and \
+                node.value.id in names:
+            return True
+        if isinstance(node, gast.Call) and node.args and isinstance(node.args[0], gast.Name) \
+                and node.args[0].id in names and isinstance(node.func, gast.Name) and \
+                node.func.id in ("add_at", "add_into", "subtract_at", "add_outer_at"):
+            return True
     return False
 
 

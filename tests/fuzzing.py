@@ -676,7 +676,10 @@ class _Generator:
             body, a, b = self._small_vector(k, indent + "    ", source=row, length=self.n)
             step = reduce.format(a=a, b=b, k1=k - 1)
             self.bind(acc, "S")
-            return lines + body + [f"{indent}    {acc} = {acc} + {step}"]
+            after = []
+            if self.draw(st.booleans()):  # the last step's small vector, read after the loop
+                after = [f"{indent}{acc} = {acc} + np.sum(np.sin({b}))"]
+            return lines + body + [f"{indent}    {acc} = {acc} + {step}"] + after
         lines, a, b = self._small_vector(k, indent)
         lines.append(f"{indent}{acc} = {reduce.format(a=a, b=b, k1=k - 1)}")
         self.bind(acc, "S")

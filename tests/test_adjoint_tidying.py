@@ -156,3 +156,32 @@ def test_array_known_zero_rewrite_under_jit():
     expected = ad.grad(mixture_like, argnums=(0, 1, 2))(*MIX)
     for a, b in zip(got, expected):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+def dot_then_row_update(x, c, w):
+    """x @ y1 gives x's adjoint y1 itself (times a seed of 1.0); x[0] read again adds into
+    that adjoint in place."""
+    y1 = np.copy(np.maximum(x, w))
+    for i1 in range(2, y1.shape[0]):
+        y1[i1] += w
+    xs4 = []
+    for q5 in range(4):
+        xs4.append(np.tanh(np.dot((c * y1)[2], y1)) * (q5 + 1.0))
+    r5 = np.sum(xs4[0])
+    t8 = np.expm1(np.tanh(x[0]))
+    return (x @ y1) + r5 + t8
+
+
+def test_folding_a_seed_of_one_never_aliases_an_array_written_in_place():
+    """Regression (found by make fuzz): tidying folded ``x_bar = 1.0 * y1`` to ``x_bar = y1``
+    and ``x_bar[0] += g`` then changed y1, which the backward loop still read: grad with
+    argnums=(0, 1, 2) gave c's adjoint 1.905 instead of 0.656 (argnums=1 alone was right)."""
+    from test_vector_loops import central
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(4) * 0.5, rng.standard_normal((3, 1)) * 0.5, 0.3]
+    got = ad.grad(dot_then_row_update, argnums=(0, 1, 2))(*args)
+    for k in range(3):
+        np.testing.assert_allclose(got[k], central(dot_then_row_update, list(args), k),
+                                   rtol=1e-6, atol=1e-8)
+    source = ad.source(ad.grad(dot_then_row_update, argnums=(0, 1, 2)), *args)
+    assert "x_bar = y1\n" not in source

@@ -250,6 +250,30 @@ def f(c, x):
 ''', params=("c", "x"))
 
 
+def test_regression_seed_of_one_folded_into_an_alias():
+    """`x @ x` gives x's adjoint `1.0 * x`; tidying folded it to `x_bar = x` and a later
+    in-place add into x_bar changed x (found by make fuzz, plain grad wrong; with jit the
+    dialect kept the product and was right)."""
+    check_source('''
+import numpy as np
+
+
+def f(x, p):
+    xs1 = []
+    for q2 in range(2):
+        xs1.append(np.tanh(p['a']) * (q2 + 1.0))
+    r2 = p['b']
+    for v2 in xs1:
+        r2 = r2 + np.sum(np.sin(v2) * v2)
+    s3 = (x @ x)
+    n3 = 0
+    while s3 < 2.0 and n3 < 6:
+        s3 = s3 + 0.5 + 0.25 * np.sin(np.tanh((r2 - x[1])))
+        n3 += 1
+    return np.cos((p['a'] - np.subtract(p['b'], x))) + r2 + s3
+''', params=('x', 'p'), n=3, m=2, seed=12)
+
+
 def test_regression_branch_tape_second_order():
     """rev-over-rev of a value assigned in both branches: the first-order backward function
     restored it (`t1 = t1_tape.pop()`) in one branch only (the other restore was dropped as
