@@ -53,9 +53,11 @@ from .emit import comment, fresh_name, is_marker, render_function, to_ast
 from .fused_regions import FUSED_HELPERS, FUSED_UNCOMPILED, fuse_regions
 from .fused_updates import fuse_outer_adds
 from .helpers import DIALECT_DEPENDS, DIALECT_HELPERS, DIALECT_NOT_COMPILED, OVERLOAD_FORMS
+from .index_splits import split_index_tests
 from .inlining import inline_loop_calls
 from .invariant_tables import tabulate_invariant_calls
 from .param_writes import dotted_name
+from .reduction_loops import outline_reductions
 from .tape_rows import read_rows_in_place
 from .window_nests import WINDOW_COMMON, WINDOW_HELPERS, WINDOW_UNCOMPILED, rewrite_window_nests
 
@@ -127,6 +129,7 @@ class LoweredModule:
     wrappers: dict = field(default_factory=dict)  # entry name -> plain wrapper FunctionDef
     compiled: set = field(default_factory=set)  # names of functions a target compiles
     data_args: dict = field(default_factory=dict)  # entry name -> data names appended to calls
+    jit_options: dict = field(default_factory=dict)  # function -> extra njit options (text)
 
     def entry_name(self, entry):
         """The name to call for `entry` (its wrapper when it needs module data)."""
@@ -936,6 +939,7 @@ class _Module:
         self.numba_overloads = False
         self.generated = {}  # name -> source of helpers written for one einsum/pattern
         self.uncompiled = set()  # generated functions Numba reaches through an overload
+        self.jit_options = {}  # generated function -> extra options (fastmath of sum loops)
         # Whole-array code (no loop anywhere): its sums run over whole arrays, where a
         # reassociated sum pays for its compile (in loops they are mostly over small rows)
         self.loop_free = not any(isinstance(n, (gast.For, gast.While)) for n in gast.walk(tree))
@@ -1042,6 +1046,9 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
             for name in reuse_buffers(fn):  # x = np.zeros(k) in a loop: x's old array
                 module.need(name)
             read_rows_in_place(fn, module.taken)  # a tape's rows as row numbers (tape_rows)
+            split_index_tests(fn, module.taken)  # if j >= 2: ... in a loop: a middle without
+            # a loop summing into a number: a function compiled with reassociation
+            outline_reductions(fn, module.taken, module.generated, module.jit_options)
     helper_defs = []
     sources = {name: DIALECT_HELPERS[name] for name in module.needed if name in DIALECT_HELPERS}
     overloaded = set()
@@ -1059,7 +1066,8 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
     data = _data_names(header, injected)
     all_functions = helper_defs + functions
     lowered = LoweredModule(header, all_functions, set(sources), compiled=set(names),
-                            helper_functions={fn.name for fn in helper_defs})
+                            helper_functions={fn.name for fn in helper_defs},
+                            jit_options=dict(module.jit_options))
     _thread_data(lowered, data, entries, module.taken | set(names))
     return lowered
 

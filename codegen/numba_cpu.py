@@ -274,6 +274,7 @@ class _Build:
         def decorator(function):  # functions Python never calls go without wrappers
             extra = DIALECT_JIT_OPTIONS.get(function) if function in lowered.helper_functions \
                 else None
+            extra = lowered.jit_options.get(function, extra)
             return options.decorator(function, internal=function not in entries, extra=extra)
         text = render(lowered, decorator=decorator, doc_note="\n".join(lines))
         module = load_source(text, self.name)

@@ -1,0 +1,282 @@
+"""A loop that sums into a number, outlined into a function compiled with reassociation.
+
+The backward sweep of the heat equation adds into the adjoint of its coefficient once per
+point and step:
+
+    for i in range(1, n - 1):
+        add_3_bar = un_bar[i]
+        un_bar[i] = 0.0
+        c_bar = c_bar + add_3_bar * (u[i - 1] - 2.0 * u[i] + u[i + 1])
+
+Compiled as written, each addition waits for the one before (floating-point addition is not
+associative, so the compiler may not reorder it): a chain of 998 additions per step.
+:func:`outline_reductions` moves such a loop into a function of its own, compiled with
+``fastmath={'reassoc'}`` (as ``reassociated_sum`` is), which sums into ``total`` from 0.0; the
+loop's place holds ``c_bar = c_bar + sum_loop(n, un_bar, u)``. The compiler then keeps partial
+sums in SIMD lanes. The result differs from the loop's in the last bits, as any reordered sum
+does.
+
+Which loops: a ``for`` over a ``range`` with no loop, branch, ``break`` or ``continue`` inside;
+its body assignments and expression statements; one or more *accumulators* ``s = s + e``,
+``s = s - e`` or ``s += e`` (each the only statement of the body that mentions s, s not in e),
+where every binding of s elsewhere in the function is a float constant (``s = 0.0``) or
+another such accumulation (so s is a float: an integer count or an array stays as written);
+every other name the body binds is a temporary of the step (bound before it is read) that the
+function mentions nowhere else; the loop's index is mentioned elsewhere only by loops of its
+own. The names the body reads become the function's parameters (arrays it writes into are
+written through them).
+
+>>> import gast
+>>> from autodiff_ast.templates import unparse
+>>> fn = gast.parse('''
+... def f(g, u, n):
+...     c_bar = 0.0
+...     for i in range(1, n - 1):
+...         t = g[i]
+...         g[i] = 0.0
+...         c_bar = c_bar + t * u[i]
+...     return c_bar
+... ''').body[0]
+>>> sources, options = {}, {}
+>>> outline_reductions(fn, {"f", "g", "u", "n", "c_bar", "i", "t"}, sources, options)
+['sum_loop']
+>>> print(unparse(fn.body[1]))
+c_bar = c_bar + sum_loop(n, g, u)
+>>> print(sources["sum_loop"].strip())
+def sum_loop(n, g, u):
+    total = 0.0
+    for i in range(1, n - 1):
+        t = g[i]
+        g[i] = 0.0
+        total = total + t * u[i]
+    return total
+>>> options
+{'sum_loop': "fastmath={'reassoc'}"}
+"""
+
+from __future__ import annotations
+
+import ast
+
+import gast
+
+from .emit import fresh_name, name_node, to_ast
+
+__all__ = ["outline_reductions"]
+
+REASSOCIATED = "fastmath={'reassoc'}"
+
+
+def _text(node):
+    return ast.unparse(to_ast(node))
+
+
+def _loads(node):
+    return [n.id for n in gast.walk(node) if isinstance(n, gast.Name) and
+            isinstance(n.ctx, gast.Load)]
+
+
+def _stores(node):
+    return [n.id for n in gast.walk(node) if isinstance(n, gast.Name) and
+            isinstance(n.ctx, gast.Store)]
+
+
+def _accumulation(stmt):
+    """(s, op, e) of ``s = s + e``, ``s = s - e`` or ``s += e``, or None."""
+    if isinstance(stmt, gast.AugAssign) and isinstance(stmt.target, gast.Name) and \
+            isinstance(stmt.op, (gast.Add, gast.Sub)):
+        return stmt.target.id, stmt.op, stmt.value
+    if isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and \
+            isinstance(stmt.targets[0], gast.Name) and isinstance(stmt.value, gast.BinOp) and \
+            isinstance(stmt.value.op, (gast.Add, gast.Sub)) and \
+            isinstance(stmt.value.left, gast.Name) and \
+            stmt.value.left.id == stmt.targets[0].id:
+        return stmt.targets[0].id, stmt.value.op, stmt.value.right
+    return None
+
+
+def _float_bindings_only(fn, s, loop):
+    """Whether every binding of s outside `loop` is a float constant or an accumulation."""
+    inside = {id(n) for n in gast.walk(loop)}
+    found_constant = False
+    for node in gast.walk(fn):
+        if id(node) in inside:
+            continue
+        if isinstance(node, (gast.Assign, gast.AugAssign)):
+            targets = node.targets if isinstance(node, gast.Assign) else [node.target]
+            if not any(s in _stores(t) for t in targets):
+                continue
+            if isinstance(node, gast.Assign) and len(targets) == 1 and \
+                    isinstance(targets[0], gast.Name) and \
+                    isinstance(node.value, gast.Constant) and type(node.value.value) is float:
+                found_constant = True
+                continue
+            if _accumulation(node) is None:
+                return False
+        elif isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store) and \
+                node.id == s and not _bound_by_assignment(fn, node):
+            return False  # a loop target, a tuple element, ...
+    return found_constant
+
+
+def _bound_by_assignment(fn, name):
+    for node in gast.walk(fn):
+        if isinstance(node, (gast.Assign, gast.AugAssign)):
+            targets = node.targets if isinstance(node, gast.Assign) else [node.target]
+            if any(t is name for t in targets):
+                return True
+    return False
+
+
+def _mentioned_outside(fn, loop, names):
+    """The names of `names` that `fn` mentions outside `loop`."""
+    inside = {id(n) for n in gast.walk(loop)}
+    return {n.id for n in gast.walk(fn) if isinstance(n, gast.Name) and n.id in names and
+            id(n) not in inside}
+
+
+def _index_only_in_own_loops(fn, loop, index):
+    """Whether every mention of `index` outside `loop` is inside another loop over it."""
+    inside = {id(n) for n in gast.walk(loop)}
+    own = set()
+    for node in gast.walk(fn):
+        if isinstance(node, gast.For) and node is not loop and \
+                isinstance(node.target, gast.Name) and node.target.id == index:
+            own |= {id(n) for n in gast.walk(node)}
+    return all(id(n) in inside or id(n) in own for n in gast.walk(fn)
+               if isinstance(n, gast.Name) and n.id == index)
+
+
+def _plan(fn, loop, locals_):
+    """(accumulators [(s, op, e)], parameters) for an outlinable `loop`, or None."""
+    if not (isinstance(loop.target, gast.Name) and isinstance(loop.iter, gast.Call) and
+            isinstance(loop.iter.func, gast.Name) and loop.iter.func.id == "range" and
+            not loop.iter.keywords and not loop.orelse):
+        return None
+    body = loop.body
+    if not all(isinstance(s, (gast.Assign, gast.AugAssign, gast.Expr)) for s in body):
+        return None
+    index = loop.target.id
+    accumulators, temporaries, seen, read = [], set(), set(), set()
+    for stmt in body:
+        found = _accumulation(stmt)
+        if found is not None and found[0] not in seen and \
+                sum(found[0] in _loads(s) + _stores(s) for s in body) == 1 and \
+                found[0] not in _loads(found[2]):
+            accumulators.append(found)
+            seen.add(found[0])
+            read |= set(_loads(found[2]))
+            continue
+        reads = set(_loads(stmt))
+        if reads & seen:
+            return None
+        read |= reads
+        for t in _stores(stmt):
+            if t in seen or t == index or (t not in temporaries and t in read):
+                return None  # read before this step binds it: carried from the step before
+            temporaries.add(t)
+    if not accumulators:
+        return None
+    for s, _, _ in accumulators:
+        if not _float_bindings_only(fn, s, loop):
+            return None
+    if _mentioned_outside(fn, loop, temporaries) or \
+            not _index_only_in_own_loops(fn, loop, index):
+        return None
+    reads_before_bound = []
+    for node in [loop.iter] + body:
+        for n in _loads(node):
+            if n in locals_ and n not in temporaries and n not in seen and n != index and \
+                    n not in reads_before_bound:
+                reads_before_bound.append(n)
+    return accumulators, reads_before_bound
+
+
+def _locals(fn):
+    names = {a.id for a in fn.args.args}
+    for node in gast.walk(fn):
+        if isinstance(node, gast.Name) and isinstance(node.ctx, (gast.Store, gast.Del)):
+            names.add(node.id)
+    return names
+
+
+def _outline(loop, accumulators, params, name, local):
+    totals = [fresh_name("total", local | {s for s, _, _ in accumulators}) if k == 0 else
+              fresh_name(f"total_{k + 1}", local) for k in range(len(accumulators))]
+    renamed = {s: t for (s, _, _), t in zip(accumulators, totals)}
+    body = []
+    for stmt in loop.body:
+        found = _accumulation(stmt)
+        if found is not None and found[0] in renamed:
+            t = renamed[found[0]]
+            op = "+" if isinstance(found[1], gast.Add) else "-"
+            body.append(f"        {t} = {t} {op} {_text(found[2])}")
+        else:
+            body.append("        " + _text(stmt))
+    header = [f"def {name}({', '.join(params)}):"]
+    header += [f"    {t} = 0.0" for t in totals]
+    header.append(f"    for {loop.target.id} in {_text(loop.iter)}:")
+    returned = totals[0] if len(totals) == 1 else "(" + ", ".join(totals) + ")"
+    return "\n".join(header + body + [f"    return {returned}"]) + "\n"
+
+
+def _call_site(accumulators, name, params, local):
+    call = gast.Call(func=name_node(name), args=[name_node(p) for p in params], keywords=[])
+    if len(accumulators) == 1:
+        s = accumulators[0][0]
+        return [gast.Assign(targets=[name_node(s, gast.Store())], value=gast.BinOp(
+            left=name_node(s), op=gast.Add(), right=call), type_comment=None)]
+    parts = [fresh_name(f"{s}_part", local) for s, _, _ in accumulators]
+    for p in parts:
+        local.add(p)
+    out = [gast.Assign(targets=[gast.Tuple(elts=[name_node(p, gast.Store()) for p in parts],
+                                            ctx=gast.Store())], value=call, type_comment=None)]
+    for (s, _, _), p in zip(accumulators, parts):
+        out.append(gast.Assign(targets=[name_node(s, gast.Store())], value=gast.BinOp(
+            left=name_node(s), op=gast.Add(), right=name_node(p)), type_comment=None))
+    return out
+
+
+class _Outliner(gast.NodeTransformer):
+    def __init__(self, fn, taken, sources, options):
+        self.fn, self.taken, self.sources, self.options = fn, taken, sources, options
+        self.locals = _locals(fn)
+        self.written = []
+
+    def _block(self, stmts):
+        out = []
+        for stmt in stmts:
+            if isinstance(stmt, gast.For) and not any(
+                    isinstance(n, (gast.For, gast.While, gast.If, gast.Break, gast.Continue,
+                                   gast.Return, gast.Lambda, gast.FunctionDef))
+                    for s in stmt.body for n in gast.walk(s)):
+                plan = _plan(self.fn, stmt, self.locals)
+                if plan is not None:
+                    accumulators, params = plan
+                    name = fresh_name("sum_loop", self.taken)
+                    self.taken.add(name)
+                    self.sources[name] = _outline(stmt, accumulators, params, name,
+                                                  set(self.locals))
+                    self.options[name] = REASSOCIATED
+                    self.written.append(name)
+                    out += _call_site(accumulators, name, params, self.locals)
+                    continue
+            out.append(self.visit(stmt))
+        return out
+
+    def generic_visit(self, node):
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if isinstance(block, list) and block and isinstance(block[0], gast.stmt):
+                setattr(node, field, self._block(block))
+        return node
+
+
+def outline_reductions(fn, taken, sources, options):
+    """Outline each qualifying reduction loop of `fn` (a gast FunctionDef, in place) into a
+    function whose source goes into `sources` (name -> text) and whose extra jit options go
+    into `options`; `taken` holds the module's names. Returns the new functions' names."""
+    outliner = _Outliner(fn, taken, sources, options)
+    fn.body = outliner._block(fn.body)
+    return outliner.written
+

@@ -1,0 +1,185 @@
+"""Reduction loops outlined with reassociation and loops split where their index tests hold
+(codegen/reduction_loops.py, codegen/index_splits.py).
+
+The rewrite rules are checked on small functions, including the loops each pass must leave
+alone; compiled gradients are checked against the plain-NumPy gradient and central
+differences (test_vector_loops._grads_agree), and the generated source is checked to show the
+rewrite happened.
+"""
+
+from __future__ import annotations
+
+import gast
+import numpy as np
+import pytest
+from test_vector_loops import _grads_agree  # jit(grad) == grad == differences
+
+import autodiff_ast as ad
+from autodiff_ast.templates import unparse
+from codegen.index_splits import split_index_tests
+from codegen.reduction_loops import outline_reductions
+
+pytestmark = [pytest.mark.numba,
+              pytest.mark.filterwarnings("ignore:Cannot cache compiled function")]
+
+
+def _outlined(text):
+    fn = gast.parse(text).body[0]
+    taken = {n.id for n in gast.walk(fn) if isinstance(n, gast.Name)}
+    sources, options = {}, {}
+    names = outline_reductions(fn, taken, sources, options)
+    return unparse(fn), names, sources, options
+
+
+def _split(text):
+    fn = gast.parse(text).body[0]
+    taken = {n.id for n in gast.walk(fn) if isinstance(n, gast.Name)}
+    count = split_index_tests(fn, taken)
+    return unparse(fn), count
+
+
+# ---------------------------------------------------------------- reduction loops
+def test_two_accumulators_and_a_difference():
+    text, names, sources, options = _outlined('''
+def f(x, y):
+    a = 0.0
+    b = 0.0
+    for i in range(x.shape[0]):
+        t = x[i] * y[i]
+        a = a + t * t
+        b -= t
+    return (a, b)
+''')
+    assert names == ["sum_loop"] and options == {"sum_loop": "fastmath={'reassoc'}"}
+    assert "a_part, b_part = sum_loop(x, y)" in text
+    assert "a = a + a_part" in text and "b = b + b_part" in text
+    assert "total_2 = total_2 - t" in sources["sum_loop"]
+
+
+@pytest.mark.parametrize("text", [
+    # an integer count, an array: they stay as written (the helper sums floats from 0.0)
+    "def f(x):\n    c = 0\n    for i in range(3):\n        c = c + 1\n    return c\n",
+    "def f(x):\n    s = np.zeros(3)\n    for i in range(4):\n        s = s + x[i]\n    return s\n",
+    # the accumulator read in the body, a value carried from the step before
+    "def f(x):\n    s = 0.0\n    for i in range(4):\n        y = s * 2.0\n        s = s + x[i]\n"
+    "    return s\n",
+    "def f(x):\n    s = 0.0\n    t = 1.0\n    for i in range(4):\n        s = s + t\n"
+    "        t = x[i]\n    return s\n",
+    # a temporary or the index read after the loop
+    "def f(x):\n    s = 0.0\n    for i in range(4):\n        t = x[i]\n        s = s + t\n"
+    "    return s + t\n",
+    "def f(x):\n    s = 0.0\n    for i in range(4):\n        s = s + x[i]\n    return s + i\n",
+    # a branch inside
+    "def f(x):\n    s = 0.0\n    for i in range(4):\n        if x[i] > 0:\n"
+    "            s = s + x[i]\n    return s\n",
+])
+def test_reduction_loops_left_alone(text):
+    rewritten, names, _, _ = _outlined(text)
+    assert names == [] and rewritten.strip() == text.strip()
+
+
+def test_only_the_inner_loop_of_a_nest_is_outlined():
+    text, names, sources, _ = _outlined(
+        "def f(x):\n    s = 0.0\n    for i in range(4):\n        for j in range(2):\n"
+        "            s = s + x[i] * j\n    return s\n")
+    assert names == ["sum_loop"] and "for i in range(4):\n        s = s + sum_loop(x, i)" in text
+    assert "for j in range(2):" in sources["sum_loop"]
+
+
+# ---------------------------------------------------------------- index splits
+@pytest.mark.parametrize("text", [
+    # a bound of unknown type (a parameter), a float bound, an else branch, a test of
+    # something other than the index
+    "def f(g, n):\n    for j in range(n):\n        if j >= 1:\n            g[j] = 1.0\n",
+    "def f(g):\n    n = g.shape[0]\n    for j in range(n):\n        if j >= 1.5:\n"
+    "            g[j] = 1.0\n",
+    "def f(g):\n    n = g.shape[0]\n    for j in range(n):\n        if j >= 1:\n"
+    "            g[j] = 1.0\n        else:\n            g[j] = 2.0\n",
+    "def f(g):\n    n = g.shape[0]\n    for j in range(n):\n        if g[j] > 1:\n"
+    "            g[j] = 1.0\n",
+    # a step, a bound the loop changes
+    "def f(g):\n    n = g.shape[0]\n    for j in range(0, n, 2):\n        if j >= 1:\n"
+    "            g[j] = 1.0\n",
+    "def f(g):\n    n = g.shape[0]\n    for j in range(n):\n        if j < n:\n"
+    "            n = n - 1\n",
+])
+def test_index_tests_left_alone(text):
+    rewritten, count = _split(text)
+    assert count == 0 and rewritten.strip() == text.strip()
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 7])
+def test_a_split_loop_runs_the_same_steps(n):
+    """Every length, including ones shorter than the bounds (empty middles)."""
+    text, count = _split('''
+def f(g, out):
+    n = g.shape[0]
+    k = 2
+    for j in range(1, n):
+        if j >= k and j < n - 1:
+            out[j] += g[j - 1] * j
+        if j <= n - 3:
+            out[j] -= g[j + 2]
+        out[j] *= 1.5
+''')
+    assert count == 1
+    namespace = {}
+    exec(compile(text, "<split>", "exec"), namespace)
+    plain = {}
+    exec(compile('''
+def f(g, out):
+    n = g.shape[0]
+    k = 2
+    for j in range(1, n):
+        if j >= k and j < n - 1:
+            out[j] += g[j - 1] * j
+        if j <= n - 3:
+            out[j] -= g[j + 2]
+        out[j] *= 1.5
+''', "<plain>", "exec"), plain)
+    g = np.arange(n, dtype=float) + 0.5
+    want, got = np.ones(n), np.ones(n)
+    plain["f"](g, want)
+    namespace["f"](g, got)
+    np.testing.assert_array_equal(got, want)
+
+
+# ---------------------------------------------------------------- compiled gradients
+def heat(u0, c, steps):
+    """Per-element in-place updates of an explicit heat step (a stencil)."""
+    u = u0.copy()
+    n = len(u)
+    for _step in range(steps):
+        un = u.copy()
+        for i in range(1, n - 1):
+            un[i] = u[i] + c * (u[i - 1] - 2.0 * u[i] + u[i + 1])
+        u = un
+    return np.sum(u * u)
+
+
+def test_heat_gradient_is_split_and_outlined_and_right():
+    u0 = np.sin(np.linspace(0.0, np.pi, 40)) + 0.1 * np.cos(np.linspace(0.0, 9.0, 40))
+    compiled = _grads_agree(heat, (u0, 0.2, 12), (0, 1))
+    assert "sum_loop(" in compiled.source and "fastmath={'reassoc'}" in compiled.source
+    assert "low = min(max(" in compiled.source, compiled.source
+
+
+def pair_energy(pos, eps):
+    """A double loop over pairs summing an energy (Lennard-Jones' shape)."""
+    n = pos.shape[0]
+    total = 0.0
+    for i in range(n):
+        for j in range(i + 1, n):
+            d = pos[i] - pos[j]
+            r2 = d * d + 0.5
+            total = total + eps / (r2 * r2) - eps / r2
+    return total
+
+
+def test_a_double_loop_of_pairs():
+    rng = np.random.default_rng(9)
+    compiled = _grads_agree(pair_energy, (rng.standard_normal(9), 0.7), (0, 1))
+    primal = ad.jit(pair_energy)
+    args = (rng.standard_normal(9), 0.7)
+    assert primal(*args) == pytest.approx(pair_energy(*args), rel=1e-12)
+    assert compiled is not None
