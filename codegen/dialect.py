@@ -53,7 +53,6 @@ from .emit import comment, fresh_name, is_marker, render_function, to_ast
 from .fused_regions import FUSED_HELPERS, FUSED_UNCOMPILED, fuse_regions
 from .fused_updates import fuse_outer_adds
 from .helpers import DIALECT_DEPENDS, DIALECT_HELPERS, DIALECT_NOT_COMPILED, OVERLOAD_FORMS
-from .index_splits import split_index_tests
 from .inlining import inline_loop_calls
 from .invariant_tables import tabulate_invariant_calls
 from .param_writes import dotted_name
@@ -1046,7 +1045,6 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
             for name in reuse_buffers(fn):  # x = np.zeros(k) in a loop: x's old array
                 module.need(name)
             read_rows_in_place(fn, module.taken)  # a tape's rows as row numbers (tape_rows)
-            split_index_tests(fn, module.taken)  # if j >= 2: ... in a loop: a middle without
             # a loop summing into a number: a function compiled with reassociation
             outline_reductions(fn, module.taken, module.generated, module.jit_options)
     helper_defs = []

@@ -1,7 +1,7 @@
-"""Reduction loops outlined with reassociation and loops split where their index tests hold
-(codegen/reduction_loops.py, codegen/index_splits.py).
+"""Reduction loops outlined into functions compiled with reassociation
+(codegen/reduction_loops.py).
 
-The rewrite rules are checked on small functions, including the loops each pass must leave
+The rewrite rules are checked on small functions, including the loops the pass must leave
 alone; compiled gradients are checked against the plain-NumPy gradient and central
 differences (test_vector_loops._grads_agree), and the generated source is checked to show the
 rewrite happened.
@@ -16,7 +16,6 @@ from test_vector_loops import _grads_agree  # jit(grad) == grad == differences
 
 import autodiff_ast as ad
 from autodiff_ast.templates import unparse
-from codegen.index_splits import split_index_tests
 from codegen.reduction_loops import outline_reductions
 
 pytestmark = [pytest.mark.numba,
@@ -29,13 +28,6 @@ def _outlined(text):
     sources, options = {}, {}
     names = outline_reductions(fn, taken, sources, options)
     return unparse(fn), names, sources, options
-
-
-def _split(text):
-    fn = gast.parse(text).body[0]
-    taken = {n.id for n in gast.walk(fn) if isinstance(n, gast.Name)}
-    count = split_index_tests(fn, taken)
-    return unparse(fn), count
 
 
 # ---------------------------------------------------------------- reduction loops
@@ -86,64 +78,6 @@ def test_only_the_inner_loop_of_a_nest_is_outlined():
     assert "for j in range(2):" in sources["sum_loop"]
 
 
-# ---------------------------------------------------------------- index splits
-@pytest.mark.parametrize("text", [
-    # a bound of unknown type (a parameter), a float bound, an else branch, a test of
-    # something other than the index
-    "def f(g, n):\n    for j in range(n):\n        if j >= 1:\n            g[j] = 1.0\n",
-    "def f(g):\n    n = g.shape[0]\n    for j in range(n):\n        if j >= 1.5:\n"
-    "            g[j] = 1.0\n",
-    "def f(g):\n    n = g.shape[0]\n    for j in range(n):\n        if j >= 1:\n"
-    "            g[j] = 1.0\n        else:\n            g[j] = 2.0\n",
-    "def f(g):\n    n = g.shape[0]\n    for j in range(n):\n        if g[j] > 1:\n"
-    "            g[j] = 1.0\n",
-    # a step, a bound the loop changes
-    "def f(g):\n    n = g.shape[0]\n    for j in range(0, n, 2):\n        if j >= 1:\n"
-    "            g[j] = 1.0\n",
-    "def f(g):\n    n = g.shape[0]\n    for j in range(n):\n        if j < n:\n"
-    "            n = n - 1\n",
-])
-def test_index_tests_left_alone(text):
-    rewritten, count = _split(text)
-    assert count == 0 and rewritten.strip() == text.strip()
-
-
-@pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 7])
-def test_a_split_loop_runs_the_same_steps(n):
-    """Every length, including ones shorter than the bounds (empty middles)."""
-    text, count = _split('''
-def f(g, out):
-    n = g.shape[0]
-    k = 2
-    for j in range(1, n):
-        if j >= k and j < n - 1:
-            out[j] += g[j - 1] * j
-        if j <= n - 3:
-            out[j] -= g[j + 2]
-        out[j] *= 1.5
-''')
-    assert count == 1
-    namespace = {}
-    exec(compile(text, "<split>", "exec"), namespace)
-    plain = {}
-    exec(compile('''
-def f(g, out):
-    n = g.shape[0]
-    k = 2
-    for j in range(1, n):
-        if j >= k and j < n - 1:
-            out[j] += g[j - 1] * j
-        if j <= n - 3:
-            out[j] -= g[j + 2]
-        out[j] *= 1.5
-''', "<plain>", "exec"), plain)
-    g = np.arange(n, dtype=float) + 0.5
-    want, got = np.ones(n), np.ones(n)
-    plain["f"](g, want)
-    namespace["f"](g, got)
-    np.testing.assert_array_equal(got, want)
-
-
 # ---------------------------------------------------------------- compiled gradients
 def heat(u0, c, steps):
     """Per-element in-place updates of an explicit heat step (a stencil)."""
@@ -157,11 +91,11 @@ def heat(u0, c, steps):
     return np.sum(u * u)
 
 
-def test_heat_gradient_is_split_and_outlined_and_right():
+def test_heat_gradient_sums_its_coefficient_outlined_and_right():
     u0 = np.sin(np.linspace(0.0, np.pi, 40)) + 0.1 * np.cos(np.linspace(0.0, 9.0, 40))
     compiled = _grads_agree(heat, (u0, 0.2, 12), (0, 1))
-    assert "sum_loop(" in compiled.source and "fastmath={'reassoc'}" in compiled.source
-    assert "low = min(max(" in compiled.source, compiled.source
+    assert "c_bar = c_bar + sum_loop(" in compiled.source, compiled.source
+    assert "fastmath={'reassoc'}" in compiled.source
 
 
 def pair_energy(pos, eps):
