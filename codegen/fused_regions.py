@@ -177,22 +177,17 @@ def _sum_operands(value):
     return None
 
 
-def _names_read(node):
-    """What an expression reads as values, in order: names (not a called function's name,
-    and not the v of a `v.shape[k]` read, a length passed in as a number) and the text of
-    each vector slice (`x[1:]`, passed in as a view)."""
+def _reads(node):
+    """The names and vector slices an expression reads, in order: not a `v.shape[k]` read (a
+    length, passed in as a number) and not a called function's name."""
     found = []
 
     def visit(n):
         if _shape_read(n):
             return
-        if _vector_slice(n):
-            if _text(n) not in found:
-                found.append(_text(n))
-            return
-        if isinstance(n, gast.Name):
-            if isinstance(n.ctx, gast.Load) and n.id not in found:
-                found.append(n.id)
+        if _vector_slice(n) or isinstance(n, gast.Name):
+            if not isinstance(n, gast.Name) or isinstance(n.ctx, gast.Load):
+                found.append(n)
             return
         if isinstance(n, gast.Call):
             for a in n.args:
@@ -204,30 +199,28 @@ def _names_read(node):
     return found
 
 
-def _arrays_touched(node):
-    """(array name, how) for each name and vector slice an expression reads (not a `v.shape[k]`
-    read, not a called function's name): how is the slice's text, or the name itself when
-    the expression reads the whole value."""
-    touched = []
+def _names_read(node):
+    """What an expression reads as values, in order and once each: names, and the text of
+    each vector slice (`x[1:]`, passed in as a view)."""
+    found = []
+    for n in _reads(node):
+        key = n.id if isinstance(n, gast.Name) else _text(n)
+        if key not in found:
+            found.append(key)
+    return found
 
-    def visit(n):
-        if _shape_read(n):
-            return
-        if _vector_slice(n):
+
+def _arrays_touched(node):
+    """(array name, how) for each name and vector slice an expression reads: how is the
+    slice's text, or the name itself when the expression reads the whole value (a name in a
+    slice's bounds is read whole)."""
+    touched = []
+    for n in _reads(node):
+        if isinstance(n, gast.Name):
+            touched.append((n.id, n.id))
+        else:
             touched.append((n.value.id, _text(n)))
             touched.extend((b, b) for b in _slice_names(n)[1:])
-            return
-        if isinstance(n, gast.Name):
-            if isinstance(n.ctx, gast.Load):
-                touched.append((n.id, n.id))
-            return
-        if isinstance(n, gast.Call):
-            for a in n.args:
-                visit(a)
-            return
-        for child in gast.iter_child_nodes(n):
-            visit(child)
-    visit(node)
     return touched
 
 

@@ -71,14 +71,18 @@ def _text(node):
     return ast.unparse(to_ast(node))
 
 
-def _loads(node):
+def _named(node, context):
+    """The names `node` uses in `context` (gast.Load: read, gast.Store: bound), in order."""
     return [n.id for n in gast.walk(node) if isinstance(n, gast.Name) and
-            isinstance(n.ctx, gast.Load)]
+            isinstance(n.ctx, context)]
+
+
+def _loads(node):
+    return _named(node, gast.Load)
 
 
 def _stores(node):
-    return [n.id for n in gast.walk(node) if isinstance(n, gast.Name) and
-            isinstance(n.ctx, gast.Store)]
+    return _named(node, gast.Store)
 
 
 def _accumulation(stmt):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gast
 import numpy as np
 import pytest
+from test_loop_adjoints import heat  # per-element in-place stencil steps
 from test_vector_loops import _grads_agree  # jit(grad) == grad == differences
 
 import autodiff_ast as ad
@@ -79,18 +80,6 @@ def test_only_the_inner_loop_of_a_nest_is_outlined():
 
 
 # ---------------------------------------------------------------- compiled gradients
-def heat(u0, c, steps):
-    """Per-element in-place updates of an explicit heat step (a stencil)."""
-    u = u0.copy()
-    n = len(u)
-    for _step in range(steps):
-        un = u.copy()
-        for i in range(1, n - 1):
-            un[i] = u[i] + c * (u[i - 1] - 2.0 * u[i] + u[i + 1])
-        u = un
-    return np.sum(u * u)
-
-
 def test_heat_gradient_sums_its_coefficient_outlined_and_right():
     u0 = np.sin(np.linspace(0.0, np.pi, 40)) + 0.1 * np.cos(np.linspace(0.0, 9.0, 40))
     compiled = _grads_agree(heat, (u0, 0.2, 12), (0, 1))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gast
 import numpy as np
 import pytest
+from test_loop_tapes import centered_quadratics  # a vector made in each step
 from test_vector_loops import _grads_agree  # jit(grad) == grad == differences
 
 from autodiff_ast.templates import unparse
@@ -70,23 +71,6 @@ def test_a_tape_of_three_axes_is_left_alone():
     text, names = _rewrite(_FORM.format(placeholder="np.zeros((0,))", extra="pass").replace(
         "np.empty((n, 3), dtype=np.float64)", "np.empty((n, 3, 2), dtype=np.float64)"))
     assert names == []
-
-
-def centered_quadratics(means, q, x):
-    """Per (point, component): a centred vector made in the step (a row tape), a product
-    with a small matrix, then a log-sum-exp over components (GMM's shape)."""
-    n, d = x.shape
-    k = means.shape[0]
-    total = 0.0
-    for i in range(n):
-        terms = np.zeros(k)
-        for c in range(k):
-            xc = x[i] - means[c]
-            qx = np.dot(q[c], xc)
-            terms[c] = -0.5 * np.sum(qx * qx)
-        top = np.max(terms)
-        total = total + np.log(np.sum(np.exp(terms - top))) + top
-    return total
 
 
 def test_a_mixture_gradient_reads_its_tape_rows_in_place():
