@@ -205,8 +205,11 @@ def _locals(fn):
 
 
 def _outline(loop, accumulators, params, name, local):
-    totals = [fresh_name("total", local | {s for s, _, _ in accumulators}) if k == 0 else
-              fresh_name(f"total_{k + 1}", local) for k in range(len(accumulators))]
+    taken = set(local) | {s for s, _, _ in accumulators}
+    totals = []
+    for _ in accumulators:  # one new name each (a name taken already gets a suffix)
+        totals.append(fresh_name("total", taken))
+        taken.add(totals[-1])
     renamed = {s: t for (s, _, _), t in zip(accumulators, totals)}
     body = []
     for stmt in loop.body:

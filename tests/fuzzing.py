@@ -410,7 +410,7 @@ class _Generator:
 
     def statement(self, indent):
         kinds = ["assign", "assign", "update", "branch", "elementwise_loop", "accumulate",
-                 "while_loop", "stencil_loop", "list_loop", "tuple_loop"]
+                 "while_loop", "stencil_loop", "list_loop", "tuple_loop", "shifted"]
         if "M" in self.reachable() and "rows_loop" not in KNOWN_GAPS:
             kinds.append("rows_loop")
         kinds.append("small_vector")
@@ -429,6 +429,25 @@ class _Generator:
         line = f"{indent}{name} = {self._fresh_value(shape, self.depth())}"
         self.bind(name, shape)
         return [line]
+
+    def _stmt_shifted(self, indent):
+        """Shifted slices of a vector: in-place updates of one slice, then of the other, and
+        a sum of neighbours' differences (under jit, runs of fused loops over views:
+        codegen/fused_regions.py)."""
+        vectors = [(t, s) for t, s, _ in self.scope if s in ("V", "U") and t.isidentifier()]
+        if not vectors:
+            return self._stmt_assign(indent)
+        x, shape = self.pick(vectors)
+        y, total = self.fresh("y"), self.fresh("s")
+        scale = self.expr("S", 1)
+        lines = [f"{indent}{y} = np.copy({x})",
+                 f"{indent}{y}[:-1] = {y}[:-1] + {scale} * np.sin({x}[1:])",
+                 f"{indent}{y}[:-1] += {x}[:-1] * {x}[1:]",
+                 f"{indent}{y}[1:] = {y}[1:] - 0.5 * np.tanh({x}[:-1])",
+                 f"{indent}{total} = np.sum(({x}[1:] - {x}[:-1]) ** 2)"]
+        self.bind(y, shape)
+        self.bind(total, "S")
+        return lines
 
     def _stmt_update(self, indent):
         temps = [(t, s) for t, s, tmp in self.scope if tmp]

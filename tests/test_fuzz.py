@@ -38,7 +38,7 @@ def test_generator_writes_every_construct():
     with another seed before the test fails."""
     needles = ("for ", "while ", "if ", "elif ", "] = ", "] += ", "def h0", "p['a']", "@",
                "np.dot(", "axis=", "keepdims=True", "np.where(", "np.maximum(",
-               "int(np.sum(", "math.", " ** ", "ad.checkpoint(range(")
+               "int(np.sum(", "math.", " ** ", "ad.checkpoint(range(", "[:-1] += ")
     sources = []
     for attempt in range(2):
         @seed(attempt)
@@ -272,6 +272,53 @@ def f(x, p):
         n3 += 1
     return np.cos((p['a'] - np.subtract(p['b'], x))) + r2 + s3
 ''', params=('x', 'p'), n=3, m=2, seed=12)
+
+
+@pytest.mark.numba
+def test_regression_two_outlined_sums_one_name():
+    """jit fuzzer: a backward loop adding into two adjoints (r7_3_bar, p5_bar) was outlined
+    into a sum_loop whose two running totals got the same name (`total` was taken), so jit
+    returned one sum for both (codegen/reduction_loops.py)."""
+    check_source('''
+import math
+
+import numpy as np
+
+
+def h0(a, b):
+    u1 = ((np.square(a) + 1.0) ** 0.5)
+    u2 = np.minimum(0.3, a)
+    return a + b * np.arctan2((a / (np.square(u2) + 1.0)), np.square(np.minimum(u1, u1)) + 1.0)
+
+
+def h1(a, b):
+    u3 = np.maximum(((0.3) ** 1), np.sinc(0.5 * np.tanh(b)))
+    return (a - b) * (np.minimum(u3, b) / (np.square(np.cos(b)) + 1.0))
+
+
+def f(p):
+    pair4 = (h1(p['a'][1], np.sum(p['a'])), np.maximum(p['b'], p['b']))
+    for _ in range(2):
+        a4, b4 = pair4
+        pair4 = (np.tanh(np.min(p['a'])), 0.5 * b4 + 0.3 * np.sin(a4))
+    p5 = pair4[0] * pair4[1] + pair4[0]
+    xs6 = []
+    for q7 in range(3):
+        xs6.append(np.tanh(q7) * (q7 + 1.0))
+    r7 = np.add(p['b'], p['b'])
+    r7 = r7 + np.sum(np.cos(xs6.pop()))
+    r7 = r7 + np.sum(xs6[0])
+    if h0(r7, p['b']) > 0.5:
+        t8 = np.log10(np.square(np.cbrt(np.square(p['a']) + 1.0)) + 1.0)
+    else:
+        t8 = np.copy(p['a'])
+    y9 = np.zeros_like(p['a'])
+    for i9 in range(y9.shape[0]):
+        y9[i9] += (r7 + h1(p5, p5))
+    return np.hypot(((np.where(p['b'] > p['b'], t8[4], p['b'])) ** 1),
+                    np.square(np.hypot(y9[0], np.square(p['a'][0]) + 1.0)) + 1.0) + \
+        p5 + r7 + np.sum(t8) + np.sum(np.sin(y9))
+''', params=('p',), n=5, m=2, seed=0, jit=True)
 
 
 def test_regression_branch_tape_second_order():

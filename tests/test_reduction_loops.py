@@ -49,6 +49,28 @@ def f(x, y):
     assert "total_2 = total_2 - t" in sources["sum_loop"]
 
 
+def test_two_accumulators_in_a_function_that_has_a_total_already():
+    """Regression (jit fuzzer): both sums were named total_2 when `total` was taken."""
+    _, names, sources, _ = _outlined('''
+def f(x, y):
+    total = np.sum(x)
+    a = 0.0
+    b = 0.0
+    for i in range(x.shape[0]):
+        a = a + x[i]
+        b = b + y[i] * total
+    return (a, b)
+''')
+    assert names == ["sum_loop"]
+    text = sources["sum_loop"]
+    assert "total_2 = total_2 + x[i]" in text and "total_3 = total_3 + y[i] * total" in text
+    namespace = {"np": np}
+    exec(compile(text, "<sum_loop>", "exec"), namespace)
+    x, y = np.arange(4.0), np.ones(4)
+    assert "def sum_loop(x, total, y):" in text
+    assert namespace["sum_loop"](x, 2.0, y) == (6.0, 8.0)
+
+
 @pytest.mark.parametrize("text", [
     # an integer count, an array: they stay as written (the helper sums floats from 0.0)
     "def f(x):\n    c = 0\n    for i in range(3):\n        c = c + 1\n    return c\n",
