@@ -58,6 +58,7 @@ from .invariant_tables import tabulate_invariant_calls
 from .param_writes import dotted_name
 from .reduction_loops import outline_reductions
 from .tape_rows import read_rows_in_place
+from .tie_shares import TIE_HELPERS, TIE_UNCOMPILED, share_ties_in_place
 from .window_nests import WINDOW_COMMON, WINDOW_HELPERS, WINDOW_UNCOMPILED, rewrite_window_nests
 
 __all__ = ["LoweredModule", "lower_source", "parse_with_comments", "render"]
@@ -1042,6 +1043,9 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
             # np.exp(a[c]) in a loop nest: one table before the nest
             reuse_math_calls(fn)  # np.cos(t) again where c = np.cos(t) still holds it
             tabulate_invariant_calls(fn, module.taken)
+            if share_ties_in_place(fn):  # a maximum's adjoint added in place (tie_shares)
+                module.generated.update(TIE_HELPERS)
+                module.uncompiled |= TIE_UNCOMPILED
             for name in reuse_buffers(fn):  # x = np.zeros(k) in a loop: x's old array
                 module.need(name)
             read_rows_in_place(fn, module.taken)  # a tape's rows as row numbers (tape_rows)
