@@ -19,11 +19,13 @@ does.
 Which loops: a ``for`` over a ``range`` with no loop, branch, ``break`` or ``continue`` inside;
 its body assignments and expression statements; one or more *accumulators* ``s = s + e``,
 ``s = s - e`` or ``s += e`` (each the only statement of the body that mentions s, s not in e),
-where every binding of s elsewhere in the function is a float constant (``s = 0.0``) or
-another such accumulation (so s is a float: an integer count or an array stays as written);
-every other name the body binds is a temporary of the step (bound before it is read) that the
-function mentions nowhere else; the loop's index is mentioned elsewhere only by loops of its
-own. The names the body reads become the function's parameters (arrays it writes into are
+where every binding of s elsewhere in the function is a float constant (``s = 0.0``), an
+element of a float tape (``s = s_tape[k]``) or another such accumulation (so s is a float:
+an integer count or an array stays as written); every other name the body binds is a
+temporary of the step (bound before it is read) that the function reads nowhere else
+without binding it again first (the backward sweep recomputes ``diff = x[i, j] - means[c,
+j]`` before reading it); the loop's index is mentioned elsewhere only by loops of its own.
+The names the body reads become the function's parameters (arrays it writes into are
 written through them).
 
 >>> import gast
@@ -99,10 +101,30 @@ def _accumulation(stmt):
     return None
 
 
+def _float_tapes(fn):
+    """Names bound once, to ``np.empty(n, dtype=np.float64)`` (reverse mode's tape of a
+    float): an element of one is a float."""
+    counts, tapes = {}, set()
+    for node in gast.walk(fn):
+        if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store):
+            counts[node.id] = counts.get(node.id, 0) + 1
+    for node in gast.walk(fn):
+        if isinstance(node, gast.Assign) and len(node.targets) == 1 and \
+                isinstance(node.targets[0], gast.Name) and isinstance(node.value, gast.Call) \
+                and _text(node.value.func) == "np.empty" and len(node.value.args) == 1 and \
+                not isinstance(node.value.args[0], gast.Tuple) and \
+                [(k.arg, _text(k.value)) for k in node.value.keywords] == \
+                [("dtype", "np.float64")] and counts[node.targets[0].id] == 1:
+            tapes.add(node.targets[0].id)
+    return tapes
+
+
 def _float_bindings_only(fn, s, loop):
-    """Whether every binding of s outside `loop` is a float constant or an accumulation."""
+    """Whether every binding of s outside `loop` is a float constant, an element of a float
+    tape (the backward sweep's restore, `s = s_tape[k]`) or an accumulation."""
     inside = {id(n) for n in gast.walk(loop)}
     found_constant = False
+    tapes = None
     for node in gast.walk(fn):
         if id(node) in inside:
             continue
@@ -115,6 +137,12 @@ def _float_bindings_only(fn, s, loop):
                     isinstance(node.value, gast.Constant) and type(node.value.value) is float:
                 found_constant = True
                 continue
+            if isinstance(node, gast.Assign) and isinstance(node.value, gast.Subscript) and \
+                    isinstance(node.value.value, gast.Name) and \
+                    not isinstance(node.value.slice, (gast.Slice, gast.Tuple)):
+                tapes = _float_tapes(fn) if tapes is None else tapes
+                if node.value.value.id in tapes:
+                    continue
             if _accumulation(node) is None:
                 return False
         elif isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store) and \
@@ -132,11 +160,64 @@ def _bound_by_assignment(fn, name):
     return False
 
 
-def _mentioned_outside(fn, loop, names):
-    """The names of `names` that `fn` mentions outside `loop`."""
+def _read_outside(fn, loop, names):
+    """The names of `names` that `fn` reads outside `loop` where the value the loop left
+    could be seen: a read preceded, in its own block or an enclosing one, by a binding of the
+    name at that block's level with `loop` not in between sees that binding instead (the
+    backward sweep recomputes ``diff = x[i, j] - means[c, j]`` before reading it)."""
+    parents, positions = {}, {}
+    for node in gast.walk(fn):
+        for field in ("body", "orelse"):
+            block = getattr(node, field, None)
+            if isinstance(block, list):
+                for k, stmt in enumerate(block):
+                    parents[id(stmt)] = node
+                    positions[id(stmt)] = (block, k)
     inside = {id(n) for n in gast.walk(loop)}
-    return {n.id for n in gast.walk(fn) if isinstance(n, gast.Name) and n.id in names and
-            id(n) not in inside}
+    seen = set()
+    for stmt_owner in [fn] + [n for n in gast.walk(fn)]:
+        for field in ("body", "orelse"):
+            block = getattr(stmt_owner, field, None)
+            if not isinstance(block, list):
+                continue
+            for stmt in block:
+                if isinstance(stmt, (gast.For, gast.While, gast.If)) or id(stmt) in inside:
+                    reads = [n for n in _header_names(stmt) if n.id in names]
+                else:
+                    reads = [n for n in gast.walk(stmt) if isinstance(n, gast.Name) and
+                             isinstance(n.ctx, gast.Load) and n.id in names]
+                for n in reads:
+                    if id(stmt) not in inside and not _shadowed(n.id, stmt, positions, parents,
+                                                                inside):
+                        seen.add(n.id)
+    return seen
+
+
+def _header_names(stmt):
+    """The names read by a compound statement's own header (its test or iterable)."""
+    header = stmt.iter if isinstance(stmt, gast.For) else \
+        stmt.test if isinstance(stmt, (gast.While, gast.If)) else None
+    return [n for n in gast.walk(header) if isinstance(n, gast.Name) and
+            isinstance(n.ctx, gast.Load)] if header is not None else []
+
+
+def _shadowed(name, stmt, positions, parents, inside):
+    """Whether a binding ``name = ...`` precedes `stmt` at its level or an enclosing one,
+    with no statement holding the outlined loop in between."""
+    current = stmt
+    while id(current) in positions:
+        block, k = positions[id(current)]
+        for earlier in reversed(block[:k]):
+            if any(id(n) in inside for n in gast.walk(earlier)):
+                return False  # the loop runs in between
+            if isinstance(earlier, gast.Assign) and len(earlier.targets) == 1 and \
+                    isinstance(earlier.targets[0], gast.Name) and earlier.targets[0].id == name:
+                return True
+        current = parents[id(current)]
+        if isinstance(current, (gast.For, gast.While)) and \
+                any(id(n) in inside for n in gast.walk(current)):
+            return False  # a later step of a loop holding both sees the loop's last value
+    return False
 
 
 def _index_only_in_own_loops(fn, loop, index):
@@ -184,7 +265,7 @@ def _plan(fn, loop, locals_):
     for s, _, _ in accumulators:
         if not _float_bindings_only(fn, s, loop):
             return None
-    if _mentioned_outside(fn, loop, temporaries) or \
+    if _read_outside(fn, loop, temporaries) or \
             not _index_only_in_own_loops(fn, loop, index):
         return None
     reads_before_bound = []

@@ -93,6 +93,57 @@ def test_reduction_loops_left_alone(text):
     assert names == [] and rewritten.strip() == text.strip()
 
 
+def test_a_temporary_bound_again_before_its_next_read_and_a_restored_accumulator():
+    """The backward sweep's shape: the step temporary recomputed in another loop before it
+    is read there, the accumulator restored from a float tape."""
+    text, names, _, _ = _outlined('''
+def f(x, n):
+    sq_tape = np.empty(n, dtype=np.float64)
+    sq = 0.0
+    for i in range(n):
+        sq_tape[i] = sq
+        sq = 0.0
+        for j in range(3):
+            diff = x[i, j] - 1.0
+            sq = sq + diff * diff
+    g = 0.0
+    for i in range(n - 1, -1, -1):
+        for j in range(3):
+            diff = x[i, j] - 1.0
+            g = g + diff * sq
+        sq = sq_tape[i]
+    return g
+''')
+    assert names == ["sum_loop", "sum_loop_2"], text
+
+
+@pytest.mark.parametrize("read", [
+    # read in a later step of a loop holding the outlined one, before it is bound again
+    "    for i in range(n):\n        y = diff * 2.0\n        for j in range(3):\n"
+    "            diff = x[i, j]\n            s = s + diff\n",
+    # bound before the outlined loop, read after it
+    "    diff = 0.0\n    for j in range(3):\n        diff = x[0, j]\n        s = s + diff\n"
+    "    y = diff * 2.0\n",
+])
+def test_a_temporary_whose_last_value_may_be_read_stays(read):
+    text = "def f(x, n):\n    s = 0.0\n    y = 0.0\n" + read + "    return s + y\n"
+    _, names, _, _ = _outlined(text)
+    assert names == []
+
+
+def test_an_integer_tape_is_no_float():
+    _, names, _, _ = _outlined('''
+def f(x, n):
+    c_tape = np.empty(n, dtype=np.int64)
+    c = 0.0
+    for j in range(3):
+        c = c + x[j]
+    c = c_tape[0]
+    return c
+''')
+    assert names == []
+
+
 def test_only_the_inner_loop_of_a_nest_is_outlined():
     text, names, sources, _ = _outlined(
         "def f(x):\n    s = 0.0\n    for i in range(4):\n        for j in range(2):\n"
