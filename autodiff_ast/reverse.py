@@ -1434,12 +1434,20 @@ class _Builder:
         self.first_bindings = _first_bindings(core)
         self.top = None  # the top-level statement the backward sweep is in
         self.placeholder_resets = []  # (restore, `t_bar = np.zeros_like(t)` right after it)
+        self._body_reads = None  # see body_reads
         self.loops = 0  # enclosing loops: residuals of helper calls there go on tapes
         self.unsaved = set()  # (id(core stmt), name): that save's restore was dropped
 
+    def body_reads(self):
+        """How many times the primal function reads each name (counted once: the core
+        program does not change while it is reversed)."""
+        if self._body_reads is None:
+            self._body_reads = _read_counts(self.core.body)
+        return self._body_reads
+
     # -- backward sweep
     def backward_block(self, stmts):
-        locals_ = _local_temps(stmts, self.core.namer.temps, self.core.body) \
+        locals_ = _local_temps(stmts, self.core.namer.temps, self.body_reads()) \
             if self.depth else set()
         for stmt in reversed(stmts):
             if not self.depth:
@@ -1539,7 +1547,7 @@ class _Builder:
                 written.update(a.id for a in inner.prim.args if isinstance(a, gast.Name))
         local = set()
         for block in _blocks(stmt):
-            local |= _local_temps(block, self.core.namer.temps, self.core.body)
+            local |= _local_temps(block, self.core.namer.temps, self.body_reads())
         return sorted(n for n in names - local if n in self.active), written
 
     def enter_control(self, stmt):
@@ -2613,12 +2621,12 @@ def _read_counts(stmts):
     return counts
 
 
-def _local_temps(stmts, temps, body):
-    """Temporaries assigned once in `stmts` and read only later in the same list (not after
-    it in the function `body`: a pass such as scalarize may name a value a later statement
-    reads ``h_0``, a temporary's name)."""
+def _local_temps(stmts, temps, everywhere):
+    """Temporaries assigned once in `stmts` and read only later in the same list, not after
+    it: `everywhere` counts the function's reads of each name (a pass such as scalarize may
+    name a value a later statement reads ``h_0``, a temporary's name)."""
     out = set()
-    inside, everywhere = _read_counts(stmts), _read_counts(body)
+    inside = _read_counts(stmts)
     for i, stmt in enumerate(stmts):
         if isinstance(stmt, CONTROL):
             continue

@@ -123,41 +123,33 @@ def _float_bindings_only(fn, s, loop):
     """Whether every binding of s outside `loop` is a float constant, an element of a float
     tape (the backward sweep's restore, `s = s_tape[k]`) or an accumulation."""
     inside = {id(n) for n in gast.walk(loop)}
+    assigned = set()  # the names that are whole targets of an assignment
     found_constant = False
     tapes = None
     for node in gast.walk(fn):
-        if id(node) in inside:
+        if id(node) in inside or not isinstance(node, (gast.Assign, gast.AugAssign)):
             continue
-        if isinstance(node, (gast.Assign, gast.AugAssign)):
-            targets = node.targets if isinstance(node, gast.Assign) else [node.target]
-            if not any(s in _stores(t) for t in targets):
+        targets = node.targets if isinstance(node, gast.Assign) else [node.target]
+        assigned |= {id(t) for t in targets}
+        if not any(s in _stores(t) for t in targets):
+            continue
+        if isinstance(node, gast.Assign) and len(targets) == 1 and \
+                isinstance(targets[0], gast.Name) and \
+                isinstance(node.value, gast.Constant) and type(node.value.value) is float:
+            found_constant = True
+            continue
+        if isinstance(node, gast.Assign) and isinstance(node.value, gast.Subscript) and \
+                isinstance(node.value.value, gast.Name) and \
+                not isinstance(node.value.slice, (gast.Slice, gast.Tuple)):
+            tapes = _float_tapes(fn) if tapes is None else tapes
+            if node.value.value.id in tapes:
                 continue
-            if isinstance(node, gast.Assign) and len(targets) == 1 and \
-                    isinstance(targets[0], gast.Name) and \
-                    isinstance(node.value, gast.Constant) and type(node.value.value) is float:
-                found_constant = True
-                continue
-            if isinstance(node, gast.Assign) and isinstance(node.value, gast.Subscript) and \
-                    isinstance(node.value.value, gast.Name) and \
-                    not isinstance(node.value.slice, (gast.Slice, gast.Tuple)):
-                tapes = _float_tapes(fn) if tapes is None else tapes
-                if node.value.value.id in tapes:
-                    continue
-            if _accumulation(node) is None:
-                return False
-        elif isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store) and \
-                node.id == s and not _bound_by_assignment(fn, node):
-            return False  # a loop target, a tuple element, ...
+        if _accumulation(node) is None:
+            return False
+    if any(isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store) and n.id == s and
+           id(n) not in inside and id(n) not in assigned for n in gast.walk(fn)):
+        return False  # a loop target, a tuple element, ...
     return found_constant
-
-
-def _bound_by_assignment(fn, name):
-    for node in gast.walk(fn):
-        if isinstance(node, (gast.Assign, gast.AugAssign)):
-            targets = node.targets if isinstance(node, gast.Assign) else [node.target]
-            if any(t is name for t in targets):
-                return True
-    return False
 
 
 def _read_outside(fn, loop, names):
@@ -175,21 +167,18 @@ def _read_outside(fn, loop, names):
                     positions[id(stmt)] = (block, k)
     inside = {id(n) for n in gast.walk(loop)}
     seen = set()
-    for stmt_owner in [fn] + [n for n in gast.walk(fn)]:
-        for field in ("body", "orelse"):
-            block = getattr(stmt_owner, field, None)
-            if not isinstance(block, list):
-                continue
-            for stmt in block:
-                if isinstance(stmt, (gast.For, gast.While, gast.If)) or id(stmt) in inside:
-                    reads = [n for n in _header_names(stmt) if n.id in names]
-                else:
-                    reads = [n for n in gast.walk(stmt) if isinstance(n, gast.Name) and
-                             isinstance(n.ctx, gast.Load) and n.id in names]
-                for n in reads:
-                    if id(stmt) not in inside and not _shadowed(n.id, stmt, positions, parents,
-                                                                inside):
-                        seen.add(n.id)
+    for stmt_id, (block, k) in positions.items():
+        stmt = block[k]
+        if stmt_id in inside:
+            continue
+        if isinstance(stmt, (gast.For, gast.While, gast.If)):
+            reads = _header_names(stmt)  # (its body's statements are positions of their own)
+        else:
+            reads = [n for n in gast.walk(stmt) if isinstance(n, gast.Name) and
+                     isinstance(n.ctx, gast.Load)]
+        for n in reads:
+            if n.id in names and not _shadowed(n.id, stmt, positions, parents, inside):
+                seen.add(n.id)
     return seen
 
 
