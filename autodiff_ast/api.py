@@ -281,7 +281,9 @@ class _Transformed:
     def _python_function(self, specs):
         if self.py_fun is not None:
             return self.py_fun
-        return self.fun.function_for(specs)
+        from .reverse import code_to_transform
+        with code_to_transform():  # this transformation reads the code the inner one writes
+            return self.fun.function_for(specs)
 
     def _forget_if_redefined(self):
         """Drop the generated modules when the user's function has a new code object
@@ -311,6 +313,9 @@ class _Transformed:
         nans = getattr(self, "_in_call", 0) and self.kind in _NAN_KINDS and \
             debug.nans_enabled(self.debug_nans)
         key = (key, "debug_nans") if nans else key
+        from .reverse import writing_code_to_transform
+        if writing_code_to_transform():  # (no tape rows written through views: reverse.py)
+            key = (key, "to_transform")
         if key not in self._modules:
             generated = build()
             name = sanitize(f"{generated.entry}")

@@ -165,6 +165,12 @@ def _target_for(fun, py_fun, names, likes, specs):
     """What vmap batches: the user's function, or the source another transform generated."""
     if not isinstance(fun, _Transformed):
         return _Target(py_fun, specs)
+    from .reverse import code_to_transform
+    with code_to_transform():  # vmap reads the code fun writes
+        return _transformed_target(fun, names, likes, specs)
+
+
+def _transformed_target(fun, names, likes, specs):
     if isinstance(fun, _ReverseTransform):
         target = _reverse_target(fun, names, likes, specs)
     elif isinstance(fun, _Vmapped):

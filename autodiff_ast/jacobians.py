@@ -508,7 +508,9 @@ def _route_jvp(normalizer, fn, node, target):
     names = list(inspect.signature(transform._signature_function()).parameters)
     specs = {n: atom_type(a, normalizer.types) for n, a in zip(names, primals)}
     try:
-        entry = transform.function_for(specs)
+        from .reverse import code_to_transform
+        with code_to_transform():  # the caller's code, with this call's, may be transformed
+            entry = transform.function_for(specs)
     except NotImplementedError as exc:
         raise normalizer.unsupported(str(exc), node) from None
     dots = [t for p, t in zip(primals, tangents) if atom_type(p, normalizer.types).is_float]

@@ -1067,7 +1067,9 @@ class Normalizer:
         names = list(inspect.signature(target_fn).parameters)[:len(atoms)]
         specs = {n: atom_type(a, self.types) for n, a in zip(names, atoms)}
         try:
-            entry = fn.function_for(specs)
+            from .reverse import code_to_transform
+            with code_to_transform():  # the caller's code, with this call's, may be transformed
+                entry = fn.function_for(specs)
         except NotImplementedError as exc:
             raise self.unsupported(str(exc), node) from None
         return self.call_user(entry, node, target, atoms=atoms)

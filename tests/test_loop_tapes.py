@@ -327,6 +327,61 @@ def test_jit_gradient_through_row_tapes(quadratic_args):
     np.testing.assert_array_equal(g(*no_points)[0], np.zeros((3, 2)))
 
 
+def filled_each_step_and_read_after(x, w):
+    """A vector made and filled element by element in each step, its maximum and a
+    log-sum-exp taken, and the last step's vector read after the loop."""
+    total = 0.0
+    for i in range(3):
+        v = np.zeros(x.shape[0])
+        for c in range(x.shape[0]):
+            v[c] = x[c] * (i + 0.5) - w * x[c] ** 2
+        top = np.max(v)
+        total = total + np.log(np.sum(np.exp(v - top))) + top
+    return total + np.sum(np.sin(v))
+
+
+@pytest.fixture(scope="module")
+def filled_args():
+    return (np.linspace(-1.0, 1.2, 9), 0.3)
+
+
+def test_first_order_keeps_the_row_tape(filled_args):
+    g = ad.grad(filled_each_step_and_read_after, argnums=(0, 1))
+    check_grads(filled_each_step_and_read_after, filled_args, modes=("rev",))
+    g(*filled_args)
+    assert "v = v_tape[i]" in g.source, g.source
+
+
+@pytest.mark.parametrize("modes", [("rev",), ("fwd",)])
+def test_second_order_of_a_vector_filled_each_step(filled_args, modes):
+    """Regression (found by the fuzzer once it drew vectors of 9 elements): the gradient's
+    forward sweep wrote each step's vector through a view of its tape row, and transforming
+    that gradient again (order 2, hessian, jvp of grad) was refused as shared memory. Code
+    written for another transformation now keeps such vectors on list tapes."""
+    check_grads(filled_each_step_and_read_after, filled_args, order=2, modes=modes)
+
+
+def test_hessian_and_hvp_of_a_vector_filled_each_step(filled_args):
+    x, w = filled_args
+    h = ad.hessian(filled_each_step_and_read_after)(x, w)
+    g = ad.grad(filled_each_step_and_read_after)
+    eps = 1e-6
+    columns = [(g(x + eps * e, w) - g(x - eps * e, w)) / (2 * eps) for e in np.eye(x.size)]
+    np.testing.assert_allclose(h, np.array(columns).T, rtol=1e-6, atol=1e-7)
+    u = np.cos(np.arange(x.size))
+    _, hvp = ad.jvp(g, (x, w), (u, 0.0))
+    np.testing.assert_allclose(hvp, h @ u, rtol=1e-9, atol=1e-10)
+
+
+def test_vmap_of_the_gradient_of_a_vector_filled_each_step(filled_args):
+    x, w = filled_args
+    xs = np.stack([x, 0.5 * x, x[::-1]])
+    g = ad.grad(filled_each_step_and_read_after)
+    batched = ad.vmap(g, in_axes=(0, None))(xs, w)
+    np.testing.assert_allclose(batched, np.stack([g(row, w) for row in xs]), rtol=1e-12,
+                               atol=1e-13)
+
+
 @pytest.mark.parametrize("fn, why", [
     (vector_in_a_branch, "bound in a branch: a step may keep the vector before"),
     (vector_then_break, "a break: the steps after it bind nothing"),
