@@ -38,7 +38,8 @@ def test_generator_writes_every_construct():
     with another seed before the test fails."""
     needles = ("for ", "while ", "if ", "elif ", "] = ", "] += ", "def h0", "p['a']", "@",
                "np.dot(", "axis=", "keepdims=True", "np.where(", "np.maximum(",
-               "int(np.sum(", "math.", " ** ", "ad.checkpoint(range(", "[:-1] += ")
+               "int(np.sum(", "math.", " ** ", "ad.checkpoint(range(", "[:-1] += ",
+               "np.log(np.sum(np.exp(v")
     sources = []
     for attempt in range(2):
         @seed(attempt)
