@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 
 import gast
 
+from .branch_selects import SELECT_HELPERS, SELECT_UNCOMPILED, select_small_branches
 from .buffer_reuse import reuse_buffers
 from .common_calls import reuse_math_calls
 from .emit import comment, fresh_name, is_marker, render_function, to_ast
@@ -1051,6 +1052,9 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
             read_rows_in_place(fn, module.taken)  # a tape's rows as row numbers (tape_rows)
             # a loop summing into a number: a function compiled with reassociation
             outline_reductions(fn, module.taken, module.generated, module.jit_options)
+            if select_small_branches(fn):  # small branches of a loop as selects
+                module.generated.update(SELECT_HELPERS)
+                module.uncompiled |= SELECT_UNCOMPILED
     helper_defs = []
     sources = {name: DIALECT_HELPERS[name] for name in module.needed if name in DIALECT_HELPERS}
     overloaded = set()

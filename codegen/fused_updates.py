@@ -42,7 +42,8 @@ __all__ = ["ADD_HELPERS", "fuse_outer_adds"]
 
 _FRESH = {"np.zeros_like", "np.zeros", "np.empty", "np.empty_like", "np.ones_like", "np.ones"}
 #: Dialect helpers that add into their first argument (and keep none of their arguments).
-ADD_HELPERS = frozenset({"add_at", "add_into", "add_outer_at", "subtract_at", "add_tie_share"})
+ADD_HELPERS = frozenset({"add_at", "add_into", "add_outer_at", "subtract_at", "add_tie_share",
+                         "add_at_where"})
 
 
 def fuse_outer_adds(fn):
