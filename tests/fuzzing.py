@@ -413,7 +413,7 @@ class _Generator:
                  "while_loop", "stencil_loop", "list_loop", "tuple_loop", "shifted"]
         if "M" in self.reachable() and "rows_loop" not in KNOWN_GAPS:
             kinds.append("rows_loop")
-        kinds += ["small_vector", "row_steps"]
+        kinds += ["small_vector", "row_steps", "running_max"]
         kind = self.pick(kinds)
         return getattr(self, f"_stmt_{kind}")(indent)
 
@@ -681,6 +681,25 @@ class _Generator:
         self.bind(acc, "S")
         if self.draw(st.booleans()):
             self.bind(v, "V")
+        return lines
+
+    def _stmt_running_max(self, indent):
+        """A running maximum over a vector, kept as its element, the element before it or the
+        one after it (one past the end where the condition is false): under jit, the
+        backward sweep's branch on the taped condition becomes selects in a copy of the loop
+        checked by indices_valid (codegen/branch_selects.py)."""
+        vectors = [t for t, s, _ in self.scope if s in ("V", "U") and t.isidentifier()]
+        if not vectors:
+            return self._stmt_accumulate(indent)
+        v, top, i = self.fresh("v"), self.fresh("m"), f"i{self.counter}"
+        lines = [f"{indent}{v} = np.sin({self.pick(vectors)}) * {self.expr('S', 1)}",
+                 f"{indent}{top} = {v}[0]"]
+        keep, test = self.pick(((f"{v}[{i}]", ""), (f"{v}[{i} - 1]", ""),
+                                (f"{v}[{i} + 1]", f" and {i} < {v}.shape[0] - 1")))
+        lines += [f"{indent}for {i} in range(1, {v}.shape[0]):",
+                  f"{indent}    if {v}[{i}] > {top}{test}:",
+                  f"{indent}        {top} = {keep}"]
+        self.bind(top, "S")
         return lines
 
     def _small_vector(self, k, indent, source=None, length=None):
