@@ -697,6 +697,11 @@ class _Lower(gast.NodeTransformer):
 
     def visit_BinOp(self, node):
         self.generic_visit(node)
+        if isinstance(node.op, gast.Mult) and self.module.numba_overloads:
+            pair = _batched_outer_operands(node.left, node.right) or \
+                _batched_outer_operands(node.right, node.left)
+            if pair is not None:  # a[:, :, None] * b[:, None, :]: one loop nest
+                return _call(self.helper("batched_outer"), list(pair))
         if isinstance(node.op, gast.MatMult) and self.module.general_dot:
             return _call(self.helper("matmul_nd"), [node.left, node.right])
         if isinstance(node.op, gast.MatMult) and self.module.numba_overloads and \
@@ -707,6 +712,20 @@ class _Lower(gast.NodeTransformer):
             if isinstance(p, int) and not isinstance(p, bool) and p < 0:
                 node.right = _num(float(p))  # under Numba an int to a negative int power is 0
         return node
+
+
+def _batched_outer_operands(left, right):
+    """(a, b) of ``a[:, :, None] * b[:, None, :]``, or None."""
+    def parts(node):
+        if not (isinstance(node, gast.Subscript) and isinstance(node.slice, gast.Tuple) and
+                len(node.slice.elts) == 3):
+            return None
+        return ["s" if isinstance(e, gast.Slice) and e.lower is None and e.upper is None and
+                e.step is None else "n" if isinstance(e, gast.Constant) and e.value is None
+                else "?" for e in node.slice.elts]
+    if parts(left) == ["s", "s", "n"] and parts(right) == ["s", "n", "s"]:
+        return left.value, right.value
+    return None
 
 
 _VIEW_CALLS = ("np.ravel", "np.reshape", "np.transpose", "np.swapaxes", "np.moveaxis",

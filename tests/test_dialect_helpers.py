@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 import autodiff_ast as ad
 from autodiff_ast.errors import CompileError
 from autodiff_ast.jit import jit
+from autodiff_ast.templates import unparse
 from codegen import dialect
 from codegen.helpers import DIALECT_HELPERS, HELPERS, dialect_helper_source
 
@@ -585,7 +586,7 @@ def test_every_dialect_helper_is_covered():
               "keep_axis", "mean_axis", "var_axis", "flip_axis", "roll_axis", "sort_axis",
               "argsort_axis", "scatter_add", "dot_nd", "matmul_nd", "unbroadcast", "max_axis",
               "min_axis", "prod_axis", "tanh_fast", "sum_of_products", "sum_axis",
-              "small_dot", "add_outer_at", "subtract_at",
+              "small_dot", "add_outer_at", "subtract_at", "batched_outer",
               "zeros_like_reusing"}  # (the last: tests/test_hoisting.py)
     assert set(DIALECT_HELPERS) == tested
 
@@ -997,3 +998,46 @@ def test_overload_forms_update_elements_and_rows_in_place(name, op):
     text = dialect.render(dialect.lower_source(source, entries=["f"], numba_overloads=True))
     if name == "add_at":
         assert "inline='always'" in text and "add_at(a, c, w)" in text, text
+
+
+@pytest.mark.numba
+def test_batched_outer_is_the_broadcast_product():
+    """a[:, :, None] * b[:, None, :]: one loop nest for float64 matrices with as many rows
+    (strided views too); other dtypes, a batch of one against many and other ranks take the
+    expression itself."""
+    import numba
+    ns = _helper_namespace("batched_outer", compiled=True)
+    plain = ns["batched_outer"]
+    compiled = numba.njit(lambda a, b: plain(a, b))
+    rng = np.random.default_rng(12)
+    cases = [(rng.standard_normal((5, 3)), rng.standard_normal((5, 4))),
+             (rng.standard_normal((6, 8))[::2, 1::3], rng.standard_normal((3, 2))),
+             (rng.standard_normal((0, 3)), rng.standard_normal((0, 2))),
+             (rng.standard_normal((1, 3)), rng.standard_normal((4, 2))),
+             (rng.standard_normal((2, 3)).astype(np.float32), rng.standard_normal((2, 2))),
+             (np.arange(6).reshape(2, 3), np.arange(4).reshape(2, 2)),
+             (rng.standard_normal((2, 2, 3)), rng.standard_normal((2, 3)))]
+    for a, b in cases:
+        expected = a[:, :, None] * b[:, None, :]
+        for fn in (plain, compiled):
+            got = fn(a, b)
+            assert got.shape == expected.shape and got.dtype == expected.dtype
+            np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.numba
+def test_jit_writes_a_batched_outer_product_as_batched_outer():
+    """vmap of a dense layer's weight gradient: the per-example outer products."""
+    def loss(w, x):
+        return np.sum(np.tanh(np.dot(w, x)) ** 2)
+
+    rng = np.random.default_rng(13)
+    w, xs = rng.standard_normal((4, 3)), rng.standard_normal((7, 3))
+    compiled = jit(ad.vmap(ad.grad(loss), in_axes=(None, 0)), batching="vectorized")
+    want = np.stack([ad.grad(loss)(w, x) for x in xs])
+    np.testing.assert_allclose(compiled(w, xs), want, rtol=1e-12, atol=1e-14)
+    assert "batched_outer(" in compiled.source, compiled.source
+    lowered = dialect.lower_source("def f(a, b):\n    return b[:, None, :] * a[:, :, None]\n",
+                                   numba_overloads=True)
+    text = "\n".join(unparse(fn) for fn in lowered.functions if fn.name == "f")
+    assert "batched_outer(a, b)" in text, text
