@@ -149,11 +149,27 @@ class _Jitted:
     kind = "jit"
 
     def __call__(self, *args, **kwargs):
+        dtypes = set(_float_leaves(args, kwargs, self.jit_options)) \
+            if _any_float32(args) or (kwargs and _any_float32(kwargs.values())) else ()
+        if np.dtype(np.float32) in dtypes:
+            # Compiled code mixes float64 constants and seeds with the arguments, and Numba
+            # refuses some mixed-precision operations (np.dot of float32 and float64): float32
+            # arguments run as float64; a call whose floats are all float32 answers in float32
+            # (JAX's rule), one that mixes them in float64.
+            static = {i % len(args) for i in self.jit_options.static_argnums} if args else set()
+            wide = tuple(a if i in static else _widened(a) for i, a in enumerate(args))
+            names = set(self.jit_options.static_argnames)
+            wide_kwargs = {k: v if k in names else _widened(v) for k, v in kwargs.items()}
+            result = self._call(*wide, **wide_kwargs)
+            return _narrowed(result) if dtypes == {np.dtype(np.float32)} else result
+        return self._call(*args, **kwargs)
+
+    def _call(self, *args, **kwargs):
         self._forget_if_redefined()
         key = None if kwargs else self._quick_key(args)
         if key is not None:
             plan = self.jit_plans.get(key)
-            if plan is not None:
+            if plan is not None and plan is not _NO_PLAN:
                 return plan(args)
         try:
             result = super().__call__(*args, **kwargs)
@@ -169,10 +185,9 @@ class _Jitted:
                 from . import warmstart
                 warmstart.mark_refused(self._last_index)
             result = super().__call__(*args, **kwargs)
-        if key is not None:
-            plan = _make_plan(self, args)
-            if plan is not None:
-                self.jit_plans[key] = plan
+        if key is not None and key not in self.jit_plans:
+            plan = _make_plan(self, args)  # (worked out once per key, found or not)
+            self.jit_plans[key] = _NO_PLAN if plan is None else plan
         return result
 
     def _quick_key(self, args):
@@ -327,6 +342,60 @@ def _build(build, scalarize, hints):
         return build()
 
 
+def _any_float32(values):
+    """Whether a float32 array or number is among `values` or their pytrees' leaves (a quick
+    scan for every call: static arguments count here)."""
+    for a in values:
+        kind = type(a)
+        if kind is np.ndarray or isinstance(a, np.floating):
+            if a.dtype.char == "f":
+                return True
+        elif kind in (dict, list, tuple) and _any_float32(pytrees.tree_leaves(a)):
+            return True
+    return False
+
+
+def _float_leaves(args, kwargs, options):
+    """The dtypes of the call's float arrays and NumPy float numbers (static arguments
+    aside)."""
+    static = {i % len(args) for i in options.static_argnums} if args else set()
+    names = set(options.static_argnames)
+    values = [a for i, a in enumerate(args) if i not in static] + \
+        [v for k, v in kwargs.items() if k not in names]
+    for a in values:
+        if isinstance(a, np.ndarray) or isinstance(a, np.floating):
+            if a.dtype.kind == "f":
+                yield a.dtype
+        elif type(a) in (dict, list, tuple):
+            yield from _float_leaves(pytrees.tree_leaves(a), {}, JitOptions())
+
+
+def _widened(value):
+    """`value` with its float32 arrays and numbers as float64 (pytrees kept)."""
+    def widen(a):
+        if isinstance(a, (np.ndarray, np.floating)) and a.dtype == np.float32:
+            return a.astype(np.float64)
+        return a
+    if type(value) in (dict, list, tuple):
+        return pytrees.tree_map(widen, value)
+    return widen(value)
+
+
+def _narrowed(tree):
+    """float64 arrays and numbers of a result as float32 (JAX: float32 in, float32 out)."""
+    def narrow(a):
+        if isinstance(a, np.ndarray) and a.dtype == np.float64:
+            return a.astype(np.float32)
+        if isinstance(a, (float, np.float64)):
+            return np.float32(a)
+        return a
+    return pytrees.tree_map(narrow, tree)
+
+
+#: A key whose calls take the general path (no plan fits them): not worked out again.
+_NO_PLAN = object()
+
+
 def _leaf_key(a):
     """What decides the compiled signature for one array or scalar; None for anything else."""
     kind = type(a)
@@ -371,6 +440,17 @@ def _make_plan(jitted, args):
         def primal_plan(args):
             return entry(*flat(args))
         return primal_plan
+    # (a Jacobian transform has imported its module; a warm start imports none of them)
+    jacobians = sys.modules.get(f"{__package__}.jacobians")
+    if jacobians is not None and isinstance(jitted, jacobians._JacobianTransform):
+        if jitted.has_aux or any(tree for _, tree in dynamic) or static:
+            return None
+        _, _, specs = jitted._specs(args, {})
+        like = jacobians._single_precision_like
+
+        def jacobian_plan(args):  # (array and scalar arguments: the module's layout as is)
+            return like(args, jitted.assemble(args, specs, entry(*args)))
+        return jacobian_plan
     if not isinstance(jitted, _ReverseTransform):
         return None
     layout = generated.layout

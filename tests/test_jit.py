@@ -667,6 +667,67 @@ def test_jit_of_vmap_and_hessian(quick_llvm):
                                rtol=1e-10)
 
 
+@pytest.mark.numba
+def test_repeated_jacobian_calls_take_the_fast_path(quick_llvm):
+    """jit(hessian/jacfwd/jacrev) calls after the first reuse a plan (the module's layout for
+    array and scalar arguments): new values, argnums naming two arguments, float32 inputs
+    (float32 out, as JAX) and a new shape (a module of its own) all give what the plain
+    transformations give; a transformation no plan fits is marked once, not worked out again
+    at every call."""
+    from autodiff_ast.jit import _NO_PLAN
+
+    def f(w, x):
+        return np.sum(np.tanh(np.dot(x, w)) ** 2) + np.sum(w ** 3) * x[0, 0]
+
+    rng = np.random.default_rng(8)
+    w, x = rng.standard_normal(3), rng.standard_normal((4, 3))
+    cases = [(ad.hessian(f), jit(ad.hessian(f))),
+             (ad.jacfwd(ad.grad(f), argnums=(0, 1)), jit(ad.jacfwd(ad.grad(f), argnums=(0, 1)))),
+             (ad.jacrev(ad.grad(f)), jit(ad.jacrev(ad.grad(f))))]
+    for plain, compiled in cases:
+        for args in [(w, x), (w * 2.0, x - 1.0), (w.astype(np.float32), x.astype(np.float32)),
+                     (rng.standard_normal(3), rng.standard_normal((6, 3)))]:
+            for _ in range(2):
+                got, want = compiled(*args), plain(*args)
+                for g, e in zip(np.atleast_1d(got) if not isinstance(got, tuple) else got,
+                                np.atleast_1d(want) if not isinstance(want, tuple) else want):
+                    assert np.asarray(g).dtype == np.asarray(e).dtype
+                    np.testing.assert_allclose(g, e, rtol=1e-5 if g.dtype == np.float32
+                                               else 1e-10, atol=1e-6)
+        assert compiled.jit_plans and _NO_PLAN not in compiled.jit_plans.values()
+    unplanned = jit(ad.jvp_transform(f))
+    for _ in range(3):
+        unplanned((w, x), (np.ones(3), np.zeros((4, 3))))
+    assert list(unplanned.jit_plans.values()) == [_NO_PLAN]
+
+
+@pytest.mark.numba
+def test_float32_arguments_run_in_float64_and_answer_in_float32(quick_llvm):
+    """Compiled code mixes float64 constants and seeds with float32 arguments, and Numba
+    refuses np.dot of float32 and float64: float32 arguments run as float64; a call whose
+    floats are all float32 returns float32 (JAX's dtype rule), one mixing them float64."""
+    def f(w, x):
+        return np.sum(np.tanh(np.dot(x, w)) ** 2) + 0.5 * np.sum(w * w)
+
+    rng = np.random.default_rng(9)
+    w, xs = rng.standard_normal(3), rng.standard_normal((5, 4, 3))
+    w32, xs32 = w.astype(np.float32), xs.astype(np.float32)
+    pairs = [(ad.grad(f), (w32, xs32[0])), (ad.hessian(f), (w32, xs32[0])),
+             (f, (w32, xs32[0])), (ad.vmap(ad.grad(f), in_axes=(None, 0)), (w32, xs32)),
+             (ad.value_and_grad(f, argnums=(0, 1)), (w32, xs32[0]))]
+    for fn, args in pairs:
+        got, want = jit(fn)(*args), fn(*args)
+        got_leaves, want_leaves = ad.tree_leaves(got), ad.tree_leaves(want)
+        assert len(got_leaves) == len(want_leaves)
+        for g, e in zip(got_leaves, want_leaves):
+            assert np.asarray(g).dtype == np.float32, fn
+            np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-6)
+    mixed = jit(ad.grad(f, argnums=(0, 1)))(w, xs32[0])  # float64 and float32: float64
+    for g, e in zip(mixed, ad.grad(f, argnums=(0, 1))(w, xs32[0])):
+        assert g.dtype == np.float64
+        np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-6)
+
+
 # ---------------------------------------------------------------- new processes, one cache
 _CHILD = textwrap.dedent("""\
     import json
