@@ -1101,6 +1101,31 @@ def _check_jit(fn, args, value):
         return "crash", traceback.format_exc()
     if not _close_trees(got_value, value) or not _close_trees(got, expected):
         return "wrong", f"jit disagrees with plain: {got_value} vs {value}; {got} vs {expected}"
+    return _check_single_precision(jit, target, argnums, args)
+
+
+def _check_single_precision(jit, target, argnums, args):
+    """jit(grad) with the array arguments in float32 (run in float64, answered in float32):
+    the float64 gradient at the same rounded values, rounded to float32."""
+    def single(v):
+        return v.astype(np.float32) if isinstance(v, np.ndarray) else v
+    narrow = ad.tree_map(single, args)
+    if not any(isinstance(v, np.ndarray) for v in ad.tree_leaves(narrow)):
+        return "ok", ""
+    rounded = ad.tree_map(lambda v: v.astype(np.float64) if isinstance(v, np.ndarray) else v,
+                          narrow)
+    compiled = jit(ad.grad(target, argnums=argnums))
+    try:
+        got, want = compiled(*narrow), compiled(*rounded)
+    except Exception:  # noqa: BLE001
+        return "crash", "float32 arguments:\n" + traceback.format_exc()
+    for g, w in zip(ad.tree_leaves(got), ad.tree_leaves(want)):
+        w = np.asarray(w)
+        if np.asarray(g).dtype != np.float32 or np.shape(g) != w.shape:
+            return "wrong", f"float32 arguments gave {np.asarray(g).dtype} {np.shape(g)}"
+        if np.all(np.abs(w[np.isfinite(w)]) < 1e38) and not np.allclose(
+                np.asarray(g, dtype=np.float64), w, rtol=1e-6, atol=1e-30, equal_nan=True):
+            return "wrong", f"float32 arguments: {g} vs {w} (float64 at the same values)"
     return "ok", ""
 
 
