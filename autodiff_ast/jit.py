@@ -155,13 +155,15 @@ class _Jitted:
             # Compiled code mixes float64 constants and seeds with the arguments, and Numba
             # refuses some mixed-precision operations (np.dot of float32 and float64): float32
             # arguments run as float64; a call whose floats are all float32 answers in float32
-            # (JAX's rule), one that mixes them in float64.
+            # (JAX's rule); one that mixes them gives each gradient its argument's dtype.
             static = {i % len(args) for i in self.jit_options.static_argnums} if args else set()
             wide = tuple(a if i in static else _widened(a) for i, a in enumerate(args))
             names = set(self.jit_options.static_argnames)
             wide_kwargs = {k: v if k in names else _widened(v) for k, v in kwargs.items()}
             result = self._call(*wide, **wide_kwargs)
-            return _narrowed(result) if dtypes == {np.dtype(np.float32)} else result
+            if dtypes == {np.dtype(np.float32)}:
+                return _narrowed(result)
+            return result if kwargs else _grads_like(self, args, result)
         return self._call(*args, **kwargs)
 
     def _call(self, *args, **kwargs):
@@ -379,6 +381,43 @@ def _widened(value):
     if type(value) in (dict, list, tuple):
         return pytrees.tree_map(widen, value)
     return widen(value)
+
+
+def _grads_like(jitted, args, result):
+    """A mixed-precision call's gradients in the dtypes of the arguments they belong to, as
+    the plain transformation gives them (a float32 argument's gradient is float32)."""
+    if not isinstance(jitted, _ReverseTransform) or not args:
+        return result
+    single = isinstance(jitted.argnums, int)
+    nums = [n % len(args) for n in ((jitted.argnums,) if single else jitted.argnums)]
+
+    def like(g, a):
+        if isinstance(a, np.ndarray) and isinstance(g, np.ndarray) and a.dtype == np.float32:
+            return g.astype(np.float32)
+        if isinstance(a, np.float32):
+            return np.float32(g)
+        return g
+
+    def restore(grads):
+        parts = [grads] if single else list(grads)
+        for k, i in enumerate(nums):
+            a = args[i]
+            try:
+                parts[k] = pytrees.tree_map(like, parts[k], a) if type(a) in (
+                    dict, list, tuple) else like(parts[k], a)
+            except (TypeError, ValueError):  # (a structure the gradient does not mirror)
+                pass
+        return parts[0] if single else tuple(parts)
+    if jitted.with_value and jitted.has_aux:
+        (value, aux), grads = result
+        return (value, aux), restore(grads)
+    if jitted.with_value:
+        value, grads = result
+        return value, restore(grads)
+    if jitted.has_aux:
+        grads, aux = result
+        return restore(grads), aux
+    return restore(result)
 
 
 def _narrowed(tree):

@@ -705,7 +705,8 @@ def test_repeated_jacobian_calls_take_the_fast_path(quick_llvm):
 def test_float32_arguments_run_in_float64_and_answer_in_float32(quick_llvm):
     """Compiled code mixes float64 constants and seeds with float32 arguments, and Numba
     refuses np.dot of float32 and float64: float32 arguments run as float64; a call whose
-    floats are all float32 returns float32 (JAX's dtype rule), one mixing them float64."""
+    floats are all float32 returns float32 (JAX's dtype rule); one mixing them gives each
+    gradient its argument's dtype, as the plain transformations do."""
     def f(w, x):
         return np.sum(np.tanh(np.dot(x, w)) ** 2) + 0.5 * np.sum(w * w)
 
@@ -722,10 +723,14 @@ def test_float32_arguments_run_in_float64_and_answer_in_float32(quick_llvm):
         for g, e in zip(got_leaves, want_leaves):
             assert np.asarray(g).dtype == np.float32, fn
             np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-6)
-    mixed = jit(ad.grad(f, argnums=(0, 1)))(w, xs32[0])  # float64 and float32: float64
-    for g, e in zip(mixed, ad.grad(f, argnums=(0, 1))(w, xs32[0])):
-        assert g.dtype == np.float64
-        np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-6)
+    for fn in (ad.grad(f, argnums=(0, 1)), ad.value_and_grad(f, argnums=(0, 1))):
+        got, want = jit(fn)(w, xs32[0]), fn(w, xs32[0])  # float64 and float32
+        for g, e in zip(ad.tree_leaves(got), ad.tree_leaves(want)):
+            assert np.asarray(g).dtype == np.asarray(e).dtype, fn  # each argument's dtype
+            np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-6)
+    params = {"w": w, "x": xs32[0]}
+    tree = jit(ad.grad(lambda p: f(p["w"], p["x"])))(params)
+    assert (tree["w"].dtype, tree["x"].dtype) == (np.float64, np.float32)
 
 
 # ---------------------------------------------------------------- new processes, one cache
