@@ -149,22 +149,24 @@ class _Jitted:
     kind = "jit"
 
     def __call__(self, *args, **kwargs):
-        dtypes = set(_float_leaves(args, kwargs, self.jit_options)) \
-            if _any_float32(args) or (kwargs and _any_float32(kwargs.values())) else ()
-        if np.dtype(np.float32) in dtypes:
-            # Compiled code mixes float64 constants and seeds with the arguments, and Numba
-            # refuses some mixed-precision operations (np.dot of float32 and float64): float32
-            # arguments run as float64; a call whose floats are all float32 answers in float32
-            # (JAX's rule); one that mixes them gives each gradient its argument's dtype.
-            static = {i % len(args) for i in self.jit_options.static_argnums} if args else set()
-            wide = tuple(a if i in static else _widened(a) for i, a in enumerate(args))
-            names = set(self.jit_options.static_argnames)
-            wide_kwargs = {k: v if k in names else _widened(v) for k, v in kwargs.items()}
-            result = self._call(*wide, **wide_kwargs)
-            if dtypes == {np.dtype(np.float32)}:
-                return _narrowed(result)
-            return result if kwargs else _grads_like(self, args, result)
-        return self._call(*args, **kwargs)
+        if not (_any_float32(args) or (kwargs and _any_float32(kwargs.values()))):
+            return self._call(*args, **kwargs)
+        static = {i % len(args) for i in self.jit_options.static_argnums} if args else set()
+        names = set(self.jit_options.static_argnames)
+        dtypes = set(_float_dtypes([a for i, a in enumerate(args) if i not in static] +
+                                   [v for k, v in kwargs.items() if k not in names]))
+        if np.dtype(np.float32) not in dtypes:  # (only static arguments were float32)
+            return self._call(*args, **kwargs)
+        # Compiled code mixes float64 constants and seeds with the arguments, and Numba
+        # refuses some mixed-precision operations (np.dot of float32 and float64): float32
+        # arguments run as float64; a call whose floats are all float32 answers in float32
+        # (JAX's rule); one that mixes them gives each gradient its argument's dtype.
+        wide = tuple(a if i in static else _widened(a) for i, a in enumerate(args))
+        wide_kwargs = {k: v if k in names else _widened(v) for k, v in kwargs.items()}
+        result = self._call(*wide, **wide_kwargs)
+        if dtypes == {np.dtype(np.float32)}:
+            return _narrowed(result)
+        return result if kwargs else _grads_like(self, args, result)
 
     def _call(self, *args, **kwargs):
         self._forget_if_redefined()
@@ -357,19 +359,15 @@ def _any_float32(values):
     return False
 
 
-def _float_leaves(args, kwargs, options):
-    """The dtypes of the call's float arrays and NumPy float numbers (static arguments
-    aside)."""
-    static = {i % len(args) for i in options.static_argnums} if args else set()
-    names = set(options.static_argnames)
-    values = [a for i, a in enumerate(args) if i not in static] + \
-        [v for k, v in kwargs.items() if k not in names]
+def _float_dtypes(values):
+    """The dtypes of the float arrays and NumPy float numbers among `values` and their
+    pytrees' leaves."""
     for a in values:
-        if isinstance(a, np.ndarray) or isinstance(a, np.floating):
+        if isinstance(a, (np.ndarray, np.floating)):
             if a.dtype.kind == "f":
                 yield a.dtype
         elif type(a) in (dict, list, tuple):
-            yield from _float_leaves(pytrees.tree_leaves(a), {}, JitOptions())
+            yield from _float_dtypes(pytrees.tree_leaves(a))
 
 
 def _widened(value):

@@ -21,6 +21,8 @@ from collections import deque
 
 import gast
 
+from codegen.fused_updates import ADD_HELPERS
+
 from .templates import copy_tree, simplify
 
 _AST = gast.AST
@@ -510,7 +512,7 @@ def _makes_alias(stmt, simpler, later):
             return True
         if isinstance(node, gast.Call) and node.args and isinstance(node.args[0], gast.Name) \
                 and node.args[0].id in names and isinstance(node.func, gast.Name) and \
-                node.func.id in ("add_at", "add_into", "subtract_at", "add_outer_at"):
+                node.func.id in ADD_HELPERS:
             return True
     return False
 

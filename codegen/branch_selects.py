@@ -78,12 +78,11 @@ else:
 
 from __future__ import annotations
 
-import ast
 import copy
 
 import gast
 
-from .emit import name_node, to_ast
+from .emit import name_node, text_of
 
 __all__ = ["select_small_branches", "SELECT_HELPERS", "SELECT_UNCOMPILED", "MAX_STATEMENTS"]
 
@@ -218,7 +217,7 @@ def _unique(checks):
     """(array, offset expression) pairs, one per distinct text."""
     seen, out = set(), []
     for array, offset in checks:
-        key = (array, ast.unparse(to_ast(offset)))
+        key = (array, text_of(offset))
         if key not in seen:
             seen.add(key)
             out.append((array, offset))

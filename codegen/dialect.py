@@ -50,7 +50,7 @@ import gast
 from .branch_selects import SELECT_HELPERS, SELECT_UNCOMPILED, select_small_branches
 from .buffer_reuse import reuse_buffers
 from .common_calls import reuse_math_calls
-from .emit import comment, fresh_name, is_marker, render_function, to_ast
+from .emit import comment, fresh_name, is_marker, render_function, text_of, to_ast
 from .fused_regions import FUSED_HELPERS, FUSED_UNCOMPILED, fuse_regions
 from .fused_updates import fuse_outer_adds
 from .helpers import DIALECT_DEPENDS, DIALECT_HELPERS, DIALECT_NOT_COMPILED, OVERLOAD_FORMS
@@ -191,10 +191,6 @@ def _join_header(parts):
 # ---------------------------------------------------------------- small gast helpers
 def _expr(text):
     return gast.parse(text, mode="eval").body
-
-
-def _text(node):
-    return ast.unparse(to_ast(node))
 
 
 def _name(identifier):
@@ -384,7 +380,7 @@ class _Lower(gast.NodeTransformer):
                 return var
             if not isinstance(x, gast.Name):
                 return None
-            return _expr(f"np.var({x.id}) * {x.id}.size / ({x.id}.size - {_text(ddof)})")
+            return _expr(f"np.var({x.id}) * {x.id}.size / ({x.id}.size - {text_of(ddof)})")
         if not isinstance(axis, tuple):
             return _call(self.helper("var_axis"), [x, axis if isinstance(axis, gast.AST)
                                                    else _num(axis), ddof])
@@ -397,7 +393,7 @@ class _Lower(gast.NodeTransformer):
         total = self.per_axis("np.sum", squares, axis)
         count = " * ".join(f"{x.id}.shape[{a}]" for a in axis)
         return gast.BinOp(left=total, op=gast.Div(),
-                          right=_expr(f"({count} - {_text(ddof)})"))
+                          right=_expr(f"({count} - {text_of(ddof)})"))
 
     def keep(self, value, x, axis):
         if axis is None:

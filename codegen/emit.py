@@ -118,6 +118,15 @@ class _NegativeConstants(ast.NodeTransformer):
         return node
 
 
+def text_of(node):
+    """The Python source of a gast expression or statement (``ast.unparse`` of its ast form).
+
+    >>> text_of(gast.parse("x [ i+1 ]").body[0].value)
+    'x[i + 1]'
+    """
+    return ast.unparse(to_ast(node))
+
+
 def _negated(node):
     """A negative number constant as ``-(its absolute value)``; other nodes unchanged."""
     value = getattr(node, "value", None) if isinstance(node, ast.Constant) else None

@@ -98,12 +98,11 @@ def f(w, x, y):
 
 from __future__ import annotations
 
-import ast
 import copy
 
 import gast
 
-from .emit import fresh_name, is_marker, name_node, to_ast
+from .emit import fresh_name, is_marker, name_node, text_of
 from .param_writes import dotted_name
 
 __all__ = ["fuse_regions", "FUSED_HELPERS", "FUSED_UNCOMPILED"]
@@ -204,7 +203,7 @@ def _names_read(node):
     each vector slice (`x[1:]`, passed in as a view)."""
     found = []
     for n in _reads(node):
-        key = n.id if isinstance(n, gast.Name) else _text(n)
+        key = n.id if isinstance(n, gast.Name) else text_of(n)
         if key not in found:
             found.append(key)
     return found
@@ -219,7 +218,7 @@ def _arrays_touched(node):
         if isinstance(n, gast.Name):
             touched.append((n.id, n.id))
         else:
-            touched.append((n.value.id, _text(n)))
+            touched.append((n.value.id, text_of(n)))
             touched.extend((b, b) for b in _slice_names(n)[1:])
     return touched
 
@@ -274,7 +273,7 @@ class _Run:
             if isinstance(stmt, gast.AugAssign):
                 return None
         elif _vector_slice(target_node):
-            target, written = _text(target_node), target_node
+            target, written = text_of(target_node), target_node
         else:
             return None
         operands = None if written is not None else _sum_operands(value)
@@ -448,7 +447,7 @@ def _slice_parameter(node, local):
     words = [node.value.id]
     for word, bound in (("from", node.slice.lower), ("to", node.slice.upper)):
         if bound is not None:
-            words.append(f"{word}_{_text(bound).replace('-', 'm').replace(' ', '')}")
+            words.append(f"{word}_{text_of(bound).replace('-', 'm').replace(' ', '')}")
     return fresh_name("_".join(words), local)
 
 
@@ -464,7 +463,7 @@ def _replace(run, outputs, taken, sources):
                     vectors.append(n)
             for node in gast.walk(op):
                 if _vector_slice(node):
-                    views.setdefault(_text(node), node)
+                    views.setdefault(text_of(node), node)
         if kind == "write" and target not in vectors:
             vectors.append(target)
             views.setdefault(target, _as_load(run.targets[target]))
@@ -476,7 +475,7 @@ def _replace(run, outputs, taken, sources):
     for _, _, operands, _ in run.stmts:
         for op in operands:
             for node in _shape_reads(op):
-                key = _text(node)
+                key = text_of(node)
                 if key not in lengths:
                     base = f"{node.value.value.id}_shape_{node.slice.value}"
                     lengths[key] = (fresh_name(base, local), node)
@@ -505,7 +504,7 @@ class _Lengths(gast.NodeTransformer):
 
     def visit_Subscript(self, node):
         if _shape_read(node):
-            return name_node(self.lengths[_text(node)][0])
+            return name_node(self.lengths[text_of(node)][0])
         return self.generic_visit(node)
 
 
@@ -522,8 +521,8 @@ class _Parameters(gast.NodeTransformer):
         return node
 
     def visit_Subscript(self, node):
-        if _vector_slice(node) and _text(node) in self.names:
-            return name_node(self.names[_text(node)])
+        if _vector_slice(node) and text_of(node) in self.names:
+            return name_node(self.names[text_of(node)])
         return self.generic_visit(node)
 
     def visit_Name(self, node):
@@ -558,10 +557,6 @@ def _as_load(node):
     return loaded
 
 
-def _text(node):
-    return ast.unparse(to_ast(node))
-
-
 def _depends(run, vectors):
     """For each name the run binds, the positions of the vector parameters its value reads."""
     deps = {}
@@ -580,7 +575,7 @@ def _helper_source(name, run, outputs, vectors, parameters, params, lengths, loc
     as_parameters = _Parameters(parameters)
     plain = []
     for target, kind, _, value in run.stmts:
-        value = _text(as_parameters.visit(as_lengths.visit(copy.deepcopy(value))))
+        value = text_of(as_parameters.visit(as_lengths.visit(copy.deepcopy(value))))
         plain.append(f"{parameters[target]}[:] = {value}" if kind == "write" else
                      f"{target} = {value}")
     if outputs:
@@ -610,12 +605,12 @@ def _helper_source(name, run, outputs, vectors, parameters, params, lengths, loc
         if kind == "sum":
             value = operands[0] if len(operands) == 1 else \
                 gast.BinOp(left=operands[0], op=gast.Mult(), right=operands[1])
-            loop.append(_text(gast.AugAssign(target=name_node(target, gast.Store()),
+            loop.append(text_of(gast.AugAssign(target=name_node(target, gast.Store()),
                                              op=gast.Add(), value=value)))
         elif kind == "write":
-            loop.append(f"{elements[target]} = {_text(operands[0])}")
+            loop.append(f"{elements[target]} = {text_of(operands[0])}")
         else:
-            loop.append(f"{target} = {_text(operands[0])}")
+            loop.append(f"{target} = {text_of(operands[0])}")
             if target in stored:
                 loop.append(f"{stored[target]}[{index}] = {target}")
     loop += [f"{parameters[w]}[{index}] = {elements[w]}" for w in run.writes]

@@ -441,15 +441,6 @@ for _op, _whole, _row, _dtype, _two_d in (
     DIALECT_HELPERS[f"{_op}_axis"] = _REDUCE_ALONG_AXIS.format(op=_op, whole=_whole, row=_row,
                                                                dtype=_dtype, two_d=_two_d)
 
-# np.tanh of an array under Numba: the overload below replaces Numba's one libm call per
-# element (18x slower than NumPy's on 1024 x 128) with a loop LLVM vectorizes: tanh(x) =
-# -m / (2 + m), m = expm1(-2|x|), expm1 from a Cody-Waite reduction and a degree-13 Taylor
-# polynomial, 2**k built in the exponent bits. Within 3 ulp of np.tanh; signs, zeros, inf
-# and nan as np.tanh. A float64 number (the element loops jit writes: an LSTM cell's
-# tanh(cell_j)) takes tanh_of_number: for |x| < 0.3125, expm1(-2|x|) from its degree-17 Taylor
-# polynomial, else exp(-2|x|) - 1 (no cancellation below -0.625): 6.2 ns per call in a loop
-# against 13.8 ns for libm's tanh (which calls expm1), within 3 ulp of np.tanh.
-# Other numbers and non-float arrays keep np.tanh.
 DIALECT_HELPERS["batched_outer"] = '''\
 def batched_outer(a, b):
     """`a[:, :, None] * b[:, None, :]`: the outer product of each row of a with the same row
@@ -480,6 +471,15 @@ def batched_outer_numba(a, b):
     return loops
 '''
 
+# np.tanh of an array under Numba: the overload below replaces Numba's one libm call per
+# element (18x slower than NumPy's on 1024 x 128) with a loop LLVM vectorizes: tanh(x) =
+# -m / (2 + m), m = expm1(-2|x|), expm1 from a Cody-Waite reduction and a degree-13 Taylor
+# polynomial, 2**k built in the exponent bits. Within 3 ulp of np.tanh; signs, zeros, inf
+# and nan as np.tanh. A float64 number (the element loops jit writes: an LSTM cell's
+# tanh(cell_j)) takes tanh_of_number: for |x| < 0.3125, expm1(-2|x|) from its degree-17 Taylor
+# polynomial, else exp(-2|x|) - 1 (no cancellation below -0.625): 6.2 ns per call in a loop
+# against 13.8 ns for libm's tanh (which calls expm1), within 3 ulp of np.tanh.
+# Other numbers and non-float arrays keep np.tanh.
 DIALECT_HELPERS["tanh_fast"] = '''\
 def tanh_fast(x):
     """np.tanh(x) (under Numba, arrays take the vectorized loop of tanh_fast_numba)."""

@@ -58,19 +58,13 @@ def sum_loop(n, g, u):
 
 from __future__ import annotations
 
-import ast
-
 import gast
 
-from .emit import fresh_name, name_node, to_ast
+from .emit import fresh_name, name_node, text_of
 
 __all__ = ["outline_reductions"]
 
 REASSOCIATED = "fastmath={'reassoc'}"
-
-
-def _text(node):
-    return ast.unparse(to_ast(node))
 
 
 def _named(node, context):
@@ -111,9 +105,9 @@ def _float_tapes(fn):
     for node in gast.walk(fn):
         if isinstance(node, gast.Assign) and len(node.targets) == 1 and \
                 isinstance(node.targets[0], gast.Name) and isinstance(node.value, gast.Call) \
-                and _text(node.value.func) == "np.empty" and len(node.value.args) == 1 and \
+                and text_of(node.value.func) == "np.empty" and len(node.value.args) == 1 and \
                 not isinstance(node.value.args[0], gast.Tuple) and \
-                [(k.arg, _text(k.value)) for k in node.value.keywords] == \
+                [(k.arg, text_of(k.value)) for k in node.value.keywords] == \
                 [("dtype", "np.float64")] and counts[node.targets[0].id] == 1:
             tapes.add(node.targets[0].id)
     return tapes
@@ -287,12 +281,12 @@ def _outline(loop, accumulators, params, name, local):
         if found is not None and found[0] in renamed:
             t = renamed[found[0]]
             op = "+" if isinstance(found[1], gast.Add) else "-"
-            body.append(f"        {t} = {t} {op} {_text(found[2])}")
+            body.append(f"        {t} = {t} {op} {text_of(found[2])}")
         else:
-            body.append("        " + _text(stmt))
+            body.append("        " + text_of(stmt))
     header = [f"def {name}({', '.join(params)}):"]
     header += [f"    {t} = 0.0" for t in totals]
-    header.append(f"    for {loop.target.id} in {_text(loop.iter)}:")
+    header.append(f"    for {loop.target.id} in {text_of(loop.iter)}:")
     returned = totals[0] if len(totals) == 1 else "(" + ", ".join(totals) + ")"
     return "\n".join(header + body + [f"    return {returned}"]) + "\n"
 

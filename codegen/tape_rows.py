@@ -76,21 +76,16 @@ def f(x, n):
 
 from __future__ import annotations
 
-import ast
 import copy
 
 import gast
 
-from .emit import fresh_name, name_node, to_ast
+from .emit import fresh_name, name_node, text_of
 from .param_writes import dotted_name
 
 __all__ = ["read_rows_in_place"]
 
 _EMPTY = frozenset({"np.zeros", "np.empty"})
-
-
-def _text(node):
-    return ast.unparse(to_ast(node))
 
 
 def _parse(text):
@@ -137,10 +132,10 @@ def _restore(value):
     test = value.test
     if found is None or not (isinstance(test, gast.Compare) and len(test.ops) == 1 and
                              isinstance(test.ops[0], gast.Gt) and
-                             _text(test.comparators[0]) == "0"):
+                             text_of(test.comparators[0]) == "0"):
         return None
     tape, before = found
-    if _text(before) != f"{_text(test.left)} - 1":
+    if text_of(before) != f"{text_of(test.left)} - 1":
         return None
     return tape, before, value.orelse.id
 

@@ -37,20 +37,15 @@ for i in range(n):
 
 from __future__ import annotations
 
-import ast
 import copy
 
 import gast
 
 from .buffer_reuse import _bindings, _private
-from .emit import name_node, to_ast
+from .emit import name_node
 from .param_writes import dotted_name
 
 __all__ = ["share_ties_in_place", "TIE_HELPERS", "TIE_UNCOMPILED"]
-
-
-def _text(node):
-    return ast.unparse(to_ast(node))
 
 
 def _mask(node):

@@ -62,12 +62,11 @@ else:
 
 from __future__ import annotations
 
-import ast
 import copy
 
 import gast
 
-from .emit import fresh_name, mentions, name_node, to_ast
+from .emit import fresh_name, mentions, name_node, text_of
 from .param_writes import dotted_name
 
 __all__ = ["rewrite_window_nests", "WINDOW_HELPERS", "WINDOW_UNCOMPILED"]
@@ -261,7 +260,7 @@ def _nest(outer, taken, used):
         forms.append((stmt, summed is not None, found))
     written = [found[0] for _, _, found in forms]
     read = {n for _, _, found in forms for n in found[1:3]}
-    extents = {(_text(found[3]), _text(found[4])) for _, _, found in forms}
+    extents = {(text_of(found[3]), text_of(found[4])) for _, _, found in forms}
     if len(set(written)) != len(written) or set(written) & read or len(extents) != 1:
         return None  # (one windows_fit check covers windows of one extent)
     fast, kept, checks = [], [], []
@@ -288,10 +287,6 @@ def _nest(outer, taken, used):
         nest.body[0].body = kept
         fast.append(nest)
     return _guarded(checks, h, ln, ea, eb, fast, outer)
-
-
-def _text(node):
-    return ast.unparse(to_ast(node))
 
 
 def _guarded(checks, h, ln, ea, eb, fast, nest):
