@@ -38,6 +38,7 @@ from .errors import (
     UnsupportedError,
 )
 from .naming import sanitize
+from .nesting import code_to_transform, writing_code_to_transform
 
 # The front end and the passes (frontend, build, normalize, rules) are imported where they are
 # used: a process whose compiled modules are all cached (autodiff_ast.jit) never needs them.
@@ -281,7 +282,6 @@ class _Transformed:
     def _python_function(self, specs):
         if self.py_fun is not None:
             return self.py_fun
-        from .reverse import code_to_transform
         with code_to_transform():  # this transformation reads the code the inner one writes
             return self.fun.function_for(specs)
 
@@ -313,8 +313,7 @@ class _Transformed:
         nans = getattr(self, "_in_call", 0) and self.kind in _NAN_KINDS and \
             debug.nans_enabled(self.debug_nans)
         key = (key, "debug_nans") if nans else key
-        from .reverse import writing_code_to_transform
-        if writing_code_to_transform():  # (no tape rows written through views: reverse.py)
+        if writing_code_to_transform():  # (no tape rows written through views: nesting.py)
             key = (key, "to_transform")
         if key not in self._modules:
             generated = build()

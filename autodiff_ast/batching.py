@@ -55,6 +55,7 @@ from .batch_core import (
 from .build import Generated, ModuleBuilder
 from .errors import AutodiffError
 from .frontend import parse_function
+from .nesting import code_to_transform
 from .normalize import Program, Static, TreeSpec, atom_type, normalize_into, spec_of
 from .rules import batching as R
 from .templates import assign, fill, name
@@ -165,7 +166,6 @@ def _target_for(fun, py_fun, names, likes, specs):
     """What vmap batches: the user's function, or the source another transform generated."""
     if not isinstance(fun, _Transformed):
         return _Target(py_fun, specs)
-    from .reverse import code_to_transform
     with code_to_transform():  # vmap reads the code fun writes
         return _transformed_target(fun, names, likes, specs)
 

@@ -36,6 +36,7 @@ from .build_jacobian import Argnums, build_jacfwd, build_jacrev
 from .custom import register_route, source_function
 from .errors import ArgnumsError, NonFloatInputError, ShapeMismatchError
 from .frontend import parse_function
+from .nesting import code_to_transform
 from .normalize import Static, TreeSpec
 
 
@@ -508,7 +509,6 @@ def _route_jvp(normalizer, fn, node, target):
     names = list(inspect.signature(transform._signature_function()).parameters)
     specs = {n: atom_type(a, normalizer.types) for n, a in zip(names, primals)}
     try:
-        from .reverse import code_to_transform
         with code_to_transform():  # the caller's code, with this call's, may be transformed
             entry = transform.function_for(specs)
     except NotImplementedError as exc:

@@ -39,6 +39,7 @@ from .errors import MissingRuleError, TypeInferenceError, UnsupportedSyntaxError
 from .frontend import FunctionInfo, parse_function
 from .lowering import lower_loop_exits
 from .naming import Namer, sanitize
+from .nesting import code_to_transform
 from .rules import PrimCall
 from .shared_memory import check_view_writes
 from .templates import assign, fill, name, to_expr, unparse
@@ -1067,7 +1068,6 @@ class Normalizer:
         names = list(inspect.signature(target_fn).parameters)[:len(atoms)]
         specs = {n: atom_type(a, self.types) for n, a in zip(names, atoms)}
         try:
-            from .reverse import code_to_transform
             with code_to_transform():  # the caller's code, with this call's, may be transformed
                 entry = fn.function_for(specs)
         except NotImplementedError as exc:

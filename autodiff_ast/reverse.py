@@ -20,8 +20,6 @@ user's own functions become calls to that function's own forward/backward pair (
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 from dataclasses import dataclass, field
 
 import gast
@@ -29,32 +27,10 @@ import gast
 from . import types as T
 from .derivative_table import DerivativeTable
 from .errors import MissingRuleError, NonScalarOutputError, UnsupportedError, UnsupportedSyntaxError
+from .nesting import writing_code_to_transform
 from .normalize import CoreFunction, atom_type
 from .rules import PrimCall
 from .templates import append_loop, assign, fill, name, to_expr, unparse
-
-_ROW_TAPES = contextvars.ContextVar("autodiff_ast_row_tapes", default=True)
-
-
-@contextlib.contextmanager
-def code_to_transform():
-    """Within this block, reverse mode writes code that another transformation will read
-    (``hessian``, ``grad(grad(f))``, ``jvp(grad(f))``, ``vmap(grad(f))``): a vector made
-    afresh in each step of a loop goes on a list tape, as a copy, instead of being a row of a
-    preallocated tape that the step writes through a view (shared memory, which the front end
-    refuses in the code it reads)."""
-    token = _ROW_TAPES.set(False)
-    try:
-        yield
-    finally:
-        _ROW_TAPES.reset(token)
-
-
-def writing_code_to_transform():
-    """Whether the code being written is for another transformation to read
-    (:func:`code_to_transform`)."""
-    return not _ROW_TAPES.get()
-
 
 # Calls whose result is a new array (safe to update in place afterwards).
 _ALLOCATING = {"np.zeros_like", "np.zeros", "np.ones_like", "np.full_like", "np.outer", "np.dot",
