@@ -229,11 +229,16 @@ def linearize(fun, *primals):
 
 
 # ---------------------------------------------------------------- Jacobians
-def _single_precision_like(values, tree):
-    """float32 inputs give float32 Jacobians and Hessians (JAX's dtype rule)."""
+def _all_single_precision(values):
+    """Whether every float leaf of `values` is float32 (and there is one)."""
     floats = [np.asarray(v).dtype for v in pytrees.tree_leaves(values)
               if np.issubdtype(np.asarray(v).dtype, np.floating)]
-    if not floats or any(d != np.float32 for d in floats):
+    return bool(floats) and all(d == np.float32 for d in floats)
+
+
+def _single_precision_like(values, tree):
+    """float32 inputs give float32 Jacobians and Hessians (JAX's dtype rule)."""
+    if not _all_single_precision(values):
         return tree
     return pytrees.tree_map(
         lambda a: a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype == np.float64
@@ -376,6 +381,18 @@ class _JacobianTransform(_Transformed):
         out = view.outputs(tuple(blocks(p) for p in pieces) if view.n_out > 1
                            else blocks(pieces[0]))
         return _single_precision_like(view.values, out)
+
+    def assembles_as_is(self, specs):
+        """Whether :meth:`assemble` returns the module's result unchanged for these specs:
+        one argument differentiated, no pytree arguments, one output (at every level of a
+        nested Jacobian). jit's fast path then hands the compiled result straight back."""
+        if any(isinstance(s, TreeSpec) for s in specs.values()):
+            return False
+        generated, _, argnums = self._generate(specs)
+        out_type = generated.layout["out_type"]
+        if not argnums.single or (out_type.kind == "tuple" and out_type.elts is not None):
+            return False
+        return not isinstance(self.fun, _JacobianTransform) or self.fun.assembles_as_is(specs)
 
     def assemble(self, values, specs, raw):
         """The generated module's nested tuples (output structure, then arguments) as JAX's

@@ -695,6 +695,12 @@ def test_repeated_jacobian_calls_take_the_fast_path(quick_llvm):
                     np.testing.assert_allclose(g, e, rtol=1e-5 if g.dtype == np.float32
                                                else 1e-10, atol=1e-6)
         assert compiled.jit_plans and _NO_PLAN not in compiled.jit_plans.values()
+    # One argument and one output: the plan hands the compiled matrix straight back (float32
+    # arguments run widened, and are narrowed after the plan); argnums=(0, 1) (a tuple of
+    # blocks) assembles it.
+    kinds = [sorted({p.__name__ for p in compiled.jit_plans.values()}) for _, compiled in cases]
+    assert kinds[0] == ["matrix_plan"]
+    assert kinds[1] == ["jacobian_plan"]
     unplanned = jit(ad.jvp_transform(f))
     for _ in range(3):
         unplanned((w, x), (np.ones(3), np.zeros((4, 3))))
