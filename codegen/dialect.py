@@ -51,7 +51,14 @@ from .branch_selects import SELECT_HELPERS, SELECT_UNCOMPILED, select_small_bran
 from .buffer_reuse import reuse_buffers
 from .common_calls import reuse_math_calls
 from .emit import comment, fresh_name, is_marker, render_function, text_of, to_ast
-from .fused_regions import FUSED_HELPERS, FUSED_UNCOMPILED, fuse_regions
+from .fused_regions import (
+    FUSED_HELPERS,
+    FUSED_UNCOMPILED,
+    NEST_HELPERS,
+    NEST_UNCOMPILED,
+    fuse_regions,
+    handles_matrices,
+)
 from .fused_updates import fuse_outer_adds
 from .helpers import DIALECT_DEPENDS, DIALECT_HELPERS, DIALECT_NOT_COMPILED, OVERLOAD_FORMS
 from .inlining import inline_loop_calls
@@ -1051,11 +1058,14 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
                     module.generated[helper] = WINDOW_HELPERS[helper]
                 module.uncompiled |= WINDOW_UNCOMPILED
         if numba_overloads:  # whole-vector statements and sums: one loop (fused_regions.py)
+            nest = handles_matrices(fn)  # (decided before the run's calls replace slices)
             fused = fuse_regions(fn, module.taken, module.generated)
             if fused:
-                module.generated.update(FUSED_HELPERS)
-                module.uncompiled |= FUSED_UNCOMPILED | {f"{n}{end}" for n in fused
-                                                         for end in ("", "_numba")}
+                helpers, uncompiled = (NEST_HELPERS, NEST_UNCOMPILED) if nest else \
+                    (FUSED_HELPERS, FUSED_UNCOMPILED)
+                module.generated.update(helpers)
+                module.uncompiled |= uncompiled | {f"{n}{end}" for n in fused
+                                                   for end in ("", "_numba")}
             # np.exp(a[c]) in a loop nest: one table before the nest
             reuse_math_calls(fn)  # np.cos(t) again where c = np.cos(t) still holds it
             tabulate_invariant_calls(fn, module.taken)

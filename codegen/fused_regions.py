@@ -64,10 +64,24 @@ n = 100,000 (JAX 130 us); its gradient 131 -> 48 us. One sum alone is a run when
 operand computes something (`return np.sum((1.0 - x[:-1]) ** 2)`: Numba would write the
 operand into a temporary array first; Rosenbrock's jit primal 57 -> 9 us).
 
-When an argument is not a number or a float64 vector (a matrix, an integer array, a tuple),
-or a sum or returned value would read no vector (all numbers: a sum of one number), the
-Numba form is the statements themselves, so the result never differs from the unfused code
-beyond rounding.
+In a function that may hold matrices (:func:`handles_matrices`: it slices along two axes, as
+vmap's batched code does with `x_dot[:, 1:]`, or makes arrays of two axes) the helper is a
+loop nest instead (:func:`_nest_source`): over the rows of its float64 matrix arguments (one
+row when there are none) and the elements of a row, `element_at(v, r, i)` reading `v[r, i]`
+of a matrix and `v[i]` of a vector. Slices `v[:, a:b]` are views passed in, as `x[1:]` is.
+What a statement keeps (a value read later, a sum, a slice's new elements) it keeps on every
+row when it reads a matrix (`every_row`, a constant of the argument types), else from the
+first row only: a vector's sum is not counted once per row, and a vector written in place is
+written once. From the second row on, a written vector holds its new elements, so a run with
+a statement reading both a matrix and a vector it writes takes the statements
+(`nest_types`). jit(hessian) of Rosenbrock at n = 100: 106 -> 51 us for the module (the
+statements as written made a temporary matrix per operation); the cold compile about
+doubles, each nest being compiled beside its statements.
+
+When an argument is not a number or a float64 vector (a matrix outside a nest, an integer
+array, a tuple), or a sum or returned value would read no vector (all numbers: a sum of one
+number), the Numba form is the statements themselves, so the result never differs from the
+unfused code beyond rounding.
 
 >>> import gast
 >>> from autodiff_ast.templates import unparse
@@ -105,7 +119,8 @@ import gast
 from .emit import fresh_name, is_marker, name_node, text_of
 from .param_writes import dotted_name
 
-__all__ = ["fuse_regions", "FUSED_HELPERS", "FUSED_UNCOMPILED"]
+__all__ = ["fuse_regions", "handles_matrices", "FUSED_HELPERS", "FUSED_UNCOMPILED",
+           "NEST_HELPERS", "NEST_UNCOMPILED"]
 
 #: Elementwise calls a fused loop evaluates per element (each has a number form under Numba).
 ELEMENTWISE_CALLS = frozenset({
@@ -137,16 +152,33 @@ def _slice_bound(node):
     return isinstance(node, gast.Constant) and type(node.value) is int
 
 
+def _columns(node):
+    """The slice of `v[start:stop]`, or of `v[:, start:stop]` (every row, some columns: a
+    batched function's shifted view), when its bounds are ones a call can evaluate; else
+    None."""
+    if not (isinstance(node, gast.Subscript) and isinstance(node.value, gast.Name)):
+        return None
+    part = node.slice
+    if isinstance(part, gast.Tuple) and len(part.elts) == 2 and \
+            isinstance(part.elts[0], gast.Slice) and \
+            part.elts[0].lower is part.elts[0].upper is part.elts[0].step is None:
+        part = part.elts[1]
+    if isinstance(part, gast.Slice) and part.step is None and _slice_bound(part.lower) and \
+            _slice_bound(part.upper):
+        return part
+    return None
+
+
 def _vector_slice(node):
-    """`v[start:stop]` of a name v, without a step: a view the call passes in (`x[1:]`)."""
-    return isinstance(node, gast.Subscript) and isinstance(node.value, gast.Name) and \
-        isinstance(node.slice, gast.Slice) and node.slice.step is None and \
-        _slice_bound(node.slice.lower) and _slice_bound(node.slice.upper)
+    """`v[start:stop]` or `v[:, start:stop]` of a name v, without a step: a view the call
+    passes in (`x[1:]`, `x_dot[:, :-1]`)."""
+    return _columns(node) is not None
 
 
 def _slice_names(node):
     """The names a vector slice is made of: its array and the names among its bounds."""
-    bounds = [b for b in (node.slice.lower, node.slice.upper) if isinstance(b, gast.Name)]
+    part = _columns(node)
+    bounds = [b for b in (part.lower, part.upper) if isinstance(b, gast.Name)]
     return [node.value.id] + [b.id for b in bounds]
 
 
@@ -235,8 +267,7 @@ _RESERVED = frozenset({"np", "numba", "element", "joined_length", "one_loop_type
 class _Run:
     """A run of statements being collected: what each binds, writes and reads."""
 
-    def __init__(self, vectors_only=True):
-        self.vectors_only = vectors_only  # False: no slices (see _handles_matrices)
+    def __init__(self):
         self.stmts = []  # (target, kind, operands, value): kind "value", "sum" or "write"
         self.markers = []
         self.bound = set()
@@ -291,8 +322,6 @@ class _Run:
         if written is not None:
             touched.append((written.value.id, target))
             slices.append(written)
-        if slices and not self.vectors_only:
-            return None
         parts = {name for n in slices for name in _slice_names(n)}
         if parts & (self.bound | _RESERVED) or {name for name, _ in touched} & _RESERVED:
             return None  # a slice of (or with a bound made of) a value the run makes
@@ -330,9 +359,9 @@ def fuse_regions(fn, taken, sources):
     the helpers written (each with its ``_statements`` and ``_numba`` functions)."""
     body, written, i = [], [], 0
     stmts = fn.body
-    matrices = _handles_matrices(fn)
+    matrices = handles_matrices(fn)
     while i < len(stmts):
-        run, j = _Run(vectors_only=not matrices), i
+        run, j = _Run(), i
         while j < len(stmts):
             if is_marker(stmts[j]):
                 run.markers.append(stmts[j])
@@ -356,7 +385,7 @@ def fuse_regions(fn, taken, sources):
             outputs = [t for t, kind, _, _ in run.stmts if kind != "write" and t in later]
         if outputs or len(run.stmts) >= 2 and run.writes:
             body += run.markers
-            body.append(_replace(run, outputs, taken, sources))
+            body.append(_replace(run, outputs, taken, sources, matrices))
             written.append(body[-1].value.func.id)
             i = j
         else:
@@ -366,12 +395,11 @@ def fuse_regions(fn, taken, sources):
     return written
 
 
-def _handles_matrices(fn):
+def handles_matrices(fn):
     """Whether `fn` slices along two axes (`x_dot[:, 1:]`) or makes arrays of two or more
-    axes: batched code (vmap's) and matrix code, whose slices are no vectors. There a run
-    takes no slices and no sum alone: at run time such a run would take its statements in a
-    function of their own (Numba compiles that slower: a cold jit(hessian) of Rosenbrock
-    took 7.6 -> 10.6 s) and gain nothing."""
+    axes: batched code (vmap's) and matrix code, whose arrays may be matrices. There a run's
+    helper is a loop nest over rows and elements (vectors read alike by every row), and a
+    sum alone is no run."""
     for node in gast.walk(fn):
         if isinstance(node, gast.Subscript) and isinstance(node.slice, gast.Tuple) and \
                 any(isinstance(e, gast.Slice) for e in node.slice.elts):
@@ -444,14 +472,15 @@ def _hoist_sums(stmts, j, run, taken):
 
 def _slice_parameter(node, local):
     """A parameter's name for the view `node` (`x_bar[:-1]` -> `x_bar_to_m1`)."""
-    words = [node.value.id]
-    for word, bound in (("from", node.slice.lower), ("to", node.slice.upper)):
+    part = _columns(node)
+    words = [node.value.id] + (["cols"] if part is not node.slice else [])
+    for word, bound in (("from", part.lower), ("to", part.upper)):
         if bound is not None:
             words.append(f"{word}_{text_of(bound).replace('-', 'm').replace(' ', '')}")
     return fresh_name("_".join(words), local)
 
 
-def _replace(run, outputs, taken, sources):
+def _replace(run, outputs, taken, sources, nest=False):
     """The call that stands for `run`, its helper's source added to `sources`."""
     vectors, lengths = [], {}  # lengths: text of a `v.shape[k]` read -> (parameter, node)
     views = {}  # text of a vector slice -> (parameter, node)
@@ -484,8 +513,8 @@ def _replace(run, outputs, taken, sources):
     params = [parameters[v] for v in vectors] + [p for p, _ in lengths.values()]
     arguments = [copy.deepcopy(views[v]) if v in views else name_node(v) for v in vectors] + \
         [copy.deepcopy(n) for _, n in lengths.values()]
-    sources[name] = _helper_source(name, run, outputs, vectors, parameters, params, lengths,
-                                   local)
+    helper = _nest_source if nest else _helper_source
+    sources[name] = helper(name, run, outputs, vectors, parameters, params, lengths, local)
     call = gast.Call(func=name_node(name), args=arguments, keywords=[])
     if not outputs:  # slices written in place, nothing else read later
         return gast.Expr(value=call)
@@ -532,11 +561,12 @@ class _Parameters(gast.NodeTransformer):
 
 
 class _Elements(_Parameters):
-    """Each vector the run reads becomes ``element(p, i)`` of its parameter p."""
+    """Each vector the run reads becomes ``element(p, i)`` of its parameter p (in a nest,
+    ``element_at(p, r, i)``: `index` is then the names of the row and the element)."""
 
     def __init__(self, parameters, index):
         super().__init__(parameters)
-        self.index = index
+        self.index = (index,) if isinstance(index, str) else tuple(index)
 
     def visit_Subscript(self, node):
         named = super().visit_Subscript(node)
@@ -547,8 +577,8 @@ class _Elements(_Parameters):
         return self._element(named) if named is not node else node
 
     def _element(self, parameter):
-        return gast.Call(func=name_node("element"), args=[parameter, name_node(self.index)],
-                         keywords=[])
+        return gast.Call(func=name_node("element" if len(self.index) == 1 else "element_at"),
+                         args=[parameter] + [name_node(i) for i in self.index], keywords=[])
 
 
 def _as_load(node):
@@ -569,9 +599,8 @@ def _depends(run, vectors):
     return deps
 
 
-def _helper_source(name, run, outputs, vectors, parameters, params, lengths, local):
-    signature = ", ".join(params)
-    as_lengths = _Lengths(lengths)
+def _plain_statements(run, outputs, parameters, as_lengths):
+    """The run's statements as written, over the helper's parameters, and its return."""
     as_parameters = _Parameters(parameters)
     plain = []
     for target, kind, _, value in run.stmts:
@@ -581,6 +610,13 @@ def _helper_source(name, run, outputs, vectors, parameters, params, lengths, loc
     if outputs:
         plain.append("return " + (outputs[0] if len(outputs) == 1 else
                                   "(" + ", ".join(outputs) + ")"))
+    return plain
+
+
+def _helper_source(name, run, outputs, vectors, parameters, params, lengths, local):
+    signature = ", ".join(params)
+    as_lengths = _Lengths(lengths)
+    plain = _plain_statements(run, outputs, parameters, as_lengths)
     deps = _depends(run, vectors)
     groups = tuple(tuple(sorted(deps[t])) for t in outputs)
     written = tuple(vectors.index(w) for w in run.writes)
@@ -665,6 +701,135 @@ def {name}_numba({signature}):
 
 
 
+def _statement_reads(run, vectors):
+    """For each statement of the run, the positions of the parameters it reads, directly or
+    through the values it reads (a slice written earlier in the run counts as its own)."""
+    deps, reads = {}, []
+    for target, kind, operands, _ in run.stmts:
+        found = set()
+        for op in operands:
+            for n in _names_read(op):
+                found |= deps[n] if n in deps else {vectors.index(n)}
+        if kind == "write":
+            found.add(vectors.index(target))
+        deps[target] = found
+        reads.append(tuple(sorted(found)))
+    return reads
+
+
+def _nest_source(name, run, outputs, vectors, parameters, params, lengths, local):
+    """The helper of a run in a function that may hold matrices (see handles_matrices): under
+    Numba a loop over the rows of its matrix arguments (one row when there are none) and the
+    elements of a row. A vector is read alike by every row, and what reads no matrix (a
+    vector's new elements, a sum or value of vectors alone) is kept from the first row."""
+    signature = ", ".join(params)
+    as_lengths = _Lengths(lengths)
+    plain = _plain_statements(run, outputs, parameters, as_lengths)
+    reads = _statement_reads(run, vectors)
+    deps = dict(zip((t for t, _, _, _ in run.stmts), reads))
+    groups = tuple(deps[t] for t in outputs)
+    written = tuple(vectors.index(w) for w in run.writes)
+    rows, count = fresh_name("rows", local), fresh_name("n", local)
+    row, index = fresh_name("r", local), fresh_name("i", local)
+    local |= {rows, count, row, index}
+
+    def arguments(positions):
+        names = [parameters[vectors[p]] for p in positions]
+        return "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
+
+    stored = {t: fresh_name(f"{t}_values", local) for t, kind, _, _ in run.stmts
+              if kind == "value" and t in outputs}
+    kept = {}  # what a statement keeps (a stored value, a sum, a written element) -> its gate
+    for target, kind, _, _ in run.stmts:
+        if target in stored or kind == "sum" or kind == "write" and target not in kept:
+            kept[target] = fresh_name(f"{parameters[target]}_every_row" if kind == "write"
+                                      else f"{target}_every_row", local)
+            local.add(kept[target])
+    before = [f"{gate} = every_row("
+              f"{arguments((vectors.index(t),) if t in run.writes else deps[t])})"
+              for t, gate in kept.items()]
+    elements, loop = {}, []
+    if run.writes:  # each element read once into a local, each written one stored once
+        read = [v for v in vectors if any(v in _names_read(op) for _, _, ops, _ in run.stmts
+                                          for op in ops)]
+        for v in vectors:
+            elements[v] = fresh_name(f"{parameters[v]}_i", local)
+            local.add(elements[v])
+        loop = [f"{elements[v]} = element_at({parameters[v]}, {row}, {index})" for v in read]
+    to_elements = _Parameters(elements) if run.writes else _Elements(parameters, (row, index))
+    for target, kind, operands, _ in run.stmts:
+        operands = [to_elements.visit(as_lengths.visit(copy.deepcopy(op))) for op in operands]
+        if kind == "sum":
+            value = operands[0] if len(operands) == 1 else \
+                gast.BinOp(left=operands[0], op=gast.Mult(), right=operands[1])
+            loop.append(f"if {kept[target]} or {row} == 0:")
+            loop.append("    " + text_of(gast.AugAssign(target=name_node(target, gast.Store()),
+                                                      op=gast.Add(), value=value)))
+        elif kind == "write":
+            loop.append(f"{elements[target]} = {text_of(operands[0])}")
+        else:
+            loop.append(f"{target} = {text_of(operands[0])}")
+            if target in stored:
+                loop.append(f"if {kept[target]} or {row} == 0:")
+                loop.append(f"    store_at({stored[target]}, {row}, {index}, {target})")
+    for w in run.writes:
+        loop.append(f"if {kept[w]} or {row} == 0:")
+        loop.append(f"    store_at({parameters[w]}, {row}, {index}, {elements[w]})")
+    rows_joined, length = "-1", "-1"
+    for v in vectors:
+        rows_joined = f"joined_rows({rows_joined}, {parameters[v]})"
+        length = f"joined_columns({length}, {parameters[v]})"
+    apart = " or ".join(f"overlapping({parameters[w]}, {parameters[v]})" for w in run.writes
+                        for v in vectors if v != w and (v not in run.writes or
+                                                        vectors.index(v) > vectors.index(w)))
+    guard = f"{count} < 0 or {rows} == -2 or {rows} == 0" + (f" or {apart}" if apart else "")
+    made = [f"{stored[t]} = empty_values({rows}, {count}, {arguments(deps[t])})"
+            for t in outputs if t in stored]
+    made += [f"{t} = 0.0" for t, kind, _, _ in run.stmts if kind == "sum"]
+    after = [f"{t} = {t} / ({count} * ({rows} if {kept[t]} else 1))"  # (a mean's division)
+             for t, kind, _, v in run.stmts if kind == "sum" and dotted_name(v.func) == "np.mean"]
+    loop_returned = [stored.get(t, t) for t in outputs]
+    loop_returned = "" if not loop_returned else loop_returned[0] \
+        if len(loop_returned) == 1 else "(" + ", ".join(loop_returned) + ")"
+    statement_text = "\n    ".join(plain)
+    loop_text = "\n                ".join(loop)
+    made_text = "".join("\n        " + line for line in before + made)
+    returned_text = f"\n        return {loop_returned}" if loop_returned else ""
+    after_text = "".join("\n        " + line for line in after)
+    return f'''\
+def {name}({signature}):
+    """The statements of {name}_statements: under Numba in one loop nest over rows and
+    elements when every array argument is a float64 vector or matrix (see {name}_numba)."""
+    return {name}_statements({signature})
+
+
+def {name}_statements({signature}):
+    """What {name} computes, statement by statement."""
+    {statement_text}
+
+
+@numba.extending.overload({name}, jit_options={{'error_model': 'numpy', 'fastmath': {{'reassoc'}}}})
+def {name}_numba({signature}):
+    """How Numba compiles {name}: a loop over the rows of its matrix arguments (one row when
+    there are none) and the elements of a row, vectors read alike by every row, sums as
+    running totals; otherwise the statements as written."""
+    if not nest_types(({signature},), {tuple(reads)!r}, {groups!r}, {len(vectors)}, {written!r}):
+        return lambda {signature}: {name}_statements({signature})
+
+    def {name}_loop({signature}):
+        {rows} = {rows_joined}
+        {count} = {length}
+        if {guard}:
+            return {name}_statements({signature})
+        if {rows} == -1:
+            {rows} = 1{made_text}
+        for {row} in range({rows}):
+            for {index} in range({count}):
+                {loop_text}{after_text}{returned_text}
+    return {name}_loop
+'''
+
+
 #: Helpers every fused loop calls: ``one_loop_types`` runs when Numba types a call (plain
 #: Python), ``element`` and ``joined_length`` are overloads written into the loop.
 FUSED_HELPERS = {}
@@ -702,22 +867,175 @@ def overlapping(a, b):
 
 @numba.extending.overload(overlapping, jit_options={'error_model': 'numpy'})
 def overlapping_numba(a, b):
-    """How Numba compiles overlapping: the first and last addresses each vector touches."""
+    """How Numba compiles overlapping: the first and last addresses each array touches."""
     if not (isinstance(a, numba.types.Array) and isinstance(b, numba.types.Array)):
         return lambda a, b: False
 
     def spans_meet(a, b):
-        if a.shape[0] == 0 or b.shape[0] == 0:
+        if a.size == 0 or b.size == 0:
             return False
-        a_step = a.strides[0] * (a.shape[0] - 1)
-        b_step = b.strides[0] * (b.shape[0] - 1)
-        a_low = a.ctypes.data + min(0, a_step)
-        b_low = b.ctypes.data + min(0, b_step)
-        a_high = a.ctypes.data + max(0, a_step) + a.itemsize
-        b_high = b.ctypes.data + max(0, b_step) + b.itemsize
-        return a_low < b_high and b_low < a_high
+        a_low = a_high = a.ctypes.data
+        for k in range(a.ndim):
+            a_step = a.strides[k] * (a.shape[k] - 1)
+            a_low += min(0, a_step)
+            a_high += max(0, a_step)
+        b_low = b_high = b.ctypes.data
+        for k in range(b.ndim):
+            b_step = b.strides[k] * (b.shape[k] - 1)
+            b_low += min(0, b_step)
+            b_high += max(0, b_step)
+        return a_low < b_high + b.itemsize and b_low < a_high + a.itemsize
     return spans_meet
 '''
+
+#: Helpers of the loop nests written for functions that may hold matrices (vmap's batched
+#: code): the arguments' types choose, when Numba compiles a call, which statements keep
+#: their results on every row.
+NEST_HELPERS = {}
+NEST_HELPERS["nest_types"] = '''\
+def nest_types(types, reads, groups, vector_count, written=()):
+    """Whether a fused loop nest can take arguments of these Numba types: each of the first
+    `vector_count` a number, or a float64 vector or matrix (the rest are lengths); every
+    group of positions (the arguments a result reads) holding an array; each position in
+    `written` an array that can be written; and no statement reading both a matrix and a
+    vector the run writes (`reads`: the positions each statement reads, through the values
+    it reads): from the second row on, that vector holds its new elements."""
+    ndims = []
+    for position, kind in enumerate(types):
+        if isinstance(kind, numba.types.Array):
+            if position >= vector_count or kind.ndim not in (1, 2) or \\
+                    kind.dtype != numba.types.float64:
+                return False
+            ndims.append(kind.ndim)
+        elif isinstance(kind, (numba.types.Float, numba.types.Integer)) and \\
+                not isinstance(kind, numba.types.Boolean):
+            ndims.append(0)
+        else:
+            return False
+    if any(ndims[p] == 0 or not types[p].mutable for p in written):
+        return False
+    if not all(any(ndims[p] for p in group) for group in groups):
+        return False
+    vectors_written = {p for p in written if ndims[p] == 1}
+    return not any(vectors_written & set(read) and any(ndims[p] == 2 for p in read)
+                   for read in reads)
+'''
+
+NEST_HELPERS["element_at"] = '''\
+def element_at(v, r, i):
+    """`v[r, i]` of a matrix, `v[i]` of a vector (alike on every row), `v` of a number."""
+    if not isinstance(v, np.ndarray):
+        return v
+    return v[r, i] if v.ndim == 2 else v[i]
+
+
+@numba.extending.overload(element_at, inline='always', jit_options={'error_model': 'numpy'})
+def element_at_numba(v, r, i):
+    """How Numba compiles element_at: written into the loop, an index or nothing."""
+    if isinstance(v, numba.types.Array) and v.ndim == 2:
+        return lambda v, r, i: v[r, i]
+    if isinstance(v, numba.types.Array):
+        return lambda v, r, i: v[i]
+    return lambda v, r, i: v
+'''
+
+NEST_HELPERS["store_at"] = '''\
+def store_at(a, r, i, value):
+    """`a[r, i] = value` of a matrix, `a[i] = value` of a vector."""
+    if a.ndim == 2:
+        a[r, i] = value
+    else:
+        a[i] = value
+
+
+@numba.extending.overload(store_at, inline='always', jit_options={'error_model': 'numpy'})
+def store_at_numba(a, r, i, value):
+    """How Numba compiles store_at: written into the loop, one store."""
+    if a.ndim == 2:
+        def matrix_store(a, r, i, value):
+            a[r, i] = value
+        return matrix_store
+
+    def vector_store(a, r, i, value):
+        a[i] = value
+    return vector_store
+'''
+
+NEST_HELPERS["every_row"] = '''\
+def every_row(arrays):
+    """Whether a statement reading `arrays` (a tuple) differs from row to row: whether one
+    of them is a matrix."""
+    return any(isinstance(a, np.ndarray) and a.ndim == 2 for a in arrays)
+
+
+@numba.extending.overload(every_row, inline='always', jit_options={'error_model': 'numpy'})
+def every_row_numba(arrays):
+    """How Numba compiles every_row: a constant of the argument types."""
+    answer = any(isinstance(a, numba.types.Array) and a.ndim == 2 for a in arrays.types)
+    return lambda arrays: answer
+'''
+
+NEST_HELPERS["empty_values"] = '''\
+def empty_values(rows, n, arrays):
+    """Room for a value of each element: a matrix of `rows` rows when one of `arrays` (what
+    the value reads) is a matrix, a vector of n elements otherwise."""
+    return np.empty((rows, n)) if every_row(arrays) else np.empty(n)
+
+
+@numba.extending.overload(empty_values, inline='always', jit_options={'error_model': 'numpy'})
+def empty_values_numba(rows, n, arrays):
+    """How Numba compiles empty_values: the array of the shape the argument types give."""
+    if any(isinstance(a, numba.types.Array) and a.ndim == 2 for a in arrays.types):
+        return lambda rows, n, arrays: np.empty((rows, n))
+    return lambda rows, n, arrays: np.empty(n)
+'''
+
+NEST_HELPERS["joined_rows"] = '''\
+def joined_rows(rows, v):
+    """The rows a loop nest runs over, joined with `v`'s: `rows` when v is a number or a
+    vector, v's row count when rows is -1 (none yet) or equal to it, and -2 when they
+    differ."""
+    if not (isinstance(v, np.ndarray) and v.ndim == 2):
+        return rows
+    return v.shape[0] if rows in (-1, v.shape[0]) else -2
+
+
+@numba.extending.overload(joined_rows, inline='always', jit_options={'error_model': 'numpy'})
+def joined_rows_numba(rows, v):
+    """How Numba compiles joined_rows: written into the caller."""
+    if isinstance(v, numba.types.Array) and v.ndim == 2:
+        def matrix_rows(rows, v):
+            if rows == -1 or rows == v.shape[0]:
+                return v.shape[0]
+            return -2
+        return matrix_rows
+    return lambda rows, v: rows
+'''
+
+NEST_HELPERS["joined_columns"] = '''\
+def joined_columns(n, v):
+    """The elements of a row a loop nest runs over, joined with `v`'s last axis: `n` when v is
+    a number, its length when n is -1 (none yet) or equal to it, and -2 when they differ."""
+    if not isinstance(v, np.ndarray):
+        return n
+    return v.shape[-1] if n in (-1, v.shape[-1]) else -2
+
+
+@numba.extending.overload(joined_columns, inline='always', jit_options={'error_model': 'numpy'})
+def joined_columns_numba(n, v):
+    """How Numba compiles joined_columns: written into the caller."""
+    if isinstance(v, numba.types.Array):
+        last = v.ndim - 1
+
+        def array_columns(n, v):
+            if n == -1 or n == v.shape[last]:
+                return v.shape[last]
+            return -2
+        return array_columns
+    return lambda n, v: n
+'''
+
+NEST_HELPERS["overlapping"] = FUSED_HELPERS["overlapping"]
 
 FUSED_HELPERS["element"] = '''\
 def element(v, i):
@@ -758,3 +1076,7 @@ def joined_length_numba(n, v):
 #: typing, and overloads with their stubs).
 FUSED_UNCOMPILED = frozenset({"one_loop_types", "element", "element_numba", "joined_length",
                               "joined_length_numba", "overlapping", "overlapping_numba"})
+
+#: The same for NEST_HELPERS.
+NEST_UNCOMPILED = frozenset(NEST_HELPERS) | {f"{n}_numba" for n in NEST_HELPERS
+                                             if n != "nest_types"}

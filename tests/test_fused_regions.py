@@ -149,10 +149,11 @@ def f(x, v):
     assert "g_to_m1[i] = g_to_m1_i" in loop  # stored once, at the end of the step
 
 
-def test_batched_code_takes_no_slices_and_no_sum_alone():
-    """A function slicing along two axes (vmap's batched code) works on matrices: a run of
-    its slices would take the statements at run time, at a cost in compile time."""
-    text, names, _ = _rewrite('''
+def test_batched_code_runs_become_loop_nests():
+    """A function slicing along two axes (vmap's batched code) may hold matrices: its runs
+    take slices along the last axis (`x_dot[:, 1:]`) and become loop nests over rows and
+    elements; a sum alone is still no run."""
+    text, names, sources = _rewrite('''
 def f(x, x_dot, g):
     d = x_dot[:, 1:] * 2.0
     g[:-1] = g[:-1] + x[1:]
@@ -160,7 +161,121 @@ def f(x, x_dot, g):
     s = np.sum(x * x)
     return (d, s)
 ''')
+    assert names == ["fused"]
+    assert "d, s = fused(x_dot[:, 1:], g[:-1], x[1:], x[:-1], x)" in text
+    loop = sources["fused"].split("def fused_loop")[1]
+    assert "x_dot_cols_from_1_i = element_at(x_dot_cols_from_1, r, i)" in loop
+    assert "store_at(g_to_m1, r, i, g_to_m1_i)" in loop  # the new elements, from row 0 on
+    text, names, _ = _rewrite('''
+def f(x, x_dot):
+    s = np.sum(x_dot[:, 1:] * x[:-1])
+    return s
+''')
     assert names == [] and "fused" not in text
+
+
+_NEST_SOURCE = '''\
+import numpy as np
+
+
+def f(x, x_dot, g, g_dot, c):
+    d = x_dot[:, 1:] * x[1:] + c
+    s = x[1:] * 2.0 - c
+    g_dot[:, :-1] = g_dot[:, :-1] + d * s
+    g[:-1] = g[:-1] + s * x[:-1]
+    t = np.sum(d * x[:-1])
+    u = np.sum(s * s)
+    m = np.mean(d)
+    return (d, s, t, u, m, g, g_dot)
+
+
+def h(x, x_dot, g):
+    g[:-1] = g[:-1] + x[1:]
+    d = x_dot[:, :-1] * g[:-1]
+    e = d + 1.0
+    return (d, e)
+'''
+
+
+@pytest.fixture(scope="module")
+def nest_module():
+    """_NEST_SOURCE lowered and compiled: f's run mixes matrix and vector statements, h's
+    reads a vector it writes beside a matrix (the loop nest refuses it)."""
+    lowered = lower_source(_NEST_SOURCE, entries=("f", "h"), numba_overloads=True)
+    text = render(lowered, decorator="numba.njit(error_model='numpy')")
+    assert "= fused(" in text and "= fused_2(" in text, text
+    namespace = {"__source__": text}
+    exec(compile("import numba\n" + text, "<nests>", "exec"), namespace)
+    return namespace
+
+
+def _nest_chosen(module, function, values):
+    """Whether Numba's form of the fused helper `function` calls is its loop nest (not the
+    statements) for these argument values: the overload asked with the call's types."""
+    from numba import typeof
+    tree = ast.parse(module["__source__"])
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+    call = next(n for n in ast.walk(fn) if isinstance(n, ast.Call) and
+                isinstance(n.func, ast.Name) and n.func.id.startswith("fused"))
+    args = [eval(ast.unparse(a), {"np": np}, dict(values)) for a in call.args]
+    chosen = module[f"{call.func.id}_numba"](*(typeof(a) for a in args))
+    return chosen.__name__.endswith("_loop")
+
+
+def _plain(name):
+    namespace = {}
+    exec(compile(_NEST_SOURCE, "<plain nests>", "exec"), namespace)
+    return namespace[name]
+
+
+@pytest.mark.parametrize("case", ["batched", "one row", "rows broadcast", "no rows",
+                                  "overlapping", "float32"])
+def test_loop_nests_agree_with_numpy(case, nest_module):
+    """Matrix statements keep every row; a vector's value, sum and new elements are kept
+    once (from the first row), whatever the number of rows. Rows that broadcast, no rows,
+    memory shared by a written matrix and a read one, and other dtypes take the statements
+    as written."""
+    rng = np.random.default_rng(9)
+    n, rows = 7, {"one row": 1, "no rows": 0}.get(case, 5)
+    x = rng.standard_normal(n)
+
+    def make():
+        x_dot = rng.standard_normal((1 if case == "rows broadcast" else rows, n))
+        g, g_dot = rng.standard_normal(n), rng.standard_normal((rows, n))
+        if case == "overlapping":
+            g_dot = x_dot
+        if case == "float32":
+            x_dot = x_dot.astype(np.float32)
+        return x, x_dot, g, g_dot, 0.3
+
+    state = rng.bit_generator.state
+    want = _plain("f")(*make())
+    rng.bit_generator.state = state
+    args = make()
+    got = nest_module["f"](*args)
+    for g, e in zip(got, want):
+        np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
+        assert np.shape(g) == np.shape(e)
+    values = dict(zip(("x", "x_dot", "g", "g_dot", "c"), args))
+    assert _nest_chosen(nest_module, "f", values) == (case != "float32")
+
+
+def test_a_matrix_statement_reading_a_written_vector_takes_the_statements(nest_module):
+    from numba import typeof
+    rng = np.random.default_rng(10)
+    x, x_dot, g = rng.standard_normal(6), rng.standard_normal((4, 6)), rng.standard_normal(6)
+    want = _plain("h")(x, x_dot, g.copy())
+    got = nest_module["h"](x, x_dot, g.copy())
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    assert not _nest_chosen(nest_module, "h", {"x": x, "x_dot": x_dot, "g": g})
+    # a matrix written in place may be read beside other matrices
+    assert _nest_chosen(nest_module, "h", {"x": x, "x_dot": x_dot, "g": np.zeros((5, 6))})
+    nest_types = nest_module["nest_types"]
+    reads = ((0, 1), (0, 1, 2), (0, 1, 2))  # g[:-1] written; d and e read it and x_dot
+    types = (typeof(g[:-1]), typeof(x[1:]), typeof(x_dot[:, :-1]))
+    assert not nest_types(types, reads, ((0, 1, 2), (0, 1, 2)), 3, (0,))
+    assert nest_types(types[:2] + (typeof(x[:-1]),), reads, ((0, 1, 2),), 3, (0,))
 
 
 def _slice_updates(a, b, c):
