@@ -13,7 +13,8 @@ arguments.
 :func:`check_program` writes the program to a real file (so ``inspect.getsource`` works),
 imports it and runs :func:`autodiff_ast.check_grads` in forward and reverse mode at order 1 and
 2 (finite differences plus the dot-product test), checks the caller's arrays were not changed
-and, optionally, compares ``jit(f)`` and ``jit(grad(f))`` with the plain results.
+and, optionally, compares ``jit(f)``, ``jit(grad(f))``, ``jit(vmap(grad(f)))`` (vmap's batched
+module) and ``jit(hessian(f))`` with the plain results.
 
 >>> from hypothesis import find
 >>> program = find(programs(), lambda p: "for " in p.source)
@@ -1101,7 +1102,44 @@ def _check_jit(fn, args, value):
         return "crash", traceback.format_exc()
     if not _close_trees(got_value, value) or not _close_trees(got, expected):
         return "wrong", f"jit disagrees with plain: {got_value} vs {value}; {got} vs {expected}"
-    return _check_single_precision(jit, target, argnums, args)
+    status, detail = _check_single_precision(jit, target, argnums, args)
+    if status != "ok":
+        return status, detail
+    return _check_batched(jit, target, args)
+
+
+def _check_batched(jit, target, args):
+    """vmap's batched module under Numba (its runs are loop nests over rows and elements,
+    codegen/fused_regions.py): jit(vmap(grad), batching='vectorized') over two rows made from
+    the first float64 vector or matrix argument, and jit(hessian) in it, against the plain
+    results. A program vmap or
+    hessian refuses is no failure of this check (jit(grad) of it was checked above)."""
+    k = next((k for k, a in enumerate(args) if isinstance(a, np.ndarray) and
+              a.dtype == np.float64 and a.ndim in (1, 2)), None)
+    if k is None:
+        return "ok", ""
+    batch = np.stack([args[k], 0.9 * args[k] + 0.05])
+    in_axes = tuple(0 if i == k else None for i in range(len(args)))
+
+    def with_row(row):
+        return args[:k] + (row,) + args[k + 1:]
+    try:
+        want = np.stack([ad.grad(target, argnums=k)(*with_row(row)) for row in batch])
+        want_hessian = ad.hessian(target, argnums=k)(*args)
+    except Exception:  # noqa: BLE001 (refused, or the plain code failed: nothing to compare)
+        return "ok", ""
+    try:
+        got = jit(ad.vmap(ad.grad(target, argnums=k), in_axes=in_axes),
+                  batching="vectorized")(*with_row(batch))
+        got_hessian = jit(ad.hessian(target, argnums=k))(*args)
+    except AutodiffError:
+        return "ok", ""
+    except Exception:  # noqa: BLE001
+        return "crash", "jit(vmap(grad)) or jit(hessian):\n" + traceback.format_exc()
+    if not _close_trees(got, want) or not _close_trees(got_hessian, want_hessian):
+        return "wrong", (f"jit(vmap(grad)) or jit(hessian) disagrees with plain: {got} vs "
+                         f"{want}; {got_hessian} vs {want_hessian}")
+    return "ok", ""
 
 
 def _check_single_precision(jit, target, argnums, args):
