@@ -613,6 +613,55 @@ def _plain_statements(run, outputs, parameters, as_lengths):
     return plain
 
 
+def _element_locals(run, vectors, parameters, local, read_element):
+    """For a run writing slices: a local per vector for its element, and the loop's first
+    lines reading each vector the run reads into its local (`read_element(p)` is the text
+    reading parameter p's element)."""
+    read = [v for v in vectors if any(v in _names_read(op) for _, _, ops, _ in run.stmts
+                                      for op in ops)]
+    elements = {}
+    for v in vectors:
+        elements[v] = fresh_name(f"{parameters[v]}_i", local)
+        local.add(elements[v])
+    return elements, [f"{elements[v]} = {read_element(parameters[v])}" for v in read]
+
+
+def _apart(run, vectors, parameters):
+    """The run-time test that a written vector shares memory with another argument."""
+    return " or ".join(f"overlapping({parameters[w]}, {parameters[v]})" for w in run.writes
+                       for v in vectors if v != w and (v not in run.writes or
+                                                       vectors.index(v) > vectors.index(w)))
+
+
+def _return_text(outputs, stored):
+    """The loop's return line (after a newline and its indent), or nothing."""
+    names = [stored.get(t, t) for t in outputs]
+    if not names:
+        return ""
+    return "\n        return " + (names[0] if len(names) == 1 else "(" + ", ".join(names) + ")")
+
+
+def _step_lines(run, to_elements, as_lengths, elements, keep, store, stored):
+    """A step's lines for the run's statements, each operand's vectors read as `to_elements`
+    makes them: `keep(target, line)` gives the lines for what a statement keeps (a sum's
+    addition, a value stored for later), `store(array, value)` a store's text."""
+    lines = []
+    for target, kind, operands, _ in run.stmts:
+        operands = [to_elements.visit(as_lengths.visit(copy.deepcopy(op))) for op in operands]
+        if kind == "sum":
+            value = operands[0] if len(operands) == 1 else \
+                gast.BinOp(left=operands[0], op=gast.Mult(), right=operands[1])
+            lines += keep(target, text_of(gast.AugAssign(
+                target=name_node(target, gast.Store()), op=gast.Add(), value=value)))
+        elif kind == "write":
+            lines.append(f"{elements[target]} = {text_of(operands[0])}")
+        else:
+            lines.append(f"{target} = {text_of(operands[0])}")
+            if target in stored:
+                lines += keep(target, store(stored[target], target))
+    return lines
+
+
 def _helper_source(name, run, outputs, vectors, parameters, params, lengths, local):
     signature = ", ".join(params)
     as_lengths = _Lengths(lengths)
@@ -629,45 +678,25 @@ def _helper_source(name, run, outputs, vectors, parameters, params, lengths, loc
     # argument, so the compiler need not reload a value after every store.
     elements, loop = {}, []
     if run.writes:
-        read = [v for v in vectors if any(v in _names_read(op) for _, _, ops, _ in run.stmts
-                                          for op in ops)]
-        for v in vectors:
-            elements[v] = fresh_name(f"{parameters[v]}_i", local)
-            local.add(elements[v])
-        loop = [f"{elements[v]} = element({parameters[v]}, {index})" for v in read]
+        elements, loop = _element_locals(run, vectors, parameters, local,
+                                         lambda p: f"element({p}, {index})")
     to_elements = _Parameters(elements) if run.writes else _Elements(parameters, index)
-    for target, kind, operands, _ in run.stmts:
-        operands = [to_elements.visit(as_lengths.visit(copy.deepcopy(op))) for op in operands]
-        if kind == "sum":
-            value = operands[0] if len(operands) == 1 else \
-                gast.BinOp(left=operands[0], op=gast.Mult(), right=operands[1])
-            loop.append(text_of(gast.AugAssign(target=name_node(target, gast.Store()),
-                                             op=gast.Add(), value=value)))
-        elif kind == "write":
-            loop.append(f"{elements[target]} = {text_of(operands[0])}")
-        else:
-            loop.append(f"{target} = {text_of(operands[0])}")
-            if target in stored:
-                loop.append(f"{stored[target]}[{index}] = {target}")
+    loop += _step_lines(run, to_elements, as_lengths, elements,
+                        lambda t, line: [line], lambda a, v: f"{a}[{index}] = {v}", stored)
     loop += [f"{parameters[w]}[{index}] = {elements[w]}" for w in run.writes]
     length = "-1"
     for v in vectors:
         length = f"joined_length({length}, {parameters[v]})"
-    apart = " or ".join(f"overlapping({parameters[w]}, {parameters[v]})" for w in run.writes
-                        for v in vectors if v != w and (v not in run.writes or
-                                                        vectors.index(v) > vectors.index(w)))
+    apart = _apart(run, vectors, parameters)
     guard = f"{count} < 0" + (f" or {apart}" if apart else "")
     made = [f"{stored[t]} = np.empty({count})" for t in outputs if t in stored]
     made += [f"{t} = 0.0" for t, kind, _, _ in run.stmts if kind == "sum"]
     after = [f"{t} = {t} / {count}" for t, kind, _, v in run.stmts  # (a mean's division)
              if kind == "sum" and dotted_name(v.func) == "np.mean"]
-    loop_returned = [stored.get(t, t) for t in outputs]
-    loop_returned = "" if not loop_returned else loop_returned[0] \
-        if len(loop_returned) == 1 else "(" + ", ".join(loop_returned) + ")"
     statement_text = "\n    ".join(plain)
     loop_text = "\n            ".join(loop)
     made_text = "".join("\n        " + line for line in made)
-    returned_text = f"\n        return {loop_returned}" if loop_returned else ""
+    returned_text = _return_text(outputs, stored)
     after_text = "".join("\n        " + line for line in after)
     written_text = f", {written!r}" if written else ""
     return f'''\
@@ -750,51 +779,32 @@ def _nest_source(name, run, outputs, vectors, parameters, params, lengths, local
               for t, gate in kept.items()]
     elements, loop = {}, []
     if run.writes:  # each element read once into a local, each written one stored once
-        read = [v for v in vectors if any(v in _names_read(op) for _, _, ops, _ in run.stmts
-                                          for op in ops)]
-        for v in vectors:
-            elements[v] = fresh_name(f"{parameters[v]}_i", local)
-            local.add(elements[v])
-        loop = [f"{elements[v]} = element_at({parameters[v]}, {row}, {index})" for v in read]
+        elements, loop = _element_locals(run, vectors, parameters, local,
+                                         lambda p: f"element_at({p}, {row}, {index})")
     to_elements = _Parameters(elements) if run.writes else _Elements(parameters, (row, index))
-    for target, kind, operands, _ in run.stmts:
-        operands = [to_elements.visit(as_lengths.visit(copy.deepcopy(op))) for op in operands]
-        if kind == "sum":
-            value = operands[0] if len(operands) == 1 else \
-                gast.BinOp(left=operands[0], op=gast.Mult(), right=operands[1])
-            loop.append(f"if {kept[target]} or {row} == 0:")
-            loop.append("    " + text_of(gast.AugAssign(target=name_node(target, gast.Store()),
-                                                      op=gast.Add(), value=value)))
-        elif kind == "write":
-            loop.append(f"{elements[target]} = {text_of(operands[0])}")
-        else:
-            loop.append(f"{target} = {text_of(operands[0])}")
-            if target in stored:
-                loop.append(f"if {kept[target]} or {row} == 0:")
-                loop.append(f"    store_at({stored[target]}, {row}, {index}, {target})")
+    def gated(target, line):  # what a statement keeps: on every row, or from the first
+        return [f"if {kept[target]} or {row} == 0:", "    " + line]
+
+    def store(array, value):
+        return f"store_at({array}, {row}, {index}, {value})"
+    loop += _step_lines(run, to_elements, as_lengths, elements, gated, store, stored)
     for w in run.writes:
-        loop.append(f"if {kept[w]} or {row} == 0:")
-        loop.append(f"    store_at({parameters[w]}, {row}, {index}, {elements[w]})")
+        loop += gated(w, store(parameters[w], elements[w]))
     rows_joined, length = "-1", "-1"
     for v in vectors:
         rows_joined = f"joined_rows({rows_joined}, {parameters[v]})"
         length = f"joined_columns({length}, {parameters[v]})"
-    apart = " or ".join(f"overlapping({parameters[w]}, {parameters[v]})" for w in run.writes
-                        for v in vectors if v != w and (v not in run.writes or
-                                                        vectors.index(v) > vectors.index(w)))
+    apart = _apart(run, vectors, parameters)
     guard = f"{count} < 0 or {rows} == -2 or {rows} == 0" + (f" or {apart}" if apart else "")
     made = [f"{stored[t]} = empty_values({rows}, {count}, {arguments(deps[t])})"
             for t in outputs if t in stored]
     made += [f"{t} = 0.0" for t, kind, _, _ in run.stmts if kind == "sum"]
     after = [f"{t} = {t} / ({count} * ({rows} if {kept[t]} else 1))"  # (a mean's division)
              for t, kind, _, v in run.stmts if kind == "sum" and dotted_name(v.func) == "np.mean"]
-    loop_returned = [stored.get(t, t) for t in outputs]
-    loop_returned = "" if not loop_returned else loop_returned[0] \
-        if len(loop_returned) == 1 else "(" + ", ".join(loop_returned) + ")"
     statement_text = "\n    ".join(plain)
     loop_text = "\n                ".join(loop)
     made_text = "".join("\n        " + line for line in before + made)
-    returned_text = f"\n        return {loop_returned}" if loop_returned else ""
+    returned_text = _return_text(outputs, stored)
     after_text = "".join("\n        " + line for line in after)
     return f'''\
 def {name}({signature}):
