@@ -37,6 +37,7 @@ import numpy as np
 
 from . import pytrees
 from .api import (
+    FlatView,
     _flat_values,
     _match_leaf,
     _plain_dict,
@@ -206,6 +207,11 @@ class _Jitted:
                 parts.append(("static", type(a), a))
                 continue
             part = _leaf_key(a)
+            if part is None and type(a) is tuple:  # (primals, tangents): arrays, no pytree walk
+                part = ("tuple",) + tuple(_leaf_key(leaf) for leaf in a)
+                if None not in part:
+                    parts.append(part)
+                    continue
             if part is None:
                 if type(a) not in (dict, list, tuple):
                     return None
@@ -354,7 +360,9 @@ def _any_float32(values):
         if kind is np.ndarray or isinstance(a, np.floating):
             if a.dtype.char == "f":
                 return True
-        elif kind in (dict, list, tuple) and _any_float32(pytrees.tree_leaves(a)):
+        elif kind in (list, tuple) and _any_float32(a):  # (nested: the same scan)
+            return True
+        elif kind is dict and _any_float32(pytrees.tree_leaves(a)):
             return True
     return False
 
@@ -451,6 +459,9 @@ def _make_plan(jitted, args):
     if jitted.jit_options.static_argnames or jitted._last is None:
         return None
     generated, module = jitted._last
+    jacobians = sys.modules.get(f"{__package__}.jacobians")  # (a warm start imports none)
+    if jacobians is not None and isinstance(jitted, jacobians._JvpTransform):
+        return _jvp_plan(jitted, args, getattr(module, generated.entry), jacobians)
     try:
         nparams = len(inspect.signature(jitted._signature_function()).parameters)
     except (TypeError, ValueError):
@@ -477,8 +488,6 @@ def _make_plan(jitted, args):
         def primal_plan(args):
             return entry(*flat(args))
         return primal_plan
-    # (a Jacobian transform has imported its module; a warm start imports none of them)
-    jacobians = sys.modules.get(f"{__package__}.jacobians")
     if jacobians is not None and isinstance(jitted, jacobians._JacobianTransform):
         if jitted.has_aux or any(tree for _, tree in dynamic) or static:
             return None
@@ -526,6 +535,33 @@ def _make_plan(jitted, args):
             return (value, aux), grads
         return (value, grads) if with_value else (grads, aux)
     return reverse_plan
+
+
+def _jvp_plan(jitted, args, entry, jacobians):
+    """jit(jvp_transform(f)) called with tuples of float64 arrays, primals and tangents (the
+    form a Hessian-vector product takes): the entry on the arrays as they are, or None.
+    Tangent shapes are checked at every call (the plan's key fixes dtypes, not shapes)."""
+    if jitted.has_aux or len(args) != 2:
+        return None
+    primals, tangents = args
+    if type(primals) is not tuple or type(tangents) is not tuple or \
+            len(primals) != len(tangents) or not primals:
+        return None
+    if not all(type(a) is np.ndarray and a.dtype == np.float64
+               for a in primals + tangents):
+        return None
+    if FlatView.applies(jitted.fun, primals):
+        return None
+    match_tree = jacobians._match_tree
+
+    def jvp_plan(args):
+        primals, tangents = args
+        for p, t in zip(primals, tangents):
+            if p.shape != t.shape:  # the general path's error
+                jacobians._tangent_leaves(primals, tangents)
+        result = entry(*primals, *tangents)
+        return result[0], match_tree(result[1], result[0])
+    return jvp_plan
 
 
 class _Primal(_Transformed):

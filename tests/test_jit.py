@@ -702,9 +702,31 @@ def test_repeated_jacobian_calls_take_the_fast_path(quick_llvm):
     assert kinds[0] == ["matrix_plan"]
     assert kinds[1] == ["jacobian_plan"]
     unplanned = jit(ad.jvp_transform(f))
-    for _ in range(3):
-        unplanned((w, x), (np.ones(3), np.zeros((4, 3))))
+    for _ in range(3):  # (primals in a list: the jvp plan takes tuples of arrays)
+        unplanned([w, x], [np.ones(3), np.zeros((4, 3))])
     assert list(unplanned.jit_plans.values()) == [_NO_PLAN]
+
+
+@pytest.mark.numba
+def test_repeated_jvp_calls_take_the_fast_path(quick_llvm):
+    """jit(jvp_transform(grad(f))) with tuples of float64 arrays (a Hessian-vector product):
+    calls after the first go straight to the entry; new values and shapes agree with the
+    plain transformation, and a tangent shaped unlike its primal is still the clear error."""
+    from autodiff_ast.jacobians import jvp_transform
+
+    def f(x):
+        return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
+
+    rng = np.random.default_rng(11)
+    compiled, plain = jit(jvp_transform(ad.grad(f))), jvp_transform(ad.grad(f))
+    for n in (6, 6, 6, 9):
+        x, v = rng.standard_normal(n), rng.standard_normal(n)
+        for got, want in zip(compiled((x,), (v,)), plain((x,), (v,))):
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+    plans = list(compiled.jit_plans.values())
+    assert plans and all(p.__name__ == "jvp_plan" for p in plans)
+    with pytest.raises(ad.ShapeMismatchError, match="tangent of shape"):
+        compiled((rng.standard_normal(6),), (rng.standard_normal(5),))
 
 
 @pytest.mark.numba
