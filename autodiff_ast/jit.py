@@ -513,15 +513,17 @@ def _make_plan(jitted, args):
     n_extra = int(layout["value"]) + int(layout["aux"])
     one = n_extra + sum(sizes) == 1
     with_value, has_aux = jitted.with_value, jitted.has_aux
+    # (the plan's key tells a leaf from a pytree: the same for every call it serves)
+    trees = [_leaf_key(args[i]) is None for i in argnums]
 
     def reverse_plan(args):
         result = entry(*flat(args))
         if one:
             result = (result,)
         grads, at = [], n_extra
-        for i, n in zip(argnums, sizes):
+        for i, n, tree in zip(argnums, sizes, trees):
             like = args[i]
-            if _leaf_key(like) is None:
+            if tree:
                 grads.append(_rebuild(like, list(result[at:at + n])))
             else:
                 grads.append(_match_leaf(result[at], like))
