@@ -587,16 +587,23 @@ def _as_load(node):
     return loaded
 
 
-def _depends(run, vectors):
-    """For each name the run binds, the positions of the vector parameters its value reads."""
-    deps = {}
-    for target, _, operands, _ in run.stmts:
+def _statement_reads(run, vectors, writes_read=True):
+    """For each statement of the run, the positions of the parameters it reads, directly or
+    through the values it reads. With `writes_read` (the loop nest's use), a written slice
+    counts as read by the statement writing it, and so by every later reader of the slice:
+    nest_types must see who reads a vector's new elements. The vector loop's groups leave it
+    out."""
+    deps, reads = {}, []
+    for target, kind, operands, _ in run.stmts:
         found = set()
         for op in operands:
             for n in _names_read(op):
                 found |= deps[n] if n in deps else {vectors.index(n)}
+        if kind == "write" and writes_read:
+            found.add(vectors.index(target))
         deps[target] = found
-    return deps
+        reads.append(tuple(sorted(found)))
+    return reads
 
 
 def _plain_statements(run, outputs, parameters, as_lengths):
@@ -666,8 +673,9 @@ def _helper_source(name, run, outputs, vectors, parameters, params, lengths, loc
     signature = ", ".join(params)
     as_lengths = _Lengths(lengths)
     plain = _plain_statements(run, outputs, parameters, as_lengths)
-    deps = _depends(run, vectors)
-    groups = tuple(tuple(sorted(deps[t])) for t in outputs)
+    deps = dict(zip((t for t, _, _, _ in run.stmts),
+                    _statement_reads(run, vectors, writes_read=False)))
+    groups = tuple(deps[t] for t in outputs)
     written = tuple(vectors.index(w) for w in run.writes)
     count, index = fresh_name("n", local), fresh_name("i", local)
     stored = {t: fresh_name(f"{t}_values", local) for t, kind, _, _ in run.stmts
@@ -728,22 +736,6 @@ def {name}_numba({signature}):
     return {name}_loop
 '''
 
-
-
-def _statement_reads(run, vectors):
-    """For each statement of the run, the positions of the parameters it reads, directly or
-    through the values it reads (a slice written earlier in the run counts as its own)."""
-    deps, reads = {}, []
-    for target, kind, operands, _ in run.stmts:
-        found = set()
-        for op in operands:
-            for n in _names_read(op):
-                found |= deps[n] if n in deps else {vectors.index(n)}
-        if kind == "write":
-            found.add(vectors.index(target))
-        deps[target] = found
-        reads.append(tuple(sorted(found)))
-    return reads
 
 
 def _nest_source(name, run, outputs, vectors, parameters, params, lengths, local):
