@@ -29,6 +29,7 @@ from .build_forward import build_jvp
 from .custom import source_function
 from .frontend import parse_function
 from .naming import sanitize
+from .nesting import code_to_transform
 from .normalize import Program, TreeSpec, normalize
 from .primal import build_primal
 
@@ -313,7 +314,8 @@ def build_jacrev(fn, specs, argnums, has_aux=False, label=None):
     every basis cotangent."""
     from .batching import vmap
     info = parse_function(fn)
-    vjp_mod = build_vjp(fn, specs, has_aux=has_aux, argnums=tuple(argnums))
+    with code_to_transform():  # read again below (its types) and batched by vmap
+        vjp_mod = build_vjp(fn, specs, has_aux=has_aux, argnums=tuple(argnums))
     module = load(vjp_mod)
     fwd = getattr(module, vjp_mod.entry)
     bwd = getattr(module, vjp_mod.extra["bwd"])

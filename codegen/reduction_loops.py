@@ -96,21 +96,34 @@ def _accumulation(stmt):
 
 
 def _float_tapes(fn):
-    """Names bound once, to ``np.empty(n, dtype=np.float64)`` (reverse mode's tape of a
-    float): an element of one is a float."""
-    counts, tapes = {}, set()
+    """Names bound once, to ``np.empty(n, dtype=np.float64)`` or to a column ``m[:, j]`` of
+    a matrix bound once to ``np.empty((n, k), dtype=np.float64)`` (reverse mode's tapes of
+    floats): an element of one is a float."""
+    counts, vectors, matrices, columns = {}, set(), set(), {}
     for node in gast.walk(fn):
         if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store):
             counts[node.id] = counts.get(node.id, 0) + 1
     for node in gast.walk(fn):
-        if isinstance(node, gast.Assign) and len(node.targets) == 1 and \
-                isinstance(node.targets[0], gast.Name) and isinstance(node.value, gast.Call) \
-                and text_of(node.value.func) == "np.empty" and len(node.value.args) == 1 and \
-                not isinstance(node.value.args[0], gast.Tuple) and \
-                [(k.arg, text_of(k.value)) for k in node.value.keywords] == \
-                [("dtype", "np.float64")] and counts[node.targets[0].id] == 1:
-            tapes.add(node.targets[0].id)
-    return tapes
+        if not (isinstance(node, gast.Assign) and len(node.targets) == 1 and
+                isinstance(node.targets[0], gast.Name)):
+            continue
+        target, value = node.targets[0].id, node.value
+        if isinstance(value, gast.Call) and text_of(value.func) == "np.empty" and \
+                len(value.args) == 1 and \
+                [(k.arg, text_of(k.value)) for k in value.keywords] == \
+                [("dtype", "np.float64")]:
+            shape = value.args[0]
+            if not isinstance(shape, gast.Tuple):
+                vectors.add(target)
+            elif len(shape.elts) == 2:
+                matrices.add(target)
+        elif isinstance(value, gast.Subscript) and isinstance(value.value, gast.Name) and \
+                isinstance(value.slice, gast.Tuple) and len(value.slice.elts) == 2 and \
+                text_of(value.slice.elts[0]) == ":" and \
+                isinstance(value.slice.elts[1], gast.Constant):
+            columns[target] = value.value.id
+    tapes = vectors | {t for t, m in columns.items() if m in matrices and counts[m] == 1}
+    return {t for t in tapes if counts[t] == 1}
 
 
 def _float_bindings_only(fn, s, loop):

@@ -10,6 +10,8 @@ gradient; the source checks pin the generated form.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -128,7 +130,9 @@ def test_nested_scalar_saves_use_slots_and_match_finite_differences(mixture_args
     g(*mixture_args)
     source = g.source
     assert ".append(" not in source.split("terms = np.zeros(k)")[0], source  # scalars: slots
-    assert "sq_tape = np.empty(n * max(k, 0), dtype=np.float64)" in source, source
+    # (a column of the nest's float tapes, which are of one length)
+    assert "float_tapes = np.empty((n * max(k, 0), 3), dtype=np.float64)" in source, source
+    assert re.search(r"sq_tape = float_tapes\[:, \d\]", source), source
     assert "sq_tape[i * max(k, 0) + c] = sq" in source, source
     assert "sq = sq_tape[i * max(k, 0) + c]" in source, source
     # the comparisons of the max loop, one per (i, c) with c from 1
@@ -393,3 +397,50 @@ def test_vectors_not_bound_once_per_step_stay_on_lists(fn, why):
     g = ad.grad(fn, argnums=(0, 1))
     g(w, x)
     assert "v_tape = []" in g.source, (why, g.source)
+
+
+def three_numbers_per_step(x, a):
+    """Three floats saved in a slot of each step (two math-library values and a product the
+    sine reads); the running total, overwritten in a branch, goes on a list."""
+    total = 1.0
+    for i in range(x.shape[0]):
+        e = np.exp(a * x[i])
+        s = np.sin(e * total)
+        if s > 0.0:
+            total = total * s + e
+        else:
+            total = total - s * e
+    return total
+
+
+def test_numbers_saved_in_a_step_are_columns_of_one_tape():
+    """Tapes of numbers of one dtype and length are columns of one matrix: a step writes its
+    numbers side by side (separate tapes evict each other from the cache: ADBench BA)."""
+    x = np.array([0.3, -0.7, 0.5, 0.9, 0.1, -0.2])
+    check_grads(three_numbers_per_step, (x, 0.6), modes=("rev",))
+    g = ad.grad(three_numbers_per_step, argnums=(0, 1))
+    g(x, 0.6)
+    source = g.source
+    match = re.search(r"(float_tapes\w*) = np\.empty\(\(\w+, 3\), dtype=np\.float64\)", source)
+    assert match, source
+    for column in range(3):
+        assert f"_tape = {match.group(1)}[:, {column}]" in source, source
+
+
+def test_second_order_through_column_tapes():
+    """Code written to be differentiated again keeps separate tapes (columns of one matrix
+    would be shared memory to the next pass); the Hessian matches differences."""
+    check_grads(three_numbers_per_step, (np.array([0.3, -0.7, 0.5, 0.9]), 0.6), order=2,
+                modes=("rev",))
+
+
+@pytest.mark.numba
+def test_jit_gradient_through_column_tapes():
+    x = np.array([0.3, -0.7, 0.5, 0.9, 0.1, -0.2])
+    got = ad.jit(ad.grad(three_numbers_per_step, argnums=(0, 1)))(x, 0.6)
+    want = ad.grad(three_numbers_per_step, argnums=(0, 1))(x, 0.6)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-13)
+    empty = ad.jit(ad.grad(three_numbers_per_step, argnums=(0, 1)))(np.zeros(0), 0.6)
+    np.testing.assert_array_equal(empty[0], np.zeros(0))
+    assert empty[1] == 0.0

@@ -350,8 +350,9 @@ def _refused_rewrite(monkeypatch):
     def with_an_integer_product(program, core):
         calls.append(core.name)
         text = rewrite(program, core)
-        return text.replace("    total = 0.0\n", "    total = float(np.dot(np.arange(3), "
-                            "np.arange(3))) * 0.0\n", 1)
+        # (w scaled by it: the gradient reads w, so the product cannot be left out)
+        return text.replace("    total = 0.0\n", "    total = 0.0\n    w = w * float(np.dot("
+                            "np.arange(3), np.arange(3)))\n", 1)
 
     monkeypatch.setattr(vl, "vector_loops", with_an_integer_product)
     return calls
