@@ -1878,9 +1878,7 @@ class _Builder:
                 out += [assign(tape, fill(f"np.empty(s, dtype=np.{dtype})", s=info["shape"]))
                         for tape, info in group]
                 continue
-            matrix = self.core.namer.fresh(f"{dtype.rstrip('_')}_tapes".replace("float64",
-                                                                                 "float")
-                                           .replace("int64", "int"))
+            matrix = self.core.namer.fresh(_TAPE_MATRICES.get(dtype, f"{dtype}_tapes"))
             out.append(assign(matrix, fill(f"np.empty((s, {len(group)}), dtype=np.{dtype})",
                                            s=group[0][1]["shape"])))
             out += [assign(tape, fill(f"m[:, {j}]", m=matrix))
@@ -2567,10 +2565,14 @@ def _cheap(stmt):
     prim = getattr(stmt, "prim", None)
     if not isinstance(value, gast.Call) or prim is None or value.keywords:
         return False
-    if prim.kind in ("rule", "nondiff") and prim.rule.name in _INDEX_HELPERS:
+    if prim.kind in ("rule", "nondiff") and getattr(prim.rule, "name", None) in _INDEX_HELPERS:
         return all(_name_or_length(a) for a in value.args)  # a few integer compares
     return prim.kind == "rule" and prim.rule.name in _ELEMENTWISE_OK and all(
         isinstance(a, (gast.Name, gast.Constant)) for a in value.args)
+
+
+# What the matrix holding a nest's tapes of numbers of one dtype is called.
+_TAPE_MATRICES = {"float64": "float_tapes", "int64": "int_tapes", "bool_": "bool_tapes"}
 
 
 # The index helpers of scalarized code and of vector arithmetic written as loops
