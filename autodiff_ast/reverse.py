@@ -2442,6 +2442,7 @@ def _recompute_index_arithmetic(core, backward):
     saved = {t: loop for t, (loop, _) in loop_local.items()
              if id(defs[t][0]) in slotted and _libm_call(defs[t][0])}
     changed = True
+    rebound = {}  # id(loop) -> the names its body binds anew (see _rebound)
     while changed:
         changed = False
         for t, (loop, written) in loop_local.items():
@@ -2451,8 +2452,10 @@ def _recompute_index_arithmetic(core, backward):
             value = stmt.value
             operands = [n.id for n in gast.walk(value) if isinstance(n, gast.Name) and
                         not (isinstance(value, gast.Call) and n is value.func)]
-            # (a saved value of the step holds the step's value at the top of its backward)
-            if all(o in indices or o in recomputable or o not in written or
+            # (a saved value of the step holds the step's value at the top of its backward;
+            # the shape of an array the step only writes into in place is the same there)
+            shapes = _shape_only_operands(value) - _rebound(loop, rebound)
+            if all(o in indices or o in recomputable or o not in written or o in shapes or
                    in_loop.get(o) is loop or saved.get(o) is loop for o in operands):
                 in_loop[t] = loop
                 changed = True
@@ -2467,6 +2470,35 @@ def _recompute_index_arithmetic(core, backward):
         for i, stmt in enumerate(backward):
             backward[i] = Substitute().visit(stmt)
     return inserted
+
+
+def _shape_only_operands(value):
+    """The names `value` reads only through their shape (``x.shape``, ``x.shape[1]``)."""
+    through_shape, other = set(), set()
+    shape_reads = {id(n.value) for n in gast.walk(value)
+                   if isinstance(n, gast.Attribute) and n.attr == "shape"}
+    for n in gast.walk(value):
+        if isinstance(n, gast.Name):
+            (through_shape if id(n) in shape_reads else other).add(n.id)
+    return through_shape - other
+
+
+def _rebound(loop, cache):
+    """The names the body of `loop` binds anew (an in-place write keeps a name's array and
+    its shape; an append or pop changes a list's length), cached by loop in `cache`."""
+    if id(loop) not in cache:
+        out = set()
+        for stmt in walk_statements(loop.body):
+            if isinstance(stmt, CONTROL):
+                continue
+            prim = getattr(stmt, "prim", None)
+            if prim is not None and prim.kind in ("setitem", "add_at"):
+                continue
+            out |= set(_stmt_targets(stmt))
+            if prim is not None and prim.kind == "pop":
+                out.add(prim.base)
+        cache[id(loop)] = out
+    return cache[id(loop)]
 
 
 def _insert_recomputation(backward, in_loop, namer):

@@ -444,3 +444,42 @@ def test_jit_gradient_through_column_tapes():
     empty = ad.jit(ad.grad(three_numbers_per_step, argnums=(0, 1)))(np.zeros(0), 0.6)
     np.testing.assert_array_equal(empty[0], np.zeros(0))
     assert empty[1] == 0.0
+
+
+def shape_of_an_array_written_in_place(x, a):
+    """`m` reads the shape of an array the step writes only in place: computed again in the
+    backward step, not saved."""
+    buf = np.zeros(3)
+    total = 0.0
+    for i in range(x.shape[0]):
+        m = buf.shape[0]
+        buf[i % m] = x[i] * a
+        total = total + np.sum(buf * buf) / m
+    return total
+
+
+def shape_of_an_array_made_each_step(x, a):
+    """The array is new in each step (the name is bound again): not the in-place case."""
+    total = 0.0
+    buf = np.zeros(x.shape[0])
+    for i in range(x.shape[0]):
+        m = buf.shape[0]
+        buf = np.zeros(x.shape[0]) + buf[i] * a
+        buf[i] = x[i] * a * m
+        total = total + np.sum(buf * buf) * m
+    return total
+
+
+@pytest.mark.parametrize("fn", [shape_of_an_array_written_in_place,
+                                shape_of_an_array_made_each_step])
+def test_shapes_read_in_a_step_match_finite_differences(fn):
+    x = np.array([0.3, -0.7, 0.5, 0.9, 0.1])
+    check_grads(fn, (x, 0.6), modes=("rev",))
+
+
+def test_the_shape_of_an_array_written_in_place_is_not_taped():
+    g = ad.grad(shape_of_an_array_written_in_place, argnums=(0, 1))
+    g(np.array([0.3, -0.7, 0.5]), 0.6)
+    source = g.source
+    assert "m_tape" not in source, source
+    assert "m = buf.shape[0]" in source.split("for i in range(shape[0] - 1, -1, -1):")[1], source
