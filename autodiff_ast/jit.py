@@ -212,6 +212,12 @@ class _Jitted:
                 if None not in part:
                     parts.append(part)
                     continue
+            if part is None and type(a) is dict and all(type(k) is str for k in a):
+                keys = tuple(sorted(a))  # a dict of arrays: no pytree walk
+                leaves = tuple(_leaf_key(a[k]) for k in keys)
+                if None not in leaves:
+                    parts.append(("dict", keys) + leaves)
+                    continue
             if part is None:
                 if type(a) not in (dict, list, tuple):
                     return None
@@ -362,9 +368,14 @@ def _any_float32(values):
                 return True
         elif kind in (list, tuple) and _any_float32(a):  # (nested: the same scan)
             return True
-        elif kind is dict and _any_float32(pytrees.tree_leaves(a)):
-            return True
+        elif kind is dict and any(
+                _any_float32((v,) if type(v) in _LEAVES or isinstance(v, np.floating)
+                             else pytrees.tree_leaves(v)) for v in a.values()):
+            return True  # (the leaves of each value: arrays and numbers without a walk)
     return False
+
+
+_LEAVES = (np.ndarray, float, int, bool)
 
 
 def _float_dtypes(values):
@@ -454,6 +465,15 @@ def _leaf_key(a):
     return None
 
 
+def _flat_dict_keys(a):
+    """The keys of a dict of str keys whose values are arrays or numbers `_leaf_key` accepts,
+    sorted (the order pytrees flattens a dict in), else None."""
+    if not all(type(k) is str for k in a):
+        return None
+    keys = tuple(sorted(a))
+    return keys if all(_leaf_key(a[k]) is not None for k in keys) else None
+
+
 def _make_plan(jitted, args):
     """A function of the call's arguments doing what the last (slow) call did, or None."""
     if jitted.jit_options.static_argnames or jitted._last is None:
@@ -469,13 +489,19 @@ def _make_plan(jitted, args):
     if nparams != len(args):
         return None  # defaults filled in: keep the general path
     static = {i % len(args) for i in jitted.jit_options.static_argnums}
-    dynamic = [(i, _leaf_key(args[i]) is None) for i in range(len(args)) if i not in static]
+    # (i, a pytree?, its keys when a dict of arrays: the plan's key fixes both per call)
+    dynamic = [(i, _leaf_key(args[i]) is None,
+                _flat_dict_keys(args[i]) if type(args[i]) is dict else None)
+               for i in range(len(args)) if i not in static]
     entry = getattr(module, generated.entry)
 
     def flat(args):
         out = []
-        for i, tree in dynamic:
-            if tree:
+        for i, tree, keys in dynamic:
+            if keys is not None:
+                a = args[i]
+                out.extend([a[k] for k in keys])
+            elif tree:
                 out.extend(pytrees.tree_leaves(args[i]))
             else:
                 out.append(args[i])
@@ -489,7 +515,7 @@ def _make_plan(jitted, args):
             return entry(*flat(args))
         return primal_plan
     if jacobians is not None and isinstance(jitted, jacobians._JacobianTransform):
-        if jitted.has_aux or any(tree for _, tree in dynamic) or static:
+        if jitted.has_aux or any(tree for _, tree, _ in dynamic) or static:
             return None
         _, _, specs = jitted._specs(args, {})
         if jitted.assembles_as_is(specs) and not jacobians._all_single_precision(args):
@@ -515,15 +541,19 @@ def _make_plan(jitted, args):
     with_value, has_aux = jitted.with_value, jitted.has_aux
     # (the plan's key tells a leaf from a pytree: the same for every call it serves)
     trees = [_leaf_key(args[i]) is None for i in argnums]
+    dict_keys = [_flat_dict_keys(args[i]) if type(args[i]) is dict else None for i in argnums]
 
     def reverse_plan(args):
         result = entry(*flat(args))
         if one:
             result = (result,)
         grads, at = [], n_extra
-        for i, n, tree in zip(argnums, sizes, trees):
+        for i, n, tree, keys in zip(argnums, sizes, trees, dict_keys):
             like = args[i]
-            if tree:
+            if keys is not None:  # (a dict of arrays: rebuilt without a pytree walk)
+                grads.append({k: _match_leaf(g, like[k])
+                              for k, g in zip(keys, result[at:at + n])})
+            elif tree:
                 grads.append(_rebuild(like, list(result[at:at + n])))
             else:
                 grads.append(_match_leaf(result[at], like))

@@ -729,6 +729,45 @@ def test_repeated_jvp_calls_take_the_fast_path(quick_llvm):
         compiled((rng.standard_normal(6),), (rng.standard_normal(5),))
 
 
+def test_repeated_calls_with_a_dict_of_arrays_take_the_fast_path(quick_llvm):
+    """A dict of arrays and numbers (an MLP's parameters) is keyed and flattened without a
+    pytree walk (one walk cost the MLP 784 gradient at batch 32 about a third of its time):
+    later calls give what the plain gradient gives, with the dict's keys, dtypes and
+    scalar-ness; a float32 leaf in the dict still answers in float32, and a dict whose values
+    are not all leaves (a nested list) takes the general path and agrees too."""
+    def f(p, x):
+        h = np.tanh(np.dot(x, p["W"]) + p["b"])
+        return np.sum(h * h) * p["scale"]
+
+    def g(p, x):
+        return f(p, x) + np.sum(np.dot(x, p["nested"][0]))
+
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((4, 3))
+    params = {"b": rng.standard_normal(2), "W": rng.standard_normal((3, 2)), "scale": 0.7}
+    compiled, plain = jit(ad.grad(f)), ad.grad(f)
+    for p in (params, {k: v * 2.0 for k, v in params.items()}, params):
+        got, want = compiled(p, x), plain(p, x)
+        assert list(got) == list(want) == ["W", "b", "scale"]
+        for k in want:
+            assert type(got[k]) is type(want[k]) and np.asarray(got[k]).dtype == np.float64
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-12)
+    assert [p.__name__ for p in compiled.jit_plans.values()] == ["reverse_plan"]
+    key = next(iter(compiled.jit_plans))
+    assert key[0][:2] == ("dict", ("W", "b", "scale"))
+    single = {k: (v.astype(np.float32) if isinstance(v, np.ndarray) else v)
+              for k, v in params.items()}
+    got = compiled(single, x.astype(np.float32))
+    assert got["W"].dtype == np.float32
+    np.testing.assert_allclose(got["W"], plain(params, x)["W"], rtol=1e-5)
+    nested = dict(params, nested=[rng.standard_normal(3)])
+    compiled, plain = jit(ad.grad(g)), ad.grad(g)
+    for _ in range(2):
+        got, want = compiled(nested, x), plain(nested, x)
+        np.testing.assert_allclose(got["nested"][0], want["nested"][0], rtol=1e-12)
+        np.testing.assert_allclose(got["W"], want["W"], rtol=1e-12)
+
+
 @pytest.mark.numba
 def test_float32_arguments_run_in_float64_and_answer_in_float32(quick_llvm):
     """Compiled code mixes float64 constants and seeds with float32 arguments, and Numba
