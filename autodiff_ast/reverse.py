@@ -2387,14 +2387,15 @@ def _recompute_index_arithmetic(core, backward):
     defs = {}
     overwritten = set()
     indices = set()
-    loop_local = {}  # name -> (its loop, what the loop body writes): see _loop_locals
+    loop_local = {}  # name -> (its loop, what its body writes, rebinds): see _loop_locals
     reads = {}  # id(core statement) -> the names it reads (shared by the _loop_locals calls)
 
     def scan(stmts, depth):
         for stmt in stmts:
             if isinstance(stmt, gast.For):
                 indices.add(stmt.target.id)
-                loop_local.update({t: (stmt, w) for t, w in _loop_locals(stmt, core, reads)})
+                loop_local.update({t: (stmt, w, r) for t, w, r in
+                                   _loop_locals(stmt, core, reads)})
                 scan(stmt.body, depth + 1)
                 continue
             if isinstance(stmt, CONTROL):
@@ -2439,13 +2440,12 @@ def _recompute_index_arithmetic(core, backward):
     slotted = {id(s) for loop in core.body if isinstance(loop, gast.For) and
                not getattr(loop, "checkpointed", False) and len(loop.iter.args) <= 2
                for s, _, _ in _steps_of_nest(loop, None, None)}
-    saved = {t: loop for t, (loop, _) in loop_local.items()
+    saved = {t: loop for t, (loop, _, _) in loop_local.items()
              if id(defs[t][0]) in slotted and _libm_call(defs[t][0])}
     changed = True
-    rebound = {}  # id(loop) -> the names its body binds anew (see _rebound)
     while changed:
         changed = False
-        for t, (loop, written) in loop_local.items():
+        for t, (loop, written, rebound) in loop_local.items():
             stmt = defs[t][0]
             if t in recomputable or t in in_loop or t in saved or not _cheap(stmt):
                 continue
@@ -2454,7 +2454,7 @@ def _recompute_index_arithmetic(core, backward):
                         not (isinstance(value, gast.Call) and n is value.func)]
             # (a saved value of the step holds the step's value at the top of its backward;
             # the shape of an array the step only writes into in place is the same there)
-            shapes = _shape_only_operands(value) - _rebound(loop, rebound)
+            shapes = _shape_only_operands(value) - rebound
             if all(o in indices or o in recomputable or o not in written or o in shapes or
                    in_loop.get(o) is loop or saved.get(o) is loop for o in operands):
                 in_loop[t] = loop
@@ -2481,24 +2481,6 @@ def _shape_only_operands(value):
         if isinstance(n, gast.Name):
             (through_shape if id(n) in shape_reads else other).add(n.id)
     return through_shape - other
-
-
-def _rebound(loop, cache):
-    """The names the body of `loop` binds anew (an in-place write keeps a name's array and
-    its shape; an append or pop changes a list's length), cached by loop in `cache`."""
-    if id(loop) not in cache:
-        out = set()
-        for stmt in walk_statements(loop.body):
-            if isinstance(stmt, CONTROL):
-                continue
-            prim = getattr(stmt, "prim", None)
-            if prim is not None and prim.kind in ("setitem", "add_at"):
-                continue
-            out |= set(_stmt_targets(stmt))
-            if prim is not None and prim.kind == "pop":
-                out.add(prim.base)
-        cache[id(loop)] = out
-    return cache[id(loop)]
 
 
 def _insert_recomputation(backward, in_loop, namer):
@@ -2639,13 +2621,17 @@ def _libm_call(stmt):
 def _loop_locals(loop, core, reads=None):
     """Scalars (and shape tuples) a ``for`` body assigns once, directly, and reads only later
     in the same step and nowhere outside the loop (its own temporaries: ``lap = u[i - 1] -
-    2.0 * u[i] + u[i + 1]``, ``m = x.shape[1]``), each paired with the names the body writes.
-    Such a value can be recomputed at the top of the backward step from operands the body
-    does not write: there they hold the values they had during the step."""
+    2.0 * u[i] + u[i + 1]``, ``m = x.shape[1]``), each with the names the body writes and
+    the names it binds anew (not only writes into in place: such a write keeps the array
+    and its shape; an append or pop changes a list's length). Such a value can be recomputed
+    at the top of the backward step from operands the body does not write: there they hold
+    the values they had during the step."""
     inside = list(walk_statements(loop.body))
     simple = [s for s in inside if not isinstance(s, CONTROL)]
-    written = {t for s in simple for t in _stmt_targets(s)}
-    written |= {s.prim.base for s in simple if s.prim.kind == "pop"}
+    rebound = {t for s in simple if s.prim.kind not in ("setitem", "add_at")
+               for t in _stmt_targets(s)}
+    rebound |= {s.prim.base for s in simple if s.prim.kind == "pop"}
+    written = rebound | {t for s in simple for t in _stmt_targets(s)}
     count = {}
     for s in simple:
         for t in _stmt_targets(s):
@@ -2675,7 +2661,7 @@ def _loop_locals(loop, core, reads=None):
                     core.types.get(targets[0], T.UNKNOWN).kind in ("float", "int", "bool",
                                                                    "tuple") or
                     _basic_view(s, core.types) or _array_arithmetic(s, core.types)):
-            out.append((targets[0], written))
+            out.append((targets[0], written, rebound))
         seen |= reads_of(s)
     return out
 
