@@ -212,11 +212,10 @@ class _Jitted:
                 if None not in part:
                     parts.append(part)
                     continue
-            if part is None and type(a) is dict and all(type(k) is str for k in a):
-                keys = tuple(sorted(a))  # a dict of arrays: no pytree walk
-                leaves = tuple(_leaf_key(a[k]) for k in keys)
-                if None not in leaves:
-                    parts.append(("dict", keys) + leaves)
+            if part is None and type(a) is dict:  # a dict of arrays: no pytree walk
+                found = _dict_of_leaves(a)
+                if found is not None:
+                    parts.append(("dict",) + found)
                     continue
             if part is None:
                 if type(a) not in (dict, list, tuple):
@@ -465,13 +464,22 @@ def _leaf_key(a):
     return None
 
 
-def _flat_dict_keys(a):
-    """The keys of a dict of str keys whose values are arrays or numbers `_leaf_key` accepts,
-    sorted (the order pytrees flattens a dict in), else None."""
+def _dict_of_leaves(a):
+    """(keys, their values' _leaf_keys) of a dict of str keys whose values are arrays or
+    numbers `_leaf_key` accepts, the keys sorted (the order pytrees flattens a dict in), else
+    None."""
     if not all(type(k) is str for k in a):
         return None
     keys = tuple(sorted(a))
-    return keys if all(_leaf_key(a[k]) is not None for k in keys) else None
+    leaves = tuple(_leaf_key(a[k]) for k in keys)
+    return None if None in leaves else (keys, leaves)
+
+
+def _flat_dict_keys(a):
+    """The sorted keys of `a` when it is a dict of arrays and numbers (_dict_of_leaves), else
+    None."""
+    found = _dict_of_leaves(a) if type(a) is dict else None
+    return None if found is None else found[0]
 
 
 def _make_plan(jitted, args):
@@ -490,8 +498,7 @@ def _make_plan(jitted, args):
         return None  # defaults filled in: keep the general path
     static = {i % len(args) for i in jitted.jit_options.static_argnums}
     # (i, a pytree?, its keys when a dict of arrays: the plan's key fixes both per call)
-    dynamic = [(i, _leaf_key(args[i]) is None,
-                _flat_dict_keys(args[i]) if type(args[i]) is dict else None)
+    dynamic = [(i, _leaf_key(args[i]) is None, _flat_dict_keys(args[i]))
                for i in range(len(args)) if i not in static]
     entry = getattr(module, generated.entry)
 
@@ -540,8 +547,9 @@ def _make_plan(jitted, args):
     one = n_extra + sum(sizes) == 1
     with_value, has_aux = jitted.with_value, jitted.has_aux
     # (the plan's key tells a leaf from a pytree: the same for every call it serves)
-    trees = [_leaf_key(args[i]) is None for i in argnums]
-    dict_keys = [_flat_dict_keys(args[i]) if type(args[i]) is dict else None for i in argnums]
+    kinds = {i: (tree, keys) for i, tree, keys in dynamic}
+    trees = [kinds[i][0] for i in argnums]
+    dict_keys = [kinds[i][1] for i in argnums]
 
     def reverse_plan(args):
         result = entry(*flat(args))
