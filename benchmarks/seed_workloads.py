@@ -284,7 +284,43 @@ def mlp_rows():
         rows.append(_compare(f"MLP 784-128-128-10, batch {batch}", ours, args, reference,
                              _competitors(mlp_grad_numpy, loops, jax_fn, ag_fn,
                                           grad(mlp_loss)), primal=primal))
+        if batch == 32:
+            rows.append(_training_step_row(ours, args, reference, loops, jax_fn))
     return rows
+
+
+def _training_step_row(ours, args, reference, loops, jax_fn):
+    """A step of a training loop that logs its loss computed by NumPy: NumPy's BLAS, then the
+    gradient's. Ours and the hand-written Numba adjoint call SciPy's OpenBLAS, a second thread
+    pool beside NumPy's; codegen/blas_threads.py lets its idle threads sleep soon. The row
+    also times ours with OpenBLAS's default (its threads poll for ~0.1 s after each call), set
+    for that last measurement only."""
+    from codegen.blas_threads import TIMEOUT, calm_blas_threads, set_thread_timeout
+
+    def step(gradient):
+        return None if gradient is None else lambda *a: (mlp_loss(*a), gradient(*a))
+    competitors = {"hand-written NumPy": step(mlp_grad_numpy), "hand-written Numba": step(loops),
+                   "JAX jit(grad)": step(jax_fn)}
+    calmed = calm_blas_threads()
+    switched = []
+
+    def ours_default_timeout(*a):
+        if not switched:  # timed last (after ours and every other competitor)
+            switched.append(set_thread_timeout(28))
+        return (mlp_loss(*a), ours(*a))
+    if calmed:
+        competitors["ours, OpenBLAS's default thread timeout"] = ours_default_timeout
+    notes = ("a training step that logs its loss: the loss by NumPy (as written), then the "
+             "gradient; ")
+    notes += (f"ours with SciPy's OpenBLAS threads sleeping after 2**{TIMEOUT} cycles of "
+              "polling (codegen/blas_threads.py)" if calmed else
+              "SciPy's OpenBLAS thread timeout left as it is (not found, or set by the user)")
+    try:
+        return _compare("MLP 784-128-128-10, batch 32, NumPy loss + gradient", step(ours),
+                        args, (mlp_loss(*args), reference), competitors, notes=notes)
+    finally:
+        if calmed:
+            set_thread_timeout(TIMEOUT)
 
 
 def linreg_rows():

@@ -46,6 +46,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 from .allocator import keep_large_blocks
+from .blas_threads import calm_blas_threads
 from .helpers import DIALECT_JIT_OPTIONS
 from .loader import load_source
 
@@ -147,6 +148,7 @@ def compile_module(source, name, entries, injected=None, options=None, note=None
     for any rank and compiled once more.
     """
     preload_blas()
+    calm_blas_threads()
     keep_large_blocks()
     import numba  # noqa: F401  (imported here: the module text imports it too)
     build = _Build(source, name, list(entries), dict(injected or {}),
@@ -176,6 +178,7 @@ def load_compiled(text, name, source, entries, compiled, data_args, options=None
     any-rank np.dot). The caller checks that `text` is what compile_module wrote.
     """
     preload_blas()
+    calm_blas_threads()
     keep_large_blocks()
     import numba  # noqa: F401  (the module text imports it too)
     options = options or NumbaOptions()
