@@ -9,17 +9,21 @@ primal, the gather form at ~2x). In *gather* form, the loop runs over the entrie
 each entry collects what the iterations that touch it would have added::
 
     for j in range(0, n):
+        u_bar_j = u_bar[j]
         if j >= 2:
-            u_bar[j] += un_bar[j - 1] * c
+            u_bar_j += un_bar[j - 1] * c
         if j >= 1 and j < n - 1:
             add_3_bar_3 = un_bar[j]
-            u_bar[j] += -(add_3_bar_3 * c) * 2.0 + add_3_bar_3
+            u_bar_j += -(add_3_bar_3 * c) * 2.0 + add_3_bar_3
         if j < n - 2:
-            u_bar[j] += un_bar[j + 1] * c
+            u_bar_j += un_bar[j + 1] * c
+        u_bar[j] = u_bar_j
 
 The guards keep exactly the iterations the original loop ran (``j - k`` is the iteration that
 wrote ``u_bar[j]`` at offset ``k``), and each entry receives its terms in the order the original
-loop added them, so the result is the same to the last bit. The rest of the loop body (the other
+loop added them, into a local read from the entry once and written back once, so the result is
+the same to the last bit (for a float32 adjoint the local may hold float64 sums, rounded once
+at the store instead of at each term). The rest of the loop body (the other
 adjoints, resets like ``un_bar[i] = 0.0``) stays in the original loop, which now runs after the
 gathering one: that one reads the values before any of those writes, as every original
 iteration did at its own index.
@@ -48,12 +52,14 @@ front end refuses in-place writes to shared memory), so two names never alias on
 >>> for stmt in gather_loop(loop, Namer({"i", "g", "n", "x_bar", "y_bar", "w"})):
 ...     print(unparse(stmt))
 for j in range(0, n):
+    x_bar_j = x_bar[j]
     if j >= 2:
         g_2 = y_bar[j - 1]
-        x_bar[j] += g_2 * w[j - 1]
+        x_bar_j += g_2 * w[j - 1]
     if j < n - 2:
         g_3 = y_bar[j + 1]
-        x_bar[j] += g_3
+        x_bar_j += g_3
+    x_bar[j] = x_bar_j
 for i in range(1, n - 1):
     g = y_bar[i]
     y_bar[i] = 0.0
@@ -336,6 +342,7 @@ def _rewrite(loop, index, lo, hi, step, scatters, needed, namer):
             gather_body.append(gast.If(test=test, body=stmts, orelse=[]))
         else:
             gather_body.extend(stmts)
+    gather_body = _accumulated(gather_body, namer)
     iter_ = gast.Call(func=name("range"), args=[lo.plus(kmin).expr(), hi.plus(kmax).expr()],
                       keywords=[])
     gathering = gast.For(target=gast.Name(id=j, ctx=gast.Store(), annotation=None,
@@ -346,6 +353,46 @@ def _rewrite(loop, index, lo, hi, step, scatters, needed, namer):
     remaining = gast.For(target=loop.target, iter=loop.iter, body=rest or [gast.Pass()],
                          orelse=[], type_comment=None)
     return [copy_marks(loop, gathering), copy_marks(loop, remaining)]
+
+
+def _accumulated(gather_body, namer):
+    """The gathering loop's body with each entry's terms added into a local, read from the
+    entry once before them and written back once after (``u_bar_j = u_bar[j]`` ...
+    ``u_bar_j += t`` ... ``u_bar[j] = u_bar_j``) instead of a load and a store per term:
+    the same additions in the same order. The 1-D heat equation's gradient, 1000 points x
+    500 steps: 1.36-1.45 ms with three updates of ``u_bar[j]`` per entry, 1.28-1.32 ms with
+    the local (a Numba micro-benchmark of the generated loop). An entry that is a row (``A[j]``
+    of a matrix) is a view: ``+=`` on it writes the row in place as before, and the final
+    store copies the row onto itself."""
+    updates = {}  # (array, index text) -> the local its terms go into
+    order = []
+
+    def visit(stmts):
+        for stmt in stmts:
+            if isinstance(stmt, gast.If):
+                visit(stmt.body)
+            elif isinstance(stmt, gast.AugAssign) and isinstance(stmt.target, gast.Subscript) \
+                    and isinstance(stmt.target.value, gast.Name):
+                key = (stmt.target.value.id, unparse(stmt.target.slice))
+                if key not in updates:
+                    updates[key] = (namer.fresh(f"{key[0]}_j"), stmt.target)
+                    order.append(key)
+                local = updates[key][0]
+                stmt.target = gast.Name(id=local, ctx=gast.Store(), annotation=None,
+                                        type_comment=None)
+    visit(gather_body)
+    head, tail = [], []
+    for key in order:
+        local, target = updates[key]
+        entry = copy_tree(target)
+        entry.ctx = gast.Load()
+        head.append(gast.Assign(targets=[gast.Name(id=local, ctx=gast.Store(), annotation=None,
+                                                   type_comment=None)],
+                                value=entry, type_comment=None))
+        store = copy_tree(target)
+        store.ctx = gast.Store()
+        tail.append(gast.Assign(targets=[store], value=name(local), type_comment=None))
+    return head + gather_body + tail
 
 
 def _shifted(stmt, index, j, k, renames, new_target=None):

@@ -173,10 +173,13 @@ def test_heat_gathers_each_element_from_its_three_neighbours():
     g = ad.grad(heat, argnums=(0, 1))
     g(u0, 0.2, 3)
     backward = _backward(g.source)
-    # gather form (autodiff_ast/gather_form.py): one add per neighbour, none into u_bar[i +- 1]
-    assert backward.count("u_bar[j] +=") == 3, g.source
-    assert "u_bar[j] += un_bar[j - 1] * c" in backward, g.source
-    assert "u_bar[j] += un_bar[j + 1] * c" in backward, g.source
+    # gather form (autodiff_ast/gather_form.py): one add per neighbour, none into u_bar[i +- 1],
+    # into a local read from u_bar[j] once and written back once
+    assert backward.count("u_bar_j += ") == 3, g.source
+    assert "u_bar_j += un_bar[j - 1] * c" in backward, g.source
+    assert "u_bar_j += un_bar[j + 1] * c" in backward, g.source
+    assert backward.count("u_bar_j = u_bar[j]") == 1, g.source
+    assert backward.count("u_bar[j] = u_bar_j") == 1, g.source
     assert "u_bar[i" not in backward, g.source
 
 
