@@ -292,10 +292,10 @@ def mlp_rows():
 def _training_step_row(ours, args, reference, loops, jax_fn):
     """A step of a training loop that logs its loss computed by NumPy: NumPy's BLAS, then the
     gradient's. Ours and the hand-written Numba adjoint call SciPy's OpenBLAS, a second thread
-    pool beside NumPy's; codegen/blas_threads.py lets its idle threads sleep soon. The row
+    pool beside NumPy's; codegen/blas_threads.py lets its idle threads sleep at once. The row
     also times ours with OpenBLAS's default (its threads poll for ~0.1 s after each call), set
     for that last measurement only."""
-    from codegen.blas_threads import TIMEOUT, calm_blas_threads, set_thread_timeout
+    from codegen.blas_threads import DEFAULT_TIMEOUT, TIMEOUT, calm_blas_threads, set_thread_timeout
 
     def step(gradient):
         return None if gradient is None else lambda *a: (mlp_loss(*a), gradient(*a))
@@ -306,7 +306,7 @@ def _training_step_row(ours, args, reference, loops, jax_fn):
 
     def ours_default_timeout(*a):
         if not switched:  # timed last (after ours and every other competitor)
-            switched.append(set_thread_timeout(28))
+            switched.append(set_thread_timeout(DEFAULT_TIMEOUT))
         return (mlp_loss(*a), ours(*a))
     if calmed:
         competitors["ours, OpenBLAS's default thread timeout"] = ours_default_timeout

@@ -31,10 +31,13 @@ import ctypes
 import glob
 import os
 
-__all__ = ["calm_blas_threads", "scipy_openblas_path", "set_thread_timeout"]
+__all__ = ["DEFAULT_TIMEOUT", "TIMEOUT", "calm_blas_threads", "scipy_openblas_path",
+           "set_thread_timeout"]
 
-#: log2 of the cycles OpenBLAS's idle workers poll before sleeping (OpenBLAS's default: 28).
+#: log2 of the cycles OpenBLAS's idle workers poll before sleeping, as set here (4, OpenBLAS's
+#: minimum: they sleep at once) and as OpenBLAS builds it by default.
 TIMEOUT = 4
+DEFAULT_TIMEOUT = 28
 
 _done = []  # the result of the first call: it runs once per process
 
