@@ -217,6 +217,22 @@ def _candidates(fn):
             c.placeholder is not None and min(c.loops) > c.copy[0]]
 
 
+def _reset_of(node, v):
+    """The adjoint's name when `node` is buffer_reuse's reset of v's adjoint (see
+    :meth:`_InPlace.visit_If`), else None."""
+    if not (len(node.body) == 1 and len(node.orelse) == 1 and
+            isinstance(node.body[0], gast.Assign) and len(node.body[0].targets) == 1 and
+            isinstance(node.body[0].targets[0], gast.Subscript) and
+            isinstance(node.body[0].targets[0].value, gast.Name)):
+        return None
+    bar = node.body[0].targets[0].value.id
+    expected = (f"{bar}.shape[0] == ({v}.shape[0] if {v}.size else {bar}.shape[0])",
+                f"{bar}[:] = 0",
+                f"{bar} = np.zeros_like({v}) if {v}.size else np.zeros_like({bar})")
+    found = (text_of(node.test), text_of(node.body[0]), text_of(node.orelse[0]))
+    return bar if tuple(t.strip() for t in found) == expected else None
+
+
 class _InPlace(gast.NodeTransformer):
     """Inside one top-level statement: v's bindings become row numbers, its uses reads of
     the tape."""
@@ -227,6 +243,25 @@ class _InPlace(gast.NodeTransformer):
     def view(self):
         """`tape[v_row] if v_row >= 0 else v_before_loop`: what v is."""
         return _parse(f"{self.tape}[{self.row}] if {self.row} >= 0 else {self.before}")
+
+    def visit_If(self, node):
+        """The reset of v's adjoint after a step (codegen/buffer_reuse.py)::
+
+            if v_bar.shape[0] == (v.shape[0] if v.size else v_bar.shape[0]):
+                v_bar[:] = 0
+            else:
+                v_bar = np.zeros_like(v) if v.size else np.zeros_like(v_bar)
+
+        is ``v_bar[:] = 0``. Every row has the tape's length, and v_bar, made as zeros of the
+        last row before the backward sweep and given v's shape by every adjoint update, has it
+        too whenever a step runs; when v is the zero-size placeholder (the row before the
+        first) the test holds as well. Written out, the choice rebound v_bar in the loop: a
+        second array value Numba carries through every step (ADBench GMM's gradient: the
+        entry compiled in 5.5-6.0 s instead of 4.9-5.2 s and ran 8.1 instead of 7.7 ms)."""
+        bar = _reset_of(node, self.v)
+        if bar is not None:
+            return node.body[0]
+        return self.generic_visit(node)
 
     def visit_Assign(self, node):
         if len(node.targets) == 1 and isinstance(node.targets[0], gast.Name) and \

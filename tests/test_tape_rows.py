@@ -67,6 +67,26 @@ def test_names_left_alone(placeholder, extra):
     assert names == [] and "t_row" not in text
 
 
+_RESET = """if t_bar.shape[0] == (t.shape[0] if t.size else t_bar.shape[0]):
+            t_bar[:] = 0
+        else:
+            t_bar = np.zeros_like(t) if t.size else np.zeros_like(t_bar)"""
+
+
+def test_the_reset_of_a_rows_adjoint_zeroes_it_in_place():
+    # buffer_reuse's reset after a step: with every row of the tape's length, the test always
+    # holds, and the rebinding it guarded is gone (no second array value in the loop)
+    form = _FORM.replace("        y = t[0]\n", "        y = t[0]\n        " + _RESET + "\n")
+    text, names = _rewrite(form.format(placeholder="np.zeros((0,))", extra="pass"))
+    assert names == ["t"]
+    assert "        t_bar[:] = 0\n" in text and "np.zeros_like" not in text, text
+    assert "if t_bar" not in text, text
+    # the same statement for another name, or changed, stays as written
+    other = form.replace("np.zeros_like(t) if", "np.zeros_like(t) + 1 if")
+    text, _ = _rewrite(other.format(placeholder="np.zeros((0,))", extra="pass"))
+    assert "if t_bar.shape[0] == (" in text and "else:" in text, text
+
+
 def test_a_tape_of_three_axes_is_left_alone():
     text, names = _rewrite(_FORM.format(placeholder="np.zeros((0,))", extra="pass").replace(
         "np.empty((n, 3), dtype=np.float64)", "np.empty((n, 3, 2), dtype=np.float64)"))
