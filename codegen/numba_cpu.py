@@ -147,9 +147,7 @@ def compile_module(source, name, entries, injected=None, options=None, note=None
     for 1-D and 2-D arrays only: batched code needs more), it is lowered again with both written
     for any rank and compiled once more.
     """
-    preload_blas()
-    calm_blas_threads()
-    keep_large_blocks()
+    _prepare_process()
     import numba  # noqa: F401  (imported here: the module text imports it too)
     build = _Build(source, name, list(entries), dict(injected or {}),
                    options or NumbaOptions(), note)
@@ -177,9 +175,7 @@ def load_compiled(text, name, source, entries, compiled, data_args, options=None
     compile_module was given (used only if the module must be lowered again with the
     any-rank np.dot). The caller checks that `text` is what compile_module wrote.
     """
-    preload_blas()
-    calm_blas_threads()
-    keep_large_blocks()
+    _prepare_process()
     import numba  # noqa: F401  (the module text imports it too)
     options = options or NumbaOptions()
     build = _Build(source, name, list(entries), {}, options, note)
@@ -191,6 +187,16 @@ def load_compiled(text, name, source, entries, compiled, data_args, options=None
     if os.path.exists(_general_marker(module.__file__)):
         out.generalize()
     return out
+
+
+def _prepare_process():
+    """What a process does before its first compiled module (each step runs once): SciPy's
+    BLAS loaded without scipy.linalg, its threads set to sleep when idle
+    (codegen/blas_threads.py), glibc's allocator told to keep large blocks
+    (codegen/allocator.py)."""
+    preload_blas()
+    calm_blas_threads()
+    keep_large_blocks()
 
 
 def preload_blas():

@@ -217,20 +217,19 @@ def _candidates(fn):
             c.placeholder is not None and min(c.loops) > c.copy[0]]
 
 
-def _reset_of(node, v):
-    """The adjoint's name when `node` is buffer_reuse's reset of v's adjoint (see
-    :meth:`_InPlace.visit_If`), else None."""
+def _is_reset_of(node, v):
+    """Whether `node` is buffer_reuse's reset of v's adjoint (see :meth:`_InPlace.visit_If`)."""
     if not (len(node.body) == 1 and len(node.orelse) == 1 and
             isinstance(node.body[0], gast.Assign) and len(node.body[0].targets) == 1 and
             isinstance(node.body[0].targets[0], gast.Subscript) and
             isinstance(node.body[0].targets[0].value, gast.Name)):
-        return None
+        return False
     bar = node.body[0].targets[0].value.id
     expected = (f"{bar}.shape[0] == ({v}.shape[0] if {v}.size else {bar}.shape[0])",
                 f"{bar}[:] = 0",
                 f"{bar} = np.zeros_like({v}) if {v}.size else np.zeros_like({bar})")
     found = (text_of(node.test), text_of(node.body[0]), text_of(node.orelse[0]))
-    return bar if tuple(t.strip() for t in found) == expected else None
+    return tuple(t.strip() for t in found) == expected
 
 
 class _InPlace(gast.NodeTransformer):
@@ -259,8 +258,7 @@ class _InPlace(gast.NodeTransformer):
         second array value Numba carries through every step (ADBench GMM's gradient: its
         entry compiled in 5.96-6.19 s with it, 5.45-5.47 s without, and ran in 7.94 ms
         against 7.53 ms)."""
-        bar = _reset_of(node, self.v)
-        if bar is not None:
+        if _is_reset_of(node, self.v):
             return node.body[0]
         return self.generic_visit(node)
 
