@@ -485,3 +485,32 @@ def test_means_divide_the_running_sum_by_the_length(line_data):
         empty = primal(w, b, np.zeros(0), np.zeros(0))
     assert np.isnan(empty)
     assert compiled is not None
+
+
+def test_a_loop_with_one_vector_compiles_no_way_back_to_the_statements(line_data):
+    """With one vector among the arguments the lengths cannot differ and nothing can overlap:
+    `several` is False, Numba drops the branch, and the statements are never compiled beside
+    the loop (a cold start's time); with two vectors they are, for lengths that differ."""
+    source = '''\
+import numpy as np
+
+
+def f(w, x, y):
+    r = w * x - y
+    total = np.sum(r * r)
+    return total
+'''
+    _, _, x, y = line_data
+    lowered = lower_source(source, entries=("f",), numba_overloads=True)
+    text = render(lowered, decorator="numba.njit(error_model='numpy')")
+    assert "if several and n < 0:" in text, text
+    namespace = {}
+    exec(compile("import numba\n" + text, "<one vector>", "exec"), namespace)
+    assert namespace["f"](0.5, x, 0.25) == pytest.approx(np.sum((0.5 * x - 0.25) ** 2),
+                                                         rel=1e-12)
+    assert namespace["fused_statements"].signatures == []
+    assert namespace["f"](0.5, x, y) == pytest.approx(np.sum((0.5 * x - y) ** 2), rel=1e-12)
+    assert len(namespace["fused_statements"].signatures) == 1
+    # a length-one vector broadcasts: the way back runs the statements
+    assert namespace["f"](0.5, x, y[:1].copy()) == pytest.approx(
+        np.sum((0.5 * x - y[0]) ** 2), rel=1e-12)

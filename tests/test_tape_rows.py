@@ -50,10 +50,49 @@ def test_rows_become_row_numbers_and_views_only_where_needed():
     assert names == ["t"]
     assert "t_row = i\n" in text and "t_row = i - 1\n" in text
     assert "t_tape[t_row, 0] = x[i]" in text and "y = t_tape[t_row, 0]" in text
-    assert "s = np.max(t_tape[t_row] if t_row >= 0 else t_before_loop) + " \
-           "(t_tape.shape[1] if t_row >= 0 else t_before_loop.size)" in text
-    assert "(t_tape[t_row] if t_row >= 0 else t_before_loop)[:] = 0.0" in text
+    # after the step's binding the row is bound: no choice
+    assert "s = np.max(t_tape[t_row]) + t_tape.shape[1]" in text
+    assert "t_tape[t_row, :] = 0.0" in text
+    # after each loop (it may not have run) the name is the row or the placeholder
     assert text.count("t = t_tape[t_row] if t_row >= 0 else t_before_loop") == 2
+
+
+_UNBOUND = '''
+def f(x, n, k):
+    t_tape = np.empty((n * k, 3), dtype=np.float64)
+    t = np.zeros((0,))
+    t_before_loop = t
+    for i in range(n):
+        a = np.max(t)
+        for c in range(k):
+            b = np.max(t)
+            t = t_tape[i * k + c]
+            t[0] = x[i]
+            if x[i] > 0:
+                e = np.max(t)
+            for j in range(3):
+                g = t.size
+        h = np.max(t)
+    for i in range(n - 1, -1, -1):
+        p = np.max(t)
+        for c in range(k - 1, -1, -1):
+            q = np.max(t)
+            t = t_tape[i * k + c - 1] if i * k + c > 0 else t_before_loop
+            r = np.max(t)
+        u = np.max(t)
+    return t
+'''
+
+
+def test_the_row_keeps_its_choice_where_it_may_be_unbound():
+    text, names = _rewrite(_UNBOUND)
+    assert names == ["t"]
+    choice = "np.max(t_tape[t_row] if t_row >= 0 else t_before_loop)"
+    for use in "abhpru":  # before the first binding, around an inner loop that may not
+        assert f"{use} = {choice}" in text, (use, text)  # run, after the restore
+    for use in "eq":  # after the binding (in a branch too); a backward step before its restore
+        assert f"{use} = np.max(t_tape[t_row])" in text, (use, text)
+    assert "g = t_tape.shape[1]\n" in text, text  # a loop inside the step
 
 
 @pytest.mark.parametrize("placeholder, extra", [
