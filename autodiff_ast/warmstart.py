@@ -224,7 +224,8 @@ def key_for(jitted, key):
         return _log("nokey", str(exc))
     from codegen.numba_cpu import versions
     parts += [repr(options), repr(sorted(versions().items())), _package_files(),
-              f"format={FORMAT}", f"scalarize={os.environ.get('AUTODIFF_AST_SCALARIZE', '')}"]
+              f"format={FORMAT}", f"scalarize={os.environ.get('AUTODIFF_AST_SCALARIZE', '')}",
+              f"contract={os.environ.get('AUTODIFF_AST_FP_CONTRACT', '')}"]
     return hashlib.sha256("\n\0".join(parts).encode("utf-8")).hexdigest()
 
 

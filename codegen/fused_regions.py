@@ -726,7 +726,7 @@ def {name}_statements({signature}):
     {statement_text}
 
 
-@numba.extending.overload({name}, jit_options={{'error_model': 'numpy', 'fastmath': {{'reassoc'}}}})
+@numba.extending.overload({name}, jit_options={{'error_model': 'numpy', 'fastmath': {_flags()}}})
 def {name}_numba({signature}):
     """How Numba compiles {name}: one loop over elements, sums as running totals, when each
     argument is a number or a float64 vector and each result reads a vector; otherwise the
@@ -744,6 +744,13 @@ def {name}_numba({signature}):
     return {name}_loop
 '''
 
+
+
+def _flags():
+    """A fused loop's fastmath flags: sums in SIMD lanes, and multiply-adds as the module's
+    functions have them (:func:`codegen.numba_cpu.contracts_by_default`)."""
+    from .numba_cpu import contracts_by_default
+    return "{'contract', 'reassoc'}" if contracts_by_default() else "{'reassoc'}"
 
 
 def _nest_source(name, run, outputs, vectors, parameters, params, lengths, local):
@@ -818,7 +825,7 @@ def {name}_statements({signature}):
     {statement_text}
 
 
-@numba.extending.overload({name}, jit_options={{'error_model': 'numpy', 'fastmath': {{'reassoc'}}}})
+@numba.extending.overload({name}, jit_options={{'error_model': 'numpy', 'fastmath': {_flags()}}})
 def {name}_numba({signature}):
     """How Numba compiles {name}: a loop over the rows of its matrix arguments (one row when
     there are none) and the elements of a row, vectors read alike by every row, sums as

@@ -22,6 +22,7 @@ from autodiff_ast import pytrees
 from autodiff_ast.batch_loop import _BlasLimit, choose_strategy, configure_threading
 from autodiff_ast.build import Generated
 from autodiff_ast.jit import jit
+from codegen.numba_cpu import NumbaOptions
 
 pytestmark = [pytest.mark.numba, pytest.mark.filterwarnings(
     "ignore:Cannot cache compiled function:numba.core.errors.NumbaWarning")]
@@ -144,10 +145,10 @@ def test_conv_loop_source_is_a_prange_driver(compiled):
     assert "for b in prange(1, n_batch):" in source
     assert "from numba import prange" in source
     # Only the driver is parallel: the per-example function is a plain njit function.
-    assert "@numba.njit(cache=True, parallel=True, error_model='numpy')\n" \
-           "def vmap_grad_conv_loss(w, x):" in source
-    assert "@numba.njit(cache=True, error_model='numpy', no_cpython_wrapper=True, " \
-           "no_cfunc_wrapper=True)\ndef grad_conv_loss(w, x):" in source  # the driver calls it
+    driver = NumbaOptions(prange=("vmap_grad_conv_loss",)).decorator("vmap_grad_conv_loss")
+    assert f"@{driver}\ndef vmap_grad_conv_loss(w, x):" in source
+    example = NumbaOptions().decorator("grad_conv_loss", internal=True)
+    assert f"@{example}\ndef grad_conv_loss(w, x):" in source  # the driver calls it
     assert "batching='loop' was asked for" in source
 
 
@@ -155,8 +156,8 @@ def test_parallel_true_leaves_the_per_example_function_serial(compiled, data):
     fn, got = compiled["parallel_loop"]
     np.testing.assert_allclose(got, np.sum(data["sx"] ** 2, axis=1), rtol=1e-12)
     assert fn.source.count("parallel=True") == 2  # the docstring's note and the driver
-    assert "@numba.njit(cache=True, error_model='numpy', no_cpython_wrapper=True, " \
-           "no_cfunc_wrapper=True)\ndef lambda_fn(x):" in fn.source
+    example = NumbaOptions().decorator("lambda_fn", internal=True)
+    assert "parallel" not in example and f"@{example}\ndef lambda_fn(x):" in fn.source
 
 
 def test_auto_takes_the_loop_without_matrix_products(compiled):

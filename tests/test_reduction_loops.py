@@ -157,7 +157,7 @@ def test_heat_gradient_sums_its_coefficient_outlined_and_right():
     u0 = np.sin(np.linspace(0.0, np.pi, 40)) + 0.1 * np.cos(np.linspace(0.0, 9.0, 40))
     compiled = _grads_agree(heat, (u0, 0.2, 12), (0, 1))
     assert "c_bar = c_bar + sum_loop(" in compiled.source, compiled.source
-    assert "fastmath={'reassoc'}" in compiled.source
+    assert "'reassoc'}" in compiled.source  # (with 'contract' unless turned off)
 
 
 def pair_energy(pos, eps):
