@@ -30,8 +30,9 @@ atomic instructions (ADBench GMM's gradient: 28% of its samples in the two atomi
 - any other use becomes ``(tape[v_row] if v_row >= 0 else v_before_loop)``: a view where
   one is needed (``np.max(v)``, ``v[:] = 0.0``);
 - where the row is known to be bound, in a step after its binding and in a backward step
-  before its restore, the choices go: ``tape[v_row]``, ``tape.shape[1]`` (GMM's gradient:
-  the entry compiled ~0.2 s faster and ran in 7.54 ms instead of 7.67);
+  before its restore, the choices go: ``tape[v_row]``, ``tape.shape[1]`` (ADBench GMM's
+  gradient, three fresh processes each way in turns: best runs 7.49, 7.62, 8.31 ms against
+  8.30, 7.78, 7.90 ms; first calls 13.4-14.2 s both ways);
 
 and, after each loop that binds it, binds ``v`` to that same expression once, for the code
 after the loop.
