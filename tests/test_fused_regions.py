@@ -421,9 +421,8 @@ def test_lengths_that_do_not_broadcast_raise_as_numpy_does(line_data):
         compiled(w, b, x[:5], y[:4])
 
 
-def test_the_plain_module_runs_without_numba_and_agrees(line_data):
-    """The lowered module's fused helper, called as plain Python, runs the statements."""
-    source = '''\
+# a run of one statement and a sum, as a module of its own
+_SQUARES = '''\
 import numpy as np
 
 
@@ -432,6 +431,11 @@ def f(w, x, y):
     total = np.sum(r * r)
     return total
 '''
+
+
+def test_the_plain_module_runs_without_numba_and_agrees(line_data):
+    """The lowered module's fused helper, called as plain Python, runs the statements."""
+    source = _SQUARES
     _, _, x, y = line_data
     want = np.sum((0.5 * x - y) ** 2)
     for decorator in (None, "numba.njit(error_model='numpy')"):
@@ -493,15 +497,7 @@ def test_a_loop_with_one_vector_compiles_no_way_back_to_the_statements(line_data
     """With one vector among the arguments the lengths cannot differ and nothing can overlap:
     `several` is False, Numba drops the branch, and the statements are never compiled beside
     the loop (a cold start's time); with two vectors they are, for lengths that differ."""
-    source = '''\
-import numpy as np
-
-
-def f(w, x, y):
-    r = w * x - y
-    total = np.sum(r * r)
-    return total
-'''
+    source = _SQUARES
     _, _, x, y = line_data
     lowered = lower_source(source, entries=("f",), numba_overloads=True)
     text = render(lowered, decorator="numba.njit(error_model='numpy')")
