@@ -2,8 +2,9 @@
 function compiled by ``numba.njit`` in nopython mode (never object mode).
 
 :func:`compile_module` lowers the source (:mod:`codegen.dialect`), puts a decorator such as
-``@numba.njit(cache=True, error_model='numpy')`` on each function, notes the library versions in
-the module docstring (so they are part of the content hash that names the file), writes it with
+``@numba.njit(cache=True, fastmath={'contract'}, error_model='numpy')`` on each function
+(multiply-adds: see :meth:`NumbaOptions.decorator`), notes the library versions in the module
+docstring (so they are part of the content hash that names the file), writes it with
 :func:`codegen.loader.load_source` and returns a :class:`CompiledModule`, whose entry points
 compile on their first call.
 
@@ -21,13 +22,17 @@ Not done yet (notes for whoever continues):
 
 - very long generated functions are not split; Numba's compile time grows faster than linearly
   with function length (numba-notes.md: 800 statements ~150 s, ~55 s split in 50s). A pass
-  here could cut a long straight-line body into helper functions passing live names;
+  here could cut a long straight-line body into helper functions passing live names. For
+  ADBench GMM's gradient (an entry of ~245 lines with loops) a hand split into three
+  functions compiled slower (7.7-8.0 s against 4.7-6.9 s) and ran no faster;
 - ``parallel=True`` is passed through as is: size-one broadcasting under it (numba#3729) is not
   lowered (``jit(vmap(f), batching='loop')`` avoids it: only its prange driver is parallel,
   see :mod:`autodiff_ast.batch_loop`);
-- loop adjoints come from reverse.py as written (scatter form, per-iteration scalar tapes):
-  gather-form stencil adjoints, hoisting and fusing elementwise chains into one loop belong to
-  the loop support in reverse.py and would be checked here by looking at the LLVM Numba emits;
+- loop adjoints are rewritten before and after differentiation (gather-form stencils in
+  :mod:`autodiff_ast.gather_form`, fused elementwise runs in :mod:`codegen.fused_regions`,
+  tables of loop-invariant calls in :mod:`codegen.invariant_tables`), but a loop nest is not
+  reordered: ADBench GMM's backward sweep spends most of its time in 10-element inner loops
+  that a points-innermost order would run over 1000 points;
 - Numba here has no SVML, so transcendental-heavy array expressions (tanh, exp, log) run slower
   than NumPy's vectorized versions; installing ``icc_rt`` does not change that with the PyPI
   llvmlite wheels, whose LLVM is not patched for SVML (``numba -s``).
