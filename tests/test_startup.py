@@ -78,6 +78,10 @@ USER = textwrap.dedent("""\
 
     def corrupted(x):
         return np.sum(x * x)
+
+
+    def contracted(x):
+        return np.sum(x * x)
 """)
 
 
@@ -96,11 +100,12 @@ class Runner:
         self.root = root
         self.log = root / "warmstart.log"
 
-    def __call__(self, how, name):
-        """Run the script in a new process; (gradient, passes imported, log lines written)."""
+    def __call__(self, how, name, **settings):
+        """Run the script in a new process (with `settings` in its environment); (gradient,
+        passes imported, log lines written)."""
         env = dict(os.environ, AUTODIFF_AST_CACHE=str(self.root / "modules"),
                    NUMBA_CACHE_DIR=str(self.root / "numba"),
-                   AUTODIFF_AST_WARMSTART_LOG=str(self.log))
+                   AUTODIFF_AST_WARMSTART_LOG=str(self.log), **settings)
         before = self.log.read_text().splitlines() if self.log.exists() else []
         done = subprocess.run([sys.executable, str(self.root / "run.py"), str(self.root), how,
                                name], env=env, capture_output=True, text=True, timeout=600)
@@ -173,6 +178,18 @@ def test_changed_options_and_static_values_are_not_reused(run):
     out, _, events = run("static=2.0", "scaled")
     np.testing.assert_allclose(out, 4 * X)
     assert events == ["hit"]
+
+
+def test_a_module_with_multiply_adds_is_not_reused_without_them(run):
+    # AUTODIFF_AST_FP_CONTRACT=0 compiles without fastmath={'contract'}: another module
+    out, _, events = run("grad", "contracted")
+    np.testing.assert_allclose(out, 2 * X)
+    assert events == ["miss", "stored"]
+    out, _, events = run("grad", "contracted", AUTODIFF_AST_FP_CONTRACT="0")
+    np.testing.assert_allclose(out, 2 * X)
+    assert events == ["miss", "stored"]
+    assert run("grad", "contracted", AUTODIFF_AST_FP_CONTRACT="0")[2] == ["hit"]
+    assert run("grad", "contracted")[2] == ["hit"]
 
 
 def test_changed_global_constant_is_not_reused(run, workdir):
