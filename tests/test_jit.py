@@ -905,3 +905,26 @@ def test_an_internal_error_of_numbas_compiler_is_a_compile_failure():
     failure = _failure(_InternalError(inside), "/tmp/jit_f.py", "def f(x):\n    return x\n")
     assert "Numba's compiler failed inside (AssertionError)" in failure.reason, failure.reason
     assert failure.lineno is None
+
+
+def difference_of_squares(a, b):
+    return a * a - b * b
+
+
+@pytest.mark.numba
+def test_multiply_adds_are_on_by_default_and_off_on_request(monkeypatch):
+    """docs/numba.md: contracted, `a * a - b * b` at a == b is the rounding error of b * b
+    (not 0.0); with AUTODIFF_AST_FP_CONTRACT=0 it cancels exactly, as in NumPy."""
+    values = [0.1, 1.0 / 3.0, 2.7182818284590451, -5.4]
+    contracted = jit(difference_of_squares)
+    assert "fastmath={'contract'}" in (contracted(1.0, 1.0), contracted.source)[1]
+    errors = [contracted(v, v) for v in values]
+    import llvmlite.binding
+    if llvmlite.binding.get_host_cpu_features().get("fma"):  # (a CPU without FMA rounds twice)
+        assert any(e != 0.0 for e in errors)
+    for v, e in zip(values, errors):
+        assert abs(e) <= abs(v * v) * 2.0 ** -52  # one rounding of b * b at most
+    monkeypatch.setenv("AUTODIFF_AST_FP_CONTRACT", "0")
+    exact = jit(difference_of_squares)
+    assert [exact(v, v) for v in values] == [0.0] * len(values)
+    assert "contract" not in exact.source
