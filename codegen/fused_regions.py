@@ -702,8 +702,7 @@ def _helper_source(name, run, outputs, vectors, parameters, params, lengths, loc
     for v in vectors:
         length = f"joined_length({length}, {parameters[v]})"
     apart = _apart(run, vectors, parameters)
-    guard = f"{count} < 0" + (f" or {apart}" if apart else "")
-    guard = f"{several} and ({guard})" if apart else f"{several} and {guard}"
+    guard = f"{several} and ({count} < 0 or {apart})" if apart else f"{several} and {count} < 0"
     made = [f"{stored[t]} = np.empty({count})" for t in outputs if t in stored]
     made += [f"{t} = 0.0" for t, kind, _, _ in run.stmts if kind == "sum"]
     after = [f"{t} = {t} / {count}" for t, kind, _, v in run.stmts  # (a mean's division)

@@ -282,6 +282,7 @@ class _InPlace(gast.NodeTransformer):
         for stmt in stmts:
             self.bound = bound
             kind = self._kind(stmt)
+            kept = bound and not self._restores_in(stmt)  # bound through it and after it
             if isinstance(stmt, gast.If):
                 reset = self._reset(stmt)
                 stmt.test = self.visit(stmt.test)
@@ -290,26 +291,22 @@ class _InPlace(gast.NodeTransformer):
                 new = stmt.body[0] if reset else stmt
             elif isinstance(stmt, gast.For):
                 stmt.target, stmt.iter = self.visit(stmt.target), self.visit(stmt.iter)
-                restores = self._restores_in(stmt)
-                starts = any(self._kind(s) == "restore" for s in stmt.body) or \
-                    (bound and not restores)
+                starts = any(self._kind(s) == "restore" for s in stmt.body) or kept
                 stmt.body = self._block(stmt.body, starts)
-                stmt.orelse = self._block(stmt.orelse, bound and not restores)
+                stmt.orelse = self._block(stmt.orelse, kept)
                 new = stmt
             elif isinstance(stmt, gast.While):
-                restores = self._restores_in(stmt)
-                self.bound = bound and not restores
+                self.bound = kept
                 stmt.test = self.visit(stmt.test)
-                stmt.body = self._block(stmt.body, bound and not restores)
-                stmt.orelse = self._block(stmt.orelse, bound and not restores)
+                stmt.body = self._block(stmt.body, kept)
+                stmt.orelse = self._block(stmt.orelse, kept)
                 new = stmt
             else:
                 if not isinstance(stmt, (gast.Assign, gast.AugAssign, gast.AnnAssign,
                                          gast.Expr, gast.Return, gast.Pass)):
                     self.bound = False  # (a with, a try: not followed)
                 new = self.visit(stmt)
-            bound = True if kind == "bind" else False if kind == "restore" else \
-                bound and not self._restores_in(stmt)
+            bound = kind == "bind" or kept  # (a restore is never kept)
             out.append(new)
         return out
 
