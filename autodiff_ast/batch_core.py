@@ -651,13 +651,25 @@ class FunctionBatcher:
     def append(self, stmt):
         call = stmt.value
         value = call.args[0]
-        if flag_any(self.flags.get(stmt.prim.base, False)) and not flag_any(self.flag(value)):
-            # (an array of its own: a list holds one array type, and a broadcast view's
-            # is another under Numba)
-            value = R.broadcast_batch(value, atom_type(value, self.types), self.n(),
-                                      writable=True)
+        if flag_any(self.flags.get(stmt.prim.base, False)):
+            value = self.all_batched(value, atom_type(value, self.types), self.flag(value))
         return gast.Expr(value=gast.Call(func=clone(call.func), args=[to_expr(value)],
                                          keywords=[]))
+
+    def all_batched(self, value, typ, flag):
+        """`value` for a batched list: every part of it batched, since a list holds one
+        element type (an unbatched part becomes an array of its own: a broadcast view's type
+        is another under Numba). A tuple's elements are batched one by one."""
+        if typ.kind == "tuple" and typ.elts is not None and flag is not True:
+            flags = flag if isinstance(flag, tuple) and len(flag) == len(typ.elts) else \
+                (flag_any(flag),) * len(typ.elts)
+            elts = value.elts if isinstance(value, gast.Tuple) else [
+                R.subscript(value, [to_expr(k)]) for k in range(len(typ.elts))]
+            return gast.Tuple(elts=[self.all_batched(e, t, f)
+                                    for e, t, f in zip(elts, typ.elts, flags)], ctx=gast.Load())
+        if flag_any(flag):
+            return value
+        return R.broadcast_batch(value, typ, self.n(), writable=True)
 
     def statement_loop(self, stmt, why):
         """One statement run once per example; the rest of the function stays vectorized."""
@@ -777,10 +789,26 @@ class FunctionBatcher:
         namer = Namer(set(core.params) | {self.n_batch, self.index, core.name})
         i = self.index
 
+        shared = _written_params(core)
+        own = {p: namer.fresh(f"{p}_own") for p in shared}
+
         def call_at(k):
-            args = [R.subscript(p, [to_expr(k)]) if self.params.get(p) else name(p)
-                    for p in core.params]
+            args = [R.subscript(p, [to_expr(k)]) if self.params.get(p) else
+                    name(own.get(p, p)) for p in core.params]
             return gast.Call(func=name(core.name), args=args, keywords=[])
+
+        def copies():
+            # each example gets its own copy of what the function changes in place (the
+            # tapes a backward function pops, ...): one deep copy of them all keeps the lists
+            # that share elements sharing them
+            if not shared:
+                return []
+            targets = gast.Tuple(elts=[name(own[p], store=True) for p in shared],
+                                 ctx=gast.Store())
+            values = gast.Tuple(elts=[name(p) for p in shared], ctx=gast.Load())
+            return [gast.Assign(targets=[targets if len(shared) > 1 else targets.elts[0]],
+                                value=fill("copy.deepcopy(v)", v=values if len(shared) > 1
+                                           else values.elts[0]), type_comment=None)]
         returns = core.returns
         elts = returns.elts if isinstance(returns, gast.Tuple) else [returns]
         types = [atom_type(e, core.types) for e in elts]
@@ -792,8 +820,9 @@ class FunctionBatcher:
         why = f"vmap: per-example loop variant: {reason} ({line_of(core, node)}), so each " \
               f"example runs {core.info.name} on its own."
         body = [comment(part) for part in wrap(why)]
+        body += copies()
         body.append(assign(firsts if tuple_out else firsts[0], call_at(0)))
-        loop_body = [assign(each if tuple_out else each[0], call_at(name(i)))]
+        loop_body = copies() + [assign(each if tuple_out else each[0], call_at(name(i)))]
         result = []
         for out, first, one, flag, typ in zip(outs, firsts, each, out_flags, types):
             if typ.kind == "tuple":
@@ -813,6 +842,25 @@ class FunctionBatcher:
                              body=loop_body, orelse=[], type_comment=None))
         return BatchedBody(body, result, tuple(bool(flag_any(f)) for f in out_flags), "loop",
                            reason, uses_n_batch=True)
+
+
+def _written_params(core):
+    """The unmapped parameters a function may change in place, in parameter order: the lists
+    (when it appends to or pops from any list: a list may hold another) and the arrays it
+    writes into by name."""
+    from .reverse import walk_statements
+    written, lists_change = set(), False
+    for stmt in walk_statements(core.body):
+        prim = getattr(stmt, "prim", None)
+        if prim is None:
+            continue
+        if prim.kind in ("append", "pop"):
+            lists_change = True
+        if prim.kind in ("setitem", "add_at", "append", "pop") and prim.base is not None:
+            written.add(prim.base)
+    kinds = {p: core.types.get(p, T.UNKNOWN).kind for p in core.params}
+    return [p for p in core.params if (kinds[p] == "list" and lists_change) or
+            (p in written and kinds[p] in ("array", "list"))]
 
 
 class _DoubleTranspose(gast.NodeTransformer):

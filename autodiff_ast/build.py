@@ -205,12 +205,14 @@ class ModuleBuilder:
         """Import lines and the data the loader injects (when not importable)."""
         # Rendering every function only to look for "math." is slow: do it only when some name,
         # attribute or string could spell one of the two words looked for.
-        words = ("math", "collectives")
+        words = ("math", "collectives", "deepcopy")
         text = "\n".join(unparse(f) for f in self.functions) if any(
             any(w in s for w in words) for f in self.functions for s in _spellings(f)) else ""
         imports = ["import numpy as np"]
         if "math." in text:
             imports.insert(0, "import math")
+        if "copy.deepcopy(" in text:  # a vmap loop's own copy of each example's tapes
+            imports.insert(0, "import copy")
         if "collectives." in text:  # psum & co. (only meaningful inside pmap/vmap)
             imports.append("from autodiff_ast import collectives")
         injected = {}

@@ -463,8 +463,12 @@ class _Walker:
         pop = gast.Call(func=gast.Attribute(value=to_expr(tan.exprs[stmt.prim.base]),
                                             attr="pop", ctx=gast.Load()), args=[], keywords=[])
         tan.emit(assign(dot, pop))
-        tan.exprs[target] = name(dot)
-        tan.ttypes[target] = tan.type_of(target)
+        if tan.type_of(target).kind == "tuple":  # a tuple of tangents, read element by element
+            tan.tuples[target] = dot
+            tan.exprs.pop(target, None)
+        else:
+            tan.exprs[target] = name(dot)
+            tan.ttypes[target] = tan.type_of(target)
         tan.owned.discard(target)
         for s in tan.out[-1:]:
             s.origin = stmt.origin
@@ -712,9 +716,12 @@ def _forward_stmt(stmt, tan, core, registry):
         base = prim.base
         if base in tan.exprs:
             value = prim.args[0]
-            dot = tan.of_atom(value, full=True)
-            _append_tangent(tan, base, dot if dot is not None else
-                            tan.zero(value, atom_type(value, core.types)))
+            typ = atom_type(value, core.types)
+            if typ.kind == "tuple":  # its elements' tangents, as one tuple
+                dot = tan.materialize_part(tan.part(value), value, typ)
+            else:
+                dot = tan.of_atom(value, full=True)
+            _append_tangent(tan, base, dot if dot is not None else tan.zero(value, typ))
         return None
     if prim.kind in ("nondiff", "counter"):
         return None

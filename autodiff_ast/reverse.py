@@ -1490,11 +1490,12 @@ class _Builder:
         restores = {}
         if overwrites and targets:
             for t in targets:
-                # A list made anew in a loop step (`row = []`) gets the list of the step
-                # before back (its elements are popped in that step's backward code); other
-                # list values are passed on whole, never overwritten in place.
-                if (core.types.get(t, T.UNKNOWN).kind == "list" and kind != "list_new") or \
-                        (id(stmt), t) in self.first_bindings:
+                # A list made anew in a loop step (`row = []`) or popped from a list of
+                # lists (`row = rows.pop()`) gets the list of the step before back (its
+                # elements are popped in that step's backward code); other list values are
+                # passed on whole, never overwritten in place.
+                if (core.types.get(t, T.UNKNOWN).kind == "list" and
+                        kind not in ("list_new", "pop")) or (id(stmt), t) in self.first_bindings:
                     continue
                 restore = self.restore_stmt(stmt, t)
                 if restore is not None:

@@ -789,6 +789,7 @@ _register(("concatenate", "stack", "hstack", "vstack", "array"), join)
 _register(("zeros", "ones", "empty", "full", "arange", "linspace", "eye", "identity"), creator)
 _register(("full_like",), _full_like)
 _register(SHAPE_QUERIES, _shape_query)
+_register(("deepcopy",), lambda bc: bc.value)  # a copy of the batched value, as it is
 _register(("dot", "matmul", "inner"), product)
 _register(("vdot",), _vdot)
 _register(("outer",), _outer)

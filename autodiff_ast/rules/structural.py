@@ -8,6 +8,8 @@ True
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from .. import types as T
@@ -788,6 +790,9 @@ register(Rule("size", "np.size", ("x",), {}, (), lambda call: T.INT, nondiff_out
 register(Rule("ndim", "np.ndim", ("x",), {}, (), lambda call: T.AType(
     "int", "int64", value=call.ndim("x")), nondiff_output=True), np.ndim)
 register(Rule("len", "len", ("x",), {}, (), lambda call: T.INT, nondiff_output=True), len)
+# (what a vmap loop over examples gives each example: its own copy of the tapes it pops)
+register(Rule("deepcopy", "copy.deepcopy", ("x",), {}, (), lambda call: call.types["x"],
+              nondiff_output=True), copy.deepcopy)
 register(Rule("int", "int", ("x",), {}, (), lambda call: T.INT, nondiff_output=True), int)
 for _name in ("isclose", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
               "logical_and", "logical_or", "logical_xor"):
