@@ -757,13 +757,19 @@ def _setitem(stmt, tan):
     array (created as zeros when y had none)."""
     prim = stmt.prim
     base, index, value = prim.base, prim.rule, prim.args[0]
-    dot = tan.of_atom(value, full=False)
+    typ = atom_type(value, tan.core.types)
+    if typ.kind == "tuple":  # an entry of a list of tuples: the elements' tangents
+        part = tan.part(value)
+        dot = tan.materialize_part(part, value, typ) if part is not None else None
+        zero = tan.zero(value, typ)
+    else:
+        dot, zero = tan.of_atom(value, full=False), fill("0.0")
     if dot is None and base not in tan.exprs:
         return
     bdot = tan.own(base)
     store = gast.Subscript(value=name(bdot), slice=to_expr(index), ctx=gast.Store())
-    tan.emit(gast.Assign(targets=[store], value=to_expr(dot) if dot is not None else
-                         fill("0.0"), type_comment=None))
+    tan.emit(gast.Assign(targets=[store], value=to_expr(dot) if dot is not None else zero,
+                         type_comment=None))
     tan.bound.add(base)
 
 
@@ -868,6 +874,9 @@ def _forward_rule(stmt, tan, core):
         raise missing_rule(stmt, core, rule, "for these argument ranks or options")
     out_t = tan.type_of(targets[0])
     if out_t.kind == "tuple" and len(targets) == 1:
+        if not isinstance(expr, (list, tuple)):  # one expression: a tuple of tangents
+            tan.set_part(targets[0], to_expr(expr))  # (`pairs_dot[k]` of a list of tuples)
+            return
         parts = [to_expr(e) if e is not None and not _is_zero(e) else None for e in expr]
         if any(p is not None for p in parts):
             tan.tuples[targets[0]] = parts

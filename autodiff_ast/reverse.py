@@ -484,8 +484,15 @@ class Adjoints(DerivativeTable):
             self.empty_lists.discard(value)
             entry = gast.Subscript(value=name(bar), slice=to_expr(index), ctx=gast.Load())
             target = gast.Subscript(value=name(bar), slice=to_expr(index), ctx=gast.Store())
-            self.out.append(gast.Assign(targets=[target], value=fill("e + g", e=entry, g=g),
-                                        type_comment=None))
+            total = fill("e + g", e=entry, g=g)
+            elts = self.type_of(value).elts
+            if elts and elts[0].kind == "tuple" and elts[0].elts is not None:
+                # an entry that is a tuple: element by element (`+` would join the tuples)
+                parts = g.elts if isinstance(g, gast.Tuple) else [
+                    fill("g[k]", g=g, k=k) for k in range(len(elts[0].elts))]
+                total = gast.Tuple(elts=[fill("e[k] + p", e=entry, k=k, p=p)
+                                         for k, p in enumerate(parts)], ctx=gast.Load())
+            self.out.append(gast.Assign(targets=[target], value=total, type_comment=None))
             return
         current = self.exprs.get(value)
         if current is not None:
@@ -2877,6 +2884,17 @@ def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
                 adj.add(value.id, part, elem[0] if elem else T.UNKNOWN)
         elif value_active:  # a stack: its adjoint is a stack of the popped values' adjoints
             adj.add(value.id, fill("g.pop()", g=g), elem[0] if elem else T.UNKNOWN)
+        elif isinstance(value, gast.Tuple) and any(
+                isinstance(e, gast.Name) and e.id in active for e in value.elts):
+            # a tuple written out (`pairs.append((a, b))`): its adjoint's elements go to the
+            # elements' values
+            popped = adj.namer.temp(f"{adj.namer.adjoint(prim.base)}_element")
+            adj.out.append(assign(popped, fill("g.pop()", g=g)))
+            kinds = elem[0].elts if elem and elem[0].kind == "tuple" and elem[0].elts else ()
+            for k, e in enumerate(value.elts):
+                if isinstance(e, gast.Name) and e.id in active:
+                    adj.add(e.id, fill("p[k]", p=popped, k=k),
+                            kinds[k] if k < len(kinds) else adj.type_of(e.id))
         else:
             adj.out.append(gast.Expr(value=fill("g.pop()", g=g)))
         return None
@@ -2961,11 +2979,32 @@ def _reverse_setitem(stmt, adj, active, core):
         adj.out.append(assign(bar, fill("c.copy()", c=current)))
         adj.owned.add(bar)
         adj.exprs[base] = name(bar)
-    part_type = index_type(adj.type_of(base), index, core.types)
+    base_type = adj.type_of(base)
+    part_type = base_type.elts[0] if base_type.kind == "list" and base_type.elts else \
+        index_type(base_type, index, core.types)
     part = gast.Subscript(value=name(bar), slice=to_expr(index), ctx=gast.Load())
+    zero = gast.Subscript(value=name(bar), slice=to_expr(index), ctx=gast.Store())
+    if part_type.kind == "tuple" and part_type.elts is not None:
+        # an entry of a list of tuples: each element's adjoint to the element's value, then
+        # the entry back to a tuple of zeros
+        names = value.elts if isinstance(value, gast.Tuple) else [value] * len(part_type.elts)
+        if any(isinstance(e, gast.Name) and e.id in active for e in names):
+            held = adj.namer.temp(f"{bar}_entry")
+            adj.out.append(assign(held, part))
+            for k, (e, t) in enumerate(zip(names, part_type.elts)):
+                if not (isinstance(e, gast.Name) and e.id in active):
+                    continue
+                g = fill("h[k]", h=held, k=k)
+                if isinstance(value, gast.Tuple):
+                    adj.add(e.id, g, t)
+                else:
+                    adj.add_to_tuple(e.id, k, g)
+        entry = gast.Subscript(value=name(base), slice=to_expr(index), ctx=gast.Load())
+        adj.out.append(gast.Assign(targets=[zero], value=_zero_of(entry, part_type),
+                                   type_comment=None))
+        return
     if isinstance(value, gast.Name) and value.id in active:
         adj.add(value.id, part, part_type, view=part_type.kind == "array")
-    zero = gast.Subscript(value=name(bar), slice=to_expr(index), ctx=gast.Store())
     adj.out.append(gast.Assign(targets=[zero], value=fill("0.0"), type_comment=None))
 
 
@@ -2981,6 +3020,10 @@ def _reverse_rule(stmt, adj, active, core):
         g = adj.tuples.get(target[0])
         if g is None:
             return
+        if rule.name == "getitem" and call.types.get("x", T.UNKNOWN).kind == "list":
+            g = _tuple_adjoint(adj, target[0])  # an entry of a list of tuples: added into
+            if g is None:                       # the list's adjoint as one tuple
+                return
     else:
         g = adj.get(target[0]) if rule.name in _ELEMENTWISE_OK else adj.materialized(target[0])
         if g is None:

@@ -117,9 +117,44 @@ def from_a_helper(w):
     return np.sum(rows[0] * rows[1])
 
 
+def pairs_indexed(w):
+    pairs = []  # a list of tuples, read back by index and unpacked
+    for k in range(3):
+        pairs.append((w[k] * w[0], np.sin(w[k])))
+    total = 0.0
+    for k in range(3):
+        a, b = pairs[k]
+        total = total + a * b
+    return total
+
+
+def pairs_popped(w):
+    pairs = []  # tuples written out in the append: each element's adjoint to its value
+    for k in range(3):
+        pairs.append((w[k] * 2.0, w[k] ** 2))
+    total = 0.0
+    while len(pairs) > 0:
+        a, b = pairs.pop()
+        total = total + a * b * w[1]
+    return total
+
+
+def pairs_overwritten(w):
+    pairs = []  # zeros first, then each entry replaced by a tuple of values
+    for k in range(3):
+        pairs.append((0.0, 0.0))
+    for k in range(3):
+        pairs[k] = (w[k] * 2.0, np.exp(w[k]))
+    total = 0.0
+    for k in range(3):
+        a, b = pairs[k]
+        total = total + a * b
+    return total
+
+
 PROGRAMS = [pop_one_of_two, pop_all, stacked, indexed, literal, iterated, enumerated_scalars,
             indexed_in_a_loop, read_then_popped, display_written_in_a_loop, rows_of_a_grid,
-            from_a_helper]
+            from_a_helper, pairs_indexed, pairs_popped, pairs_overwritten]
 SECOND_ORDER_GAPS = {}  # programs whose second derivatives are known wrong
 W = np.array([0.3, -0.7, 1.1])
 
@@ -205,3 +240,11 @@ def test_gradient_of_the_gradient_through_rows_popped_from_a_list_of_lists():
     _, pullback = ad.vjp(g, W)
     for e, row in zip(np.eye(W.size), expected):
         np.testing.assert_allclose(pullback(e)[0], row, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("f", [pairs_indexed, pairs_popped], ids=lambda f: f.__name__)
+def test_jit_gradient_through_a_list_of_tuples(f):
+    """A list of tuples of floats compiles (Numba's typed list of a homogeneous tuple)."""
+    expected = _fd_grad(f, W)
+    np.testing.assert_allclose(jit(ad.grad(f))(W), expected, rtol=1e-6, atol=1e-8)

@@ -116,9 +116,20 @@ def checkpointed_state(w):
     return state[0] + state[1]
 
 
+def history_of_states(w):
+    state = (w[0], w[1], w[2])
+    history = []  # each step's state kept in a list, one read back at the end
+    for t in range(3):
+        history.append(state)
+        a, b, c = state
+        state = (b * c, np.cos(a), a + c)
+    x, y, z = history[1]
+    return state[0] * state[1] + x * y * z
+
+
 PROGRAMS = [carried_state, branch_in_loop, branch_taken, branch_not_taken, arrays_in_a_tuple,
             from_a_helper, in_a_while_loop, nested_loops, read_only_in_loop, swapped_names,
-            swapped_in_branches, checkpointed_state]
+            swapped_in_branches, checkpointed_state, history_of_states]
 W = np.array([0.3, -0.7, 1.1])
 SECOND_ORDER_GAPS = {}  # programs whose second derivatives are known wrong
 
