@@ -571,9 +571,8 @@ class FunctionBatcher:
                 raise PerExampleLoop("a list entry chosen by an index that differs between "
                                      "examples", stmt.origin)
             value = stmt.value
-            if flag_any(self.flags.get(base, False)) and not flag_any(self.flag(value)):
-                value = R.broadcast_batch(value, atom_type(value, self.types), self.n(),
-                                          writable=True)
+            if flag_any(self.flags.get(base, False)):
+                value = self.all_batched(value, atom_type(value, self.types), self.flag(value))
             target = gast.Subscript(value=name(base), slice=clone(index), ctx=gast.Store())
             return [gast.Assign(targets=[target], value=to_expr(value), type_comment=None)]
         region = index_type(base_type, index, self.types)

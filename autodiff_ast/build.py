@@ -33,7 +33,7 @@ from . import types as T
 from .errors import ArgnumsError, NonFloatInputError, UnsupportedSyntaxError
 from .frontend import parse_function
 from .normalize import Program, TreeSpec, normalize_into
-from .reverse import SplitRegistry, _returned_names, reverse
+from .reverse import SplitRegistry, _returned_names, _zero_of, reverse
 from .templates import fill, name, to_expr, unparse
 from .tidy import tidy_block
 
@@ -127,6 +127,8 @@ def _zero(param, t):
         return fill("0.0")
     if t.kind == "list":  # a list's adjoint is a list of its elements' adjoints
         return fill("[0.0] * len(p)", p=param)
+    if t.kind == "tuple" and t.elts is not None:  # a tuple of its elements' zeros
+        return _zero_of(name(param) if isinstance(param, str) else param, t)
     return fill("np.zeros_like(p)", p=param)
 
 

@@ -435,34 +435,39 @@ class Normalizer:
                 for t, a in zip(names, atoms):
                     self.bind_value(t, a)
                 return
-            atom = self.expr(value)
-            if isinstance(atom, TreeRef):
-                for i, t in enumerate(names):
-                    self.bind_value(t, self.tree_child(atom, i, value))
-                return
-            if isinstance(atom, Static):
-                for t, v in zip(names, atom.value):
-                    self.bind_value(t, self.static(v, value, None))
-                return
-            typ = atom_type(atom, self.types)
-            if typ.kind == "unknown":  # e.g. a recursive call, typed on a second pass
-                typ = T.AType("tuple", elts=tuple(T.UNKNOWN for _ in names))
-            if typ.kind != "tuple" or typ.elts is None or len(typ.elts) != len(names):
-                raise self.unsupported("can only unpack tuples whose length is known", target,
-                                       "index the values one by one (a = x[0]) instead")
-            if not all(isinstance(t, gast.Name) for t in names):
-                raise self.unsupported("nested unpacking is not supported", target)
-            out = [self.define(t.id) for t in names]
-            for n, t in zip(out, typ.elts):
-                self.types[n] = t
-            stmt = assign(out, atom)
-            self.append(stmt, Prim("unpack", args=[atom]))
+            self.unpack(target, self.expr(value), value)
             return
         if isinstance(target, gast.Subscript):
             self.setitem(target, self.atom(value))
             return
         raise self.unsupported(f"cannot assign to {type(target).__name__}", target,
                                "assign to a local name, or return the value instead")
+
+    def unpack(self, target, atom, node=None):
+        """`a, b = atom` (one level deep): a tuple of known length, a pytree node or a
+        constant."""
+        names = target.elts
+        if isinstance(atom, TreeRef):
+            for i, t in enumerate(names):
+                self.bind_value(t, self.tree_child(atom, i, node or target))
+            return
+        if isinstance(atom, Static):
+            for t, v in zip(names, atom.value):
+                self.bind_value(t, self.static(v, node or target, None))
+            return
+        typ = atom_type(atom, self.types)
+        if typ.kind == "unknown":  # e.g. a recursive call, typed on a second pass
+            typ = T.AType("tuple", elts=tuple(T.UNKNOWN for _ in names))
+        if typ.kind != "tuple" or typ.elts is None or len(typ.elts) != len(names):
+            raise self.unsupported("can only unpack tuples whose length is known", target,
+                                   "index the values one by one (a = x[0]) instead")
+        if not all(isinstance(t, gast.Name) for t in names):
+            raise self.unsupported("nested unpacking is not supported", target)
+        out = [self.define(t.id) for t in names]
+        for n, t in zip(out, typ.elts):
+            self.types[n] = t
+        stmt = assign(out, atom)
+        self.append(stmt, Prim("unpack", args=[atom]))
 
     def bind_value(self, target, atom):
         if not isinstance(target, gast.Name):
@@ -1365,7 +1370,10 @@ class Normalizer:
             try:
                 for element_target, seq in elements:
                     item = self.subscript_value(seq, name(index), stmt)
-                    self.bind_value(element_target, item)
+                    if isinstance(element_target, (gast.Tuple, gast.List)):
+                        self.unpack(element_target, item)  # `for a, b in pairs`
+                    else:
+                        self.bind_value(element_target, item)
             finally:
                 prefix, self.body = self.body, saved
                 self.depth -= 1

@@ -490,7 +490,8 @@ class Adjoints(DerivativeTable):
                 # an entry that is a tuple: element by element (`+` would join the tuples)
                 parts = g.elts if isinstance(g, gast.Tuple) else [
                     fill("g[k]", g=g, k=k) for k in range(len(elts[0].elts))]
-                total = gast.Tuple(elts=[fill("e[k] + p", e=entry, k=k, p=p)
+                total = gast.Tuple(elts=[fill("e[k]", e=entry, k=k) if _zero_expr(p) else
+                                         fill("e[k] + p", e=entry, k=k, p=p)
                                          for k, p in enumerate(parts)], ctx=gast.Load())
             self.out.append(gast.Assign(targets=[target], value=total, type_comment=None))
             return
@@ -2927,6 +2928,13 @@ def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
                     else part, adj.type_of(value.id))
         return None
     return None
+
+
+def _zero_expr(expr):
+    """Whether `expr` is a zero written by :func:`_zero_of` (0.0 or np.zeros_like(...))."""
+    if isinstance(expr, gast.Constant):
+        return expr.value == 0
+    return isinstance(expr, gast.Call) and unparse(expr.func) == "np.zeros_like"
 
 
 def _zero_of(expr, typ):

@@ -411,7 +411,7 @@ class _Generator:
 
     def statement(self, indent):
         kinds = ["assign", "assign", "update", "branch", "elementwise_loop", "accumulate",
-                 "while_loop", "stencil_loop", "list_loop", "tuple_loop", "shifted"]
+                 "while_loop", "stencil_loop", "list_loop", "tuple_loop", "shifted", "pair_list"]
         if "M" in self.reachable() and "rows_loop" not in KNOWN_GAPS:
             kinds.append("rows_loop")
         kinds += ["small_vector", "row_steps", "running_max"]
@@ -608,6 +608,42 @@ class _Generator:
             lines.append(f"{indent}{acc} = {acc} + np.sum(np.cos({xs}.pop()))")
             if count > 1:
                 lines.append(f"{indent}{acc} = {acc} + np.sum({xs}[0])")
+        self.bind(acc, "S")
+        return lines
+
+    def _stmt_pair_list(self, indent):
+        """A local list of pairs (a number and a number or vector), each appended as a tuple
+        written out, then read back: by index and unpacked, by pop, after an entry is
+        replaced, or by a loop unpacking each entry (plain or enumerated)."""
+        xs, acc, q = self.fresh("ps"), self.fresh("r"), f"q{self.counter}"
+        a, b = f"a{self.counter}", f"b{self.counter}"
+        count = self.draw(st.integers(1, 3))
+        shape = self.pick([s for s in ("S", "V") if s in self.reachable()])
+        lines = [f"{indent}{xs} = []", f"{indent}for {q} in range({count}):"]
+        self.scope.append((q, "S", False))
+        lines.append(f"{indent}    {xs}.append((np.tanh({self.expr('S', self.depth())}) * "
+                     f"({q} + 1.0), 0.5 * {self.expr(shape, self.depth())}))")
+        self.scope.pop()
+        lines.append(f"{indent}{acc} = {self.expr('S', 1)}")
+        use = f"{indent}{acc} = {acc} + {a} * np.sum(np.sin({b}))"
+        mode = self.pick(("index", "pop", "replace", "iterate", "enumerate"))
+        if mode == "index":
+            k = self.draw(st.integers(-count, count - 1))
+            lines += [f"{indent}{a}, {b} = {xs}[{k}]", use]
+        elif mode == "pop":
+            lines += [f"{indent}{a}, {b} = {xs}.pop()", use]
+            if count > 1:
+                lines.append(f"{indent}{acc} = {acc} + {xs}[0][0] * np.sum({xs}[-1][1])")
+        elif mode == "replace":
+            k = self.draw(st.integers(0, count - 1))
+            lines += [f"{indent}{xs}[{k}] = (np.cos({self.expr('S', 1)}), "
+                      f"{self.expr(shape, 1)} * 1.5)", f"{indent}{a}, {b} = {xs}[{k}]", use]
+        elif mode == "iterate":
+            lines += [f"{indent}for {a}, {b} in {xs}:", f"    {use}"]
+        else:
+            j = f"j{self.counter}"
+            lines += [f"{indent}for {j}, ({a}, {b}) in enumerate({xs}):",
+                      f"    {use} * ({j} + 1.0)"]
         self.bind(acc, "S")
         return lines
 

@@ -152,9 +152,42 @@ def pairs_overwritten(w):
     return total
 
 
+def pairs_iterated(w):
+    pairs = []  # `for a, b in pairs`: each entry unpacked by the loop
+    for k in range(3):
+        pairs.append((w[k] * 2.0, np.sin(w * w[k])))
+    total = 0.0
+    for a, b in pairs:
+        total = total + a * np.sum(np.sin(b))
+    return total
+
+
+def pairs_enumerated(w):
+    pairs = []
+    for k in range(3):
+        pairs.append((w[k], w[k] ** 2))
+    total = 0.0
+    for j, (a, b) in enumerate(pairs):
+        total = total + a * b * (j + 1.0)
+    return total
+
+
+def vector_pairs(w):
+    pairs = []  # a number and a vector per entry: popped, indexed twice, one replaced
+    for k in range(3):
+        pairs.append((np.tanh(w[k]) * (k + 1.0), w * w[k]))
+    r = np.sum(w)
+    a, b = pairs.pop()
+    r = r + a * np.sum(b) + pairs[0][0] * np.sum(pairs[0][1])
+    pairs[1] = (np.sin(w[2]), np.cos(w))
+    c, d = pairs[1]
+    return r + c * np.sum(d * d)
+
+
 PROGRAMS = [pop_one_of_two, pop_all, stacked, indexed, literal, iterated, enumerated_scalars,
             indexed_in_a_loop, read_then_popped, display_written_in_a_loop, rows_of_a_grid,
-            from_a_helper, pairs_indexed, pairs_popped, pairs_overwritten]
+            from_a_helper, pairs_indexed, pairs_popped, pairs_overwritten, pairs_iterated,
+            pairs_enumerated, vector_pairs]
 SECOND_ORDER_GAPS = {}  # programs whose second derivatives are known wrong
 W = np.array([0.3, -0.7, 1.1])
 
