@@ -1474,7 +1474,11 @@ class _Builder:
         adj, core = self.adj, self.core
         targets = _stmt_targets(stmt)
         kind = stmt.prim.kind
-        overwrites = (self.depth > 0 and kind not in ("counter", "append")) or \
+        # (a while loop's step counter is read by its backward loop, so inside another loop
+        # the count each run left is saved when the counter is reset to 0; its increments
+        # need no saving)
+        overwrites = (self.depth > 0 and (kind not in ("counter", "append") or (
+            kind == "counter" and isinstance(stmt.value, gast.Constant)))) or \
             kind in ("setitem", "add_at")
         marker = len(adj.out)
         # (a pop from a differentiated list gives its adjoint an entry back even when the

@@ -572,9 +572,25 @@ class _Generator:
         return lines
 
     def _stmt_while_loop(self, indent):
+        """A while loop whose step count depends on the values; sometimes run once per step
+        of a for loop (each run its own count, which the backward loop must get back)."""
+        if self.draw(st.booleans()):
+            return self._while_lines(indent)
+        acc, q = self.fresh("r"), f"q{self.counter}"
+        lines = [f"{indent}{acc} = {self.expr('S', 1)}",
+                 f"{indent}for {q} in range({self.draw(st.integers(1, 3))}):"]
+        self.scope.append((q, "S", False))
+        inner = self._while_lines(indent + "    ", shift=f" + 0.4 * {q}")
+        s = self.scope.pop()[0]  # the while loop's value, then the loop index: out of scope
+        self.scope.pop()
+        lines += inner + [f"{indent}    {acc} = {acc} + 0.5 * {s}"]
+        self.bind(acc, "S")
+        return lines
+
+    def _while_lines(self, indent, shift=""):
         s = self.fresh("s")
         count = f"n{self.counter}"
-        lines = [f"{indent}{s} = {self.expr('S', self.depth())}", f"{indent}{count} = 0"]
+        lines = [f"{indent}{s} = {self.expr('S', self.depth())}{shift}", f"{indent}{count} = 0"]
         self.bind(s, "S")
         step = self.expr("S", self.depth())
         lines.append(f"{indent}while {s} < {self.pick(('2.0', '3.0', '1.5'))} and {count} < 6:")

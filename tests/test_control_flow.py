@@ -54,13 +54,61 @@ def newton_with_break(c):
     return y
 
 
+def while_in_a_for(x):
+    s = 0.0
+    for i in range(len(x)):
+        j = 0
+        while j <= i:  # a different step count in each outer step
+            s = s + x[i] * x[j]
+            j += 1
+    return s
+
+
+def while_in_a_while(x):
+    s = 0.0
+    i = 0
+    while i < len(x):
+        j = 0
+        while j <= i:
+            s = s + np.sin(x[i] * x[j])
+            j += 1
+        i += 1
+    return s
+
+
+def breaks_at_two_depths(x):
+    s = 0.0
+    for i in range(len(x)):
+        j = 0
+        while True:
+            s = s + x[i] * x[j]
+            j += 1
+            if j > i:
+                break
+        if s > 2.0:
+            break
+    return s
+
+
 EXITS = [(first_big, (X, 1.1)), (skip_negative, (X,)), (find_first, (X, 0.9)),
-         (find_first, (X * 0.1, 0.9)), (newton_with_break, (2.0,))]
+         (find_first, (X * 0.1, 0.9)), (newton_with_break, (2.0,)), (while_in_a_for, (X,)),
+         (while_in_a_while, (X,)), (breaks_at_two_depths, (X,)), (breaks_at_two_depths, (X * 0.5,))]
 
 
 @pytest.mark.parametrize("fn,args", EXITS, ids=lambda v: getattr(v, "__name__", ""))
 def test_loop_exits(fn, args):
     check_grads(fn, args, order=2, modes=("rev", "fwd"))
+
+
+def test_a_nested_while_loop_saves_each_step_count():
+    """The backward loop of a while loop runs as many steps as that run of it did: inside
+    another loop, each run's count is saved when the counter is reset (the last run's count
+    was used for every run, and the tapes ran dry)."""
+    expected = np.cumsum(X) + np.cumsum(X[::-1])[::-1]  # d/dx_k of sum over j <= i of x_i x_j
+    gradient = ad.grad(while_in_a_for)
+    np.testing.assert_allclose(gradient(X), expected, rtol=1e-12)
+    source = gradient.source
+    assert "n_iter_tape" in source or "n_iter_2_tape" in source, source
 
 
 def test_break_keeps_the_loop_readable():
