@@ -1557,7 +1557,12 @@ class Normalizer:
     def copy_params_written_in_place(self, body):
         """Parameters the function writes into are copied first: callers' arrays never change."""
         written = {}  # user name -> the first statement writing into it
+        fresh = set()  # parameters bound to a new array (`v = v.copy()`) before any write
         for node in body:
+            if isinstance(node, gast.Assign) and len(node.targets) == 1 and \
+                    isinstance(node.targets[0], gast.Name) and _makes_new_array(node.value) \
+                    and node.targets[0].id not in written:
+                fresh.add(node.targets[0].id)
             for sub in gast.walk(node):
                 target = None
                 if isinstance(sub, gast.Assign):
@@ -1568,7 +1573,7 @@ class Normalizer:
                     target = sub.target
                     if isinstance(target, gast.Subscript) and isinstance(target.value, gast.Name):
                         written.setdefault(target.value.id, sub)
-        for pname in sorted(written):
+        for pname in sorted(set(written) - fresh):
             core = self.env.get(pname)
             if isinstance(core, str) and core in self.params:
                 self.written_params[core] = (pname, written[pname])
@@ -1921,6 +1926,20 @@ def parse_callee(fn):
 def _spec_key(specs):
     return tuple(sorted((k, v if not isinstance(v, Static) else ("static", id(v.value)))
                         for k, v in specs.items()))
+
+
+def _makes_new_array(value):
+    """Whether `value` certainly makes an array of its own (a copy or an arithmetic result),
+    never a view of its operand: a parameter bound to it can be written in place freely."""
+    if isinstance(value, (gast.BinOp, gast.UnaryOp)):
+        return True
+    if isinstance(value, gast.Call) and isinstance(value.func, gast.Attribute):
+        func = value.func
+        if func.attr == "copy" and not value.args:  # v.copy()
+            return True
+        return isinstance(func.value, gast.Name) and func.value.id in ("np", "numpy") and \
+            func.attr in ("copy", "array", "zeros_like", "ones_like", "full_like")
+    return False
 
 
 def normalize_into(program, info, specs, core_name=None, checkpointed=False):
