@@ -588,9 +588,9 @@ class FunctionBatcher:
             if not isinstance(target, gast.Subscript) or region.ndim is None or \
                     value_type.ndim is None:
                 raise R.NoBatchingRule("an in-place write of unknown shape")
-        except R.ValueDependentShape as exc:
-            raise BatchShapeError(str(exc), stmt.origin) from None
-        except R.NoBatchingRule as exc:
+        except (R.ValueDependentShape, R.NoBatchingRule) as exc:
+            # (a write keeps its array's shape, even through a mask that differs per
+            # example: done once per example)
             return self.write_loop(stmt, str(exc))
         target.ctx = gast.Store()
         if flag_any(self.flag(value)):

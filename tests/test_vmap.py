@@ -405,6 +405,20 @@ def test_write_without_vectorized_form_runs_once_per_example():
     assert "this write runs once per example" in batched.source
 
 
+def clip_by_mask(x):
+    y = x * 2.0
+    y[y > 0.5] = 0.5
+    return y * x
+
+
+def test_write_through_a_mask_that_differs_per_example_runs_once_per_example():
+    """`y[y > 0.5] = 0.5` keeps y's shape whatever the mask: batched, it is written once
+    per example (it was refused as a result whose shape depends on the mask)."""
+    batched = run_case(clip_by_mask, [V], (0,))
+    assert "a boolean mask that differs per example: this write runs once per example" in \
+        flat_text(batched.source)
+
+
 def test_statement_without_vectorized_form_runs_once_per_example():
     batched = run_case(roll_by, [V, ("int", 4, ())], (0, 0))
     source = batched.source
