@@ -914,6 +914,8 @@ def _forward_user_call(stmt, tan, core, registry):
     target = _stmt_targets(stmt)[0]
     flat_args = prim.args
     def carries(a):  # an argument with a tangent (a tuple's: its elements')
+        if isinstance(a, gast.Tuple):  # a tuple written out: `f((a_dot, b_dot), ...)`
+            return T.flat_tuple(atom_type(a, core.types)) and tan.part(a) is not None
         if not isinstance(a, gast.Name):
             return False
         if a.id in tan.tuples:
@@ -929,7 +931,8 @@ def _forward_user_call(stmt, tan, core, registry):
     if jf is None:
         return None
     param_to_arg = dict(zip(callee.params, flat_args))
-    dots = [tan.output(param_to_arg[p]) if param_to_arg[p].id in tan.tuples else
+    dots = [tan.output(param_to_arg[p]) if isinstance(param_to_arg[p], gast.Tuple) or
+            param_to_arg[p].id in tan.tuples else
             tan.of_atom(param_to_arg[p], full=True) for p in active]
     call = gast.Call(func=name(jf.name), args=list(stmt.value.args) + dots, keywords=[])
     dot = tan.namer.tangent(target)

@@ -2842,6 +2842,17 @@ def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
     if prim.kind == "copy":
         g = adj.get(targets[0])
         src = prim.args[0]
+        if adj.type_of(targets[0]).kind == "tuple" and adj.tuples.get(targets[0]) and \
+                isinstance(src, gast.Name) and src.id in active:
+            # `state = out` of tuples: the elements' adjoints (read out of the variables a
+            # loop keeps them in: those are zeroed when `state` is overwritten)
+            parts = adj.tuples[targets[0]]
+            if targets[0] in adj.tuple_vars:
+                parts = [_snapshot(adj, p) if p is not None else None for p in parts]
+            for k, part in enumerate(parts):
+                if part is not None:
+                    adj.add_to_tuple(src.id, k, part)
+            return None
         if g is not None and isinstance(src, gast.Name) and src.id in active:
             adj.add(src.id, g, adj.atypes.get(targets[0], adj.type_of(targets[0])))
         return None
@@ -3192,8 +3203,11 @@ def _reverse_user_call(stmt, adj, active, core, registry, in_loop=False):
     callee = prim.callee
     target = _stmt_targets(stmt)[0]
     flat_args = prim.args
-    active_callee = [p for p, a in zip(callee.params, flat_args)
-                     if isinstance(a, gast.Name) and a.id in active]
+    def carries(a):  # a name with an adjoint, or a tuple written out holding one
+        if isinstance(a, gast.Tuple):
+            return any(isinstance(e, gast.Name) and e.id in active for e in a.elts)
+        return isinstance(a, gast.Name) and a.id in active
+    active_callee = [p for p, a in zip(callee.params, flat_args) if carries(a)]
     if not active_callee:
         return None
     split = registry.split(callee, active_callee, recompute=in_loop)
@@ -3236,7 +3250,7 @@ def _reverse_user_call(stmt, adj, active, core, registry, in_loop=False):
     outs = []
     for p in active_callee:
         atom = param_to_arg[p]
-        outs.append(core.namer.temp(f"{atom.id}_bar_part"))
+        outs.append(core.namer.temp(f"{atom.id if isinstance(atom, gast.Name) else p}_bar_part"))
     if in_loop and residual_locals:
         # Each iteration's residuals are pushed after the call and popped before its
         # backward call (the names are fresh: nothing else reads or overwrites them).
@@ -3248,6 +3262,11 @@ def _reverse_user_call(stmt, adj, active, core, registry, in_loop=False):
     for p, local in zip(active_callee, outs):
         atom = param_to_arg[p]
         t = callee.types.get(p, T.UNKNOWN)
+        if isinstance(atom, gast.Tuple):  # `f((a, b))`: each element's part to its name
+            for k, e in enumerate(atom.elts):
+                if isinstance(e, gast.Name) and e.id in active:
+                    adj.add(e.id, fill("b[k]", b=local, k=k), atom_type(e, core.types))
+            continue
         if T.flat_tuple(t):  # a tuple's adjoint, element by element
             for k in range(len(t.elts)):
                 adj.add_to_tuple(atom.id, k, fill("b[k]", b=local, k=k))

@@ -127,9 +127,24 @@ def history_of_states(w):
     return state[0] * state[1] + x * y * z
 
 
+def _advance(state, w):
+    a, b = state  # the helper takes the tuple whole and unpacks it
+    return (a * w[0] + np.sin(b), b - 0.1 * a * w[1])
+
+
+def whole_tuple_to_a_helper(w):
+    state = (w[2], w[0])
+    out = np.zeros(3)
+    for t in range(3):
+        state = _advance(state, w)
+        out[t] = state[0] * state[1]
+    return np.sum(out ** 2)
+
+
 PROGRAMS = [carried_state, branch_in_loop, branch_taken, branch_not_taken, arrays_in_a_tuple,
             from_a_helper, in_a_while_loop, nested_loops, read_only_in_loop, swapped_names,
-            swapped_in_branches, checkpointed_state, history_of_states]
+            swapped_in_branches, checkpointed_state, history_of_states,
+            whole_tuple_to_a_helper]
 W = np.array([0.3, -0.7, 1.1])
 SECOND_ORDER_GAPS = {}  # programs whose second derivatives are known wrong
 
@@ -190,3 +205,17 @@ def test_a_tuple_element_whose_adjoint_is_one_number():
     display's rule: TypeError in the generated code."""
     x = np.array([0.3, 0.4])
     np.testing.assert_allclose(ad.grad(_tuple_element_times_number)(x), [4.0, 4.0])
+
+
+def test_a_tuple_passed_whole_to_a_helper_in_a_loop_in_every_order():
+    """`state = helper(state, w)` in a loop: reverse mode moved no adjoint through the copy
+    `state = helper_out` of a tuple (the gradient was zero), forward over forward treated a
+    tuple of tangents written out as the helper's argument as a constant, and reverse over
+    forward gave it no adjoint."""
+    g = ad.grad(whole_tuple_to_a_helper)
+    expected = np.array([(g(W + 1e-6 * e) - g(W - 1e-6 * e)) / 2e-6 for e in np.eye(W.size)])
+    f = whole_tuple_to_a_helper
+    for name, hessian in (("fwd over rev", ad.jacfwd(g)), ("rev over rev", ad.jacrev(g)),
+                          ("fwd over fwd", ad.jacfwd(ad.jacfwd(f))),
+                          ("rev over fwd", ad.jacrev(ad.jacfwd(f)))):
+        np.testing.assert_allclose(hessian(W), expected, rtol=1e-6, atol=1e-7, err_msg=name)
