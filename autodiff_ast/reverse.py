@@ -1588,7 +1588,10 @@ class _Builder:
         return out
 
     def backward_if(self, stmt):
-        if not self._touches_active(stmt):
+        if not self._touches_active(stmt) and not (self.loops and self._rebinds(stmt)):
+            # (inside a loop a branch with nothing active still gets its restores: a name it
+            # rebinds, such as an index, may be read by the backward code of an earlier step;
+            # restores nobody reads are dropped with the rest by the forward sweep)
             return
         self.enter_control(stmt)
         body = self.nested(stmt.body)
@@ -1740,6 +1743,13 @@ class _Builder:
                         type_comment=None)
         node.origin = stmt.origin
         self.adj.out.append(node)
+
+    def _rebinds(self, stmt):
+        """Whether a block binds a name other than a list (whose value a restore brings back)."""
+        return any(self.core.types.get(t, T.UNKNOWN).kind != "list"
+                   for inner in walk_statements([stmt]) if not isinstance(inner, CONTROL)
+                   and inner.prim.kind not in ("setitem", "add_at", "append", "counter")
+                   for t in _stmt_targets(inner))
 
     def _touches_active(self, stmt):
         """Whether the block's backward sweep has work: an active target, or a pop from (or

@@ -90,9 +90,32 @@ def breaks_at_two_depths(x):
     return s
 
 
+def while_with_return(x):
+    s = 0.0
+    k = 0
+    while k < len(x):
+        s = s + x[k] * s + x[k]
+        if s > 1.0:
+            return s * 2.0
+        k += 1  # after the return: guarded by a flag, in a branch with nothing active
+    return s
+
+
+def index_moved_in_a_branch(x):
+    j = 0
+    s = 0.0
+    for i in range(len(x)):
+        if x[i] > 0.0:  # nothing differentiated in the branch: only the index moves
+            j = i
+        s = s + x[j] * x[i]
+    return s
+
+
 EXITS = [(first_big, (X, 1.1)), (skip_negative, (X,)), (find_first, (X, 0.9)),
          (find_first, (X * 0.1, 0.9)), (newton_with_break, (2.0,)), (while_in_a_for, (X,)),
-         (while_in_a_while, (X,)), (breaks_at_two_depths, (X,)), (breaks_at_two_depths, (X * 0.5,))]
+         (while_in_a_while, (X,)), (breaks_at_two_depths, (X,)), (breaks_at_two_depths, (X * 0.5,)),
+         (while_with_return, (X,)), (while_with_return, (X * 0.1,)),
+         (index_moved_in_a_branch, (X,))]
 
 
 @pytest.mark.parametrize("fn,args", EXITS, ids=lambda v: getattr(v, "__name__", ""))
