@@ -453,6 +453,28 @@ class Adjoints(DerivativeTable):
         t = self.type_of(value)
         self.list_from(value, name(value), _element_zero(t.elts[0] if t.elts else T.UNKNOWN))
 
+    def add_rows(self, value, g):
+        """Add row k of the array `g` into entry k of the list `value`'s adjoint, for every
+        entry (the adjoint of ``np.stack(value)`` when the list is stacked more than once)."""
+        bar = self.namer.adjoint(value)
+        if self.exprs.get(value) is None:
+            self.init_list_zeros(value)
+        elif not (isinstance(self.exprs[value], gast.Name) and
+                  self.exprs[value].id == bar) or bar not in self.owned:
+            self.own_list(value, self.exprs[value])
+        self.owned.add(bar)
+        self.exprs[value] = name(bar)
+        self.empty_lists.discard(value)
+        k = self.namer.temp("k")
+        entry = gast.Subscript(value=name(bar), slice=name(k), ctx=gast.Load())
+        store = gast.Subscript(value=name(bar), slice=name(k), ctx=gast.Store())
+        row = gast.Subscript(value=to_expr(g), slice=name(k), ctx=gast.Load())
+        self.out.append(gast.For(target=name(k, store=True),
+                                 iter=fill("range(len(v))", v=value),
+                                 body=[gast.Assign(targets=[store], value=fill(
+                                     "e + r", e=entry, r=row), type_comment=None)],
+                                 orelse=[], type_comment=None))
+
     def own_list(self, value, current):
         """Make the list adjoint of `value` a list of its own holding `current`'s entries
         (they are rebound later, never written into: a shallow copy)."""
@@ -832,10 +854,7 @@ def reverse(core, active_params, registry=None, seed="grad", output_index=None):
                 seed_name = core.namer.fresh("out_bar" if len(outputs) == 1 else f"out{i}_bar")
             seeds.append(seed_name)
             _seed_output(adj, a, seed_name, varied, core)
-    adj.array_lists = {s.prim.call.args["arrays"].id for s in walk_statements(core.body)
-                       if not isinstance(s, CONTROL) and s.prim.kind == "rule" and
-                       s.prim.rule.name in ("stack", "array") and
-                       isinstance(s.prim.call.args.get("arrays"), gast.Name)}
+    adj.array_lists = _stacked_once(core)
     builder = _Builder(core, adj, active, registry)
     builder.backward_block(core.body)
     forward = builder.forward_sweep()
@@ -2955,6 +2974,50 @@ def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
     return None
 
 
+def _stacked_once(core):
+    """Lists whose adjoint can be one array: stacked (np.stack/np.array) by exactly one
+    statement, not appended to, popped from nor written into after it in its block, and
+    either at the top level of the function or made anew (`xs = []`) earlier in the same block
+    (a list per loop step, stacked once). A list stacked in the loop that grows it, or by
+    several statements, keeps a list adjoint (one entry per element), each stack adding its
+    rows into the entries."""
+    stacks = {}
+    for stmt in walk_statements(core.body):
+        if not isinstance(stmt, CONTROL) and stmt.prim.kind == "rule" and \
+                stmt.prim.rule.name in ("stack", "array") and \
+                isinstance(stmt.prim.call.args.get("arrays"), gast.Name):
+            stacks.setdefault(stmt.prim.call.args["arrays"].id, []).append(stmt)
+    out = set()
+    for lst, found in stacks.items():
+        if len(found) != 1:
+            continue
+        block, k = _block_of(core.body, found[0])
+        if block is None:
+            continue
+        if any(not isinstance(s, CONTROL) and s.prim.kind in ("append", "pop", "setitem") and
+               s.prim.base == lst for s in walk_statements(block[k + 1:])):
+            continue
+        if block is not core.body and not any(
+                not isinstance(s, CONTROL) and s.prim.kind == "list_new" and
+                lst in _stmt_targets(s) for s in block[:k]):
+            continue
+        out.add(lst)
+    return out
+
+
+def _block_of(stmts, target):
+    """(the statement list holding `target`, its index there), or (None, None)."""
+    for k, stmt in enumerate(stmts):
+        if stmt is target:
+            return stmts, k
+        if isinstance(stmt, CONTROL):
+            for inner in (stmt.body, stmt.orelse):
+                found = _block_of(inner, target)
+                if found[0] is not None:
+                    return found
+    return None, None
+
+
 def _zero_expr(expr):
     """Whether `expr` is a zero written by :func:`_zero_of` (0.0 or np.zeros_like(...))."""
     if isinstance(expr, gast.Constant):
@@ -3064,10 +3127,12 @@ def _reverse_rule(stmt, adj, active, core):
     arrays = call.args.get("arrays")
     if rule.name in ("stack", "array") and isinstance(arrays, gast.Name) and \
             call.types["arrays"].kind == "list":
-        # np.stack(items) of a list built with append: the list's adjoint is g itself; each
-        # append takes its row back in the backward sweep.
-        if arrays.id in active:
+        if arrays.id in active and arrays.id in adj.array_lists:
+            # np.stack(items) of a list built with append: the list's adjoint is g itself;
+            # each append takes its row back in the backward sweep.
             adj.exprs[arrays.id] = to_expr(g)
+        elif arrays.id in active:  # stacked more than once: each row into its entry
+            adj.add_rows(arrays.id, g)
         return
     if rule.vjp is None:
         raise _missing(stmt, core, rule)

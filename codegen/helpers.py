@@ -172,16 +172,17 @@ def helper_source(names):
 DIALECT_HELPERS = {
     "stack_list": '''\
 def stack_list(arrays):
-    """np.stack(arrays) for a list of arrays of one shape (along a new first axis), copied
-    element by element (Numba compiles that much faster than `out[i] = arrays[i]`)."""
-    first = arrays[0]
+    """np.stack(arrays) for a list of arrays of one shape, or of numbers (along a new first
+    axis), copied element by element (Numba compiles that much faster than
+    `out[i] = arrays[i]`)."""
+    first = np.asarray(arrays[0])
     out = np.empty((len(arrays),) + first.shape, dtype=first.dtype)
     flat = out.reshape(-1)
     size = first.size
     for i in range(len(arrays)):
-        if arrays[i].shape != first.shape:
+        if np.asarray(arrays[i]).shape != first.shape:
             raise ValueError("all input arrays must have the same shape")
-        item = np.ravel(arrays[i])
+        item = np.ravel(np.asarray(arrays[i]))
         for j in range(size):
             flat[i * size + j] = item[j]
     return out

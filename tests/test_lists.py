@@ -184,10 +184,38 @@ def vector_pairs(w):
     return r + c * np.sum(d * d)
 
 
+def stacked_twice(w):
+    xs = []  # one list stacked by two calls: both stacks' adjoints reach its entries
+    for k in range(4 if w.size > 3 else w.size):
+        xs.append(w[k % w.size] * w[0])
+    a = np.array(xs)
+    b = np.stack(xs)
+    return np.sum(a * a) + np.sum(np.sin(b))
+
+
+def stacked_then_grown(w):
+    xs = []  # stacked, appended to, stacked again
+    for k in range(2):
+        xs.append(w[k] ** 2)
+    a = np.array(xs)
+    xs.append(w[2] * 3.0)
+    b = np.array(xs)
+    return np.sum(a * w[:2]) + np.sum(b ** 2)
+
+
+def restacked_while_growing(w):
+    vals = []  # stacked in every step of the loop that grows it
+    mean = 0.0
+    for k in range(3):
+        vals.append(w[k] * mean + w[k])
+        mean = np.mean(np.array(vals))
+    return mean * np.sum(np.array(vals) ** 2)
+
+
 PROGRAMS = [pop_one_of_two, pop_all, stacked, indexed, literal, iterated, enumerated_scalars,
             indexed_in_a_loop, read_then_popped, display_written_in_a_loop, rows_of_a_grid,
             from_a_helper, pairs_indexed, pairs_popped, pairs_overwritten, pairs_iterated,
-            pairs_enumerated, vector_pairs]
+            pairs_enumerated, vector_pairs, stacked_twice, stacked_then_grown]
 SECOND_ORDER_GAPS = {}  # programs whose second derivatives are known wrong
 W = np.array([0.3, -0.7, 1.1])
 
@@ -281,3 +309,19 @@ def test_jit_gradient_through_a_list_of_tuples(f):
     """A list of tuples of floats compiles (Numba's typed list of a homogeneous tuple)."""
     expected = _fd_grad(f, W)
     np.testing.assert_allclose(jit(ad.grad(f))(W), expected, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.xfail(strict=True, reason="an array stacked from a list in every step of the loop "
+                   "that grows it changes size between steps; the backward code reads only its "
+                   "size (np.full_like, .size), and reads of a shape alone keep no tape, so "
+                   "every step sees the last size")
+def test_a_list_restacked_in_every_step_of_the_loop_that_grows_it():
+    np.testing.assert_allclose(ad.grad(restacked_while_growing)(W),
+                               _fd_grad(restacked_while_growing, W), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.numba
+def test_jit_stacks_a_list_of_numbers():
+    """np.stack of a list of floats compiles (the stack helper takes numbers as 0-d rows)."""
+    np.testing.assert_allclose(jit(ad.grad(stacked_twice))(W), _fd_grad(stacked_twice, W),
+                               rtol=1e-6, atol=1e-8)
