@@ -404,3 +404,36 @@ def _stepped_reversed(w):
 def test_reversed_range_with_a_step_is_refused_with_a_hint():
     with pytest.raises(UnsupportedSyntaxError, match="reversed range itself"):
         ad.grad(_stepped_reversed)(np.array([0.3, -0.7, 1.1]))
+
+
+def shrinking_in_a_loop(x):
+    y = x * 1.0
+    s = 0.0
+    while y.shape[0] > 1:
+        s = s + np.sum(y * y[0])
+        y = y[1:] * 0.9  # one element fewer each step
+    return s + y[0]
+
+
+SHAPE_TAPE_GAP = ("an array whose size changes between loop steps: the backward code reads "
+                  "some values only for their shapes (np.zeros_like, .shape), and reads of a "
+                  "shape keep no tape, so every step sees the last step's size")
+
+
+def test_an_array_shrinking_in_a_loop_first_order():
+    check_grads(shrinking_in_a_loop, (X,), order=1, modes=("rev", "fwd"))
+
+
+@pytest.mark.xfail(strict=True, reason=SHAPE_TAPE_GAP)
+def test_an_array_shrinking_in_a_loop_second_order():
+    check_grads(shrinking_in_a_loop, (X,), order=2, modes=("rev",))
+
+
+@pytest.mark.numba
+@pytest.mark.xfail(strict=True, reason=SHAPE_TAPE_GAP + " (under jit the first-order gradient "
+                   "is wrong too: the adjoint buffer keeps the last size)")
+def test_an_array_shrinking_in_a_loop_under_jit():
+    from autodiff_ast.jit import jit
+    expected = np.array([(shrinking_in_a_loop(X + 1e-6 * e) - shrinking_in_a_loop(X - 1e-6 * e))
+                         / 2e-6 for e in np.eye(X.size)])
+    np.testing.assert_allclose(jit(ad.grad(shrinking_in_a_loop))(X), expected, rtol=1e-6)
