@@ -144,15 +144,21 @@ def _einsum_vjp(call, g):
     ins, out = parse_subscripts(spec, len(pieces))
     result = {}
     for k, sub in enumerate(ins):
-        if len(set(sub)) != len(sub):
-            return None  # a repeated index inside one operand (a trace): no template
+        diagonal = len(sub) == 2 and sub[0] == sub[1]  # `ii`: a matrix's diagonal is read
+        if len(set(sub)) != len(sub) and not diagonal:
+            return None  # another repeated index inside one operand: no template
         others = [(ins[j], pieces[j]) for j in range(len(pieces)) if j != k]
         subs = [out] + [s for s, _ in others]
         ops = [g] + [p for _, p in others]
-        if not set(sub) <= set("".join(subs)):
-            subs.append(sub)
-            ops.append(fill("np.ones_like(x)", x=pieces[k]))
-        result[("operands", k)] = (_einsum_call(",".join(subs) + "->" + sub, ops), types[k])
+        wanted = sub[0] if diagonal else sub
+        if not set(wanted) <= set("".join(subs)):
+            subs.append(wanted)
+            ops.append(fill("np.ones(x.shape[0])", x=pieces[k]) if diagonal else
+                       fill("np.ones_like(x)", x=pieces[k]))
+        contribution = _einsum_call(",".join(subs) + "->" + wanted, ops)
+        if diagonal:  # the diagonal's adjoint, placed on the diagonal of a zero matrix
+            contribution = fill("np.diag(v)", v=contribution)
+        result[("operands", k)] = (contribution, types[k])
     return result
 
 
