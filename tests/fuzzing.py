@@ -196,6 +196,7 @@ class _Generator:
             else:
                 self.scope.append((name, shape, False))
         self.helpers = []  # (name, source)
+        self.tuple_helpers = []  # (name, source) of helpers taking a pair whole
         self.counter = 0
         self.elementwise = False  # inside a helper: only elementwise operations
 
@@ -411,7 +412,8 @@ class _Generator:
 
     def statement(self, indent):
         kinds = ["assign", "assign", "update", "branch", "elementwise_loop", "accumulate",
-                 "while_loop", "stencil_loop", "list_loop", "tuple_loop", "shifted", "pair_list"]
+                 "while_loop", "stencil_loop", "list_loop", "tuple_loop", "shifted", "pair_list",
+                 "index_branch"]
         if "M" in self.reachable() and "rows_loop" not in KNOWN_GAPS:
             kinds.append("rows_loop")
         kinds += ["small_vector", "row_steps", "running_max"]
@@ -673,19 +675,40 @@ class _Generator:
         self.scope += [(a, "S", False), (b, "S", False)]
         first = f"np.tanh({self.expr('S', self.depth())})"
         second = f"0.5 * {b} + 0.3 * np.sin({a})"
-        form = self.draw(st.integers(0, 2))
+        form = self.draw(st.integers(0, 3))
         if form == 0:
             lines += [f"{indent}    if {a} > {b}:", f"{indent}        {pair} = ({first}, {second})",
                       f"{indent}    else:", f"{indent}        {pair} = ({b}, np.tanh({a}))"]
         elif form == 1:  # names swapped in place (every value read before any is bound)
             lines += [f"{indent}    {b}, {a} = {a} + 0.1 * np.tanh({b}), {b}",
                       f"{indent}    {pair} = ({a}, 0.5 * {b})"]
+        elif form == 2:  # the pair handed whole to a helper that unpacks it
+            helper = f"t{len(self.tuple_helpers)}"
+            self.tuple_helpers.append((helper, "\n".join([
+                f"def {helper}(state, s):", "    u, v = state",
+                "    return (np.tanh(u * s) + 0.3 * v, 0.5 * v + 0.3 * np.sin(u))"])))
+            lines.append(f"{indent}    {pair} = {helper}({pair}, {first})")
         else:
             lines.append(f"{indent}    {pair} = ({first}, {second})")
         del self.scope[-2:]
         result = self.fresh("p")
         lines.append(f"{indent}{result} = {pair}[0] * {pair}[1] + {pair}[0]")
         self.bind(result, "S")
+        return lines
+
+    def _stmt_index_branch(self, indent):
+        """An index moved only in a branch (nothing differentiated there) and read after it:
+        the backward code must get each step's index back."""
+        vectors = [t for t, s, _ in self.scope if s == "V" and t.isidentifier()]
+        if not vectors:
+            return self._stmt_assign(indent)
+        v, acc, j, i = self.pick(vectors), self.fresh("r"), f"j{self.counter}", f"i{self.counter}"
+        lines = [f"{indent}{acc} = {self.expr('S', 1)}", f"{indent}{j} = 0",
+                 f"{indent}for {i} in range({v}.shape[0]):",
+                 f"{indent}    if {v}[{i}] > {self.pick(('0.0', '0.3', '-0.2'))}:",
+                 f"{indent}        {j} = {i}",
+                 f"{indent}    {acc} = {acc} + {v}[{j}] * np.tanh({v}[{i}])"]
+        self.bind(acc, "S")
         return lines
 
     def _stmt_rows_loop(self, indent):
@@ -844,7 +867,7 @@ class _Generator:
         head = ["import math", "", "import numpy as np", ""]
         if getattr(self, "checkpointed", False):
             head[2:3] = ["import numpy as np", "", "import autodiff_ast as ad"]
-        for _, text in self.helpers:
+        for _, text in self.helpers + self.tuple_helpers:
             head += ["", text, ""]
         head += ["", f"def f({', '.join(params)}):"]
         return "\n".join(head + body) + "\n"

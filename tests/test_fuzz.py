@@ -39,7 +39,8 @@ def test_generator_writes_every_construct():
     needles = ("for ", "while ", "if ", "elif ", "] = ", "] += ", "def h0", "p['a']", "@",
                "np.dot(", "axis=", "keepdims=True", "np.where(", "np.maximum(",
                "int(np.sum(", "math.", " ** ", "ad.checkpoint(range(", "[:-1] += ",
-               "np.log(np.sum(np.exp(v", "[0]\n    for i", ".append((np.tanh(", "\n        while ")
+               "np.log(np.sum(np.exp(v", "[0]\n    for i", ".append((np.tanh(", "\n        while ",
+               "def t0(state, s):", "        j")
     sources = []
     for attempt in range(2):
         @seed(attempt)
