@@ -601,18 +601,24 @@ class _Generator:
         lines.append(f"{indent}    {count} += 1")
         return lines
 
+    def _appending_loop(self, indent, prefix, count, element):
+        """`xs = []`, a loop appending `element(q)` (q the step, in scope while the element is
+        written) `count` times, and a fresh scalar: (xs, the scalar, the lines)."""
+        xs, acc, q = self.fresh(prefix), self.fresh("r"), f"q{self.counter}"
+        lines = [f"{indent}{xs} = []", f"{indent}for {q} in range({count}):"]
+        self.scope.append((q, "S", False))
+        lines.append(f"{indent}    {xs}.append({element(q)})")
+        self.scope.pop()
+        lines.append(f"{indent}{acc} = {self.expr('S', 1)}")
+        return xs, acc, lines
+
     def _stmt_list_loop(self, indent):
         """A local list filled with append in a loop, then read back: by iteration, by
         index (negative too) or by pop; its adjoint has an entry per element."""
-        xs, acc, q = self.fresh("xs"), self.fresh("r"), f"q{self.counter}"
         count = self.draw(st.integers(1, 4))
         shape = self.pick([s for s in ("S", "V") if s in self.reachable()])
-        lines = [f"{indent}{xs} = []", f"{indent}for {q} in range({count}):"]
-        self.scope.append((q, "S", False))
-        lines.append(f"{indent}    {xs}.append(np.tanh({self.expr(shape, self.depth())}) * "
-                     f"({q} + 1.0))")
-        self.scope.pop()
-        lines.append(f"{indent}{acc} = {self.expr('S', 1)}")
+        xs, acc, lines = self._appending_loop(indent, "xs", count, lambda q: (
+            f"np.tanh({self.expr(shape, self.depth())}) * ({q} + 1.0)"))
         mode = self.pick(("iterate", "index", "pop"))
         if mode == "iterate":
             v = f"v{self.counter}"
@@ -633,16 +639,12 @@ class _Generator:
         """A local list of pairs (a number and a number or vector), each appended as a tuple
         written out, then read back: by index and unpacked, by pop, after an entry is
         replaced, or by a loop unpacking each entry (plain or enumerated)."""
-        xs, acc, q = self.fresh("ps"), self.fresh("r"), f"q{self.counter}"
-        a, b = f"a{self.counter}", f"b{self.counter}"
         count = self.draw(st.integers(1, 3))
         shape = self.pick([s for s in ("S", "V") if s in self.reachable()])
-        lines = [f"{indent}{xs} = []", f"{indent}for {q} in range({count}):"]
-        self.scope.append((q, "S", False))
-        lines.append(f"{indent}    {xs}.append((np.tanh({self.expr('S', self.depth())}) * "
-                     f"({q} + 1.0), 0.5 * {self.expr(shape, self.depth())}))")
-        self.scope.pop()
-        lines.append(f"{indent}{acc} = {self.expr('S', 1)}")
+        xs, acc, lines = self._appending_loop(indent, "ps", count, lambda q: (
+            f"(np.tanh({self.expr('S', self.depth())}) * ({q} + 1.0), "
+            f"0.5 * {self.expr(shape, self.depth())})"))
+        a, b = f"a{self.counter}", f"b{self.counter}"
         use = f"{indent}{acc} = {acc} + {a} * np.sum(np.sin({b}))"
         mode = self.pick(("index", "pop", "replace", "iterate", "enumerate"))
         if mode == "index":

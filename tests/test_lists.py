@@ -146,9 +146,9 @@ def pairs_overwritten(w):
     for k in range(3):
         pairs[k] = (w[k] * 2.0, np.exp(w[k]))
     total = 0.0
-    for k in range(3):
+    for k in range(2, -1, -1):  # read back last entry first
         a, b = pairs[k]
-        total = total + a * b
+        total = total * 0.5 + a * np.cos(b)
     return total
 
 
