@@ -788,7 +788,7 @@ class FunctionBatcher:
         namer = Namer(set(core.params) | {self.n_batch, self.index, core.name})
         i = self.index
 
-        shared = _written_params(core)
+        shared = [p for p in _written_params(core) if not self.params.get(p)]  # (unmapped)
         own = {p: namer.fresh(f"{p}_own") for p in shared}
 
         def call_at(k):
