@@ -456,24 +456,43 @@ class Adjoints(DerivativeTable):
     def add_rows(self, value, g):
         """Add row k of the array `g` into entry k of the list `value`'s adjoint, for every
         entry (the adjoint of ``np.stack(value)`` when the list is stacked more than once)."""
+        bar = self.own_list_adjoint(value)
+        k = self.namer.temp("k")
+        row = gast.Subscript(value=to_expr(g), slice=name(k), ctx=gast.Load())
+        self.out.append(gast.For(target=name(k, store=True), iter=fill("range(len(v))", v=value),
+                                 body=[self.entry_sum(value, bar, name(k), row)], orelse=[],
+                                 type_comment=None))
+
+    def own_list_adjoint(self, value):
+        """Make the adjoint of the list `value` a list of this code's own, one entry per
+        element (zeros where there was none, a copy of another's entries), and return its
+        name: entries are then added into it."""
         bar = self.namer.adjoint(value)
         if self.exprs.get(value) is None:
             self.init_list_zeros(value)
         elif not (isinstance(self.exprs[value], gast.Name) and
                   self.exprs[value].id == bar) or bar not in self.owned:
-            self.own_list(value, self.exprs[value])
+            self.own_list(value, self.exprs[value])  # another's list: entries into ours
         self.owned.add(bar)
         self.exprs[value] = name(bar)
         self.empty_lists.discard(value)
-        k = self.namer.temp("k")
-        entry = gast.Subscript(value=name(bar), slice=name(k), ctx=gast.Load())
-        store = gast.Subscript(value=name(bar), slice=name(k), ctx=gast.Store())
-        row = gast.Subscript(value=to_expr(g), slice=name(k), ctx=gast.Load())
-        self.out.append(gast.For(target=name(k, store=True),
-                                 iter=fill("range(len(v))", v=value),
-                                 body=[gast.Assign(targets=[store], value=fill(
-                                     "e + r", e=entry, r=row), type_comment=None)],
-                                 orelse=[], type_comment=None))
+        return bar
+
+    def entry_sum(self, value, bar, index, g):
+        """``bar[index] = bar[index] + g``: `g` added into an entry of the list adjoint
+        `bar` of `value`, as a new value (the entry may be an array another adjoint holds);
+        element by element for an entry that is a tuple (`+` would join the tuples)."""
+        entry = gast.Subscript(value=name(bar), slice=to_expr(index), ctx=gast.Load())
+        target = gast.Subscript(value=name(bar), slice=to_expr(index), ctx=gast.Store())
+        total = fill("e + g", e=entry, g=g)
+        elts = self.type_of(value).elts
+        if elts and elts[0].kind == "tuple" and elts[0].elts is not None:
+            parts = g.elts if isinstance(g, gast.Tuple) else [
+                fill("g[k]", g=g, k=k) for k in range(len(elts[0].elts))]
+            total = gast.Tuple(elts=[fill("e[k]", e=entry, k=k) if _zero_expr(p) else
+                                     fill("e[k] + p", e=entry, k=k, p=p)
+                                     for k, p in enumerate(parts)], ctx=gast.Load())
+        return gast.Assign(targets=[target], value=total, type_comment=None)
 
     def own_list(self, value, current):
         """Make the list adjoint of `value` a list of its own holding `current`'s entries
@@ -494,28 +513,8 @@ class Adjoints(DerivativeTable):
         """Adjoint of ``y = value[index]``: add g into the indexed part of value's adjoint."""
         bar = self.namer.adjoint(value)
         if self.type_of(value).kind == "list" and value not in self.array_lists:
-            # An element of a list (``xs[j]``, ``for v in xs``): into its entry, as a new
-            # value (the entry may be an array another adjoint holds).
-            if self.exprs.get(value) is None:
-                self.init_list_zeros(value)
-            elif not (isinstance(self.exprs[value], gast.Name) and
-                      self.exprs[value].id == bar) or bar not in self.owned:
-                self.own_list(value, self.exprs[value])  # another's list: entries into ours
-            self.owned.add(bar)
-            self.exprs[value] = name(bar)
-            self.empty_lists.discard(value)
-            entry = gast.Subscript(value=name(bar), slice=to_expr(index), ctx=gast.Load())
-            target = gast.Subscript(value=name(bar), slice=to_expr(index), ctx=gast.Store())
-            total = fill("e + g", e=entry, g=g)
-            elts = self.type_of(value).elts
-            if elts and elts[0].kind == "tuple" and elts[0].elts is not None:
-                # an entry that is a tuple: element by element (`+` would join the tuples)
-                parts = g.elts if isinstance(g, gast.Tuple) else [
-                    fill("g[k]", g=g, k=k) for k in range(len(elts[0].elts))]
-                total = gast.Tuple(elts=[fill("e[k]", e=entry, k=k) if _zero_expr(p) else
-                                         fill("e[k] + p", e=entry, k=k, p=p)
-                                         for k, p in enumerate(parts)], ctx=gast.Load())
-            self.out.append(gast.Assign(targets=[target], value=total, type_comment=None))
+            # An element of a list (``xs[j]``, ``for v in xs``): into its entry.
+            self.out.append(self.entry_sum(value, self.own_list_adjoint(value), index, g))
             return
         current = self.exprs.get(value)
         if current is not None:
@@ -2935,11 +2934,7 @@ def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
             # elements' values
             popped = adj.namer.temp(f"{adj.namer.adjoint(prim.base)}_element")
             adj.out.append(assign(popped, fill("g.pop()", g=g)))
-            kinds = elem[0].elts if elem and elem[0].kind == "tuple" and elem[0].elts else ()
-            for k, e in enumerate(value.elts):
-                if isinstance(e, gast.Name) and e.id in active:
-                    adj.add(e.id, fill("p[k]", p=popped, k=k),
-                            kinds[k] if k < len(kinds) else adj.type_of(e.id))
+            _hand_to_elements(adj, value, popped, elem[0] if elem else T.UNKNOWN, active)
         else:
             adj.out.append(gast.Expr(value=fill("g.pop()", g=g)))
         return None
@@ -2972,6 +2967,22 @@ def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
                     else part, adj.type_of(value.id))
         return None
     return None
+
+
+def _hand_to_elements(adj, value, held, typ, active):
+    """The adjoint of the tuple `value` (of type `typ`), held in the name `held`, handed on
+    element by element: to each active name of a tuple written out (``(a, b)``), or into the
+    tuple adjoint of a tuple-valued name."""
+    kinds = typ.elts if typ.kind == "tuple" and typ.elts else ()
+    if isinstance(value, gast.Name):
+        if value.id in active:
+            for k in range(len(kinds)):
+                adj.add_to_tuple(value.id, k, fill("h[k]", h=held, k=k))
+        return
+    for k, e in enumerate(value.elts):
+        if isinstance(e, gast.Name) and e.id in active:
+            adj.add(e.id, fill("h[k]", h=held, k=k),
+                    kinds[k] if k < len(kinds) else adj.type_of(e.id))
 
 
 def _stacked_once(core):
@@ -3083,18 +3094,11 @@ def _reverse_setitem(stmt, adj, active, core):
     if part_type.kind == "tuple" and part_type.elts is not None:
         # an entry of a list of tuples: each element's adjoint to the element's value, then
         # the entry back to a tuple of zeros
-        names = value.elts if isinstance(value, gast.Tuple) else [value] * len(part_type.elts)
+        names = value.elts if isinstance(value, gast.Tuple) else [value]
         if any(isinstance(e, gast.Name) and e.id in active for e in names):
             held = adj.namer.temp(f"{bar}_entry")
             adj.out.append(assign(held, part))
-            for k, (e, t) in enumerate(zip(names, part_type.elts)):
-                if not (isinstance(e, gast.Name) and e.id in active):
-                    continue
-                g = fill("h[k]", h=held, k=k)
-                if isinstance(value, gast.Tuple):
-                    adj.add(e.id, g, t)
-                else:
-                    adj.add_to_tuple(e.id, k, g)
+            _hand_to_elements(adj, value, held, part_type, active)
         entry = gast.Subscript(value=name(base), slice=to_expr(index), ctx=gast.Load())
         adj.out.append(gast.Assign(targets=[zero], value=_zero_of(entry, part_type),
                                    type_comment=None))
