@@ -27,6 +27,7 @@ import gast
 from . import types as T
 from .derivative_table import DerivativeTable
 from .errors import MissingRuleError, NonScalarOutputError, UnsupportedError, UnsupportedSyntaxError
+from .loop_shapes import varying_shapes
 from .nesting import writing_code_to_transform
 from .normalize import CoreFunction, atom_type
 from .rules import PrimCall
@@ -1783,17 +1784,26 @@ class _Builder:
     def forward_sweep(self):
         """The primal code, with helper calls replaced and needed values pushed on tapes."""
         recomputed = _recompute_index_arithmetic(self.core, self.adj.out)
-        events = []
-        _linearize(self.adj.out, (), events)
+        # A value put back whole is needed by later reads of its shape too when that shape may
+        # change from step to step; elements put back after an in-place write only by reads
+        # of the values.
+        shapes_vary = frozenset(varying_shapes(self.core))
+        reads = {}
+        for counted in (frozenset(), shapes_vary):
+            events = []
+            _linearize(self.adj.out, (), events, counted)
+            reads[counted] = events, _control_events(self.adj.out, shapes_vary=counted)
+        # (both lists hold the same statements in the same order)
         position = {id(e[1]): k for k, e in enumerate(events) if e[0] == "stmt"}
+        step_of = {id(e[0]): k for k, e in enumerate(reads[shapes_vary][1])}
         needed, dead = set(), set()
-        steps = _control_events(self.adj.out)
-        step_of = {id(e[0]): k for k, e in enumerate(steps)}
         for restore, target in self.pops:
             if target in recomputed:  # computed again in the backward step instead
                 dead.add(id(restore))
                 self.unsaved.add(getattr(restore, "saved_by", None))
                 continue
+            whole = isinstance(restore, gast.Assign) and isinstance(restore.targets[0], gast.Name)
+            events, steps = reads[shapes_vary if whole else frozenset()]
             k = position.get(id(restore))
             loops = events[k][3] if k is not None else ()
             read_later = any(target in e[2] and (j > k or set(e[3]) & set(loops))
@@ -2349,9 +2359,11 @@ _SHAPE_ONLY = {"np.zeros_like", "np.ones_like", "np.empty_like", "np.full_like",
                "np.shape"}
 
 
-def value_reads(node):
+def value_reads(node, shapes_vary=frozenset()):
     """Names whose values `node` reads: not those it only takes the shape of (x.shape,
-    np.zeros_like(x), len(x)) nor the arrays it writes into."""
+    np.zeros_like(x), len(x)) nor the arrays it writes into. A shape read of a name in
+    `shapes_vary` (one whose shape may change between loop steps, see
+    autodiff_ast/loop_shapes.py) counts as a read: the backward step needs that step's value."""
     skip = set()
     for sub in gast.walk(node):
         if isinstance(sub, gast.Call) and sub.args and isinstance(sub.args[0], gast.Name):
@@ -2364,22 +2376,23 @@ def value_reads(node):
                 isinstance(sub.value, gast.Name):
             skip.add(id(sub.value))
     return {n.id for n in gast.walk(node) if isinstance(n, gast.Name) and
-            isinstance(n.ctx, gast.Load) and id(n) not in skip}
+            isinstance(n.ctx, gast.Load) and (id(n) not in skip or n.id in shapes_vary)}
 
 
-def _control_events(stmts, controls=(), out=None):
+def _control_events(stmts, controls=(), out=None, shapes_vary=frozenset()):
     """Backward statements in execution order as (node, value reads, enclosing controls), a
     control being (id, is_loop, which block) of each enclosing ``for``/``while``/``if``."""
     out = [] if out is None else out
     for stmt in stmts:
         if isinstance(stmt, CONTROL):
             header = stmt.iter if isinstance(stmt, gast.For) else stmt.test
-            out.append((stmt, value_reads(header), controls))
+            out.append((stmt, value_reads(header, shapes_vary), controls))
             loop = not isinstance(stmt, gast.If)
-            _control_events(stmt.body, controls + ((id(stmt), loop, "body"),), out)
-            _control_events(stmt.orelse, controls + ((id(stmt), loop, "orelse"),), out)
+            for which in ("body", "orelse"):
+                _control_events(getattr(stmt, which), controls + ((id(stmt), loop, which),),
+                                out, shapes_vary)
         else:
-            out.append((stmt, value_reads(stmt), controls))
+            out.append((stmt, value_reads(stmt, shapes_vary), controls))
     return out
 
 
@@ -2404,19 +2417,19 @@ def _overwritten_unread(steps, k, target):
     return False
 
 
-def _linearize(stmts, loops, out):
+def _linearize(stmts, loops, out, shapes_vary=frozenset()):
     """Backward statements in execution order: ('stmt', node, value reads, enclosing loops)."""
     for stmt in stmts:
         if isinstance(stmt, (gast.For, gast.While)):
             header = stmt.iter if isinstance(stmt, gast.For) else stmt.test
-            out.append(("head", stmt, value_reads(header), loops))
-            _linearize(stmt.body, loops + (id(stmt),), out)
+            out.append(("head", stmt, value_reads(header, shapes_vary), loops))
+            _linearize(stmt.body, loops + (id(stmt),), out, shapes_vary)
         elif isinstance(stmt, gast.If):
-            out.append(("head", stmt, value_reads(stmt.test), loops))
-            _linearize(stmt.body, loops, out)
-            _linearize(stmt.orelse, loops, out)
+            out.append(("head", stmt, value_reads(stmt.test, shapes_vary), loops))
+            _linearize(stmt.body, loops, out, shapes_vary)
+            _linearize(stmt.orelse, loops, out, shapes_vary)
         else:
-            out.append(("stmt", stmt, value_reads(stmt), loops))
+            out.append(("stmt", stmt, value_reads(stmt, shapes_vary), loops))
 
 
 def _recompute_index_arithmetic(core, backward):

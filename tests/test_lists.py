@@ -311,12 +311,20 @@ def test_jit_gradient_through_a_list_of_tuples(f):
     np.testing.assert_allclose(jit(ad.grad(f))(W), expected, rtol=1e-6, atol=1e-8)
 
 
-@pytest.mark.xfail(strict=True, reason="an array stacked from a list in every step of the loop "
-                   "that grows it changes size between steps; the backward code reads only its "
-                   "size (np.full_like, .size), and reads of a shape alone keep no tape, so "
-                   "every step sees the last size")
 def test_a_list_restacked_in_every_step_of_the_loop_that_grows_it():
+    """np.array(vals) has one more row each step: the backward step reads its size, so each
+    step's array is kept (autodiff_ast/loop_shapes.py)."""
     np.testing.assert_allclose(ad.grad(restacked_while_growing)(W),
+                               _fd_grad(restacked_while_growing, W), rtol=1e-6, atol=1e-8)
+
+
+def test_a_list_restacked_in_every_step_second_order():
+    ad.check_grads(restacked_while_growing, (W,), order=2, modes=("rev", "fwd"))
+
+
+@pytest.mark.numba
+def test_a_list_restacked_in_every_step_under_jit():
+    np.testing.assert_allclose(jit(ad.grad(restacked_while_growing))(W),
                                _fd_grad(restacked_while_growing, W), rtol=1e-6, atol=1e-8)
 
 
