@@ -284,11 +284,14 @@ class _Shapes:
                     changed.add(t)
             if not changed:
                 break
-        for t in assigned:  # after the loop: the shape it kept, or VARY
+        for t in assigned:  # after the loop: the shape it kept, or what it ended with
+            # (a shape that changed from step to step is one shape after the loop, unless
+            # that loop runs again in a step of another)
+            after = VARY if self.in_loop else ("after", t, id(stmt))
             if t in varying and self.kind(t) == "list" and t in before:
-                env[t] = ("list", VARY, _as_list(before[t])[2])
+                env[t] = ("list", after, _as_list(before[t])[2])
             elif t in varying:
-                env[t] = VARY
+                env[t] = after
             elif t in before:
                 env[t] = before[t]
 

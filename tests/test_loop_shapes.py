@@ -80,6 +80,28 @@ def sized_by_the_index(x):
     return s
 
 
+def nested_shrink(x):
+    s = 0.0
+    for k in range(2):
+        y = x * (k + 1.0)
+        while y.shape[0] > 1:  # shrinks again in every step of the outer loop
+            s = s + np.sum(y * y)
+            y = y[1:]
+        s = s + y[0]
+    return s
+
+
+def shrink_then_use(x):
+    y = x * 1.0
+    while y.shape[0] > 2:
+        y = y[1:] * 0.9
+    s = 0.0
+    for i in range(3):  # y has one shape in this loop
+        s = s + np.sum(np.sin(y) * y)
+        y = y * 0.5
+    return s
+
+
 def window(x):
     s = 0.0
     for i in range(x.shape[0] - 2):
@@ -88,7 +110,8 @@ def window(x):
     return s
 
 
-PROGRAMS = [halving, prefix_sums, schur, shrink_two, grow_stack, sized_by_the_index]
+PROGRAMS = [halving, prefix_sums, schur, shrink_two, grow_stack, sized_by_the_index,
+            nested_shrink, shrink_then_use]
 
 
 def _args(f):
@@ -130,10 +153,18 @@ def test_the_shrinking_array_and_its_slices_are_found():
 
 
 def _benchmark_programs():
+    import ba
+    import gmm
     import kernels
     import lstm
     import seed_workloads as sw
     rng = np.random.default_rng(0)
+    # (GMM stacks lists made in a loop and reads the stacks in another: one shape after it)
+    yield gmm.gmm_objective, (rng.normal(size=4), rng.normal(size=(4, 3)),
+                              rng.normal(size=(4, 6)), rng.normal(size=(10, 3)), 1.0, 0)
+    yield ba.ba_objective, (rng.normal(size=(3, 11)), rng.normal(size=(5, 3)),
+                            rng.normal(size=6), rng.integers(0, 3, size=(6, 2)),
+                            rng.normal(size=(6, 2)))
     yield kernels.conv2d_loss, (rng.normal(size=(3, 3)), rng.normal(size=(2, 8, 8)),
                                 rng.normal(size=(2, 6, 6)))
     yield kernels.mixture_nll, (rng.normal(size=(3, 2)), rng.normal(size=3),
