@@ -11,8 +11,10 @@ parameters' shapes that two values share only if their shapes are equal (``("ind
 parts)`` for a slice of an array of shape S, ``("dim", S, k, rank)`` for an integer that is
 axis k of S, ``("list", length, element)``...). Integers are tracked by value, since shapes are
 made from them; numbers read out of arrays, loop indices and anything else that may differ
-from step to step are VARY. At the head of a loop the shapes a name has on entry and at the end
-of a step are joined (equal, or VARY) and the body is read again until nothing changes.
+from step to step are VARY. Each name a loop assigns starts a step with a head shape of its
+own; a name whose shape at the end of a step, with the shapes on entry put for the head
+shapes, is not its shape on entry is VARY in the loop, and the body is read again until
+nothing changes. After a top-level loop such a name has one (unknown) shape.
 
 Elementwise arithmetic and products in a loop keep the shape of the operand carried from step
 to step (in a program that runs, ``h = np.tanh(W @ h)`` keeps h's shape): this is the one
@@ -61,6 +63,9 @@ _MAX_DEPTH = 4
 def varying_shapes(core):
     """Names of `core` whose shape (or, for integers, value) may differ between two steps of
     a loop they are assigned or read in (numbers left out: only reads of a shape matter)."""
+    from .reverse import walk_statements
+    if not any(isinstance(s, (gast.For, gast.While)) for s in walk_statements(core.body)):
+        return set()
     reader = _Shapes(core)
     reader.block(core.body, {p: ("same", p) for p in core.params})
     return {n for n in reader.found if reader.kind(n) not in ("int", "bool", "float")}
