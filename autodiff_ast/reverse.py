@@ -2812,6 +2812,11 @@ def _placeholder(t):
         if t.dtype in (None, "float64"):
             return fill("np.zeros(s)", s=shape)
         return fill(f"np.zeros(s, np.{t.dtype})", s=shape)
+    if t.kind == "list" and not writing_code_to_transform() and t.elts and \
+            t.elts[0].kind in ("float", "int"):
+        # a list of numbers made anew in each step: Numba types an empty list only from
+        # what is appended to it, so the placeholder says its element type
+        return fill("[0.0][:0]" if t.elts[0].kind == "float" else "[0][:0]")
     if t.kind == "list":  # a tape (a sweep over this code pairs it with a list of tangents)
         return gast.List(elts=[], ctx=gast.Load())
     if t.kind == "tuple" and t.elts:  # (a helper's results, saved in a loop: one type)

@@ -328,6 +328,26 @@ def test_a_list_restacked_in_every_step_under_jit():
                                _fd_grad(restacked_while_growing, W), rtol=1e-6, atol=1e-8)
 
 
+def rows_made_in_each_step(x):
+    s = 0.0
+    for i in range(3):
+        row = []  # a list of numbers made anew in every step
+        for j in range(2):
+            row.append(x[i + j] * x[j])
+        s = s + np.sum(np.exp(np.array(row)))
+    return s
+
+
+@pytest.mark.numba
+def test_jit_list_made_anew_in_each_step():
+    """The forward sweep saves the list of each step; its placeholder before the loop says
+    the element type (``[0.0][:0]``), which Numba needs to type an empty list."""
+    x = np.array([0.3, -0.7, 1.1, 0.5])
+    np.testing.assert_allclose(jit(ad.grad(rows_made_in_each_step))(x),
+                               _fd_grad(rows_made_in_each_step, x), rtol=1e-6, atol=1e-8)
+    ad.check_grads(rows_made_in_each_step, (x,), order=2, modes=("rev", "fwd"))
+
+
 @pytest.mark.numba
 def test_jit_stacks_a_list_of_numbers():
     """np.stack of a list of floats compiles (the stack helper takes numbers as 0-d rows)."""
