@@ -254,15 +254,14 @@ class _Shapes:
             env.update(before)
             env.update(heads)
             self.in_loop += 1
-            self.sym(header, env)
+            over = self.sym(header, env)
             if isinstance(stmt, gast.For):
+                listed = over[0] == "list" or (isinstance(header, gast.Name) and
+                                               self.kind(header.id) == "list")
                 for n in gast.walk(stmt.target):
                     if isinstance(n, gast.Name):  # an index varies; an element keeps its shape
-                        over = self.sym(stmt.iter, env)
                         env[n.id] = VARY if self.kind(n.id) == "int" else \
-                            self.element(over) if over[0] == "list" or (
-                                isinstance(stmt.iter, gast.Name) and
-                                self.kind(stmt.iter.id) == "list") else ("element", over)
+                            self.element(over) if listed else ("element", over)
             self.block(stmt.body, env)
             self.in_loop -= 1
             changed = set()

@@ -1789,12 +1789,12 @@ class _Builder:
         # of the values.
         shapes_vary = frozenset(varying_shapes(self.core))
         reads = {}
-        for counted in (frozenset(), shapes_vary):
+        for counted in {frozenset(), shapes_vary}:  # (once when nothing varies)
             events = []
             _linearize(self.adj.out, (), events, counted)
             reads[counted] = events, _control_events(self.adj.out, shapes_vary=counted)
-        # (both lists hold the same statements in the same order)
-        position = {id(e[1]): k for k, e in enumerate(events) if e[0] == "stmt"}
+        # (both readings hold the same statements in the same order)
+        position = {id(e[1]): k for k, e in enumerate(reads[shapes_vary][0]) if e[0] == "stmt"}
         step_of = {id(e[0]): k for k, e in enumerate(reads[shapes_vary][1])}
         needed, dead = set(), set()
         for restore, target in self.pops:
