@@ -35,6 +35,7 @@ import numpy as np
 
 from . import rules
 from . import types as T
+from .comprehensions import FOLDS, fold_builtin, lower_comprehension
 from .errors import MissingRuleError, TypeInferenceError, UnsupportedSyntaxError
 from .frontend import FunctionInfo, parse_function
 from .lowering import lower_loop_exits
@@ -801,6 +802,9 @@ class Normalizer:
             return name(out)
         return gast.List(elts=[self.atom(e) for e in node.elts], ctx=gast.Load())
 
+    def expr_ListComp(self, node, target):
+        return lower_comprehension(self, node, target)
+
     def mutable_lists(self):
         """User names the function indexes with a non-constant, writes an element of, or
         appends to or pops from: a list display assigned to one is built as a list."""
@@ -827,7 +831,7 @@ class Normalizer:
             raise self.unsupported("calls with *args or **kwargs splats are not supported", node,
                                    "pass the arguments one by one")
         for arg in node.args:  # report the comprehension, not the function it is passed to
-            if isinstance(arg, (gast.GeneratorExp, gast.ListComp, gast.SetComp, gast.DictComp)):
+            if isinstance(arg, (gast.SetComp, gast.DictComp)):
                 raise self.unsupported(f"{_describe(arg)} is not supported in differentiated "
                                        "code", arg, _HINTS.get(type(arg).__name__))
         func = node.func
@@ -849,9 +853,15 @@ class Normalizer:
         routed = route(self, fn, node, target)
         if routed is not None:
             return routed
+        if fn in FOLDS:  # sum(xs), max(v for v in xs), min(a, b, c)
+            folded = fold_builtin(self, fn, node, target)
+            if folded is not None:
+                return folded
+        elif any(isinstance(a, gast.GeneratorExp) for a in node.args):
+            raise self.unsupported("a generator expression is supported only as what sum(), "
+                                   "max() or min() folds", node,
+                                   "build a list instead: [... for ...]")
         rule = rules.lookup(fn) or rules.helper_rule(fn)
-        if fn in (max, min) and len(node.args) != 2:
-            rule = None
         if rule is not None:
             return self.call_rule(rule, node.args, node.keywords, node, target)
         if isinstance(fn, LocalFunction):
@@ -1639,8 +1649,7 @@ _HINTS = {
     "Yield": "return a list or an array instead of yielding",
     "YieldFrom": "return a list or an array instead of yielding",
     "Await": "differentiate synchronous code",
-    "ListComp": "use a for loop, or a vectorized NumPy expression",
-    "GeneratorExp": "use a for loop, or a vectorized NumPy expression",
+    "GeneratorExp": "build a list instead ([... for ...]), or fold it at once: sum(...)",
     "DictComp": "build the dict outside the function",
     "SetComp": "sets are not differentiable containers",
     "JoinedStr": "format strings outside the differentiated function",

@@ -1534,6 +1534,14 @@ class _Builder:
                     adj.out.append(restore)
                     self.pops.append((restore, t))
                     restore.saved_by = (id(stmt), t)
+        if kind in ("list_new", "pop") and self.depth > 0:
+            for t in targets:
+                if t in restores and adj.get(t) is not None and t not in adj.array_lists and \
+                        core.types.get(t, T.UNKNOWN).kind == "list":
+                    # `xs = []` (or `xs = lists.pop()`) in a loop step: the list of the step
+                    # before is back; its adjoint is a new list (the old one may be on a
+                    # tape), one zero per element (its reads come before this statement)
+                    adj.init_list_zeros(t)
         for t in zero:
             # The value t had before this statement gets its own adjoint, of its own shape
             # (so after t is restored).

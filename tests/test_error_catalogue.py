@@ -201,8 +201,8 @@ def dict_comprehension(x):
     return d[0]
 
 
-def list_comprehension(x):
-    return sum([x * i for i in range(3)])  # HERE
+def generator_to_stack(x):
+    return np.sum(np.stack(x * i for i in range(3)))  # HERE
 
 
 def sorts_in_place(x):
@@ -327,7 +327,7 @@ SOURCE_ERRORS = [
     ("star_unpack", X, E.UnsupportedSyntaxError, "unpack"),
     ("set_literal", 0.4, E.UnsupportedSyntaxError, "a set display"),
     ("dict_comprehension", 0.4, E.UnsupportedSyntaxError, "a dict comprehension"),
-    ("list_comprehension", 0.4, E.UnsupportedSyntaxError, "a list comprehension"),
+    ("generator_to_stack", 0.4, E.UnsupportedSyntaxError, "a generator expression"),
     ("sorts_in_place", X, E.UnsupportedSyntaxError, "expression statements"),
     ("print_call", 0.4, E.UnsupportedSyntaxError, "expression statements"),
     ("f_string", 0.4, E.UnsupportedSyntaxError, "an f-string"),

@@ -1,0 +1,132 @@
+"""List comprehensions and the folding builtins sum/max/min (autodiff_ast/comprehensions.py).
+
+Each program's derivatives are checked against central differences (check_grads at order 2 in
+both modes, jit and vmap of the gradient against differences), and its value against the
+function run by Python itself.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_vmap import numeric_grad  # central differences
+
+import autodiff_ast as ad
+from autodiff_ast.errors import UnsupportedSyntaxError
+
+
+def pairs_then_stack(x):  # a condition, then np.stack of the list
+    rows = [x[i] * x[i + 1] for i in range(len(x) - 1) if i % 2 == 0]
+    return np.sum(np.stack(rows) ** 2)
+
+
+def shadowing(x):  # the comprehension's v is its own: the outer v keeps its value
+    v = x[0] * 3.0
+    s = sum(v * v for v in x)
+    return s + v
+
+
+def outer_products(x):  # two generators; sum of a list of arrays
+    W = x.reshape(3, 2)
+    mats = [np.outer(W[i], W[j]) for i in range(W.shape[0]) for j in range(i, W.shape[0])]
+    return np.sum(sum(mats) ** 2)
+
+
+def folds(x):  # sum with a start, sum of a matrix's rows, max of a generator, min of three
+    A = np.outer(x, x)
+    r = sum(A, np.ones(len(x)))
+    return (np.sum(r * r) + max(v for v in x) - min(x[0], x[1], x[2])
+            + sum([x[0], x[1]], 1.0))
+
+
+def in_a_loop(x):  # a list made anew in each step, read by index (sum), zip and enumerate
+    out = 0.0
+    for t in range(3):
+        terms = [a * b * (t + 1) for a, b in zip(x, x[::-1])]
+        out = out + sum(terms) + sum([v * k for k, v in enumerate(x)])
+    return out
+
+
+def sum_of_an_array(x):
+    return sum(np.sin(x)) * sum(np.cos(x))
+
+
+def indexed_list_made_in_each_step(x):  # the same without comprehensions
+    out = 0.0
+    for t in range(3):
+        terms = []
+        for a in x:
+            terms.append(a * (t + 1.5))
+        total = 0.0
+        for k in range(len(terms)):
+            total = total + terms[k] * terms[k]
+        out = out + total
+    return out
+
+
+PROGRAMS = [pairs_then_stack, shadowing, outer_products, folds, in_a_loop, sum_of_an_array,
+            indexed_list_made_in_each_step]
+
+
+def _x():
+    return np.array([0.3, 1.2, -0.7, 0.9, 0.45, -1.1])
+
+
+@pytest.mark.parametrize("f", PROGRAMS, ids=lambda f: f.__name__)
+def test_derivatives_against_differences(f):
+    ad.check_grads(f, (_x(),), order=2, modes=("rev", "fwd"))
+
+
+@pytest.mark.parametrize("f", PROGRAMS, ids=lambda f: f.__name__)
+def test_value_is_pythons(f):
+    value, _ = ad.value_and_grad(f)(_x())
+    assert value == pytest.approx(f(_x()), rel=1e-12)
+
+
+@pytest.mark.parametrize("f", [shadowing, in_a_loop, folds],
+                         ids=lambda f: f.__name__)
+def test_vmap_of_grad(f):
+    xs = np.stack([_x(), 0.5 * _x() + 0.1])
+    batched = ad.vmap(ad.grad(f))(xs)
+    for row, x in zip(batched, xs):
+        np.testing.assert_allclose(row, numeric_grad(f, x), rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("f", [shadowing, in_a_loop, indexed_list_made_in_each_step,
+                               sum_of_an_array], ids=lambda f: f.__name__)
+def test_jit_gradient(f):
+    from autodiff_ast.jit import jit
+    np.testing.assert_allclose(jit(ad.grad(f))(_x()), numeric_grad(f, _x()), rtol=1e-5,
+                               atol=1e-8)
+
+
+def test_a_comprehension_reads_as_a_loop():
+    g = ad.grad(shadowing)
+    g(_x())
+    assert "items.append(v_2 * v_2)" in g.source  # renamed: the outer v is another value
+    assert "for k in range(n):" in g.source
+
+
+def generator_to_stack(x):
+    return np.sum(np.stack(x * k for k in range(3)))
+
+
+def sum_of_a_number(x):
+    return sum(x[0])
+
+
+def max_with_key(x):
+    return max([x[0], x[1]], key=abs)
+
+
+@pytest.mark.parametrize("f, what", [
+    (generator_to_stack, "generator expression is supported only"),
+    (sum_of_a_number, "sum() of a float is not supported"),
+    (max_with_key, "max() with keywords"),
+], ids=["generator elsewhere", "sum of a number", "max with key"])
+def test_unsupported_folds_name_the_line(f, what):
+    with pytest.raises(UnsupportedSyntaxError) as info:
+        ad.grad(f)(_x())
+    assert what in str(info.value)
+    assert "test_comprehensions.py" in str(info.value)
