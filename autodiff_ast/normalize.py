@@ -1289,11 +1289,20 @@ class Normalizer:
             self.body[-1].checkpointed = True
             return
         if fn is enumerate:
-            seq = self.atom(it.args[0])
             if not (isinstance(stmt.target, gast.Tuple) and len(stmt.target.elts) == 2):
                 raise self.unsupported("enumerate() must be unpacked into (index, value)", stmt)
-            n = self.emit_len(seq)
             index_name, value_target = stmt.target.elts
+            zipped = self.zipped(it.args[0])
+            if zipped is not None:  # `for k, (a, b) in enumerate(zip(xs, ys))`
+                if not (isinstance(value_target, gast.Tuple) and
+                        len(value_target.elts) == len(zipped)):
+                    raise self.unsupported("enumerate(zip(...)) must be unpacked into (index, "
+                                           "(one name per sequence))", stmt)
+                n = self.zip_length(zipped)
+                self.range_loop(stmt, [n], index_name, list(zip(value_target.elts, zipped)))
+                return
+            seq = self.atom(it.args[0])
+            n = self.emit_len(seq)
             self.range_loop(stmt, [n], index_name, [(value_target, seq)])
             return
         if fn is zip:
@@ -1301,7 +1310,7 @@ class Normalizer:
             if not (isinstance(stmt.target, gast.Tuple) and len(stmt.target.elts) == len(seqs)):
                 raise self.unsupported("zip() must be unpacked into one name per sequence",
                                        stmt)
-            n = self.emit_len(seqs[0])
+            n = self.zip_length(seqs)
             index = gast.Name(id=self.namer.temp("k"), ctx=gast.Store(), annotation=None,
                               type_comment=None)
             self.range_loop(stmt, [n], index, list(zip(stmt.target.elts, seqs)), raw_index=True)
@@ -1344,6 +1353,26 @@ class Normalizer:
         index = gast.Name(id=self.namer.temp("k"), ctx=gast.Store(), annotation=None,
                           type_comment=None)
         self.range_loop(stmt, [n], index, [(stmt.target, seq)], raw_index=True)
+
+    def zipped(self, node):
+        """The sequences of ``zip(a, b, ...)`` as atoms, or None when `node` is not a zip."""
+        if not (isinstance(node, gast.Call) and isinstance(node.func, (gast.Name,
+                                                                        gast.Attribute))):
+            return None
+        callee = self.expr(node.func)
+        if not (isinstance(callee, Static) and callee.value is zip) or node.keywords:
+            return None
+        return [self.atom(a) for a in node.args]
+
+    def zip_length(self, seqs):
+        """How many steps ``zip(*seqs)`` takes: the shortest sequence's length, as in Python."""
+        n = self.emit_len(seqs[0])
+        for seq in seqs[1:]:
+            other = self.emit_len(seq)
+            rule = rules.lookup(min)
+            n = self.apply_rule(rule, {"a": n, "b": other}, self.origin, None,
+                                value=gast.Call(func=name("min"), args=[n, other], keywords=[]))
+        return n
 
     def emit_len(self, seq):
         rule = rules.by_name("len")

@@ -1,4 +1,5 @@
-"""List comprehensions and the folding builtins sum/max/min (autodiff_ast/comprehensions.py).
+"""List comprehensions and the folding builtins sum/max/min (autodiff_ast/comprehensions.py),
+and the loops over zip and enumerate(zip(...)) they are often written with.
 
 Each program's derivatives are checked against central differences (check_grads at order 2 in
 both modes, jit and vmap of the gradient against differences), and its value against the
@@ -64,8 +65,23 @@ def indexed_list_made_in_each_step(x):  # the same without comprehensions
     return out
 
 
+def enumerate_zip(x):  # a loop and a comprehension over enumerate(zip(...))
+    y = np.cos(x)
+    s = 0.0
+    for k, (a, b) in enumerate(zip(x, y)):
+        s = s + a * b * (k + 1)
+    return s + sum([a * b * k for k, (a, b) in enumerate(zip(x, y))])
+
+
+def zip_of_unequal_lengths(x):  # zip stops at the shorter sequence, as in Python
+    s = 0.0
+    for a, b in zip(x, x[2:]):
+        s = s + np.sin(a) * b
+    return s
+
+
 PROGRAMS = [pairs_then_stack, shadowing, outer_products, folds, in_a_loop, sum_of_an_array,
-            indexed_list_made_in_each_step]
+            indexed_list_made_in_each_step, enumerate_zip, zip_of_unequal_lengths]
 
 
 def _x():
@@ -94,7 +110,8 @@ def test_vmap_of_grad(f):
 
 @pytest.mark.numba
 @pytest.mark.parametrize("f", [shadowing, in_a_loop, indexed_list_made_in_each_step,
-                               sum_of_an_array], ids=lambda f: f.__name__)
+                               sum_of_an_array, zip_of_unequal_lengths],
+                         ids=lambda f: f.__name__)
 def test_jit_gradient(f):
     from autodiff_ast.jit import jit
     np.testing.assert_allclose(jit(ad.grad(f))(_x()), numeric_grad(f, _x()), rtol=1e-5,
