@@ -27,6 +27,7 @@ import gast
 from . import types as T
 
 FOLDS = (builtins.sum, builtins.max, builtins.min)
+MAKERS = (builtins.list, builtins.tuple)  # list(v for v in xs): the list it builds
 
 
 def _located(nodes, origin):
@@ -182,6 +183,10 @@ class _Fold:
             if start is None:
                 return total
             return self.expr(self.combine(start, _load(_bound(norm, total, "total"))), target)
+        if typ.kind == "tuple" and typ.elts is not None:  # a tuple of known length: unrolled
+            items = _bound(norm, seq, "items")
+            parts = [gast.parse(f"{items}[{k}]").body[0].value for k in range(len(typ.elts))]
+            return self.run(gast.Tuple(elts=parts, ctx=gast.Load()), start, target)
         if typ.kind not in ("list", "array"):
             value = f"a {typ.kind}" if typ.kind != "unknown" else "this value"
             raise norm.unsupported(f"{what}() of {value} is not supported", node,
@@ -230,3 +235,34 @@ def _bound(norm, value, base):
 
 def _load(identifier):
     return gast.Name(id=identifier, ctx=gast.Load(), annotation=None, type_comment=None)
+
+
+
+def rows_made_arrays(node):
+    """``np.array([[f(i, j) for j in ...] for i in ...])``, ``np.array([[a, b], [c, d]])``:
+    the comprehension or display with each row that is itself a list comprehension or
+    display wrapped in ``np.array(...)`` (the same matrix: a list of lists has no adjoint
+    of its own, and a display of displays carried no derivative)."""
+    def wrapped(elt):
+        if not isinstance(elt, (gast.ListComp, gast.List)):
+            return elt
+        inner = rows_made_arrays(elt)
+        call = gast.Call(func=gast.Attribute(value=gast.Name(id="np", ctx=gast.Load(),
+                                                             annotation=None,
+                                                             type_comment=None),
+                                             attr="array", ctx=gast.Load()),
+                         args=[inner], keywords=[])
+        return _located([gast.Expr(value=call)], elt)[0].value
+    if isinstance(node, gast.ListComp):
+        node = _copy(node)
+        node.elt = wrapped(node.elt)
+    elif isinstance(node, (gast.List, gast.Tuple)):
+        node = _copy(node)
+        node.elts = [wrapped(e) for e in node.elts]
+    return node
+
+
+def has_rows(node):
+    """Whether a list display or comprehension has rows that are lists themselves."""
+    elts = [node.elt] if isinstance(node, gast.ListComp) else getattr(node, "elts", [])
+    return any(isinstance(e, (gast.List, gast.Tuple, gast.ListComp)) for e in elts)

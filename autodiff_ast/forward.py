@@ -855,6 +855,14 @@ def _forward_rule(stmt, tan, core):
     call = PrimCall(rule, base.args, base.types, name(targets[0]) if len(targets) == 1 else
                     None, base.out_type, base.keywords)
     elementwise = rule.name in _ELEMENTWISE_OK
+    if rule.name == "add" and all(call.types.get(p, T.UNKNOWN).kind == "tuple" and
+                                  call.types[p].elts is not None for p in ("a", "b")):
+        # `c = a + b` joins two tuples: c's element tangents are a's, then b's
+        halves = [(tan.part(call.args[p]), len(call.types[p].elts)) for p in ("a", "b")]
+        parts = [tan.element(part, k) for part, n in halves for k in range(n)]
+        if any(p is not None for p in parts):
+            tan.set_part(targets[0], parts)
+        return
     dots = rule_dots(call, tan, elementwise)
     if not dots:
         return

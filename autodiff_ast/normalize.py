@@ -35,7 +35,14 @@ import numpy as np
 
 from . import rules
 from . import types as T
-from .comprehensions import FOLDS, fold_builtin, lower_comprehension
+from .comprehensions import (
+    FOLDS,
+    MAKERS,
+    fold_builtin,
+    has_rows,
+    lower_comprehension,
+    rows_made_arrays,
+)
 from .errors import MissingRuleError, TypeInferenceError, UnsupportedSyntaxError
 from .frontend import FunctionInfo, parse_function
 from .lowering import lower_loop_exits
@@ -699,6 +706,8 @@ class Normalizer:
         base = self.expr(node.value)
         if isinstance(base, (TreeRef, Static)):
             key = self.expr(node.slice)
+            if isinstance(key, Static) and isinstance(key.value, (str, int)):
+                key = gast.Constant(value=key.value, kind=None)  # a loop's constant key
             if not isinstance(key, gast.Constant):
                 raise self.unsupported("pytree entries must be selected with a constant key",
                                        node, "write params['W'], not params[name]")
@@ -857,9 +866,12 @@ class Normalizer:
             folded = fold_builtin(self, fn, node, target)
             if folded is not None:
                 return folded
+        elif fn in MAKERS and len(node.args) == 1 and not node.keywords and isinstance(
+                node.args[0], (gast.GeneratorExp, gast.ListComp)):
+            return lower_comprehension(self, node.args[0], target)
         elif any(isinstance(a, gast.GeneratorExp) for a in node.args):
             raise self.unsupported("a generator expression is supported only as what sum(), "
-                                   "max() or min() folds", node,
+                                   "max(), min(), list() or tuple() takes", node,
                                    "build a list instead: [... for ...]")
         rule = rules.lookup(fn) or rules.helper_rule(fn)
         if rule is not None:
@@ -953,6 +965,13 @@ class Normalizer:
         bound, kws = {}, []
         params = list(rule.params)
         atoms = [first] if first is not None else []
+        if rule.name in ("array", "stack") and args and isinstance(
+                args[0], (gast.ListComp, gast.List, gast.Tuple)) and has_rows(args[0]):
+            args = [rows_made_arrays(args[0])] + list(args[1:])  # rows of a matrix
+            if rule.name == "array" and not isinstance(args[0], gast.ListComp) and \
+                    len(args) == 1 and not keywords:
+                rule = rules.by_name("stack")  # the same rows, stacked
+                params = list(rule.params)
         atoms += [self.expr(a) for a in args]
         atoms = [self.static_to_atom(a.value, node) if isinstance(a, Static) and
                  isinstance(a.value, (tuple,)) else a for a in atoms]
@@ -960,6 +979,17 @@ class Normalizer:
             if isinstance(a, (TreeRef, Static)) and not _is_dtype(a):
                 raise self.unsupported("a pytree or Python object cannot be passed to "
                                        f"{rule.emit or rule.name}", src or node)
+        if rule.name in ("array", "stack") and atoms and isinstance(atoms[0], gast.Name) and \
+                self.types.get(atoms[0].id, T.UNKNOWN).kind == "list" and \
+                _element_type(self.types[atoms[0].id]).kind == "list":
+            raise self.unsupported(f"np.{rule.name} of a list of lists is not supported", node,
+                                   "make each row an array as you build the list: "
+                                   "rows.append(np.array(row))")
+        if rule.name == "vstack" and len(atoms) == 1 and self.is_list_of(atoms[0], 1):
+            rule = rules.by_name("array")  # np.vstack(rows) of vectors: np.array(rows)
+            params = list(rule.params)
+        atoms = [self.list_as_array(rule, a, src or node) for a, src in zip(
+            atoms, ([None] if first is not None else []) + list(args))]
         if rule.varargs:
             k = params.index(rule.varargs)
             if len(atoms) > k:
@@ -983,6 +1013,30 @@ class Normalizer:
         value = _emit_call(rule, bound, kws)
         return self.apply_rule(rule, bound, node, target, value=value, keywords=kws,
                                static_values=static_values)
+
+    def is_list_of(self, atom, ndim):
+        """Whether `atom` names a local list whose elements have `ndim` axes."""
+        return isinstance(atom, gast.Name) and \
+            self.types.get(atom.id, T.UNKNOWN).kind == "list" and \
+            _element_type(self.types[atom.id]).ndim == ndim
+
+    def list_as_array(self, rule, atom, node):
+        """A local list passed to a NumPy function, as NumPy takes it: ``np.array(xs)``
+        first (``np.mean(vals)``, ``np.max(vals)``); the functions that read a list
+        themselves (np.stack, np.array, len) get it as it is."""
+        if not (isinstance(atom, gast.Name) and
+                self.types.get(atom.id, T.UNKNOWN).kind == "list") or \
+                rule.name in ("stack", "array", "len", "getitem") or \
+                rule.name.endswith("_like"):  # (generated code's zero of a list's shape)
+            return atom
+        if rule.name in ("concatenate", "hstack", "vstack"):
+            raise self.unsupported(f"np.{rule.name} of a list built at run time is not "
+                                   "supported (its pieces may differ in length)", node,
+                                   "stack pieces of one shape with np.stack(xs), or pass a "
+                                   "tuple of the pieces")
+        array = rules.by_name("array")
+        return self.apply_rule(array, {"arrays": atom}, node, None,
+                               value=_emit_call(array, {"arrays": atom}, []))
 
     def apply_rule(self, rule, bound, node, target, value, keywords=(), static_values=None):
         types_ = {p: atom_type(a, self.types) for p, a in bound.items()}
@@ -1243,6 +1297,8 @@ class Normalizer:
     def visit_For(self, stmt):
         if stmt.orelse:
             raise self.unsupported("for/else is not supported", stmt, "use a flag")
+        if self.dict_loop(stmt):
+            return
         it = stmt.iter
         fn = None
         if isinstance(it, gast.Call) and isinstance(it.func, (gast.Name, gast.Attribute)):
@@ -1316,9 +1372,14 @@ class Normalizer:
             self.range_loop(stmt, [n], index, list(zip(stmt.target.elts, seqs)), raw_index=True)
             return
         seq = self.expr(it)
+        if isinstance(seq, (gast.Tuple, gast.List)) and seq.elts and all(
+                isinstance(e, gast.Constant) for e in seq.elts):
+            seq = Static(tuple(e.value for e in seq.elts))  # `for k in ("W1", "W2")`
         if isinstance(seq, Static) and isinstance(seq.value, (tuple, list)):
             for value in seq.value:  # a loop over constants unrolls
-                self.bind_value(stmt.target, self.static(value, stmt, None))
+                # (a string stays a constant: a pytree key, `params[k]`)
+                self.bind_value(stmt.target, Static(value) if isinstance(value, str) else
+                                self.static(value, stmt, None))
                 for inner in stmt.body:
                     self.visit_stmt(inner)
             return
@@ -1353,6 +1414,42 @@ class Normalizer:
         index = gast.Name(id=self.namer.temp("k"), ctx=gast.Store(), annotation=None,
                           type_comment=None)
         self.range_loop(stmt, [n], index, [(stmt.target, seq)], raw_index=True)
+
+    def dict_loop(self, stmt):
+        """``for k in d``, ``for k in d.keys()``, ``for v in d.values()``, ``for k, v in
+        d.items()`` over a dict in a pytree argument: unrolled, a key a constant (so
+        ``d[k]`` selects its leaf), in the pytree's key order (sorted, as its leaves are).
+        False when the loop is not one of these."""
+        it, what = stmt.iter, "keys"
+        if isinstance(it, gast.Call) and isinstance(it.func, gast.Attribute) and \
+                it.func.attr in ("keys", "values", "items") and not it.args and \
+                not it.keywords:
+            it, what = it.func.value, it.func.attr
+        root = it
+        while isinstance(root, (gast.Subscript, gast.Attribute)):
+            root = root.value
+        if not (isinstance(root, gast.Name) and isinstance(self.env.get(root.id), TreeRef)):
+            return False
+        ref = self.expr(it)  # a pytree's part: no code emitted
+        if not (isinstance(ref, TreeRef) and ref.spec.kind == "dict"):
+            return False
+        target = stmt.target
+        pair = isinstance(target, gast.Tuple) and len(target.elts) == 2
+        if what == "items" and not pair:
+            raise self.unsupported("items() must be unpacked into (key, value)", stmt)
+        if any(isinstance(n, (gast.Break, gast.Continue)) for n in gast.walk(stmt)):
+            raise self.unsupported("break/continue in a loop over a pytree's entries is "
+                                   "not supported", stmt, "use a flag")
+        for key, _ in ref.spec.children:
+            entry = self.tree_child(ref, key, stmt)
+            if what == "items":
+                self.bind_value(target.elts[0], Static(key))
+                self.bind_value(target.elts[1], entry)
+            else:
+                self.bind_value(target, Static(key) if what == "keys" else entry)
+            for inner in stmt.body:
+                self.visit_stmt(inner)
+        return True
 
     def zipped(self, node):
         """The sequences of ``zip(a, b, ...)`` as atoms, or None when `node` is not a zip."""

@@ -1473,6 +1473,18 @@ class _Builder:
             self._body_reads = _read_counts(self.core.body)
         return self._body_reads
 
+    def indexed_lists(self):
+        """Lists the primal function reads an element of (``xs[k]``, ``for v in xs``): their
+        adjoints gain entries by index, so a list made anew in a loop step needs a new
+        adjoint of zeros when the step before gets its list back."""
+        if getattr(self, "_indexed_lists", None) is None:
+            self._indexed_lists = {
+                s.prim.call.args["x"].id for s in walk_statements(self.core.body)
+                if not isinstance(s, CONTROL) and s.prim.kind == "rule" and
+                s.prim.rule.name == "getitem" and
+                isinstance(s.prim.call.args.get("x"), gast.Name)}
+        return self._indexed_lists
+
     # -- backward sweep
     def backward_block(self, stmts):
         locals_ = _local_temps(stmts, self.core.namer.temps, self.body_reads()) \
@@ -1537,7 +1549,8 @@ class _Builder:
         if kind in ("list_new", "pop") and self.depth > 0:
             for t in targets:
                 if t in restores and adj.get(t) is not None and t not in adj.array_lists and \
-                        core.types.get(t, T.UNKNOWN).kind == "list":
+                        core.types.get(t, T.UNKNOWN).kind == "list" and \
+                        t in self.indexed_lists():
                     # `xs = []` (or `xs = lists.pop()`) in a loop step: the list of the step
                     # before is back; its adjoint is a new list (the old one may be on a
                     # tape), one zero per element (its reads come before this statement)
@@ -3150,6 +3163,21 @@ def _reverse_rule(stmt, adj, active, core):
             g = _tuple_adjoint(adj, target[0])  # an entry of a list of tuples: added into
             if g is None:                       # the list's adjoint as one tuple
                 return
+        if rule.name == "add" and all(call.types.get(p, T.UNKNOWN).kind == "tuple" and
+                                      call.types[p].elts is not None for p in ("a", "b")):
+            # `c = a + b` joins two tuples: c's element adjoints go back to their halves
+            offset = len(call.types["a"].elts)
+            for k, part in enumerate(g):
+                p, j = ("a", k) if k < offset else ("b", k - offset)
+                atom = call.args[p]
+                if part is None:
+                    continue
+                if isinstance(atom, gast.Name) and atom.id in active:
+                    adj.add_to_tuple(atom.id, j, part)
+                elif isinstance(atom, gast.Tuple) and isinstance(atom.elts[j], gast.Name) \
+                        and atom.elts[j].id in active:
+                    adj.add(atom.elts[j].id, part, call.types[p].elts[j])
+            return
     else:
         g = adj.get(target[0]) if rule.name in _ELEMENTWISE_OK else adj.materialized(target[0])
         if g is None:

@@ -305,11 +305,13 @@ class _Lower(gast.NodeTransformer):
         self.slices = {}  # name -> the slice(...) call it is bound to, once, in this function
         self.ints = set()  # names that only ever hold an integer in this function
         self.arrays = set()  # local names never bound to a list (so a[...] += v updates an array)
+        self.lists = set()  # local names bound to a list built with append
 
     def visit_FunctionDef(self, node):
         self.slices = _slice_names(node)
         self.ints = _int_names(node)
         self.arrays = _local_non_lists(node)
+        self.lists = _local_lists(node)
         self.generic_visit(node)
         return node
 
@@ -564,6 +566,13 @@ class _Lower(gast.NodeTransformer):
             return None
         axis = [k.value for k in node.keywords if k.arg == "axis"]
         if len(axis) != len(node.keywords) or (axis and _const(axis[0]) != 0):
+            return None
+        return _call(self.helper("stack_list"), node.args)
+
+    def call_np_array(self, node):
+        # Numba's np.array takes no list of arrays: a local list is stacked (np.array(rows))
+        if len(node.args) != 1 or node.keywords or not isinstance(node.args[0], gast.Name) or \
+                node.args[0].id not in self.lists:
             return None
         return _call(self.helper("stack_list"), node.args)
 
@@ -886,6 +895,19 @@ def _int_names(fn):
                 id(node) not in good:
             other.add(node.id)
     return set(good.values()) - other
+
+
+def _local_lists(fn):
+    """Names `fn` binds to an empty list display (``rows = []``) and appends to."""
+    empty, appended = set(), set()
+    for node in gast.walk(fn):
+        if isinstance(node, gast.Assign) and isinstance(node.value, gast.List) and \
+                not node.value.elts:
+            empty.update(t.id for t in node.targets if isinstance(t, gast.Name))
+        if isinstance(node, gast.Attribute) and isinstance(node.value, gast.Name) and \
+                node.attr == "append":
+            appended.add(node.value.id)
+    return empty & appended
 
 
 def _local_non_lists(fn):

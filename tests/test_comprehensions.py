@@ -80,8 +80,27 @@ def zip_of_unequal_lengths(x):  # zip stops at the shorter sequence, as in Pytho
     return s
 
 
+def matrix_from_nested(x):  # np.array of a nested comprehension: rows made arrays
+    M = np.array([[x[i] * x[j] for j in range(3)] for i in range(3)])
+    return np.sum(M ** 2) + np.sum(np.array([[x[0], 1.0], [2.0, x[1]]]) ** 3)
+
+
+def joined_lists(x):  # two fixed lists joined with +, then summed; tuple() of a generator
+    a = [x[0], x[1]]
+    b = [x[2] * 2.0]
+    t = tuple(v * 2.0 for v in x)
+    return sum(a + b) * t[1] + t[3]
+
+
+def numpy_of_lists(x):  # NumPy functions given a list: as np.array(list); vstack of rows
+    vals = [np.sum(x ** k) for k in range(1, 4)]
+    rows = [np.sin(x * k) for k in range(3)]
+    return np.mean(vals) + np.max(vals) + np.sum(np.vstack(rows) ** 2)
+
+
 PROGRAMS = [pairs_then_stack, shadowing, outer_products, folds, in_a_loop, sum_of_an_array,
-            indexed_list_made_in_each_step, enumerate_zip, zip_of_unequal_lengths]
+            indexed_list_made_in_each_step, enumerate_zip, zip_of_unequal_lengths,
+            matrix_from_nested, joined_lists, numpy_of_lists]
 
 
 def _x():
@@ -110,8 +129,8 @@ def test_vmap_of_grad(f):
 
 @pytest.mark.numba
 @pytest.mark.parametrize("f", [shadowing, in_a_loop, indexed_list_made_in_each_step,
-                               sum_of_an_array, zip_of_unequal_lengths],
-                         ids=lambda f: f.__name__)
+                               sum_of_an_array, zip_of_unequal_lengths, matrix_from_nested,
+                               numpy_of_lists], ids=lambda f: f.__name__)
 def test_jit_gradient(f):
     from autodiff_ast.jit import jit
     np.testing.assert_allclose(jit(ad.grad(f))(_x()), numeric_grad(f, _x()), rtol=1e-5,
@@ -123,6 +142,62 @@ def test_a_comprehension_reads_as_a_loop():
     g(_x())
     assert "items.append(v_2 * v_2)" in g.source  # renamed: the outer v is another value
     assert "for k in range(n):" in g.source
+
+
+# ---------------------------------------------------------------- loops over a dict's keys
+KEYS = ("a", "b")
+
+
+def over_keys(p, x):  # a dict argument's keys, items and values; constant keys
+    s = 0.0
+    for k in p:
+        s = s + np.sum(p[k] * x) ** 2
+    for k, v in p.items():
+        s = s + np.sum(v * x * v)
+    for v in p.values():
+        s = s + np.sum(np.sin(v))
+    for k in KEYS:
+        s = s + np.sum(np.cos(p[k]))
+    return s + sum(np.sum(p[k] * p[k]) for k in ("a", "b"))
+
+
+def _params():
+    return {"b": np.arange(4.0) * 0.3, "a": np.array([0.5, -0.2, 0.7, 0.1])}
+
+
+def test_loops_over_a_dict_argument():
+    ad.check_grads(over_keys, (_params(), _x()[:4]), order=2, modes=("rev", "fwd"))
+    value, _ = ad.value_and_grad(over_keys)(_params(), _x()[:4])
+    assert value == pytest.approx(over_keys(_params(), _x()[:4]), rel=1e-12)
+
+
+@pytest.mark.numba
+def test_jit_loops_over_a_dict_argument():
+    from autodiff_ast.jit import jit
+    p, x = _params(), _x()[:4]
+    got = jit(ad.grad(over_keys))(p, x)
+    for key in p:
+        def along(v, key=key):
+            q = dict(p)
+            q[key] = v
+            return over_keys(q, x)
+        np.testing.assert_allclose(got[key], numeric_grad(along, p[key]), rtol=1e-5,
+                                   atol=1e-8)
+
+
+def list_of_lists_to_array(x):
+    rows = []
+    for i in range(2):
+        row = []
+        for j in range(2):
+            row.append(x[i] * x[j])
+        rows.append(row)
+    return np.sum(np.array(rows))
+
+
+def concatenate_a_list(x):
+    parts = [x[:k] for k in range(1, 3)]
+    return np.sum(np.concatenate(parts))
 
 
 def generator_to_stack(x):
@@ -141,7 +216,10 @@ def max_with_key(x):
     (generator_to_stack, "generator expression is supported only"),
     (sum_of_a_number, "sum() of a float is not supported"),
     (max_with_key, "max() with keywords"),
-], ids=["generator elsewhere", "sum of a number", "max with key"])
+    (list_of_lists_to_array, "np.array of a list of lists"),
+    (concatenate_a_list, "np.concatenate of a list built at run time"),
+], ids=["generator elsewhere", "sum of a number", "max with key", "list of lists",
+        "concatenate a list"])
 def test_unsupported_folds_name_the_line(f, what):
     with pytest.raises(UnsupportedSyntaxError) as info:
         ad.grad(f)(_x())
