@@ -40,7 +40,8 @@ def _located(nodes, origin):
 
 
 class _Fill(gast.NodeTransformer):
-    """Replace placeholder names by expressions (each use gets its own copy)."""
+    """Replace placeholder names by expressions (each use gets its own copy), or rename
+    names (a str value: a comprehension's variables that shadow a binding)."""
 
     def __init__(self, subs):
         self.subs = subs
@@ -51,19 +52,6 @@ class _Fill(gast.NodeTransformer):
             if isinstance(value, str):
                 return gast.Name(id=value, ctx=node.ctx, annotation=None, type_comment=None)
             return _copy(value)
-        return node
-
-
-class _Rename(gast.NodeTransformer):
-    """Rename the names in `renames` (a comprehension's variables that shadow a binding)."""
-
-    def __init__(self, renames):
-        self.renames = renames
-
-    def visit_Name(self, node):
-        if node.id in self.renames:
-            return gast.Name(id=self.renames[node.id], ctx=node.ctx, annotation=None,
-                             type_comment=None)
         return node
 
 
@@ -93,7 +81,7 @@ def lower_comprehension(norm, node, target=None):
     renames = {n: norm.namer.fresh(n) for n in local if n in outer_names}
     node = _copy(node)
     first_iter = node.generators[0].iter
-    rest = _Rename(renames)
+    rest = _Fill(renames)
     for k, gen in enumerate(node.generators):
         gen.target = rest.visit(gen.target)
         if k > 0:
