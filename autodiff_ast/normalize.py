@@ -869,9 +869,16 @@ class Normalizer:
         elif fn in MAKERS and len(node.args) == 1 and not node.keywords and isinstance(
                 node.args[0], (gast.GeneratorExp, gast.ListComp)):
             return lower_comprehension(self, node.args[0], target)
+        elif fn in (any, all) and len(node.args) == 1 and not node.keywords:
+            # any(v > 0 for v in x): the list of truths, then np.any / np.all of it
+            arg = node.args[0]
+            items = lower_comprehension(self, arg) if isinstance(
+                arg, (gast.GeneratorExp, gast.ListComp)) else self.atom(arg)
+            rule = rules.lookup(np.any if fn is any else np.all)
+            return self.call_rule(rule, [], [], node, target, first=items)
         elif any(isinstance(a, gast.GeneratorExp) for a in node.args):
             raise self.unsupported("a generator expression is supported only as what sum(), "
-                                   "max(), min(), list() or tuple() takes", node,
+                                   "max(), min(), any(), all(), list() or tuple() takes", node,
                                    "build a list instead: [... for ...]")
         rule = rules.lookup(fn) or rules.helper_rule(fn)
         if rule is not None:

@@ -98,9 +98,20 @@ def numpy_of_lists(x):  # NumPy functions given a list: as np.array(list); vstac
     return np.mean(vals) + np.max(vals) + np.sum(np.vstack(rows) ** 2)
 
 
+def any_and_all(x):  # branches on any()/all() of a generator, a comprehension, an array
+    s = 0.0
+    if any(v > 0.5 for v in x):
+        s = s + np.sum(x ** 2)
+    if all([v > -5.0 for v in x]):
+        s = s + np.sum(np.sin(x))
+    if any(x > 10.0):
+        s = s + 100.0 * np.sum(x)
+    return s
+
+
 PROGRAMS = [pairs_then_stack, shadowing, outer_products, folds, in_a_loop, sum_of_an_array,
             indexed_list_made_in_each_step, enumerate_zip, zip_of_unequal_lengths,
-            matrix_from_nested, joined_lists, numpy_of_lists]
+            matrix_from_nested, joined_lists, numpy_of_lists, any_and_all]
 
 
 def _x():
@@ -130,7 +141,7 @@ def test_vmap_of_grad(f):
 @pytest.mark.numba
 @pytest.mark.parametrize("f", [shadowing, in_a_loop, indexed_list_made_in_each_step,
                                sum_of_an_array, zip_of_unequal_lengths, matrix_from_nested,
-                               numpy_of_lists], ids=lambda f: f.__name__)
+                               numpy_of_lists, any_and_all], ids=lambda f: f.__name__)
 def test_jit_gradient(f):
     from autodiff_ast.jit import jit
     np.testing.assert_allclose(jit(ad.grad(f))(_x()), numeric_grad(f, _x()), rtol=1e-5,
