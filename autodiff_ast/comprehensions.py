@@ -7,8 +7,10 @@ become an ``if`` around the append); its loop variables stay local to it, as in 
 ``np.sum(a, axis=0)`` (Python iterates an array along its first axis), ``sum([a, b, c])`` of
 a display ``a + b + c``; ``max``/``min`` of one iterable fold with the two-argument
 ``max``/``min``, and three or more arguments nest it. A generator expression is accepted
-where its items are folded at once (``sum(x * x for x in xs)``); elsewhere it stays an error
-(build a list).
+where its items are folded at once (``sum(x * x for x in xs)``, ``any(...)``, ``all(...)``)
+or made a list (``list(...)``, ``tuple(...)``); elsewhere it stays an error (build a list).
+The rows of ``np.array([[...] for ...])`` and of a display of displays are made arrays first
+(:func:`rows_made_arrays`).
 
 >>> import numpy as np
 >>> from autodiff_ast import grad
@@ -25,9 +27,11 @@ import builtins
 import gast
 
 from . import types as T
+from .templates import copy_tree
 
 FOLDS = (builtins.sum, builtins.max, builtins.min)
 MAKERS = (builtins.list, builtins.tuple)  # list(v for v in xs): the list it builds
+ROWS = (gast.List, gast.Tuple, gast.ListComp)  # rows of a matrix written as lists
 
 
 def _located(nodes, origin):
@@ -51,13 +55,8 @@ class _Fill(gast.NodeTransformer):
             value = self.subs[node.id]
             if isinstance(value, str):
                 return gast.Name(id=value, ctx=node.ctx, annotation=None, type_comment=None)
-            return _copy(value)
+            return copy_tree(value)
         return node
-
-
-def _copy(node):
-    from .templates import copy_tree
-    return copy_tree(node)
 
 
 def _statements(code, origin, **subs):
@@ -79,15 +78,13 @@ def lower_comprehension(norm, node, target=None):
     local = [n for g in node.generators for n in _target_names(g.target)]
     # a comprehension's variables are its own: rename those that would overwrite a binding
     renames = {n: norm.namer.fresh(n) for n in local if n in outer_names}
-    node = _copy(node)
-    first_iter = node.generators[0].iter
+    node = copy_tree(node)
     rest = _Fill(renames)
     for k, gen in enumerate(node.generators):
         gen.target = rest.visit(gen.target)
-        if k > 0:
+        if k > 0:  # (the first iterable is read outside the comprehension's scope)
             gen.iter = rest.visit(gen.iter)
         gen.ifs = [rest.visit(c) for c in gen.ifs]
-    node.generators[0].iter = first_iter
     elt = rest.visit(node.elt)
     used = {n.id for n in gast.walk(node) if isinstance(n, gast.Name)}
     items = target if target is not None and target not in used else norm.namer.fresh("items")
@@ -130,16 +127,21 @@ class _Fold:
     """One folding call: ``op`` is "add" (sum), "max" or "min"."""
 
     def __init__(self, norm, node, op):
-        from .normalize import Static
         self.norm, self.node, self.op = norm, node, op
-        # the builtins the lowered code calls, bound whatever the user's module shadows
-        self.names = {b: _bound(norm, Static(getattr(builtins, b)), b)
-                      for b in ("range", "len", "max", "min")}
+        self.names = {}
+
+    def builtin(self, name):
+        """A name for the builtin `name` in lowered code, whatever the user's module
+        shadows (bound once per fold)."""
+        from .normalize import Static
+        if name not in self.names:
+            self.names[name] = _bound(self.norm, Static(getattr(builtins, name)), name)
+        return self.names[name]
 
     def combine(self, left, right):
         if self.op == "add":
             return gast.BinOp(left=left, op=gast.Add(), right=right)
-        return gast.Call(func=_load(self.names[self.op]), args=[left, right], keywords=[])
+        return gast.Call(func=_load(self.builtin(self.op)), args=[left, right], keywords=[])
 
     def expr(self, value, target):
         return self.norm.expr(_located([gast.Expr(value=value)], self.node)[0].value, target)
@@ -198,9 +200,9 @@ class _Fold:
         if start is not None:
             first = gast.BinOp(left=start, op=gast.Add(), right=first)
         step = self.combine(_load(total), gast.parse(f"{items}[{k}]").body[0].value)
-        bounds = f"{self.names['len']}(ITEMS)" if not lower else \
-            f"{lower}, {self.names['len']}(ITEMS)"
-        code = f"TOTAL = FIRST\nfor K in {self.names['range']}({bounds}):\n    TOTAL = STEP\n"
+        length = f"{self.builtin('len')}(ITEMS)"
+        bounds = f"{lower}, {length}" if lower else length
+        code = f"TOTAL = FIRST\nfor K in {self.builtin('range')}({bounds}):\n    TOTAL = STEP\n"
         for stmt in _statements(code, node, TOTAL=total, ITEMS=items, K=k, FIRST=first,
                                 STEP=step):
             norm.visit_stmt(stmt)
@@ -226,31 +228,36 @@ def _load(identifier):
 
 
 
-def rows_made_arrays(node):
+def rows_made_arrays(norm, node):
     """``np.array([[f(i, j) for j in ...] for i in ...])``, ``np.array([[a, b], [c, d]])``:
     the comprehension or display with each row that is itself a list comprehension or
-    display wrapped in ``np.array(...)`` (the same matrix: a list of lists has no adjoint
-    of its own, and a display of displays carried no derivative)."""
+    display (list or tuple) wrapped in ``np.array(...)`` (the same matrix: a list of lists
+    has no adjoint of its own, and a display of displays carried no derivative). The call
+    names NumPy's array function through a name of its own, whatever the user's module
+    calls numpy."""
+    import numpy as np
+
+    from .normalize import Static
+    array = _bound(norm, Static(np.array), "array")
+
+    def made_arrays(node):
+        if isinstance(node, gast.ListComp):
+            node = copy_tree(node)
+            node.elt = wrapped(node.elt)
+        elif isinstance(node, (gast.List, gast.Tuple)):
+            node = copy_tree(node)
+            node.elts = [wrapped(e) for e in node.elts]
+        return node
+
     def wrapped(elt):
-        if not isinstance(elt, (gast.ListComp, gast.List)):
+        if not isinstance(elt, ROWS):
             return elt
-        inner = rows_made_arrays(elt)
-        call = gast.Call(func=gast.Attribute(value=gast.Name(id="np", ctx=gast.Load(),
-                                                             annotation=None,
-                                                             type_comment=None),
-                                             attr="array", ctx=gast.Load()),
-                         args=[inner], keywords=[])
+        call = gast.Call(func=_load(array), args=[made_arrays(elt)], keywords=[])
         return _located([gast.Expr(value=call)], elt)[0].value
-    if isinstance(node, gast.ListComp):
-        node = _copy(node)
-        node.elt = wrapped(node.elt)
-    elif isinstance(node, (gast.List, gast.Tuple)):
-        node = _copy(node)
-        node.elts = [wrapped(e) for e in node.elts]
-    return node
+    return made_arrays(node)
 
 
 def has_rows(node):
     """Whether a list display or comprehension has rows that are lists themselves."""
     elts = [node.elt] if isinstance(node, gast.ListComp) else getattr(node, "elts", [])
-    return any(isinstance(e, (gast.List, gast.Tuple, gast.ListComp)) for e in elts)
+    return any(isinstance(e, ROWS) for e in elts)

@@ -974,7 +974,7 @@ class Normalizer:
         atoms = [first] if first is not None else []
         if rule.name in ("array", "stack") and args and isinstance(
                 args[0], (gast.ListComp, gast.List, gast.Tuple)) and has_rows(args[0]):
-            args = [rows_made_arrays(args[0])] + list(args[1:])  # rows of a matrix
+            args = [rows_made_arrays(self, args[0])] + list(args[1:])  # rows of a matrix
             if rule.name == "array" and not isinstance(args[0], gast.ListComp) and \
                     len(args) == 1 and not keywords:
                 rule = rules.by_name("stack")  # the same rows, stacked

@@ -1463,6 +1463,7 @@ class _Builder:
         self.top = None  # the top-level statement the backward sweep is in
         self.placeholder_resets = []  # (restore, `t_bar = np.zeros_like(t)` right after it)
         self._body_reads = None  # see body_reads
+        self._indexed_lists = None  # see indexed_lists
         self.loops = 0  # enclosing loops: residuals of helper calls there go on tapes
         self.unsaved = set()  # (id(core stmt), name): that save's restore was dropped
 
@@ -1477,7 +1478,7 @@ class _Builder:
         """Lists the primal function reads an element of (``xs[k]``, ``for v in xs``): their
         adjoints gain entries by index, so a list made anew in a loop step needs a new
         adjoint of zeros when the step before gets its list back."""
-        if getattr(self, "_indexed_lists", None) is None:
+        if self._indexed_lists is None:
             self._indexed_lists = {
                 s.prim.call.args["x"].id for s in walk_statements(self.core.body)
                 if not isinstance(s, CONTROL) and s.prim.kind == "rule" and

@@ -8,6 +8,7 @@ function run by Python itself.
 
 from __future__ import annotations
 
+import numpy
 import numpy as np
 import pytest
 from test_vmap import numeric_grad  # central differences
@@ -82,7 +83,8 @@ def zip_of_unequal_lengths(x):  # zip stops at the shorter sequence, as in Pytho
 
 def matrix_from_nested(x):  # np.array of a nested comprehension: rows made arrays
     M = np.array([[x[i] * x[j] for j in range(3)] for i in range(3)])
-    return np.sum(M ** 2) + np.sum(np.array([[x[0], 1.0], [2.0, x[1]]]) ** 3)
+    return np.sum(M ** 2) + np.sum(np.array([[x[0], 1.0], [2.0, x[1]]]) ** 3) + \
+        np.sum(numpy.array([(x[2], 1.0), (2.0, x[3])]) ** 3)  # tuple rows, numpy by name
 
 
 def joined_lists(x):  # two fixed lists joined with +, then summed; tuple() of a generator
