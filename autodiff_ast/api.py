@@ -512,7 +512,9 @@ class _Pullback:
                 f"vjp: the cotangent has shape(s) {[np.shape(c) for c in cts]}, but the "
                 f"output has shape(s) {list(shapes)}",
                 hint="pass a cotangent shaped like the function's output")
-        cts = [np.asarray(c, dtype=float) if np.ndim(c) else float(c) for c in cts]
+        lists = getattr(self, "out_lists", [False] * len(cts))
+        cts = [[_float_value(e) for e in c] if is_list else _float_value(c)
+               for c, is_list in zip(cts, lists)]
         bwd = getattr(self.module, self.generated.extra["bwd"])
         # The backward code pops its tapes and restores overwritten elements in place: each
         # call gets its own copy of the residuals, so the pullback can be called again.
@@ -536,6 +538,10 @@ class _Pullback:
                               for v in leaves]
             out.append(_rebuild(value, leaf_grads))
         return tuple(out)
+
+
+def _float_value(value):
+    return np.asarray(value, dtype=float) if np.ndim(value) else float(value)
 
 
 def _is_float_leaf(value):
@@ -653,6 +659,8 @@ class _VjpBuilder(_Transformed):
                              layout["n_seeds"], layout["tuple_out"])
         outs = out[0] if layout["tuple_out"] and isinstance(out[0], tuple) else (out[0],)
         pullback.out_shapes = [np.shape(o) for o in outs]
+        # a list built at run time gets its cotangent as a list too (the backward pops it)
+        pullback.out_lists = [isinstance(o, list) for o in outs]
         one_tuple = getattr(self.fun, "one_tuple_output", None)
         if one_tuple is not None and not layout["tuple_out"] and one_tuple(specs):
             # grad(f, argnums=(0,)) returns a 1-tuple: so do its vjp and pullback's cotangent

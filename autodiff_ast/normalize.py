@@ -495,7 +495,24 @@ class Normalizer:
         if isinstance(stmt.value, gast.Tuple):
             return gast.Tuple(elts=[self.runtime(self.expr(e), e) for e in stmt.value.elts],
                               ctx=gast.Load())
-        return self.runtime(self.expr(stmt.value), stmt.value)
+        returned = self.runtime(self.expr(stmt.value), stmt.value)
+        typ = atom_type(returned, self.types) if isinstance(returned, gast.Name) else None
+        if isinstance(stmt.value, gast.Name) and typ is not None and typ.kind == "tuple" \
+                and typ.elts:
+            # `t = (a, b)` (or a fixed list) then `return t`: its entries are the outputs
+            entries = [gast.Subscript(value=gast.Name(id=stmt.value.id, ctx=gast.Load(),
+                                                      annotation=None, type_comment=None),
+                                      slice=gast.Constant(value=i, kind=None), ctx=gast.Load())
+                       for i in range(len(typ.elts))]
+            for entry in entries:
+                gast.copy_location(entry, stmt.value)
+            return gast.Tuple(elts=[self.runtime(self.expr(e), e) for e in entries],
+                              ctx=gast.Load())
+        if isinstance(returned, gast.List):
+            # `return [a, b]`: a fixed list of outputs, differentiated as the tuple (a, b) is
+            # (each entry its own output, cotangent and Jacobian block)
+            return gast.Tuple(elts=returned.elts, ctx=gast.Load())
+        return returned
 
     def expr_Dict(self, node, target):
         """A dict display with string keys (``return loss, {"acc": acc}``, has_aux's aux
