@@ -287,7 +287,16 @@ def _output(expr, typ, flag, axis, k, core, n_batch):
                 hint="give that output an int out_axes, or return only unmapped values there")
         return expr, False
     if typ.ndim is None:
-        raise BatchingError(f"vmap: the rank of output {k} of {info.name} is unknown")
+        where = dict(filename=info.filename, lineno=info.file_line(core.return_node),
+                     code=info.source_line(core.return_node))
+        if typ.kind == "list":
+            raise BatchingError(
+                f"vmap: output {k} of {info.name} is a list built at run time, whose length "
+                "may differ between examples", **where,
+                hint="return np.array(the list) (one array per example), or a tuple of a "
+                     "fixed length")
+        raise BatchingError(f"vmap: the rank of output {k} of {info.name} is unknown",
+                            **where)
     axis = _normalized_axis(axis, typ.ndim + 1, f"output {k}")
     if not flag:
         expr = R.broadcast_batch(expr, typ, name(n_batch))

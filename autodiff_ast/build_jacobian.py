@@ -27,6 +27,7 @@ from . import types as T
 from .build import build_vjp, param_names
 from .build_forward import build_jvp
 from .custom import source_function
+from .errors import NonFloatOutputError
 from .frontend import parse_function
 from .naming import sanitize
 from .nesting import code_to_transform
@@ -196,9 +197,18 @@ def _write_module(kind, info, lines, namespace, flat, doc_extra, label=None):
 
 def _check_float_out(info, typ, kind):
     for _, t in out_leaves(typ):
+        if t.kind == "list":
+            raise NonFloatOutputError(
+                f"{kind}({info.name}): the output is a list built at run time (its length is "
+                "not known when the Jacobian's code is written)", filename=info.filename,
+                lineno=info.file_line(info.node), code=info.source_line(info.node),
+                hint="return np.array(the list), or a tuple or list display of fixed length "
+                     "(`return [a, b]`)")
         if not t.is_float:
-            raise TypeError(f"{kind}({info.name}) needs real floating-point outputs, got "
-                            f"{T.describe(t)}")
+            raise NonFloatOutputError(f"{kind}({info.name}) needs real floating-point "
+                                      f"outputs, got {T.describe(t)}",
+                                      filename=info.filename, lineno=info.file_line(info.node),
+                                      code=info.source_line(info.node))
 
 
 def build_jacfwd(fn, specs, argnums, has_aux=False, label=None):

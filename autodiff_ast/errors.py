@@ -80,6 +80,10 @@ class SourceUnavailableError(AutodiffError):
     """The function's source text cannot be found (built-ins, C extensions, the REPL)."""
 
 
+class NonFloatOutputError(AutodiffError, TypeError):
+    """jacfwd/jacrev of a function whose output is not real floating-point numbers."""
+
+
 class UnsupportedError(AutodiffError, NotImplementedError):
     """A combination of transformations or arguments that is not supported (yet)."""
 

@@ -102,3 +102,16 @@ def test_vjp_of_a_list_built_at_run_time():
         return sum(np.dot(o, c) for o, c in zip(appended(x), cts))
     expected = [(inner(X + EPS * e) - inner(X - EPS * e)) / (2 * EPS) for e in np.eye(3)]
     np.testing.assert_allclose(x_bar, expected, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("jac", [ad.jacfwd, ad.jacrev], ids=["jacfwd", "jacrev"])
+def test_jacobian_of_a_list_built_at_run_time_is_refused_with_a_hint(jac):
+    with pytest.raises(ad.NonFloatOutputError, match="list built at run time") as info:
+        jac(appended)(X)
+    assert "test_list_outputs.py" in str(info.value) and "np.array" in str(info.value)
+
+
+def test_vmap_of_a_list_built_at_run_time_is_refused_with_a_hint():
+    with pytest.raises(ad.BatchingError, match="list built at run time") as info:
+        ad.vmap(appended)(np.stack([X, X]))
+    assert "test_list_outputs.py" in str(info.value) and "np.array" in str(info.value)
