@@ -505,16 +505,21 @@ class _Pullback:
                 len(cotangent) == 1:
             cotangent = cotangent[0]
         cts = list(cotangent) if self.tuple_out else [cotangent]
-        shapes = getattr(self, "out_shapes", None)
-        if shapes is not None and (len(cts) != len(shapes) or any(
-                np.shape(c) != s for c, s in zip(cts, shapes))):
+        likes = getattr(self, "out_likes", None)
+        if likes is not None and len(cts) == len(likes):
+            cts = [list(c) if isinstance(o, list) and isinstance(c, np.ndarray) else c
+                   for c, o in zip(cts, likes)]
+        if likes is not None and (len(cts) != len(likes) or any(
+                _leaf_shapes(c) != _leaf_shapes(o) for c, o in zip(cts, likes))):
             raise ShapeMismatchError(
-                f"vjp: the cotangent has shape(s) {[np.shape(c) for c in cts]}, but the "
-                f"output has shape(s) {list(shapes)}",
+                f"vjp: the cotangent has shape(s) {[_shapes_text(c) for c in cts]}, but the "
+                f"output has shape(s) {[_shapes_text(o) for o in likes]}",
                 hint="pass a cotangent shaped like the function's output")
-        lists = getattr(self, "out_lists", [False] * len(cts))
-        cts = [[_float_value(e) for e in c] if is_list else _float_value(c)
-               for c, is_list in zip(cts, lists)]
+        # a list built at run time gets its cotangent as a list (the backward pops it);
+        # a nested output's cotangent keeps its nesting, leaves made floats
+        cts = [[_float_value(e) for e in c] if isinstance(o, list) else
+               pytrees.tree_map(_float_value, c)
+               for c, o in zip(cts, likes or [None] * len(cts))]
         bwd = getattr(self.module, self.generated.extra["bwd"])
         # The backward code pops its tapes and restores overwritten elements in place: each
         # call gets its own copy of the residuals, so the pullback can be called again.
@@ -538,6 +543,15 @@ class _Pullback:
                               for v in leaves]
             out.append(_rebuild(value, leaf_grads))
         return tuple(out)
+
+
+def _leaf_shapes(value):
+    return [np.shape(leaf) for leaf in pytrees.tree_leaves(value)]
+
+
+def _shapes_text(value):
+    shapes = _leaf_shapes(value)
+    return shapes[0] if len(shapes) == 1 and not isinstance(value, (list, tuple)) else shapes
 
 
 def _float_value(value):
@@ -658,9 +672,7 @@ class _VjpBuilder(_Transformed):
         pullback = _Pullback(generated, module, residuals, bwd_params, values,
                              layout["n_seeds"], layout["tuple_out"])
         outs = out[0] if layout["tuple_out"] and isinstance(out[0], tuple) else (out[0],)
-        pullback.out_shapes = [np.shape(o) for o in outs]
-        # a list built at run time gets its cotangent as a list too (the backward pops it)
-        pullback.out_lists = [isinstance(o, list) for o in outs]
+        pullback.out_likes = list(outs)
         one_tuple = getattr(self.fun, "one_tuple_output", None)
         if one_tuple is not None and not layout["tuple_out"] and one_tuple(specs):
             # grad(f, argnums=(0,)) returns a 1-tuple: so do its vjp and pullback's cotangent

@@ -347,6 +347,7 @@ class Normalizer:
 
     # -- statements
     def visit_stmt(self, stmt):
+        self.current = stmt  # the statement being read, for errors inside blocks
         if isinstance(stmt, gast.Assign):
             for target in stmt.targets:
                 self.assign_to(target, stmt.value)
@@ -483,6 +484,7 @@ class Normalizer:
         if isinstance(atom, (TreeRef, Static)):
             self.env[target.id] = atom
             return
+        self.refuse_nested_tuple_in_block(atom_type(atom, self.types))
         out = self.define(target.id)
         self.types[out] = atom_type(atom, self.types)
         self.append(assign(out, atom), Prim("copy", args=[atom]))
@@ -492,27 +494,27 @@ class Normalizer:
     def visit_return(self, stmt):
         if stmt.value is None:
             return gast.Constant(value=None, kind=None)
-        if isinstance(stmt.value, gast.Tuple):
-            return gast.Tuple(elts=[self.runtime(self.expr(e), e) for e in stmt.value.elts],
-                              ctx=gast.Load())
-        returned = self.runtime(self.expr(stmt.value), stmt.value)
-        typ = atom_type(returned, self.types) if isinstance(returned, gast.Name) else None
-        if isinstance(stmt.value, gast.Name) and typ is not None and typ.kind == "tuple" \
-                and typ.elts:
-            # `t = (a, b)` (or a fixed list) then `return t`: its entries are the outputs
-            entries = [gast.Subscript(value=gast.Name(id=stmt.value.id, ctx=gast.Load(),
-                                                      annotation=None, type_comment=None),
-                                      slice=gast.Constant(value=i, kind=None), ctx=gast.Load())
-                       for i in range(len(typ.elts))]
-            for entry in entries:
-                gast.copy_location(entry, stmt.value)
-            return gast.Tuple(elts=[self.runtime(self.expr(e), e) for e in entries],
-                              ctx=gast.Load())
-        if isinstance(returned, gast.List):
-            # `return [a, b]`: a fixed list of outputs, differentiated as the tuple (a, b) is
-            # (each entry its own output, cotangent and Jacobian block)
-            return gast.Tuple(elts=returned.elts, ctx=gast.Load())
-        return returned
+        if isinstance(stmt.value, (gast.Tuple, gast.List)):
+            entries = [self.runtime(self.expr(e), e) for e in stmt.value.elts]
+            return gast.Tuple(elts=[self.output_entries(e) for e in entries], ctx=gast.Load())
+        return self.output_entries(self.runtime(self.expr(stmt.value), stmt.value))
+
+    def output_entries(self, atom):
+        """A returned value as the (nested) tuple of its entries: each entry of a display
+        (`return [a, b]`) or of a tuple bound to a name (`t = (a, b); return t`, a helper's
+        tuple) is its own output, with its own tangent, cotangent and Jacobian block."""
+        if isinstance(atom, (gast.List, gast.Tuple)):
+            return gast.Tuple(elts=[self.output_entries(e) for e in atom.elts], ctx=gast.Load())
+        if not isinstance(atom, gast.Name):
+            return atom
+        typ = atom_type(atom, self.types)
+        if typ.kind != "tuple" or not typ.elts:
+            return atom
+        out = [self.namer.temp("returned") for _ in typ.elts]
+        for n, t in zip(out, typ.elts):
+            self.types[n] = t
+        self.append(assign(out, atom), Prim("unpack", args=[atom]))
+        return gast.Tuple(elts=[self.output_entries(name(n)) for n in out], ctx=gast.Load())
 
     def expr_Dict(self, node, target):
         """A dict display with string keys (``return loss, {"acc": acc}``, has_aux's aux
@@ -575,6 +577,8 @@ class Normalizer:
         self.body.append(stmt)
 
     def emit(self, value, typ, prim, target, base):
+        if prim.kind in ("tuple", "tuple_get"):
+            self.refuse_nested_tuple_in_block(typ)
         out = self.define(target, typ) if target is not None else self.namer.temp(base)
         if target is not None and self.depth > 0 and out in names_in(value):
             # `y = f(y)` in a loop: compute into a temporary, then copy, so the reverse
@@ -616,6 +620,7 @@ class Normalizer:
         result = method(node, target)
         if target is not None and isinstance(result, (gast.Name, gast.Constant, gast.UnaryOp)) \
                 and not (isinstance(result, gast.Name) and result.id == self.env.get(target)):
+            self.refuse_nested_tuple_in_block(atom_type(result, self.types))
             out = self.define(target, atom_type(result, self.types))
             self.types[out] = self.join(out, atom_type(result, self.types))
             self.append(assign(out, result), Prim("copy", args=[result]))
@@ -628,11 +633,33 @@ class Normalizer:
                     self.zero_dim.add(out)
             return name(out)
         if target is not None and isinstance(result, (gast.Tuple, gast.List)):
-            typ = atom_type(result, self.types)
-            return self.emit(result, typ, Prim("nondiff" if not any(
-                t.is_float and t.kind != "unknown" for t in typ.elts) else "tuple",
-                args=list(result.elts)), target, "tup")
+            return self.bind_display(result, target)
         return result
+
+    def refuse_nested_tuple_in_block(self, typ):
+        """A tuple holding a tuple with a derivative (`(a, (b, c))`) is supported outside
+        loops and branches only: inside them its derivative is not carried (it was dropped)."""
+        if self.depth == 0 or typ.kind != "tuple" or T.flat_tuple(typ) or \
+                not any(e.kind == "tuple" and T.carries_derivative(e) for e in typ.elts or ()):
+            return
+        raise self.unsupported(
+            "a tuple holding a tuple of differentiated values is not supported inside a loop "
+            "or a branch", getattr(self, "current", None) or self.origin,
+            "keep such tuples flat there: unpack the inner tuple into names (`a, (b, c)` -> "
+            "`a, b, c`), or build the nested tuple after the loop")
+
+    def bind_display(self, display, target=None):
+        """`t = (a, b)`: the display bound to a name (`target`'s, or a temporary)."""
+        typ = atom_type(display, self.types)
+        kind = "tuple" if any(T.carries_derivative(t) for t in typ.elts) else "nondiff"
+        return self.emit(display, typ, Prim(kind, args=list(display.elts)), target, "tup")
+
+    def display_elements(self, node):
+        """The atoms of a tuple or fixed list display's elements; an element that is itself a
+        display (`(a, (b, c))`) is bound to a name first, so it has a derivative of its own."""
+        atoms = [self.atom(e) for e in node.elts]
+        return [self.bind_display(a) if isinstance(a, (gast.Tuple, gast.List)) else a
+                for a in atoms]
 
     def atom(self, node):
         result = self.expr(node)
@@ -749,7 +776,7 @@ class Normalizer:
             else:
                 out = T.UNKNOWN
             value = gast.Subscript(value=base, slice=index, ctx=gast.Load())
-            kind = "tuple_get" if out.is_float else "nondiff"
+            kind = "tuple_get" if out.is_float or T.carries_derivative(out) else "nondiff"
             return self.emit(value, out, Prim(kind, args=[base], rule=index), target, "item")
         if typ == T.DICT:
             raise self.unsupported("reading a dict built in the function is not supported "
@@ -813,7 +840,7 @@ class Normalizer:
                          target, "cond")
 
     def expr_Tuple(self, node, target):
-        return gast.Tuple(elts=[self.atom(e) for e in node.elts], ctx=gast.Load())
+        return gast.Tuple(elts=self.display_elements(node), ctx=gast.Load())
 
     def expr_List(self, node, target):
         if target is not None and (not node.elts or target in self.mutable_lists()):
@@ -826,7 +853,7 @@ class Normalizer:
             for atom in atoms:
                 self.append_atom(out, atom, node)
             return name(out)
-        return gast.List(elts=[self.atom(e) for e in node.elts], ctx=gast.Load())
+        return gast.List(elts=self.display_elements(node), ctx=gast.Load())
 
     def expr_ListComp(self, node, target):
         return lower_comprehension(self, node, target)
@@ -1434,10 +1461,39 @@ class Normalizer:
                     self.visit_stmt(inner)
             return
         seq = self.runtime(seq, it)
+        if self.fixed_sequence_loop(stmt, seq):
+            return
         n = self.emit_len(seq)
         index = gast.Name(id=self.namer.temp("k"), ctx=gast.Store(), annotation=None,
                           type_comment=None)
         self.range_loop(stmt, [n], index, [(stmt.target, seq)], raw_index=True)
+
+    def fixed_sequence_loop(self, stmt, seq):
+        """``for a, b in [(x, y), (u, v)]`` or over a tuple bound to a name: a sequence of a
+        length known here unrolls, each entry read with a constant index (typed, so its
+        derivative is carried: read with the loop's index it had none)."""
+        typ = atom_type(seq, self.types)
+        if typ.kind != "tuple" or not typ.elts or not any(
+                T.carries_derivative(e) for e in typ.elts):
+            return False
+        if any(isinstance(n, (gast.Break, gast.Continue)) for n in gast.walk(stmt)):
+            raise self.unsupported("break/continue in a loop over a tuple or list display "
+                                   "is not supported", stmt, "use a flag")
+        for k, elt in enumerate(typ.elts):
+            if isinstance(seq, (gast.Tuple, gast.List)):
+                entry = seq.elts[k]
+            else:
+                index = gast.Constant(value=k, kind=None)
+                kind = "tuple_get" if T.carries_derivative(elt) else "nondiff"
+                entry = self.emit(gast.Subscript(value=seq, slice=index, ctx=gast.Load()),
+                                  elt, Prim(kind, args=[seq], rule=index), None, "item")
+            if isinstance(stmt.target, gast.Tuple):
+                self.unpack(stmt.target, entry, stmt)
+            else:
+                self.bind_value(stmt.target, entry)
+            for inner in stmt.body:
+                self.visit_stmt(inner)
+        return True
 
     def dict_loop(self, stmt):
         """``for k in d``, ``for k in d.keys()``, ``for v in d.values()``, ``for k, v in
@@ -1656,6 +1712,11 @@ class Normalizer:
     def append_atom(self, core, value, node):
         """``core.append(value)`` (value an atom) on the local list `core`."""
         vt = atom_type(value, self.types)
+        if vt.kind == "tuple" and any(e.kind == "tuple" and T.carries_derivative(e)
+                                      for e in vt.elts or ()):
+            raise self.unsupported(
+                "a list of tuples holding tuples of differentiated values is not supported",
+                node, "keep the list's tuples flat: (a, b, c) instead of (a, (b, c))")
         old = self.types[core]
         if old.elts and old.elts[0] != vt:
             joined = self.join_list_element(old.elts[0], vt, node)

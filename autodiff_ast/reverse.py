@@ -187,7 +187,7 @@ class Adjoints(DerivativeTable):
         view=True: contrib reads memory about to change (a row of an adjoint the caller
         zeroes next): it is copied where the adjoint would hold it, not where it is added
         into an array at once (``v_bar += y_bar[i]`` needs no copy)."""
-        if view and (self.type_of(value).kind == "list" or T.flat_tuple(self.type_of(value))):
+        if view and (self.type_of(value).kind == "list" or T.nested_tuple(self.type_of(value))):
             contrib, view = fill("p.copy()", p=contrib), False
         if self.type_of(value).kind == "list":
             # A list's adjoint has an entry per element (see init_list_zeros); a second one
@@ -213,7 +213,7 @@ class Adjoints(DerivativeTable):
                 orelse=[], type_comment=None))
             return
         t = self.type_of(value)
-        if T.flat_tuple(t):  # (a tuple popped from a tape, say)
+        if T.nested_tuple(t):  # (a tuple popped from a tape, say)
             whole = self.namer.temp(f"{self.namer.adjoint(value)}_part")
             self.out.append(assign(whole, contrib))
             for k in range(len(t.elts)):
@@ -321,12 +321,14 @@ class Adjoints(DerivativeTable):
     def add_to_tuple(self, value, k, g):
         """Add `g` into element k of the tuple-valued `value`'s adjoint."""
         bars = self.tuple_vars.get(value)
+        elts = self.type_of(value).elts or ()
+        elt = elts[k] if k < len(elts) else T.UNKNOWN
         if bars is None:
-            parts = self.tuples.setdefault(value, [None] * len(self.type_of(value).elts or ()))
-            parts[k] = g if parts[k] is None else fill("a + b", a=parts[k], b=g)
+            parts = self.tuples.setdefault(value, [None] * len(elts))
+            parts[k] = g if parts[k] is None else _sum_adjoints(parts[k], g, elt)
             return
         self.pin_readers(bars[k])
-        self.out.append(assign(bars[k], fill("a + b", a=bars[k], b=g)))
+        self.out.append(assign(bars[k], _sum_adjoints(name(bars[k]), g, elt)))
 
     def init_zero(self, value):
         """``x_bar = 0`` of x's type (before a loop, or after x is overwritten in one)."""
@@ -915,6 +917,20 @@ def _element_zero(elt):
                  for k, t in enumerate(elt.elts)]
         return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
     return "np.zeros_like(e)"
+
+
+def _sum_adjoints(a, b, typ):
+    """``a + b`` of two adjoints of a value of type `typ`; element by element for a tuple
+    (the adjoint of a tuple inside a tuple, read twice), where `+` would join them."""
+    if typ.kind != "tuple" or typ.elts is None:
+        return fill("a + b", a=a, b=b)
+
+    def items(p):
+        if isinstance(p, gast.Tuple):
+            return p.elts
+        return [fill("p[k]", p=p, k=k) for k in range(len(typ.elts))]
+    return gast.Tuple(elts=[_sum_adjoints(x, y, e) for x, y, e in
+                            zip(items(a), items(b), typ.elts)], ctx=gast.Load())
 
 
 def _tuple_adjoint(adj, value, snapshot=True):

@@ -69,6 +69,29 @@ def flat_tuple(t):
         e.kind in ("float", "int", "bool", "array") for e in t.elts)
 
 
+def nested_tuple(t):
+    """Whether `t` is a tuple of known length whose elements are numbers, arrays or such
+    tuples again.
+
+    >>> nested_tuple(AType("tuple", elts=(FLOAT, AType("tuple", elts=(INT,)))))
+    True
+    """
+    return t.kind == "tuple" and t.elts is not None and all(
+        e.kind in ("float", "int", "bool", "array") or nested_tuple(e) for e in t.elts)
+
+
+def carries_derivative(t):
+    """Whether a value of type `t` has a derivative: a real float or array, or a tuple of
+    known length with such an element (at any depth).
+
+    >>> carries_derivative(AType("tuple", elts=(INT, AType("tuple", elts=(FLOAT,)))))
+    True
+    """
+    if t.kind == "tuple":
+        return t.elts is not None and any(carries_derivative(e) for e in t.elts)
+    return t.is_float and t.kind != "unknown"
+
+
 def array(dims, dtype="float64"):
     """An array of the given axes; rank 0 is a float scalar.
 
