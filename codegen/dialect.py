@@ -263,6 +263,11 @@ _ONE_AXIS = {"np.sum": None, "np.mean": "mean_axis", "np.prod": "prod_axis",
              "np.amin": "min_axis"}
 
 
+#: Reductions of a whole array the Numba form of a module computes with a helper's loop.
+_WHOLE = {"np.max": "whole_max", "np.amax": "whole_max", "np.min": "whole_min",
+          "np.amin": "whole_min"}
+
+
 def _ordered_axes(axes):
     """Axes in an order where reducing one at a time keeps the others' meaning: non-negative
     ones from the last, then negative ones from the first."""
@@ -360,6 +365,8 @@ class _Lower(gast.NodeTransformer):
             if func == "np.sum" and self.module.numba_overloads and \
                     isinstance(x, gast.BinOp) and isinstance(x.op, gast.Mult):
                 value = _call(self.helper("sum_of_products"), [x.left, x.right])
+            elif func in _WHOLE and self.module.numba_overloads:
+                value = _call(self.helper(_WHOLE[func]), [x])
             else:
                 value = _call(self.helper("reassociated_sum") if whole else func, [x])
         else:

@@ -817,6 +817,57 @@ def subtract_at_numba(a, i, v):
     return row_update
 '''
 
+def _whole_extreme(kind, compare):
+    """The plain and the Numba form of whole_max / whole_min: np.max(a) / np.min(a) of a whole
+    array (or a number). Numba's own walks np.nditer and takes 0-d items, which took ~0.5 s to
+    compile per array type (twice in ADBench GMM's gradient); a float vector of any layout, or
+    a C-contiguous array seen flat, is read in one loop instead, NaN returned as NumPy does."""
+    return f'''\\
+def whole_{kind}(a):
+    """np.{kind}(a) of a whole array (or a number)."""
+    return np.{kind}(a)
+
+
+@numba.extending.overload(whole_{kind}, jit_options={{'error_model': 'numpy'}})
+def whole_{kind}_numba(a):
+    """How Numba compiles whole_{kind}: a float array read in one loop (a vector of any
+    layout, a C-contiguous array flat); anything else np.{kind}."""
+    if not (isinstance(a, numba.types.Array) and isinstance(a.dtype, numba.types.Float) and
+            (a.ndim == 1 or a.layout == 'C')):
+        return lambda a: np.{kind}(a)
+    vector = a.ndim == 1
+
+    def loop_{kind}(a):
+        flat = a if vector else a.reshape(a.size)
+        if flat.shape[0] == 0:
+            raise ValueError("zero-size array to reduction operation {kind}imum which has "
+                             "no identity")
+        best = flat[0]
+        for i in range(1, flat.shape[0]):
+            v = flat[i]
+            if v {compare} best:
+                best = v
+            elif v != v:
+                return v
+        return best
+    return loop_{kind}
+'''
+
+
+OVERLOAD_FORMS["whole_max"] = _whole_extreme("max", ">")
+OVERLOAD_FORMS["whole_min"] = _whole_extreme("min", "<")
+DIALECT_HELPERS["whole_max"] = '''\\
+def whole_max(a):
+    """np.max(a) of a whole array (or a number)."""
+    return np.max(a)
+'''
+DIALECT_HELPERS["whole_min"] = '''\\
+def whole_min(a):
+    """np.min(a) of a whole array (or a number)."""
+    return np.min(a)
+'''
+
+
 OVERLOAD_FORMS["stack_list"] = '''\
 def stack_list(arrays):
     """np.stack(arrays) for a list of arrays of one shape, or of numbers (along a new first
@@ -864,7 +915,8 @@ DIALECT_NOT_COMPILED = frozenset({"batched_outer", "batched_outer_numba", "tanh_
                                   "sum_of_products_numba", "sum_axis", "sum_axis_numba",
                                   "small_dot", "small_dot_numba", "zeros_like_reusing",
                                   "zeros_like_reusing_numba", "add_at_numba",
-                                  "subtract_at_numba", "stack_list_numba"})
+                                  "subtract_at_numba", "stack_list_numba",
+                                  "whole_max_numba", "whole_min_numba"})
 
 #: Numba options a dialect helper is compiled with besides the module's own.
 DIALECT_JIT_OPTIONS = {"reassociated_sum": "fastmath={'reassoc'}",

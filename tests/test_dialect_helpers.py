@@ -587,7 +587,8 @@ def test_every_dialect_helper_is_covered():
               "argsort_axis", "scatter_add", "dot_nd", "matmul_nd", "unbroadcast", "max_axis",
               "min_axis", "prod_axis", "tanh_fast", "sum_of_products", "sum_axis",
               "small_dot", "add_outer_at", "subtract_at", "batched_outer",
-              "zeros_like_reusing"}  # (the last: tests/test_hoisting.py)
+              "zeros_like_reusing", "whole_max", "whole_min"}  # (zeros_like_reusing:
+    # tests/test_hoisting.py)
     assert set(DIALECT_HELPERS) == tested
 
 
@@ -1041,3 +1042,34 @@ def test_jit_writes_a_batched_outer_product_as_batched_outer():
                                    numba_overloads=True)
     text = "\n".join(unparse(fn) for fn in lowered.functions if fn.name == "f")
     assert "batched_outer(a, b)" in text, text
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("kind", ["max", "min"])
+def test_whole_max_and_min_are_numpys(kind):
+    """whole_max/whole_min (np.max/np.min of a whole array in a module lowered for Numba's
+    overloads): NumPy's value for vectors of any layout, C and Fortran matrices, a number, a
+    NaN anywhere (returned), and NumPy's error for an empty array; plain and compiled."""
+    import numba
+
+    from codegen.helpers import OVERLOAD_FORMS
+    ns = {"np": np, "numba": numba}
+    exec(OVERLOAD_FORMS[f"whole_{kind}"], ns)
+    helper = ns[f"whole_{kind}"]
+    compiled = numba.njit(lambda a: helper(a))
+    reference = getattr(np, kind)
+    rng = np.random.default_rng(3)
+    matrix = rng.standard_normal((4, 5))
+    values = [rng.standard_normal(7), matrix[:, 2], matrix[1], matrix, np.asfortranarray(matrix),
+              np.array([np.nan, 1.0, 2.0]), np.array([1.0, np.nan, -2.0]), np.array([3.0]),
+              2.5]
+    for value in values:
+        for run in (helper, compiled):
+            got, want = run(value), reference(value)
+            assert got == want or (np.isnan(got) and np.isnan(want)), (value, got, want)
+    for run in (helper, compiled):
+        with pytest.raises(ValueError, match="zero-size array"):
+            run(np.zeros(0))
+    source = f"import numpy as np\n\n\ndef f(x):\n    return np.{kind}(x) + np.{kind}(x, axis=0)\n"
+    text = dialect.render(dialect.lower_source(source, entries=["f"], numba_overloads=True))
+    assert f"whole_{kind}(x)" in text and f"{kind}_axis(x, 0)" in text, text

@@ -73,3 +73,25 @@ def test_ties_and_nan_give_numpy_s_numbers(case):
     for g, e in zip(got, want):
         np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-15, equal_nan=True)
     assert "add_tie_share(" in compiled.source
+
+
+@pytest.mark.numba
+def test_the_helper_broadcasts_a_length_one_x_and_refuses_other_lengths():
+    """add_tie_share's Numba form: shares among ties, an x of one element broadcast over a as
+    NumPy's `a += g * (x == m) / np.sum(x == m)` does, other lengths NumPy's ValueError."""
+    import numba
+
+    from codegen.tie_shares import TIE_HELPERS
+    ns = {"np": np, "numba": numba}
+    exec(TIE_HELPERS["add_tie_share"], ns)
+    plain = ns["add_tie_share"]
+    compiled = numba.njit(lambda a, x, m, g: plain(a, x, m, g))
+    for run in (plain, compiled):
+        a = np.zeros(3)
+        run(a, np.array([2.0, 5.0, 5.0]), 5.0, 1.0)
+        np.testing.assert_array_equal(a, [0.0, 0.5, 0.5])
+        a = np.zeros(3)
+        run(a, np.array([5.0]), 5.0, 2.0)
+        np.testing.assert_array_equal(a, [2.0, 2.0, 2.0])
+        with pytest.raises(ValueError, match="could not be broadcast"):
+            run(np.zeros(3), np.array([5.0, 1.0]), 5.0, 2.0)
