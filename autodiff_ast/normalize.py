@@ -764,6 +764,9 @@ class Normalizer:
             return self.static(value, node, sanitize(f"{unparse(node.value)}_{key.value}"))
         index = self.index(node.slice)
         typ = atom_type(base, self.types)
+        if isinstance(base, (gast.Tuple, gast.List)) and isinstance(index, gast.Constant) and \
+                isinstance(index.value, int) and -len(base.elts) <= index.value < len(base.elts):
+            return base.elts[index.value]  # `(a, b)[1]` is b
         if typ.kind == "tuple":
             if isinstance(index, gast.Constant) and typ.elts is not None:
                 if not isinstance(index.value, int) or \

@@ -214,6 +214,10 @@ class Adjoints(DerivativeTable):
             return
         t = self.type_of(value)
         if T.nested_tuple(t):  # (a tuple popped from a tape, say)
+            if isinstance(contrib, gast.Tuple) and len(contrib.elts) == len(t.elts):
+                for k, part in enumerate(contrib.elts):  # written out: element by element
+                    self.add_to_tuple(value, k, part)
+                return
             whole = self.namer.temp(f"{self.namer.adjoint(value)}_part")
             self.out.append(assign(whole, contrib))
             for k in range(len(t.elts)):

@@ -416,7 +416,9 @@ class _Generator:
                  "index_branch"]
         if "M" in self.reachable() and "rows_loop" not in KNOWN_GAPS:
             kinds.append("rows_loop")
-        kinds += ["small_vector", "row_steps", "running_max"]
+        kinds += ["small_vector", "row_steps", "running_max", "display_loop"]
+        if indent == "    ":  # (refused inside loops and branches: a known limit)
+            kinds.append("nested_tuple")
         kind = self.pick(kinds)
         return getattr(self, f"_stmt_{kind}")(indent)
 
@@ -664,6 +666,37 @@ class _Generator:
             j = f"j{self.counter}"
             lines += [f"{indent}for {j}, ({a}, {b}) in enumerate({xs}):",
                       f"    {use} * ({j} + 1.0)"]
+        self.bind(acc, "S")
+        return lines
+
+    def _stmt_nested_tuple(self, indent):
+        """A tuple holding a tuple, read back by double indexing or unpacked twice (the inner
+        tuple's derivative was once dropped, silently)."""
+        t, shape, d = self.fresh("nt"), self.shape(), self.depth()
+        if shape not in ("S", "V"):
+            shape = "S"
+        lines = [f"{indent}{t} = ({self.expr(shape, d)}, ({self.expr('S', d)}, "
+                 f"{self.expr(shape, d)}))"]
+        result = self.fresh("p")
+        if self.draw(st.booleans()):
+            lines.append(f"{indent}{result} = np.sum({t}[0] * {t}[1][1]) + {t}[1][0] * "
+                         f"np.sum({t}[1][1])")
+        else:
+            a, q, b, c = (f"{v}{self.counter}" for v in ("na", "nq", "nb", "nc"))
+            lines += [f"{indent}{a}, {q} = {t}", f"{indent}{b}, {c} = {q}",
+                      f"{indent}{result} = np.sum({a} * {c}) + {b}"]
+        self.bind(result, "S")
+        return lines
+
+    def _stmt_display_loop(self, indent):
+        """A loop over a list display of pairs (unrolled, each entry its own types)."""
+        acc, a, b = self.fresh("acc"), f"da{self.counter}", f"db{self.counter}"
+        count = self.draw(st.integers(1, 3))
+        shapes = [s for s in ("S", "V") if s in self.reachable()]
+        entries = ", ".join(f"({self.expr('S', 1)}, {self.expr(self.pick(shapes), 1)})"
+                            for _ in range(count))
+        lines = [f"{indent}{acc} = 0.0", f"{indent}for {a}, {b} in [{entries}]:",
+                 f"{indent}    {acc} = {acc} + {a} * np.sum(np.sin({b}))"]
         self.bind(acc, "S")
         return lines
 

@@ -29,6 +29,13 @@ def indexed_twice(x):
     return np.sum(t[1][1] * t[0]) + t[1][0] * np.sum(t[1][1])
 
 
+def constant_inside(x):  # its gradient reads `(nb_bar, nc_bar)[1]`: once no derivative
+    t = (x[0], (0.5, np.hypot(x[2], 1.5)))
+    a, q = t
+    b, c = q
+    return a * c + b
+
+
 def nested_list(x):
     t = [x[0], [x[1] * x[2], np.exp(x)]]
     return t[0] * t[1][0] + np.sum(t[1][1])
@@ -74,7 +81,7 @@ def named_tuple_loop(x):
     return total
 
 
-PROGRAMS = [unpacked_twice, indexed_twice, nested_list, from_helper, pairs_display,
+PROGRAMS = [unpacked_twice, indexed_twice, constant_inside, nested_list, from_helper, pairs_display,
             nested_pairs, numbers_display, named_tuple_loop]
 X = np.array([0.3, 0.7, 1.1])
 
