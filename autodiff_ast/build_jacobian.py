@@ -319,11 +319,35 @@ def _options(argnums):
     return f", argnums={text}"
 
 
+def _flat_outputs(fn, info, specs):
+    """(fn wrapped to return the leaves of its nested tuple output, the output's type, each
+    leaf's index path), or None when no output is nested (``return a, (b, c)`` is nested)."""
+    typ = normalize(info, specs, Program()).return_type
+    leaves = out_leaves(typ)
+    if all(len(path) <= 1 for path, _ in leaves):
+        return None
+    params = param_names(info)
+    fname = sanitize(f"leaves_of_{info.name}")
+    reads = ", ".join("out" + "".join(f"[{i}]" for i in path) for path, _ in leaves)
+    source = (f"def {fname}({', '.join(params)}):\n"
+              f"    out = {sanitize(info.name)}({', '.join(params)})\n"
+              f"    return ({reads},)\n")
+    wrapper = source_function(source, fname, {sanitize(info.name): fn, "__name__":
+                                              getattr(fn, "__module__", None) or "__main__"})
+    return wrapper, typ, [path for path, _ in leaves]
+
+
 def build_jacrev(fn, specs, argnums, has_aux=False, label=None):
     """The module of ``jacrev(fn, argnums)``: one forward pass, then one backward pass of
-    every basis cotangent."""
+    every basis cotangent. A nested output (``return a, (b, c)``) is differentiated as the
+    tuple of its leaves, and the blocks are nested back."""
     from .batching import vmap
     info = parse_function(fn)
+    nested = None if has_aux else _flat_outputs(fn, info, specs)
+    if nested is not None:
+        generated = build_jacrev(nested[0], specs, argnums, label=label or (
+            f"jacrev({info.name}{_options(argnums)})", info.filename))
+        return _nest_blocks(generated, info, specs, argnums, nested, label)
     with code_to_transform():  # read again below (its types) and batched by vmap
         vjp_mod = build_vjp(fn, specs, has_aux=has_aux, argnums=tuple(argnums))
     module = load(vjp_mod)
@@ -344,8 +368,8 @@ def build_jacrev(fn, specs, argnums, has_aux=False, label=None):
     _check_float_out(info, out_type, "jacrev")
     outs = out_leaves(out_type)
     if any(len(path) > 1 for path, _ in outs):
-        raise NotImplementedError("jacrev of a function returning nested tuples is not "
-                                  "supported yet")
+        raise NotImplementedError("jacrev(..., has_aux=True) of a function whose output is a "
+                                  "nested tuple is not supported yet")
     bwd_names = list(inspect.signature(bwd).parameters)
     n_params = len(layout["bwd_params"])
     res_names = bwd_names[n_params:n_params + n_res]
@@ -397,6 +421,30 @@ def build_jacrev(fn, specs, argnums, has_aux=False, label=None):
     generated = _write_module("jacrev", info, lines, namespace, flat, _options(argnums),
                               label)
     generated.layout.update({"out_type": out_type, "aux": has_aux})
+    return generated
+
+
+def _nest_blocks(flat_module, info, specs, argnums, nested, label):
+    """The module of jacrev of a nested output: the flat leaves' jacrev module, called and its
+    blocks nested as the output is."""
+    _, out_type, paths = nested
+    flat = flat_leaves(info, specs)
+    inner = getattr(load(flat_module), flat_module.entry)
+    groups = _arg_groups(info, specs, argnums)
+    names = [f"block_{k}" for k in range(len(paths))]
+    lines = [f"{', '.join(names)}, = {inner.__name__}({', '.join(leaf for leaf, _ in flat)})"]
+    exprs = {}
+    single = layout_single(argnums)
+    for block, path in zip(names, paths):
+        for g, group in enumerate(groups):
+            for j, (leaf, _, tree) in enumerate(group):
+                where = block if single else f"{block}[{g}]"
+                exprs[(path, leaf)] = f"{where}[{j}]" if tree else where
+    lines.append(f"return {_result(exprs, out_type, groups, single)}")
+    namespace = {"np": __import__("numpy"), inner.__name__: inner}
+    generated = _write_module("jacrev", info, lines, namespace, flat, _options(argnums),
+                              label)
+    generated.layout.update({"out_type": out_type, "aux": False})
     return generated
 
 

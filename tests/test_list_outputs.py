@@ -115,3 +115,23 @@ def test_vmap_of_a_list_built_at_run_time_is_refused_with_a_hint():
     with pytest.raises(ad.BatchingError, match="list built at run time") as info:
         ad.vmap(appended)(np.stack([X, X]))
     assert "test_list_outputs.py" in str(info.value) and "np.array" in str(info.value)
+
+
+def nested_output(x, y):
+    return x[0] * y, (np.sin(x) * y, [x[1] ** 2, np.sum(x) * y])
+
+
+@pytest.mark.parametrize("argnums", [0, 1, (0, 1)], ids=str)
+def test_jacrev_of_a_nested_output_is_jacfwd_s_and_the_differences(argnums):
+    """jacrev differentiates a nested output as the tuple of its leaves and nests the blocks
+    back (it refused nested tuples before)."""
+    y = 1.3
+    rev = ad.jacrev(nested_output, argnums=argnums)(X, y)
+    fwd = ad.jacfwd(nested_output, argnums=argnums)(X, y)
+    assert ad.tree_structure(rev) == ad.tree_structure(fwd)
+    for a, b in zip(ad.tree_leaves(rev), ad.tree_leaves(fwd)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    if argnums == 0:
+        want = numeric_jacobians(lambda x: ad.tree_leaves(nested_output(x, y)), X)
+        for got, w in zip(ad.tree_leaves(rev), want):
+            np.testing.assert_allclose(got, w, rtol=1e-6, atol=1e-8)
