@@ -510,6 +510,9 @@ class Normalizer:
         typ = atom_type(atom, self.types)
         if typ.kind != "tuple" or not typ.elts:
             return atom
+        display = self.bound_display(atom.id)
+        if display is not None:  # `t = (a, b)` just before: its entries, with no unpacking
+            return self.output_entries(display)
         out = [self.namer.temp("returned") for _ in typ.elts]
         for n, t in zip(out, typ.elts):
             self.types[n] = t
@@ -635,6 +638,20 @@ class Normalizer:
         if target is not None and isinstance(result, (gast.Tuple, gast.List)):
             return self.bind_display(result, target)
         return result
+
+    def bound_display(self, name_id):
+        """The display `name_id` was last bound to by a statement of the function's top level
+        (`t = (a, b)`), or None (bound otherwise, or inside a loop or branch)."""
+        for stmt in reversed(self.body):
+            if not any(isinstance(n, gast.Name) and n.id == name_id and
+                       isinstance(n.ctx, gast.Store) for n in gast.walk(stmt)):
+                continue
+            if isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and \
+                    isinstance(stmt.targets[0], gast.Name) and \
+                    isinstance(stmt.value, (gast.Tuple, gast.List)):
+                return stmt.value
+            return None
+        return None
 
     def refuse_nested_tuple_in_block(self, typ):
         """A tuple holding a tuple with a derivative (`(a, (b, c))`) is supported outside
