@@ -729,7 +729,7 @@ def _forward_stmt(stmt, tan, core, registry):
         _unpack(tan, targets, tan.part(prim.args[0]))
         return None
     if prim.kind == "tuple":
-        tan.set_part(targets[0], tan.part(stmt.value))
+        tan.set_part(targets[0], _held_parts(tan, tan.part(stmt.value)))
         return None
     if prim.kind == "tuple_get":
         k = stmt.value.slice.value
@@ -743,6 +743,26 @@ def _forward_stmt(stmt, tan, core, registry):
             return joint(stmt, tan, core, registry)
         _forward_rule(stmt, tan, core)
     return None
+
+
+def _held_parts(tan, part):
+    """A tuple's element tangents bound to names of their own: the tuple keeps the values it
+    was made of, while a name among them may be bound again later (`t = (a, b)`, then a loop's
+    `a = a * 2.0`: the tangent of t[0] is still the old a's). Tidying inlines the names back
+    where nothing intervenes."""
+    if not isinstance(part, list):
+        return part
+    held = []
+    for p in part:
+        if isinstance(p, list):
+            held.append(_held_parts(tan, p))
+        elif isinstance(p, gast.AST) and not isinstance(p, gast.Constant):
+            keep = tan.namer.temp("held_dot")
+            tan.emit(assign(keep, p))
+            held.append(name(keep))
+        else:
+            held.append(p)
+    return held
 
 
 def _append_tangent(tan, base, dot):

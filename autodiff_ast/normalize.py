@@ -641,14 +641,19 @@ class Normalizer:
 
     def bound_display(self, name_id):
         """The display `name_id` was last bound to by a statement of the function's top level
-        (`t = (a, b)`), or None (bound otherwise, or inside a loop or branch)."""
-        for stmt in reversed(self.body):
-            if not any(isinstance(n, gast.Name) and n.id == name_id and
-                       isinstance(n.ctx, gast.Store) for n in gast.walk(stmt)):
+        (`t = (a, b)`), or None: bound otherwise, inside a loop or branch, or a name the
+        display reads is bound again after it (a loop's `a = a * 2.0`: t keeps the old a)."""
+        def stored(stmts, names):
+            return any(isinstance(n, gast.Name) and n.id in names and
+                       isinstance(n.ctx, gast.Store) for s in stmts for n in gast.walk(s))
+        for k in range(len(self.body) - 1, -1, -1):
+            stmt = self.body[k]
+            if not stored([stmt], {name_id}):
                 continue
             if isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and \
                     isinstance(stmt.targets[0], gast.Name) and \
-                    isinstance(stmt.value, (gast.Tuple, gast.List)):
+                    isinstance(stmt.value, (gast.Tuple, gast.List)) and \
+                    not stored(self.body[k + 1:], set(names_in(stmt.value))):
                 return stmt.value
             return None
         return None

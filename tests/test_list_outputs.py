@@ -135,3 +135,25 @@ def test_jacrev_of_a_nested_output_is_jacfwd_s_and_the_differences(argnums):
         want = numeric_jacobians(lambda x: ad.tree_leaves(nested_output(x, y)), X)
         for got, w in zip(ad.tree_leaves(rev), want):
             np.testing.assert_allclose(got, w, rtol=1e-6, atol=1e-8)
+
+
+def rebound_after(x):  # t keeps the arrays it was made of; the loop binds new ones
+    a = np.sin(x)
+    b = x[0] * 2.0
+    t = (a, b)
+    for _ in range(2):
+        a = a * 2.0
+        b = b + a[0]
+    return t
+
+
+def test_a_tuple_returned_after_its_parts_are_rebound_keeps_their_old_values():
+    want = rebound_after(X)
+    for got in (ad.jit(rebound_after)(X), ad.jvp(rebound_after, (X,), (np.ones(3),))[0],
+                ad.vjp(rebound_after, X)[0]):
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w)
+    jac = numeric_jacobians(rebound_after, X)
+    for rows in (ad.jacfwd(rebound_after)(X), ad.jacrev(rebound_after)(X)):
+        for g, w in zip(rows, jac):
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-8)
