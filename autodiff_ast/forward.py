@@ -694,8 +694,13 @@ def _forward_stmt(stmt, tan, core, registry):
             if tan.depth or tan.type_of(targets[0]).kind == "list":
                 tan.bind(targets[0], tan.exprs[src.id], tan.ttypes[src.id])
             else:
-                tan.exprs[targets[0]] = tan.exprs[src.id]
+                # `b = a`: b's tangent gets a name of its own, as a loop may bind a's again
+                # later while b keeps the old value (tidying inlines it where it can)
+                dot = tan.namer.tangent(targets[0])
+                tan.emit(assign(dot, tan.exprs[src.id]))
+                tan.exprs[targets[0]] = name(dot)
                 tan.ttypes[targets[0]] = tan.ttypes[src.id]
+                tan.bound.add(targets[0])
                 if src.id in tan.owned:  # two names of one array: neither may be written
                     tan.owned.discard(src.id)
         return None

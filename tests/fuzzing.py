@@ -417,6 +417,8 @@ class _Generator:
         if "M" in self.reachable() and "rows_loop" not in KNOWN_GAPS:
             kinds.append("rows_loop")
         kinds += ["small_vector", "row_steps", "running_max", "display_loop"]
+        if "held_tuple" not in KNOWN_GAPS:
+            kinds.append("held_tuple")
         if indent == "    ":  # (refused inside loops and branches: a known limit)
             kinds.append("nested_tuple")
         kind = self.pick(kinds)
@@ -686,6 +688,20 @@ class _Generator:
             lines += [f"{indent}{a}, {q} = {t}", f"{indent}{b}, {c} = {q}",
                       f"{indent}{result} = np.sum({a} * {c}) + {b}"]
         self.bind(result, "S")
+        return lines
+
+    def _stmt_held_tuple(self, indent):
+        """A tuple made of a name the next loop binds again: the tuple keeps the old value
+        (forward mode once read the new one's tangent)."""
+        v, t, acc = self.fresh("hv"), self.fresh("ht"), self.fresh("acc")
+        shape = self.pick([s for s in ("S", "V") if s in self.reachable()])
+        steps = self.draw(st.integers(1, 3))
+        lines = [f"{indent}{v} = {self._fresh_value(shape, self.depth())}",
+                 f"{indent}{t} = ({v}, {self.expr('S', 1)})",
+                 f"{indent}for _ in range({steps}):",
+                 f"{indent}    {v} = {v} * 1.5 + 0.1 * np.sin({v})",
+                 f"{indent}{acc} = np.sum({t}[0]) * {t}[1] + np.sum({v})"]
+        self.bind(acc, "S")
         return lines
 
     def _stmt_display_loop(self, indent):

@@ -81,8 +81,25 @@ def named_tuple_loop(x):
     return total
 
 
-PROGRAMS = [unpacked_twice, indexed_twice, constant_inside, nested_list, from_helper, pairs_display,
-            nested_pairs, numbers_display, named_tuple_loop]
+def copied_then_rebound(x):  # b keeps the old a; forward mode read the new a's tangent
+    a = np.sin(x)
+    b = a
+    for _ in range(2):
+        a = a * 1.5 + 0.1 * np.sin(a)
+    return np.sum(b) * 0.5 + np.sum(a)
+
+
+def held_then_rebound(x):  # the same through a tuple (found by make fuzz)
+    hv = np.sin(x)
+    ht = (hv, 0.5)
+    for _ in range(2):
+        hv = hv * 1.5 + 0.1 * np.sin(hv)
+    return np.sum(ht[0]) * ht[1] + np.sum(hv)
+
+
+PROGRAMS = [copied_then_rebound, held_then_rebound, unpacked_twice, indexed_twice,
+            constant_inside, nested_list, from_helper, pairs_display, nested_pairs,
+            numbers_display, named_tuple_loop]
 X = np.array([0.3, 0.7, 1.1])
 
 
