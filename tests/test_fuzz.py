@@ -1044,3 +1044,46 @@ def f(x, A):
     outcome = check_program(Program(source.lstrip("\n"), ("x", "A"), 4, 3, 2))
     assert outcome.status == "inconclusive", outcome.detail
     assert "at order 2" in outcome.detail
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="jit(vmap(grad)) raises Numba's 'shape mismatch: objects cannot be "
+                          "broadcast to a single shape' (NumPy mode, order 2 and jit(grad) are "
+                          "right); found by make fuzz 2026-11-28, present at 8ba46bc, not yet "
+                          "reduced: the branch's np.where with a keepdims sum alone passes")
+def test_regression_jit_of_vmap_of_grad_broadcast_crash():
+    check_source('''
+import math
+
+import numpy as np
+
+
+def h0(a, b):
+    u1 = ((np.square((a)) + 1.0) ** 1.5)
+    return a + b * b
+
+
+def h1(a, b):
+    u2 = (np.maximum(b, b) * np.where(a > a, a, a))
+    u3 = (((np.maximum(1.5, b)) ** 2) / (2.0 + np.sin(((a * u2) - np.arccos(0.5 * np.tanh(b))))))
+    return (a - b) * ((u3) ** 3)
+
+
+def f(w, c, p):
+    acc6 = np.sum(c) * np.maximum(p['a'][0], p['a'][0])
+    if np.arctanh(0.5 * np.tanh(np.var(np.arcsin(0.5 * np.tanh(p['a']))))) > 0.3:
+        t7 = np.where(((c) ** 2.0) > np.sum((c * p['a']), axis=1, keepdims=True),
+                      np.sum((c * p['a']), axis=1, keepdims=True),
+                      np.sum((c * p['a']), axis=1, keepdims=True))
+    elif np.maximum(p['a'][2], acc6) < 0.5:
+        t7 = np.exp2(np.tanh(c))
+    else:
+        t7 = np.copy(c)
+    pair8 = (np.minimum(np.sum(p['a']), w), np.arctan2(p['a'][2], np.square(w) + 1.0))
+    for _ in range(1):
+        a8, b8 = pair8
+        b8, a8 = a8 + 0.1 * np.tanh(b8), b8
+        pair8 = (a8, 0.5 * b8)
+    p9 = pair8[0] * pair8[1] + pair8[0]
+    return p['a'] + acc6 + np.sum(np.sin(t7)) + p9
+''', params=('w', 'c', 'p'), n=3, m=3, seed=320, jit=True)
