@@ -661,8 +661,7 @@ class Normalizer:
     def refuse_nested_tuple_in_block(self, typ):
         """A tuple holding a tuple with a derivative (`(a, (b, c))`) is supported outside
         loops and branches only: inside them its derivative is not carried (it was dropped)."""
-        if self.depth == 0 or typ.kind != "tuple" or T.flat_tuple(typ) or \
-                not any(e.kind == "tuple" and T.carries_derivative(e) for e in typ.elts or ()):
+        if self.depth == 0 or not T.holds_differentiated_tuple(typ):
             return
         raise self.unsupported(
             "a tuple holding a tuple of differentiated values is not supported inside a loop "
@@ -1737,8 +1736,7 @@ class Normalizer:
     def append_atom(self, core, value, node):
         """``core.append(value)`` (value an atom) on the local list `core`."""
         vt = atom_type(value, self.types)
-        if vt.kind == "tuple" and any(e.kind == "tuple" and T.carries_derivative(e)
-                                      for e in vt.elts or ()):
+        if T.holds_differentiated_tuple(vt):
             raise self.unsupported(
                 "a list of tuples holding tuples of differentiated values is not supported",
                 node, "keep the list's tuples flat: (a, b, c) instead of (a, (b, c))")

@@ -92,6 +92,16 @@ def carries_derivative(t):
     return t.is_float and t.kind != "unknown"
 
 
+def holds_differentiated_tuple(t):
+    """Whether `t` is a tuple with an element that is a tuple with a derivative.
+
+    >>> holds_differentiated_tuple(AType("tuple", elts=(FLOAT, AType("tuple", elts=(FLOAT,)))))
+    True
+    """
+    return t.kind == "tuple" and any(e.kind == "tuple" and carries_derivative(e)
+                                     for e in t.elts or ())
+
+
 def array(dims, dtype="float64"):
     """An array of the given axes; rank 0 is a float scalar.
 
