@@ -45,6 +45,7 @@ import gast
 from codegen.emit import comment, function, is_marker
 
 from . import types as T
+from .debug import is_generated_file
 from .naming import Namer
 from .normalize import atom_type, index_type
 from .rules import PrimCall, Rule, by_name
@@ -95,6 +96,52 @@ def loads(node):
     """Names a node reads."""
     return [n.id for n in gast.walk(node) if isinstance(n, gast.Name) and
             isinstance(n.ctx, gast.Load)]
+
+
+_ALLOCATIONS = {"zeros", "ones", "empty", "full"}
+
+
+def _zero_size_names(body):
+    """Names assigned an array of a constant zero-size shape (``np.zeros((0, 1))``) anywhere
+    in `body`: reverse mode's placeholder for a value saved in one branch only, or a user's
+    empty start."""
+    found = set()
+    for node in gast.walk(gast.Module(body=list(body), type_ignores=[])):
+        if not (isinstance(node, gast.Assign) and len(node.targets) == 1 and
+                isinstance(node.targets[0], gast.Name) and isinstance(node.value, gast.Call)):
+            continue
+        func = node.value.func
+        if not (isinstance(func, gast.Attribute) and func.attr in _ALLOCATIONS and
+                isinstance(func.value, gast.Name) and func.value.id == "np" and
+                node.value.args):
+            continue
+        shape = node.value.args[0]
+        sizes = shape.elts if isinstance(shape, gast.Tuple) else [shape]
+        if any(isinstance(d, gast.Constant) and d.value == 0 for d in sizes):
+            found.add(node.targets[0].id)
+    return found
+
+
+def _saved_placeholder(core, n, branch, other_block):
+    """Whether `n`, set in one branch of `branch` over a zero-size placeholder, is in code
+    reverse mode wrote a value saved for the backward function only: returned after the
+    primal output (``return (out, n, ...)``), and read nowhere outside the branch that sets
+    it."""
+    from .reverse import walk_statements
+    returns = core.returns
+    if not (is_generated_file(core.info.filename) and isinstance(returns, gast.Tuple) and
+            n not in loads(returns.elts[0]) and n in loads(returns)):
+        return False
+    inside = {id(s) for s in walk_statements([branch])} - {id(branch)}
+    others = {id(s) for s in walk_statements(other_block)}
+    for stmt in walk_statements(core.body):
+        if id(stmt) in inside and id(stmt) not in others:
+            continue
+        read = stmt.test if isinstance(stmt, (gast.If, gast.While)) else \
+            stmt.iter if isinstance(stmt, gast.For) else stmt
+        if n in loads(read):
+            return False
+    return True
 
 
 def _stores(node):
@@ -731,6 +778,21 @@ class FunctionBatcher:
             if typ.kind not in ("float", "int", "bool", "array") or typ.ndim is None:
                 raise PerExampleLoop(f"{n} (a {typ.kind}) cannot be selected per example",
                                      stmt)
+            keeps_prior = n not in stored["then"] or n not in stored["else"]
+            if typ.kind == "array" and keeps_prior and n in _zero_size_names(self.core.body):
+                # `t = np.zeros((0,))`, then `t = np.tanh(x)` in one branch: the examples'
+                # t may have different shapes, which no one batched array holds (the type
+                # analysis gives both sizes the one symbol N)
+                other = stmt.orelse if n in stored["then"] else stmt.body
+                if not _saved_placeholder(self.core, n, stmt, other):
+                    raise PerExampleLoop(f"{n} is a zero-size array on one path through the "
+                                         "if statement and may have another size on the "
+                                         "other", stmt)
+                # reverse mode's placeholder for a value saved in one branch only, which the
+                # backward function reads only where that branch ran: every example takes
+                # the branch's value
+                out.append(assign(n, picks[0] if n in stored["then"] else picks[1]))
+                continue
             cond = R.expand_after_batch(test, typ.ndim) if flag_any(self.flag(test)) else test
             out.append(assign(n, fill("np.where(c, a, b)", c=cond, a=picks[0], b=picks[1])))
         return out

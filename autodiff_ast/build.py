@@ -224,7 +224,9 @@ class ModuleBuilder:
             if emitted not in used:  # data of code that tidying removed
                 continue
             importable = module and module != "__main__" and module in sys.modules and \
-                getattr(sys.modules[module], "__file__", None)
+                getattr(sys.modules[module], "__file__", None) and \
+                all(part.isidentifier() for part in module.split("."))  # (not runpy's
+            # "<run_path>", say: an import line cannot name it; its data is injected)
             if importable or (module and module == standalone_module):
                 line = f"from {module} import {attr}" + (f" as {emitted}" if attr != emitted
                                                         else "")

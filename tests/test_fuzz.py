@@ -1046,12 +1046,10 @@ def f(x, A):
     assert "at order 2" in outcome.detail
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="jit(vmap(grad)) raises Numba's 'shape mismatch: objects cannot be "
-                          "broadcast to a single shape' (NumPy mode, order 2 and jit(grad) are "
-                          "right); found by make fuzz 2026-11-28, present at 8ba46bc, not yet "
-                          "reduced: the branch's np.where with a keepdims sum alone passes")
 def test_regression_jit_of_vmap_of_grad_broadcast_crash():
+    # np.tanh(c), saved in one branch of f over a zero-size placeholder, was merged with
+    # np.where(cond, saved, placeholder) by vmap: a broadcast error (test_vmap.py has the
+    # reduced form, test_vmap_of_grad_through_a_value_saved_in_one_branch)
     check_source('''
 import math
 

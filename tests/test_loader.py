@@ -12,6 +12,7 @@ import time
 import traceback
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from codegen import loader
@@ -320,3 +321,25 @@ def test_malloc_thresholds_are_raised_once_unless_opted_out():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=env, check=True).stdout.split("\n")[0]
     assert out == "False False"
+
+
+def test_data_of_a_module_run_by_runpy_is_injected(tmp_path):
+    # runpy.run_path runs a file as the module "<run_path>": no import line can name it, so
+    # the generated module gets its data from the loader (it wrote `from <run_path> import`).
+    import runpy
+    script = tmp_path / "run_me.py"
+    script.write_text(textwrap.dedent("""
+        import numpy as np
+        import autodiff_ast as ad
+
+        W = np.array([0.5, -1.0, 2.0])
+
+        def f(x):
+            return np.sum(W * np.sin(x))
+
+        X = np.array([0.1, 0.2, 0.3])
+        GRADIENT = ad.grad(f)(X)
+    """))
+    result = runpy.run_path(str(script))
+    want = result["W"] * np.cos(result["X"])
+    np.testing.assert_allclose(result["GRADIENT"], want, rtol=1e-12)

@@ -353,6 +353,47 @@ def test_branch_on_batched_value_is_a_select():
     assert "for i in range(" not in batched.source
 
 
+def empty_unless_positive(x):
+    t = np.zeros((0,))
+    if x[0] > 0.0:
+        t = np.tanh(x)
+    return np.sum(t) + np.mean(t * t) if t.size else 0.5 * np.sum(x)
+
+
+def test_zero_size_start_set_in_one_branch_runs_once_per_example():
+    # Each example's t is empty or of x's size: no batched array holds both, so no select.
+    xs = np.array([[0.3, -0.2, 0.5], [-0.4, 0.1, 0.2], [0.7, 0.1, -0.9]])
+    batched = vmap(empty_unless_positive)
+    assert_same(batched(xs), np.array([empty_unless_positive(x) for x in xs]))
+    assert "t is a zero-size array on one path" in flat_text(batched.source)
+
+
+def exp2_or_copy(c, a):
+    if np.sum(c) > 0.0:
+        t = np.exp2(np.tanh(c))
+    else:
+        t = np.copy(c)
+    return t * a
+
+
+def sine_of_helper(c, a):
+    return np.sum(np.sin(exp2_or_copy(c, a)))
+
+
+def test_vmap_of_grad_through_a_value_saved_in_one_branch():
+    # The helper's forward function saves np.tanh(c) in one branch only, over a zero-size
+    # placeholder: examples that take different branches are batched with one select.
+    cs = np.array([[[0.3], [-0.2], [0.5]], [[-0.4], [0.1], [-0.2]], [[0.9], [0.1], [0.2]]])
+    a = np.array([0.1, 0.2, 0.3])
+    grad = ad.grad(sine_of_helper)
+    want = np.stack([numeric_grad(lambda c: sine_of_helper(c, a), c) for c in cs])
+    batched = vmap(grad, in_axes=(0, None))
+    assert_same(batched(cs, a), want, rtol=1e-6, atol=1e-8)
+    assert "per-example loop" not in batched.source
+    from autodiff_ast.jit import jit
+    assert_same(jit(batched, batching="vectorized")(cs, a), want, rtol=1e-6, atol=1e-8)
+
+
 def count_steps(n):
     steps = 0
     while n > 1:
