@@ -154,8 +154,18 @@ class Tangents(DerivativeTable):
             if _fresh_array(expr):
                 self.owned.add(value)
             return
-        if not isinstance(expr, (gast.Name, gast.Constant)):
-            dot = self.namer.tangent(value)
+        dot = self.namer.tangent(value)
+        if isinstance(expr, gast.Name) and expr.id != dot:
+            # `b = a` or `b = a + 0.0`: b's tangent is the array a's tangent holds, under a
+            # name of its own (a later loop or in-place copy may bind a_dot again while b
+            # keeps the old value; tidying inlines the name where nothing intervenes). A
+            # write into either in place must copy it first (Tangents.own).
+            self.emit(assign(dot, expr))
+            self.owned -= {v for v, e in self.exprs.items()
+                           if isinstance(e, gast.Name) and e.id == expr.id}
+            self.owned.discard(value)
+            expr = name(dot)
+        elif not isinstance(expr, (gast.Name, gast.Constant)):
             self.emit(assign(dot, expr))
             if _fresh_array(expr):
                 self.owned.add(value)
@@ -503,6 +513,39 @@ class _Walker:
                 names.update(_stmt_targets(inner))
         return sorted(n for n in names if n in self.live)
 
+    def unalias(self, names):
+        """Before a loop or branch that reassigns `names`: a value kept unchanged whose
+        tangent is one of their tangent variables (``b = +a``, or ``t = (a, 1.0)``, binds b's
+        tangent to the name ``a_dot``) gets a variable of its own, as the block writes
+        ``a_dot`` again while b keeps the old value. Tidying inlines the copy where nothing
+        intervenes."""
+        tan = self.tan
+        written = {tan.namer.tangent(t) for t in names}
+        kept = {}
+
+        def held(expr, value):
+            if not (isinstance(expr, gast.Name) and expr.id in written):
+                return expr
+            if expr.id not in kept:
+                keep = tan.namer.temp(f"{value}_dot_kept")
+                tan.emit(assign(keep, expr))
+                kept[expr.id] = name(keep)
+            return kept[expr.id]
+
+        def held_parts(part, value):
+            if isinstance(part, list):
+                return [held_parts(p, value) for p in part]
+            return held(part, value) if isinstance(part, gast.AST) else part
+        for v in sorted(tan.exprs):
+            if v not in names:
+                current = tan.exprs[v]
+                tan.exprs[v] = held(current, v)
+                if tan.exprs[v] is not current:
+                    tan.owned.discard(v)
+        for v in sorted(tan.tuples):
+            if v not in names:
+                tan.tuples[v] = held_parts(tan.tuples[v], v)
+
     def carry(self, names):
         """Before a loop: each value the loop reassigns gets a tangent variable of its own."""
         tan = self.tan
@@ -578,6 +621,7 @@ class _Walker:
 
     def loop(self, stmt):
         names = self.assigned(stmt)
+        self.unalias(names)
         self.carry(names)
         carried = self.carry_tuples(names)
         self.hoist_broadcasts(stmt, names)
@@ -596,6 +640,7 @@ class _Walker:
     def branch(self, stmt):
         tan = self.tan
         names = self.assigned(stmt)
+        self.unalias(names)
         before = (dict(tan.exprs), dict(tan.ttypes), dict(tan.tuples), set(tan.owned))
         defined = set(self.defined)
         arms, arm_tuples = [], []
@@ -691,18 +736,7 @@ def _forward_stmt(stmt, tan, core, registry):
         if isinstance(src, gast.Name) and src.id in tan.tuples:
             tan.tuples[targets[0]] = tan.tuples[src.id]
         elif isinstance(src, gast.Name) and src.id in tan.exprs:
-            if tan.depth or tan.type_of(targets[0]).kind == "list":
-                tan.bind(targets[0], tan.exprs[src.id], tan.ttypes[src.id])
-            else:
-                # `b = a`: b's tangent gets a name of its own, as a loop may bind a's again
-                # later while b keeps the old value (tidying inlines it where it can)
-                dot = tan.namer.tangent(targets[0])
-                tan.emit(assign(dot, tan.exprs[src.id]))
-                tan.exprs[targets[0]] = name(dot)
-                tan.ttypes[targets[0]] = tan.ttypes[src.id]
-                tan.bound.add(targets[0])
-                if src.id in tan.owned:  # two names of one array: neither may be written
-                    tan.owned.discard(src.id)
+            tan.bind(targets[0], tan.exprs[src.id], tan.ttypes[src.id])
         return None
     if prim.kind == "setitem":
         _setitem(stmt, tan)
@@ -734,7 +768,7 @@ def _forward_stmt(stmt, tan, core, registry):
         _unpack(tan, targets, tan.part(prim.args[0]))
         return None
     if prim.kind == "tuple":
-        tan.set_part(targets[0], _held_parts(tan, tan.part(stmt.value)))
+        tan.set_part(targets[0], tan.part(stmt.value))
         return None
     if prim.kind == "tuple_get":
         k = stmt.value.slice.value
@@ -748,26 +782,6 @@ def _forward_stmt(stmt, tan, core, registry):
             return joint(stmt, tan, core, registry)
         _forward_rule(stmt, tan, core)
     return None
-
-
-def _held_parts(tan, part):
-    """A tuple's element tangents bound to names of their own: the tuple keeps the values it
-    was made of, while a name among them may be bound again later (`t = (a, b)`, then a loop's
-    `a = a * 2.0`: the tangent of t[0] is still the old a's). Tidying inlines the names back
-    where nothing intervenes."""
-    if not isinstance(part, list):
-        return part
-    held = []
-    for p in part:
-        if isinstance(p, list):
-            held.append(_held_parts(tan, p))
-        elif isinstance(p, gast.AST) and not isinstance(p, gast.Constant):
-            keep = tan.namer.temp("held_dot")
-            tan.emit(assign(keep, p))
-            held.append(name(keep))
-        else:
-            held.append(p)
-    return held
 
 
 def _append_tangent(tan, base, dot):

@@ -146,6 +146,14 @@ class _SharedMemoryCheck:
                           {(id(stmt), base, n, maybe) for n, maybe in sharing.items()})
         if prim is not None and prim.kind == "user":
             state = self.call_writes(stmt, prim, state)
+        if prim is not None and prim.kind in ("tuple", "tuple_get", "unpack") and \
+                isinstance(stmt, gast.Assign):
+            # `t = (a, 0.5)` holds a itself, and so does `u = t[0]` or `u, v = t`: a write into
+            # a in place changes what t, t[0] and u read (each element is not told apart)
+            held = frozenset().union(*(self.allocations(state, n) for n in _reads(stmt.value)))
+            for n in _stores(stmt.targets[0]):
+                state = self.bind(state, n, held)
+            return state
         view_of = getattr(stmt, "view_of", None)
         for target in stmt.targets if isinstance(stmt, gast.Assign) else []:
             if view_of is not None and isinstance(target, gast.Name):

@@ -1,0 +1,64 @@
+"""Forward mode when two values share one tangent: ``b = a + 0.0`` (or ``1.0 * a``,
+``np.positive(a)``, ``b = a``, ``t = (a, 0.5)``) makes b's tangent a's tangent array. A later
+loop or branch that binds a again, or an in-place write into a, must leave b's tangent as it
+was; and an in-place write into a while a tuple still holds a is refused (the tuple shares
+its memory). Checked against central finite differences (check_grads), both modes."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+from fuzzing import load_program
+
+import autodiff_ast as ad
+from autodiff_ast.errors import UnsupportedSyntaxError
+
+SOURCE = """
+import numpy as np
+
+
+def f(x):
+    a = x * 2.0
+    {hold}
+    {block}
+    return np.sum({use} + np.sin(a))
+"""
+
+HOLDS = {
+    "plus_zero": ("b = a + 0.0", "b * b"),
+    "times_one": ("b = 1.0 * a", "b * b"),
+    "positive": ("b = np.positive(a)", "b * b"),
+    "copy_then_copy": ("b = 1.0 * a\n    c = b", "c * b"),
+    "tuple": ("t = (a, 0.5)", "t[0] * t[1]"),
+    "nested_tuple": ("t = (a, (a, 2.0))", "t[1][0] * t[0]"),
+}
+
+BLOCKS = {
+    "loop": "for i in range(3):\n        a = a * 1.5 + np.sin(a)",
+    "branch": "if x[0] > 0.0:\n        a = np.tanh(a)\n    else:\n        a = a * a",
+    "one_armed_branch": "if x[0] < 0.0:\n        a = np.tanh(a)",
+    "while": "while np.sum(a) < 10.0:\n        a = a + 1.0 + np.abs(a)",
+    "in_place": "a[0] = 5.0 * a[1]",
+    "slice_in_place": "a[1:] = a[1:] * x[:2]",
+}
+
+
+def _program(hold, block):
+    held, use = HOLDS[hold]
+    return load_program(textwrap.dedent(SOURCE).format(hold=held, block=BLOCKS[block],
+                                                       use=use)).f
+
+
+@pytest.mark.parametrize("block", sorted(BLOCKS))
+@pytest.mark.parametrize("hold", sorted(HOLDS))
+def test_a_value_keeps_its_tangent_when_its_source_changes(hold, block):
+    f = _program(hold, block)
+    x = np.array([0.3, -0.2, 0.5])
+    if "tuple" in hold and "in_place" in block:
+        with pytest.raises(UnsupportedSyntaxError, match="t shares memory with a"):
+            ad.grad(f)(x)
+        return
+    ad.check_grads(f, (x,), order=1, modes=("fwd", "rev"))
+
