@@ -154,18 +154,15 @@ class Tangents(DerivativeTable):
             if _fresh_array(expr):
                 self.owned.add(value)
             return
-        dot = self.namer.tangent(value)
-        if isinstance(expr, gast.Name) and expr.id != dot:
-            # `b = a` or `b = a + 0.0`: b's tangent is the array a's tangent holds, under a
-            # name of its own (a later loop or in-place copy may bind a_dot again while b
-            # keeps the old value; tidying inlines the name where nothing intervenes). A
-            # write into either in place must copy it first (Tangents.own).
-            self.emit(assign(dot, expr))
+        if isinstance(expr, gast.Name):
+            # `b = a` or `b = a + 0.0`: b's tangent is the name a_dot. Whatever binds a_dot
+            # again first gives b a variable of its own (keep_aside); a write into either
+            # array in place must copy it first (Tangents.own).
             self.owned -= {v for v, e in self.exprs.items()
                            if isinstance(e, gast.Name) and e.id == expr.id}
             self.owned.discard(value)
-            expr = name(dot)
-        elif not isinstance(expr, (gast.Name, gast.Constant)):
+        elif not isinstance(expr, gast.Constant):
+            dot = self.namer.tangent(value)
             self.emit(assign(dot, expr))
             if _fresh_array(expr):
                 self.owned.add(value)
@@ -206,6 +203,7 @@ class Tangents(DerivativeTable):
         current = self.materialized(value)
         if value in self.owned and isinstance(current, gast.Name) and current.id == dot:
             return dot
+        self.keep_aside({dot}, skip={value})
         if self.type_of(value).kind == "list":
             # Written in place, as the list itself is (a name sharing the list sees the write
             # in Python, and its tangent list sees it too); entries are rebound, never
@@ -219,6 +217,36 @@ class Tangents(DerivativeTable):
         self.exprs[value] = name(dot)
         self.owned.add(value)
         return dot
+
+    def keep_aside(self, dots, skip=()):
+        """Before code binds the tangent variables `dots` again: a value not in `skip` whose
+        tangent is one of them (``b = +a``, or ``t = (a, 1.0)``, makes b's tangent the name
+        ``a_dot``) gets a variable of its own holding the current one, as b keeps its value
+        while a changes. Tidying inlines the copy where nothing intervenes."""
+        kept = {}
+
+        def held(expr, value):
+            if not (isinstance(expr, gast.Name) and expr.id in dots):
+                return expr
+            if expr.id not in kept:
+                keep = self.namer.temp(f"{value}_dot_kept")
+                self.emit(assign(keep, expr))
+                kept[expr.id] = name(keep)
+            return kept[expr.id]
+
+        def held_parts(part, value):
+            if isinstance(part, list):
+                return [held_parts(p, value) for p in part]
+            return held(part, value) if isinstance(part, gast.AST) else part
+        for v in sorted(self.exprs):
+            if v not in skip:
+                current = self.exprs[v]
+                self.exprs[v] = held(current, v)
+                if self.exprs[v] is not current:
+                    self.owned.discard(v)
+        for v in sorted(self.tuples):
+            if v not in skip:
+                self.tuples[v] = held_parts(self.tuples[v], v)
 
     def emit(self, stmt):
         stmt.tangent = True
@@ -514,37 +542,9 @@ class _Walker:
         return sorted(n for n in names if n in self.live)
 
     def unalias(self, names):
-        """Before a loop or branch that reassigns `names`: a value kept unchanged whose
-        tangent is one of their tangent variables (``b = +a``, or ``t = (a, 1.0)``, binds b's
-        tangent to the name ``a_dot``) gets a variable of its own, as the block writes
-        ``a_dot`` again while b keeps the old value. Tidying inlines the copy where nothing
-        intervenes."""
-        tan = self.tan
-        written = {tan.namer.tangent(t) for t in names}
-        kept = {}
-
-        def held(expr, value):
-            if not (isinstance(expr, gast.Name) and expr.id in written):
-                return expr
-            if expr.id not in kept:
-                keep = tan.namer.temp(f"{value}_dot_kept")
-                tan.emit(assign(keep, expr))
-                kept[expr.id] = name(keep)
-            return kept[expr.id]
-
-        def held_parts(part, value):
-            if isinstance(part, list):
-                return [held_parts(p, value) for p in part]
-            return held(part, value) if isinstance(part, gast.AST) else part
-        for v in sorted(tan.exprs):
-            if v not in names:
-                current = tan.exprs[v]
-                tan.exprs[v] = held(current, v)
-                if tan.exprs[v] is not current:
-                    tan.owned.discard(v)
-        for v in sorted(tan.tuples):
-            if v not in names:
-                tan.tuples[v] = held_parts(tan.tuples[v], v)
+        """Before a loop or branch that reassigns `names`: values kept unchanged whose
+        tangent is one of their tangent variables get variables of their own."""
+        self.tan.keep_aside({self.tan.namer.tangent(t) for t in names}, skip=set(names))
 
     def carry(self, names):
         """Before a loop: each value the loop reassigns gets a tangent variable of its own."""
