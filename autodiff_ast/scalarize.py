@@ -1086,10 +1086,13 @@ def rebuild(program, core, text, made_up_temporaries=False):
     info = parse_function(getattr(module, core.name))
     new = Program(reserved={"np", "math", "unbroadcast"} | set(program.data))
     new.data.update(program.data)
-    if made_up_temporaries:  # the names the rewrite made up (d_0, d_1, d_2) are temporaries
+    if made_up_temporaries:
+        # the names the rewrite made up (d_0, d_1, d_2) are temporaries, and so are the
+        # temporaries of the core form it was written from (`add_5 = energy + mul_15`, then
+        # `energy = add_5`: as a named value, its adjoint is carried round the loop)
         before = set()
         for cf in program.functions.values():
-            before |= set(cf.params) | set(cf.types)
+            before |= set(cf.params) | (set(cf.types) - cf.namer.temps)
         written = frozenset(n.id for n in ast.walk(ast.parse(text))
                             if isinstance(n, ast.Name))
         new.synthetic_names = frozenset(n for n in written if n not in before)

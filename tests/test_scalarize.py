@@ -513,6 +513,12 @@ def test_names_the_rewrite_makes_up_are_temporaries():
         _, program, core = prepare(pair_energy, {"pos": spec_of(pos3), "sigma": spec_of(1.1)})
     assert {"d_0", "d_1", "d_2"} <= core.namer.temps
     assert "energy" not in core.namer.temps and "r2" not in core.namer.temps
+    # so are the temporaries of the core form the rewrite was written from: `energy = energy
+    # + ...` is written out as `add_5 = energy + mul_15` then `energy = add_5`, and as a
+    # named value add_5's adjoint was carried round the backward loop (four accumulators
+    # added to and zeroed in each step, and the inner loop kept in reverse order)
+    made = {n for n in core.types if n.startswith(("add_", "mul_", "sub_", "div_"))}
+    assert made and made <= core.namer.temps, made - core.namer.temps
 
 
 def last_step_read_after(w, x):
