@@ -834,7 +834,13 @@ class Normalizer:
     def expr_UnaryOp(self, node, target):
         operand = self.atom(node.operand)
         if isinstance(node.op, gast.UAdd):
-            return operand
+            if atom_type(operand, self.types).kind != "array":
+                return operand
+            # `+a` of an array is a new array (np.positive), not a second name for a: writing
+            # into either in place later leaves the other as it was
+            value = gast.UnaryOp(op=gast.UAdd(), operand=operand)
+            return self.apply_rule(rules.by_name("positive"), {"x": operand}, node, target,
+                                   value=value)
         if isinstance(node.op, gast.USub):
             if isinstance(operand, gast.Constant) and isinstance(operand.value, (int, float)):
                 return gast.Constant(value=-operand.value, kind=None)

@@ -30,6 +30,7 @@ HOLDS = {
     "plus_zero": ("b = a + 0.0", "b * b"),
     "times_one": ("b = 1.0 * a", "b * b"),
     "positive": ("b = np.positive(a)", "b * b"),
+    "unary_plus": ("b = +a", "b * b"),  # a new array, as np.positive (it was refused as a view)
     "copy_then_copy": ("b = 1.0 * a\n    c = b", "c * b"),
     "tuple": ("t = (a, 0.5)", "t[0] * t[1]"),
     "nested_tuple": ("t = (a, (a, 2.0))", "t[1][0] * t[0]"),
@@ -62,3 +63,21 @@ def test_a_value_keeps_its_tangent_when_its_source_changes(hold, block):
         return
     ad.check_grads(f, (x,), order=1, modes=("fwd", "rev"))
 
+
+
+def unary_plus_then_write(x):
+    a = np.tanh(x)
+    b = +a
+    a[0] = 3.0 * a[1]
+    return np.sum(b * b * x + a)
+
+
+def test_unary_plus_of_an_array_is_a_copy_under_jit_and_vmap():
+    from autodiff_ast.jit import jit
+    x = np.array([0.3, -0.2, 0.5])
+    want = ad.grad(unary_plus_then_write)(x)
+    ad.check_grads(unary_plus_then_write, (x,), order=2, modes=("fwd", "rev"))
+    np.testing.assert_allclose(jit(ad.grad(unary_plus_then_write))(x), want, rtol=1e-12)
+    xs = np.stack([x, 0.5 * x])
+    np.testing.assert_allclose(ad.vmap(ad.grad(unary_plus_then_write))(xs),
+                               [want, ad.grad(unary_plus_then_write)(0.5 * x)], rtol=1e-12)
