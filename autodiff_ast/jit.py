@@ -128,10 +128,15 @@ class _PlainModule:
     def __getattr__(self, name):
         function = getattr(self.module, name)
         needs = self.lowered.data_args.get(name)
-        if not needs:
+        dicts = self.lowered.dict_outputs.get(name)
+        if not needs and dicts is None:
             return function
-        values = [self.data[d] if d in self.data else getattr(self.module, d) for d in needs]
-        return lambda *args: function(*args, *values)
+        values = [self.data[d] if d in self.data else getattr(self.module, d)
+                  for d in needs or ()]
+        if dicts is None:
+            return lambda *args: function(*args, *values)
+        from codegen.dict_outputs import rebuild_dicts
+        return lambda *args: rebuild_dicts(function(*args, *values), dicts)
 
 
 def _entries(generated):

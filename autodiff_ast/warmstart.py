@@ -247,6 +247,7 @@ def store(key, generated, out, compiled, name, note):
     record = {"format": FORMAT, "generated": generated.source, "entry": out.entry,
               "layout": out.layout, "extra": out.extra, "entries": compiled._build.entries,
               "compiled": compiled.compiled_names(), "data_args": compiled.data_args(),
+              "dict_outputs": compiled.dict_outputs(),
               "note": note, "options": dataclasses.asdict(compiled._options)}
     try:
         write_index(key, compiled.source, name, record)
@@ -297,7 +298,7 @@ def load(key):
                                   for k, v in record["options"].items()})
         compiled = load_compiled(
             text, name, record["generated"], record["entries"], record["compiled"],
-            record["data_args"], options, record["note"])
+            record["data_args"], options, record["note"], record.get("dict_outputs"))
         out = CachedModule(compiled.source, record["entry"], {}, record["layout"],
                            record["extra"])
     except Exception as exc:  # noqa: BLE001 (any failure: generate the module as before)

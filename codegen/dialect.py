@@ -50,6 +50,7 @@ import gast
 from .branch_selects import SELECT_HELPERS, SELECT_UNCOMPILED, select_small_branches
 from .buffer_reuse import reuse_buffers
 from .common_calls import reuse_math_calls
+from .dict_outputs import flatten_returned_dicts, rebuilding_expression
 from .emit import comment, fresh_name, is_marker, render_function, text_of, to_ast
 from .fused_regions import (
     FUSED_HELPERS,
@@ -138,6 +139,8 @@ class LoweredModule:
     compiled: set = field(default_factory=set)  # names of functions a target compiles
     data_args: dict = field(default_factory=dict)  # entry name -> data names appended to calls
     jit_options: dict = field(default_factory=dict)  # function -> extra njit options (text)
+    # entry name -> spec of the dicts it returns as tuples (codegen/dict_outputs.py)
+    dict_outputs: dict = field(default_factory=dict)
 
     def entry_name(self, entry):
         """The name to call for `entry` (its wrapper when it needs module data)."""
@@ -1125,11 +1128,38 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
              fn.name not in module.uncompiled]
     data = _data_names(header, injected)
     all_functions = helper_defs + functions
+    # dicts an entry returns: Numba cannot box one whose values differ in type
+    dict_outputs = {}
+    for fn in functions:
+        if fn.name in entries:
+            spec = flatten_returned_dicts(fn, all_functions)
+            if spec is not None:
+                dict_outputs[fn.name] = spec
     lowered = LoweredModule(header, all_functions, set(sources), compiled=set(names),
                             helper_functions={fn.name for fn in helper_defs},
-                            jit_options=dict(module.jit_options))
+                            jit_options=dict(module.jit_options), dict_outputs=dict_outputs)
     _thread_data(lowered, data, entries, module.taken | set(names))
+    _rebuilding_wrappers(lowered, module.taken | set(names))
     return lowered
+
+
+def _rebuilding_wrappers(lowered, taken):
+    """A plain wrapper for each entry returning dicts (the one that passes module data, if
+    any, becomes it): it calls the compiled entry and rebuilds the dicts from their values."""
+    by_name = {fn.name: fn for fn in lowered.functions}
+    for entry, spec in lowered.dict_outputs.items():
+        data = lowered.data_args.get(entry, [])
+        fn = by_name[entry]
+        params = [a.id for a in fn.args.args[:len(fn.args.args) - len(data)]]
+        old = lowered.wrappers.get(entry)
+        wrapper_name = old.name if old is not None else fresh_name(f"{entry}_entry", taken)
+        text = (f"def {wrapper_name}({', '.join(params)}):\n"
+                f'    """{entry} with the dicts it returns rebuilt (compiled code returns '
+                f'their values\n    as tuples: Numba boxes no dict whose values differ in '
+                f'type)."""\n'
+                f"    out = {entry}({', '.join(params + data)})\n"
+                f"    return {rebuilding_expression('out', spec)}\n")
+        lowered.wrappers[entry] = gast.parse(text).body[0]
 
 
 def _helper_names(functions):

@@ -195,9 +195,11 @@ class _Lowered:
 
     compiled: set
     data_args: dict = field(default_factory=dict)
+    dict_outputs: dict = field(default_factory=dict)  # entry -> spec (codegen/dict_outputs.py)
 
 
-def load_compiled(text, name, source, entries, compiled, data_args, options=None, note=None):
+def load_compiled(text, name, source, entries, compiled, data_args, options=None, note=None,
+                  dict_outputs=None):
     """The :class:`CompiledModule` of module `text` that :func:`compile_module` wrote for
     `source` in an earlier process, without lowering `source` again.
 
@@ -205,7 +207,8 @@ def load_compiled(text, name, source, entries, compiled, data_args, options=None
     data appended to its calls (from the :class:`CompiledModule` of the first process:
     ``compiled_names()``, ``data_args()``); `source`, `entries`, `options` and `note` are what
     compile_module was given (used only if the module must be lowered again with the
-    any-rank np.dot). The caller checks that `text` is what compile_module wrote.
+    any-rank np.dot); `dict_outputs` maps an entry to the spec of the dicts it returns as
+    tuples (``dict_outputs()``). The caller checks that `text` is what compile_module wrote.
     """
     _prepare_process()
     import numba  # noqa: F401  (the module text imports it too)
@@ -214,8 +217,9 @@ def load_compiled(text, name, source, entries, compiled, data_args, options=None
     module = load_source(text, name)
     functions = {fn: getattr(module, fn) for fn in sorted(compiled)}
     rebuilt = verify_cache(module.__file__, functions.values()) if options.cache else []
-    out = CompiledModule(build, module, _Lowered(set(compiled), dict(data_args)), functions,
-                         text, rebuilt)
+    out = CompiledModule(build, module, _Lowered(set(compiled), dict(data_args),
+                                                 dict(dict_outputs or {})), functions, text,
+                         rebuilt)
     if os.path.exists(_general_marker(module.__file__)):
         out.generalize()
     return out
@@ -360,7 +364,8 @@ class CompiledModule:
     def _target(self, name):
         data = [self._data[d] if d in self._data else getattr(self.module, d)
                 for d in self._lowered.data_args.get(name, ())]
-        return getattr(self.module, name), self._compiled.get(name), data
+        return getattr(self.module, name), self._compiled.get(name), data, \
+            self._lowered.dict_outputs.get(name)
 
     def generalize(self):
         """Lower the module again with np.dot for any rank; False when that was done already
@@ -397,6 +402,10 @@ class CompiledModule:
         """Entry name -> module data names appended to its calls (for :func:`load_compiled`)."""
         return {k: list(v) for k, v in self._lowered.data_args.items()}
 
+    def dict_outputs(self):
+        """Entry name -> spec of the dicts it returns as tuples (for :func:`load_compiled`)."""
+        return dict(getattr(self._lowered, "dict_outputs", {}))
+
     def signatures(self):
         """Number of compiled signatures over all functions of the module."""
         return sum(len(d.signatures) for d in self._compiled.values())
@@ -414,16 +423,17 @@ class CompiledModule:
 
 
 class _Entry:
-    def __init__(self, owner, name, target, dispatcher, data):
+    def __init__(self, owner, name, target, dispatcher, data, dicts=None):
         from numba.core.errors import NumbaError
         self.owner = owner
         self.name = name
         self.error = NumbaError
-        self.bind(target, dispatcher, data)
+        self.bind(target, dispatcher, data, dicts)
 
-    def bind(self, target, dispatcher, data):
+    def bind(self, target, dispatcher, data, dicts=None):
         self.target = target
         self.data = data
+        self.dicts = dicts  # spec of the dicts the entry returns as tuples, or None
         self.signatures = dispatcher.overloads if dispatcher is not None else ()
         self.seen = 0
 
@@ -445,6 +455,9 @@ class _Entry:
         if len(self.signatures) != self.seen:  # newly compiled (and cached): record it
             self.seen = len(self.signatures)
             self.owner.record_cache()
+        if self.dicts is not None:
+            from .dict_outputs import rebuild_dicts
+            return rebuild_dicts(result, self.dicts)
         return result
 
     def __repr__(self):
