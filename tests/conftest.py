@@ -46,6 +46,12 @@ def quick_llvm():
     Numba accepts the code, are the same at every level, and compiling is the tests' cost
     (the level is part of a generated module's text, so these never meet optimized ones)."""
     import numba
+    from numba.core.registry import cpu_target
+    # Numba makes its LLVM target machine once per process, at the level set then: made
+    # here at -O0, it would stay so for every later compile (no multiply-adds formed, which
+    # test_jit's test_multiply_adds_are_on_by_default_and_off_on_request saw), so make it
+    # first at the normal level
+    cpu_target.target_context.codegen()
     saved = numba.config.OPT
     numba.config.OPT = numba.core.config._OptLevel(0)
     yield
