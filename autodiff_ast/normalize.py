@@ -1870,6 +1870,9 @@ class Normalizer:
         stmt.prim = Prim("copy", args=[atom])
         stmt.origin = self.origin
         stmt.info = self.info
+        if isinstance(atom, gast.Name) and atom.id in self.types and (
+                self.types[atom.id].kind == "array" or atom.id in self.zero_dim):
+            stmt.view_of = atom.id  # `b = a if c else x`: b is another name of a (or of x)
         gast.copy_location(stmt, self.origin)
         return stmt
 

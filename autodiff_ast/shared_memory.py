@@ -146,6 +146,12 @@ class _SharedMemoryCheck:
                           {(id(stmt), base, n, maybe) for n, maybe in sharing.items()})
         if prim is not None and prim.kind == "user":
             state = self.call_writes(stmt, prim, state)
+            held = self.returned_arguments(prim, state)
+            if held and isinstance(stmt, gast.Assign):
+                # `b = ident(a)` (a helper returning its parameter): b is another name of a
+                for n in _stores(stmt.targets[0]):
+                    state = self.bind(state, n, held)
+                return state
         if prim is not None and prim.kind in ("tuple", "tuple_get", "unpack") and \
                 isinstance(stmt, gast.Assign):
             # `t = (a, 0.5)` holds a itself, and so does `u = t[0]` or `u, v = t`: a write into
@@ -185,6 +191,18 @@ class _SharedMemoryCheck:
             return state
         return _State(state.memory, state.pending | pending)
 
+    def returned_arguments(self, prim, state):
+        """The memory of the arguments a helper may return as they are (``return v``, or
+        ``return v, v * 2.0``: each element not told apart)."""
+        callee = prim.callee
+        params = list(getattr(callee, "params", ()))
+        returned = _returned_params(callee)
+        held = frozenset()
+        for param, arg in zip(params, prim.args or ()):
+            if param in returned and isinstance(arg, gast.Name):
+                held |= self.allocations(state, arg.id)
+        return held
+
     def block(self, stmts, state):
         for stmt in stmts:
             if isinstance(stmt, gast.If):
@@ -212,6 +230,43 @@ class _SharedMemoryCheck:
             if after == entry:
                 return entry
             entry = after
+
+
+def _returned_params(callee, seen=None):
+    """Parameters of core function `callee` that it may return as they are, or through a
+    copy, a view, a tuple or a helper that returns its own parameter (flow-insensitive)."""
+    from .reverse import walk_statements
+    seen = set() if seen is None else seen
+    if callee is None or id(callee) in seen or getattr(callee, "body", None) is None:
+        return set()
+    seen.add(id(callee))
+    holds = {p: {p} for p in callee.params}
+    changed = True
+    while changed:
+        changed = False
+        for stmt in walk_statements(callee.body):
+            prim = getattr(stmt, "prim", None)
+            if not isinstance(stmt, gast.Assign) or prim is None:
+                continue
+            if getattr(stmt, "view_of", None) is not None:
+                sources = holds.get(stmt.view_of, set())
+            elif prim.kind in ("copy", "tuple", "tuple_get", "unpack"):
+                sources = set().union(*(holds.get(n, set()) for n in _reads(stmt.value)))
+            elif prim.kind == "user":
+                inner = _returned_params(prim.callee, seen)
+                sources = set().union(*(holds.get(a.id, set()) for p, a in zip(
+                    getattr(prim.callee, "params", ()), prim.args or ())
+                    if p in inner and isinstance(a, gast.Name)))
+            else:
+                continue
+            for n in _stores(stmt.targets[0]):
+                if not sources <= holds.setdefault(n, set()):
+                    holds[n] |= sources
+                    changed = True
+    seen.discard(id(callee))
+    returns = getattr(callee, "returns", None)
+    return set().union(*(holds.get(n, set()) for n in _reads(returns))) if returns is not None \
+        else set()
 
 
 def check_view_writes(normalizer):

@@ -81,3 +81,46 @@ def test_unary_plus_of_an_array_is_a_copy_under_jit_and_vmap():
     xs = np.stack([x, 0.5 * x])
     np.testing.assert_allclose(ad.vmap(ad.grad(unary_plus_then_write))(xs),
                                [want, ad.grad(unary_plus_then_write)(0.5 * x)], rtol=1e-12)
+
+
+HELPERS = """
+import numpy as np
+
+
+def ident(v):
+    return v
+
+
+def pair(v):
+    return v, v * 2.0
+
+
+def scale(v, s):
+    return v * s
+
+
+def f(x):
+    a = x * 2.0
+    {hold}
+    a *= 3.0
+    return np.sum({use} + np.sin(a))
+"""
+
+
+@pytest.mark.parametrize("hold, use, refused", [
+    ("b = ident(a)", "b * b", "b shares memory with a"),
+    ("b, c = pair(a)", "b * c", "shares memory with a"),
+    ("b = a if x[0] > 0.0 else x", "b * b", "b may share memory with a"),
+    ("b = scale(a, 1.0)", "b * b", None),  # a new array: no refusal
+    ("b = ident(a).copy()", "b * b", None),
+], ids=["helper_returns_its_parameter", "helper_returns_a_tuple_holding_it", "if_expression",
+        "helper_returns_a_new_array", "copy_of_the_helper_result"])
+def test_names_a_helper_or_if_expression_gives_to_an_array_written_in_place(hold, use, refused):
+    # NumPy: b is a itself, so `a *= 3.0` changes b too; the gradient was wrong in both modes
+    f = load_program(textwrap.dedent(HELPERS).format(hold=hold, use=use)).f
+    x = np.array([0.3, -0.2, 0.5])
+    if refused:
+        with pytest.raises(UnsupportedSyntaxError, match=refused):
+            ad.grad(f)(x)
+    else:
+        ad.check_grads(f, (x,), order=1, modes=("fwd", "rev"))
