@@ -419,6 +419,7 @@ class _Generator:
         kinds += ["small_vector", "row_steps", "running_max", "display_loop"]
         if "held_tuple" not in KNOWN_GAPS:
             kinds.append("held_tuple")
+        kinds.append("held_alias")
         if indent == "    ":  # (refused inside loops and branches: a known limit)
             kinds.append("nested_tuple")
         kind = self.pick(kinds)
@@ -701,6 +702,28 @@ class _Generator:
                  f"{indent}for _ in range({steps}):",
                  f"{indent}    {v} = {v} * 1.5 + 0.1 * np.sin({v})",
                  f"{indent}{acc} = np.sum({t}[0]) * {t}[1] + np.sum({v})"]
+        self.bind(acc, "S")
+        return lines
+
+    def _stmt_held_alias(self, indent):
+        """A value whose tangent is another's (`h = v + 0.0`), then v changed by a loop, a
+        branch or an in-place update: h keeps the old value (forward mode once read v's new
+        tangent through the shared name v_dot)."""
+        v, h, acc = self.fresh("av"), self.fresh("ah"), self.fresh("acc")
+        shape = self.pick([s for s in ("S", "V") if s in self.reachable()])
+        hold = self.pick(["{v} + 0.0", "1.0 * {v}", "np.positive({v})", "+{v}", "{v} * 1"])
+        change = self.draw(st.integers(0, 2))
+        lines = [f"{indent}{v} = {self._fresh_value(shape, self.depth())}",
+                 f"{indent}{h} = {hold.format(v=v)}"]
+        if change == 0:
+            lines += [f"{indent}for _ in range({self.draw(st.integers(1, 3))}):",
+                      f"{indent}    {v} = {v} * 1.5 + 0.1 * np.sin({v})"]
+        elif change == 1:
+            lines += [f"{indent}if np.sum({v}) > {self.expr('S', 1)}:",
+                      f"{indent}    {v} = np.tanh({v})"]
+        else:
+            lines += [f"{indent}{v} *= 1.5"]
+        lines += [f"{indent}{acc} = np.sum({h} * {h}) + np.sum(np.cos({v}))"]
         self.bind(acc, "S")
         return lines
 
