@@ -764,6 +764,7 @@ class FunctionBatcher:
         if test_type.ndim not in (0, None):
             raise PerExampleLoop("the if statement tests an array that differs between "
                                  "examples", stmt)
+        zero_size = None  # (names with a zero-size start: found once, when first needed)
         for n in merged:
             picks = []
             for label in ("then", "else"):
@@ -779,7 +780,9 @@ class FunctionBatcher:
                 raise PerExampleLoop(f"{n} (a {typ.kind}) cannot be selected per example",
                                      stmt)
             keeps_prior = n not in stored["then"] or n not in stored["else"]
-            if typ.kind == "array" and keeps_prior and n in _zero_size_names(self.core.body):
+            if typ.kind == "array" and keeps_prior and zero_size is None:
+                zero_size = _zero_size_names(self.core.body)
+            if typ.kind == "array" and keeps_prior and n in zero_size:
                 # `t = np.zeros((0,))`, then `t = np.tanh(x)` in one branch: the examples'
                 # t may have different shapes, which no one batched array holds (the type
                 # analysis gives both sizes the one symbol N)

@@ -629,8 +629,7 @@ class Normalizer:
             self.append(assign(out, result), Prim("copy", args=[result]))
             if self.depth == 0:
                 self.zero_dim.discard(out)
-            if isinstance(result, gast.Name) and result.id in self.types and (
-                    self.types[result.id].kind == "array" or result.id in self.zero_dim):
+            if self.names_memory(result):
                 self.body[-1].view_of = result.id  # `b = a` makes b another name of a
                 if result.id in self.zero_dim:
                     self.zero_dim.add(out)
@@ -1870,11 +1869,16 @@ class Normalizer:
         stmt.prim = Prim("copy", args=[atom])
         stmt.origin = self.origin
         stmt.info = self.info
-        if isinstance(atom, gast.Name) and atom.id in self.types and (
-                self.types[atom.id].kind == "array" or atom.id in self.zero_dim):
+        if self.names_memory(atom):
             stmt.view_of = atom.id  # `b = a if c else x`: b is another name of a (or of x)
         gast.copy_location(stmt, self.origin)
         return stmt
+
+    def names_memory(self, atom):
+        """Whether copying `atom` to a name makes another name of its memory: an array, or a
+        0-d array from np.where/np.copy of scalars."""
+        return isinstance(atom, gast.Name) and atom.id in self.types and (
+            self.types[atom.id].kind == "array" or atom.id in self.zero_dim)
 
     # -- unsupported expression kinds give specific errors
 

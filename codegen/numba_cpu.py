@@ -434,6 +434,9 @@ class _Entry:
         self.target = target
         self.data = data
         self.dicts = dicts  # spec of the dicts the entry returns as tuples, or None
+        if dicts is not None:
+            from .dict_outputs import rebuild_dicts  # (once per binding, not per call)
+            self.rebuild = rebuild_dicts
         self.signatures = dispatcher.overloads if dispatcher is not None else ()
         self.seen = 0
 
@@ -456,8 +459,7 @@ class _Entry:
             self.seen = len(self.signatures)
             self.owner.record_cache()
         if self.dicts is not None:
-            from .dict_outputs import rebuild_dicts
-            return rebuild_dicts(result, self.dicts)
+            return self.rebuild(result, self.dicts)
         return result
 
     def __repr__(self):
