@@ -31,19 +31,29 @@ __all__ = ["median_time", "adaptive_time", "first_call", "timed", "fmt", "assert
            "compare"]
 
 
+#: Seconds to wait before each timed block, so that the thread pools the last block woke
+#: (NumPy's and SciPy's OpenBLAS workers poll ~0.1 s after a product; JAX's too) are asleep
+#: and every function is timed on a quiet machine. Without it, ours (timed first, after the
+#: previous workload's competitors) measured MLP batch 32 at 464 us against hand NumPy's
+#: 294 us; with it 354 against 301 us, as an interleaved A/B run shows (make bench, 11-28).
+SETTLE_S = 0.3
+
+
 def median_time(call, repeats=7, min_time=0.02, max_number=1 << 14, warmup=True):
     """Median seconds of one ``call()`` over ``repeats`` rounds, each at least ``min_time`` long.
 
     A round runs the call ``number`` times, ``number`` doubling from 1 until a round takes
     ``min_time`` (or ``max_number`` is reached); the first such round counts as the first of
-    the ``repeats``. For expensive calls (seconds each) pass ``repeats=3``: a round is then one
-    call. ``warmup=False`` skips the untimed first call (when the caller already made it).
+    the ``repeats``; the rounds start after a pause of :data:`SETTLE_S`. For expensive calls
+    (seconds each) pass ``repeats=3``: a round is then one call. ``warmup=False`` skips the
+    untimed first call (when the caller already made it).
 
     >>> median_time(lambda: None, repeats=3) < 1e-3
     True
     """
     if warmup:
         call()
+    time.sleep(SETTLE_S)
     number = 1
     while True:
         start = time.perf_counter()
