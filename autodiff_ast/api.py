@@ -176,6 +176,9 @@ def _prepare_leaf(value):
 
 def _match_leaf(grad_value, like):
     """Give a gradient the dtype (and scalar-ness) of the input it belongs to."""
+    if type(grad_value) is np.ndarray and type(like) is np.ndarray and \
+            grad_value.dtype == like.dtype and grad_value.shape == like.shape:
+        return grad_value  # (the common case, first: jit's fast path calls this per leaf)
     if isinstance(like, np.ndarray):
         out = np.asarray(grad_value)
         if out.shape != like.shape:

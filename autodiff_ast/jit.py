@@ -155,6 +155,12 @@ class _Jitted:
     kind = "jit"
 
     def __call__(self, *args, **kwargs):
+        if not kwargs:  # the fast path first: a key with a float32 leaf never has a plan
+            self._forget_if_redefined()
+            key = self._quick_key(args)
+            plan = None if key is None else self.jit_plans.get(key)
+            if plan is not None and plan is not _NO_PLAN:
+                return plan(args)
         if not (_any_float32(args) or (kwargs and _any_float32(kwargs.values()))):
             return self._call(*args, **kwargs)
         static = {i % len(args) for i in self.jit_options.static_argnums} if args else set()
@@ -323,6 +329,7 @@ class _Jitted:
 #: compiled for that length: their rows are small vectors kept as scalars. Equal to
 #: autodiff_ast.scalarize.MAX_LENGTH (not imported: a warm start does not load the passes).
 SMALL_AXIS = 8
+_FLOAT64 = np.dtype(np.float64)
 
 
 def _small_axis(a):
@@ -459,11 +466,17 @@ _NO_PLAN = object()
 def _leaf_key(a):
     """What decides the compiled signature for one array or scalar; None for anything else."""
     kind = type(a)
-    if kind is np.ndarray:
+    if kind is np.ndarray:  # (every call's hot path: _small_axis written out)
         flags = a.flags
-        if not (flags.c_contiguous and flags.writeable) or a.ndim == 0:
+        shape = a.shape
+        if not (flags.c_contiguous and flags.writeable and shape):
             return None
-        return (a.dtype, tuple(s == 1 for s in a.shape), _small_axis(a))
+        dtype = a.dtype
+        last = shape[-1]
+        small = last if 2 <= last <= SMALL_AXIS and len(shape) <= 2 and dtype == _FLOAT64 \
+            else None
+        # which axes have size one; their number alone when none has (the common case)
+        return (dtype, tuple([n == 1 for n in shape]) if 1 in shape else len(shape), small)
     if kind in (float, int, bool) or isinstance(a, np.generic):
         return kind
     return None
@@ -473,10 +486,10 @@ def _dict_of_leaves(a):
     """(keys, their values' _leaf_keys) of a dict of str keys whose values are arrays or
     numbers `_leaf_key` accepts, the keys sorted (the order pytrees flattens a dict in), else
     None."""
-    if not all(type(k) is str for k in a):
+    keys = tuple(sorted(a)) if all([type(k) is str for k in a]) else None
+    if keys is None:
         return None
-    keys = tuple(sorted(a))
-    leaves = tuple(_leaf_key(a[k]) for k in keys)
+    leaves = tuple([_leaf_key(a[k]) for k in keys])
     return None if None in leaves else (keys, leaves)
 
 
@@ -506,6 +519,8 @@ def _make_plan(jitted, args):
     dynamic = [(i, _leaf_key(args[i]) is None, _flat_dict_keys(args[i]))
                for i in range(len(args)) if i not in static]
     entry = getattr(module, generated.entry)
+    # (the plan's key says every array is writeable: no read-only copies to look for)
+    entry = getattr(entry, "call_writeable", entry)
 
     def flat(args):
         out = []

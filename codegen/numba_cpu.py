@@ -441,7 +441,11 @@ class _Entry:
         self.seen = 0
 
     def __call__(self, *args):
-        args = [_writeable(a) for a in args]
+        return self.call_writeable(*[_writeable(a) for a in args])
+
+    def call_writeable(self, *args):
+        """The call, for arguments that are writeable arrays and numbers (read-only arrays are
+        a separate Numba type: __call__ copies them first; jit's fast path has checked)."""
         try:
             result = self.target(*args, *self.data)
         except self.error as exc:
