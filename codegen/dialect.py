@@ -66,6 +66,7 @@ from .inlining import inline_loop_calls
 from .invariant_tables import tabulate_invariant_calls
 from .param_writes import dotted_name
 from .reduction_loops import outline_reductions
+from .row_products import ROW_HELPERS, ROW_UNCOMPILED
 from .tape_rows import read_rows_in_place
 from .tie_shares import TIE_HELPERS, TIE_UNCOMPILED, share_ties_in_place
 from .window_nests import WINDOW_COMMON, WINDOW_HELPERS, WINDOW_UNCOMPILED, rewrite_window_nests
@@ -1098,6 +1099,9 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
                 module.generated.update(helpers)
                 module.uncompiled |= uncompiled | {f"{n}{end}" for n in fused
                                                    for end in ("", "_numba")}
+                if any("rows_loop_types(" in module.generated[n] for n in fused):
+                    module.generated.update(ROW_HELPERS)  # (row products: row_products.py)
+                    module.uncompiled |= ROW_UNCOMPILED
             # np.exp(a[c]) in a loop nest: one table before the nest
             reuse_math_calls(fn)  # np.cos(t) again where c = np.cos(t) still holds it
             tabulate_invariant_calls(fn, module.taken)

@@ -272,8 +272,9 @@ _RESERVED = frozenset({"np", "numba", "element", "joined_length", "one_loop_type
 class _Run:
     """A run of statements being collected: what each binds, writes and reads."""
 
-    def __init__(self):
-        self.stmts = []  # (target, kind, operands, value): kind "value", "sum" or "write"
+    def __init__(self, taken=None):
+        # (target, kind, operands, value): kind "value", "sum", "write" or "rowsum"
+        self.stmts = []
         self.markers = []
         self.bound = set()
         self.sums = set()
@@ -283,6 +284,15 @@ class _Run:
         self.touched = {}  # array name -> how the run reads or writes it (its slices' texts)
         self.targets = {}  # text of a slice written -> its node
         self.hoisted = set()  # ids of the sums _hoist_sums bound to names of their own
+        # Row products and row sums (codegen/row_products.py), when `taken` (the module's
+        # names, for the products' placeholders) is given: placeholder -> (matrix, vector),
+        # a row sum's target -> its matrix, and the matrices the run multiplies.
+        self.taken = taken
+        self.products = {}
+        self.rowsums = {}
+        self.matrices = set()
+        self.deferred = set()  # names bound by statements moved after the run
+        self.addends = {}  # a row sum's target -> the name it is added to (`g = a + ...`)
 
     def accepts(self, stmt):
         """(target, kind, operands, value, reads) when `stmt` can join the run, else None.
@@ -308,20 +318,30 @@ class _Run:
             target, written = target_node.id, None
             if isinstance(stmt, gast.AugAssign):
                 return None
+            found = self._row_sum(target, value) if self.taken is not None else None
+            if found is not None:
+                return found
         elif _vector_slice(target_node):
             target, written = text_of(target_node), target_node
+            if self.products or self.rowsums:
+                return None  # (a run with row products writes no slices)
         else:
             return None
+        original, products = value, {}
+        if self.taken is not None and not self.writes and written is None:
+            value, products = self._with_placeholders(value)
         operands = None if written is not None else _sum_operands(value)
         kind = "sum" if operands is not None else "value" if written is None else "write"
         if operands is None:
             if not _elementwise(value) or written is None and (
-                    isinstance(value, (gast.Constant, gast.Name)) or _vector_slice(value)):
+                    isinstance(value, gast.Constant) or _vector_slice(value) or
+                    isinstance(value, gast.Name) and value.id not in products):
                 return None  # a copy, or a view (`a = x[1:]`) another statement may write
             operands = [value]
         reads = {n for op in operands for n in _names_read(op)}
         if not reads:  # a number made of constants and lengths: nothing per element
             return None
+        reads |= {name for pair in products.values() for name in pair}
         touched = [t for op in operands for t in _arrays_touched(op)]
         slices = [n for op in operands for n in gast.walk(op) if _vector_slice(n)]
         if written is not None:
@@ -337,12 +357,79 @@ class _Run:
                 return None
         if written is None and target in self.bound | self.read_before_bound | reads:
             return None
-        if reads & self.sums or target.startswith("fused") or target in _RESERVED:
+        if reads & (self.sums | self.deferred) or target.startswith("fused") or \
+                target in _RESERVED:
             return None
-        return target, kind, operands, value, reads | parts, touched, written
+        multiplied = self.matrices | {name for pair in self.products.values() for name in pair}
+        multiplied |= {name for pair in products.values() for name in pair}
+        if {name for name, _ in touched} & multiplied:
+            return None  # (a product's matrix or vector read as a vector of the run's length)
+        return target, kind, operands, original, reads | parts, touched, written, products
+
+    def _with_placeholders(self, value):
+        """`value` with each row product of names from outside the run (`np.dot(X, w)`)
+        replaced by a new name standing for its element (codegen/row_products.py), and
+        {placeholder: (matrix, vector)}."""
+        from .row_products import row_product
+        products = {}
+
+        def visit(node):
+            pair = row_product(node)
+            if pair is not None and not set(pair) & (self.bound | _RESERVED | set(self.touched)) \
+                    and pair[0] not in self.written_arrays:
+                name = fresh_name("row_product", self.taken)
+                self.taken.add(name)
+                products[name] = pair
+                return name_node(name)
+            for field, old in gast.iter_fields(node):
+                if isinstance(old, gast.AST):
+                    setattr(node, field, visit(old))
+                elif isinstance(old, list):
+                    setattr(node, field, [visit(v) if isinstance(v, gast.AST) else v
+                                          for v in old])
+            return node
+        if not any(row_product(n) for n in gast.walk(value)):
+            return value, products
+        return visit(copy.deepcopy(value)), products
+
+    def _row_sum(self, target, value):
+        """The accepted form of `target = np.dot(X.T, e)` (or `X.T @ e`, `np.dot(e, X)`,
+        `e @ X`) where e is elementwise and reads a value the run made: a row sum, each step
+        adding e's element times row i of X into target (codegen/row_products.py)."""
+        from .row_products import row_sum
+        found = row_sum(value)
+        if found is None or self.writes:
+            return None
+        matrix, operand, addend = found
+        if matrix in self.touched or addend is not None and (
+                addend in self.bound | self.read_before_bound | set(self.touched) |
+                _RESERVED | {matrix}):
+            return None  # (X read as a vector too; an addend the run makes or reads)
+        reads = set(_names_read(operand)) if _elementwise(operand) else set()
+        if not reads & self.bound or matrix in self.bound | _RESERVED or addend in reads or \
+                target in self.bound | self.read_before_bound | reads | {matrix} or \
+                reads & (self.sums | self.deferred) or target in _RESERVED or \
+                target.startswith("fused"):
+            return None
+        touched = _arrays_touched(operand)
+        if matrix in {name for name, _ in touched}:
+            return None
+        extra = (matrix, addend)
+        return target, "rowsum", [operand], value, reads | {matrix} | {addend} - {None}, \
+            touched, None, extra
 
     def add(self, accepted):
-        target, kind, operands, value, reads, touched, written = accepted
+        target, kind, operands, value, reads, touched, written, extra = accepted
+        if kind == "rowsum":
+            matrix, addend = extra
+            self.rowsums[target] = matrix
+            self.matrices.add(matrix)
+            self.sums.add(target)
+            if addend is not None:
+                self.addends[target] = addend
+        else:
+            self.products.update(extra)
+            self.matrices |= {matrix for matrix, _ in extra.values()}
         self.read_before_bound |= reads - self.bound
         for name, how in touched:
             self.touched.setdefault(name, set()).add(how)
@@ -366,7 +453,8 @@ def fuse_regions(fn, taken, sources):
     stmts = fn.body
     matrices = handles_matrices(fn)
     while i < len(stmts):
-        run, j = _Run(), i
+        run, j = _Run(None if matrices else taken), i
+        order, moved, deferred = list(stmts), 0, []
         while j < len(stmts):
             if is_marker(stmts[j]):
                 run.markers.append(stmts[j])
@@ -374,7 +462,20 @@ def fuse_regions(fn, taken, sources):
                 continue
             accepted = run.accepts(stmts[j])
             if accepted is None and _hoist_sums(stmts, j, run, taken):
+                order = list(stmts)
                 continue  # the sums of the run's values that stmts[j] took are now before it
+            if accepted is None and (run.products or run.rowsums) and \
+                    _apart_from_run(stmts[j], run):
+                stmts.insert(i + moved, stmts.pop(j))  # (`scale = 1.0 / X.shape[0]`)
+                moved += 1
+                j += 1
+                continue
+            if accepted is None and (run.products or run.rowsums) and \
+                    _number_of_sums(stmts[j], run):
+                deferred.append(stmts.pop(j))  # (`mean = total / n`: after the run)
+                run.deferred.add(deferred[-1].targets[0].id)
+                run.read_before_bound |= set(_names_read(deferred[-1].value)) - run.bound
+                continue
             if accepted is None:
                 break
             run.add(accepted)
@@ -385,19 +486,55 @@ def fuse_regions(fn, taken, sources):
         outputs = []
         if len(run.stmts) >= 2 and (run.sums or run.writes) or \
                 not matrices and _one_sum_of_arithmetic(run):
-            later = {n.id for s in stmts[j:] for n in gast.walk(s)
+            later = {n.id for s in deferred + stmts[j:] for n in gast.walk(s)
                      if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Load)}
             outputs = [t for t, kind, _, _ in run.stmts if kind != "write" and t in later]
         if outputs or len(run.stmts) >= 2 and run.writes:
-            body += run.markers
+            body += stmts[i:i + moved] + run.markers
             body.append(_replace(run, outputs, taken, sources, matrices))
             written.append(body[-1].value.func.id)
+            body += deferred
             i = j
         else:
+            stmts[:] = order  # (numbers moved before a run that is not one go back)
             body.append(stmts[i])
             i += 1
     fn.body = body
     return written
+
+
+def _apart_from_run(stmt, run):
+    """Whether `stmt` binds a name the run has not used to arithmetic (or a sum of it) on
+    values the run does not make (`sum__bar = 1.0 / X.shape[0]`, a penalty's gradient `w_bar
+    = 2.0 * lam * w`): it may then run before the run, which a run with row products takes
+    it out of the way for (its own statements write nothing in place)."""
+    if not (isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and
+            isinstance(stmt.targets[0], gast.Name)):
+        return False
+    target, value = stmt.targets[0].id, stmt.value
+    if not (_elementwise(value) or _sum_operands(value) is not None) or target in _RESERVED:
+        return False
+    used = run.bound | run.read_before_bound | set(run.touched) | run.deferred | run.matrices
+    used |= {name for pair in run.products.values() for name in pair}
+    reads = set(_names_read(value)) | {n.value.value.id for n in _shape_reads(value)}
+    return target not in used and not reads & (run.bound | run.deferred)
+
+
+def _number_of_sums(stmt, run):
+    """Whether `stmt` binds a new name to arithmetic on the run's sums, numbers and lengths
+    (`div = total / X.shape[0]`) that nothing in the run has used: a run with row products
+    moves it after itself (a later statement of the run reading it ends the run), so the
+    statements after it can join."""
+    if not (isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and
+            isinstance(stmt.targets[0], gast.Name)):
+        return False
+    target = stmt.targets[0].id
+    reads = set(_names_read(stmt.value))
+    if not _elementwise(stmt.value) or not reads & run.sums or target in _RESERVED or \
+            target in run.bound | run.read_before_bound | set(run.touched) | run.deferred:
+        return False
+    shapes = {n.value.value.id for n in _shape_reads(stmt.value)}
+    return not (reads | shapes) & (run.bound - run.sums)
 
 
 def handles_matrices(fn):
@@ -493,7 +630,7 @@ def _replace(run, outputs, taken, sources, nest=False):
     for target, kind, operands, _ in run.stmts:
         for op in operands:
             for n in _names_read(op):
-                if n not in run.bound and n not in vectors:
+                if n not in run.bound and n not in vectors and n not in run.products:
                     vectors.append(n)
             for node in gast.walk(op):
                 if _vector_slice(node):
@@ -515,11 +652,24 @@ def _replace(run, outputs, taken, sources, nest=False):
                     lengths[key] = (fresh_name(base, local), node)
     name = fresh_name("fused", taken)
     taken.add(f"{name}_statements")
-    params = [parameters[v] for v in vectors] + [p for p, _ in lengths.values()]
+    # the matrices of row products and row sums, then the vectors they multiply
+    parts = [m for m in sorted(run.matrices) if m not in vectors]
+    parts += sorted({v for _, v in run.products.values()} - set(vectors) - set(parts))
+    addends = sorted(set(run.addends.values()))  # (`g = a + np.dot(X.T, e)`: a, renamed)
+    for a in addends:
+        parameters[a] = fresh_name(f"{a}_before", local)
+        local.add(parameters[a])
+    params = [parameters[v] for v in vectors] + parts + [parameters[a] for a in addends] + \
+        [p for p, _ in lengths.values()]
     arguments = [copy.deepcopy(views[v]) if v in views else name_node(v) for v in vectors] + \
-        [copy.deepcopy(n) for _, n in lengths.values()]
-    helper = _nest_source if nest else _helper_source
-    sources[name] = helper(name, run, outputs, vectors, parameters, params, lengths, local)
+        [name_node(p) for p in parts + addends] + [copy.deepcopy(n) for _, n in lengths.values()]
+    if run.products or run.rowsums:
+        from .row_products import rows_source
+        sources[name] = rows_source(name, run, outputs, vectors, parameters, params, lengths,
+                                    local | set(parts), parts)
+    else:
+        helper = _nest_source if nest else _helper_source
+        sources[name] = helper(name, run, outputs, vectors, parameters, params, lengths, local)
     call = gast.Call(func=name_node(name), args=arguments, keywords=[])
     if not outputs:  # slices written in place, nothing else read later
         return gast.Expr(value=call)

@@ -1,0 +1,200 @@
+"""A matrix's products with vectors in a fused run: one pass over its rows under jit
+(codegen/row_products.py, collected by codegen/fused_regions.py).
+
+Every compiled gradient is compared with the plain-NumPy gradient of the same function and with
+central differences (test_vector_loops._grads_agree), every compiled value with the function's
+own; the generated source is checked to show the products were taken into the loop. Arguments
+the loop cannot take (a matrix in Fortran order, a vector to broadcast, a number for a vector)
+run the statements as written: their results are checked too.
+"""
+
+from __future__ import annotations
+
+import gast
+import numba
+import numpy as np
+import pytest
+from test_vector_loops import _grads_agree  # jit(grad) == grad == differences
+
+import autodiff_ast as ad
+from autodiff_ast.templates import unparse
+from codegen.fused_regions import fuse_regions
+from codegen.row_products import ROW_HELPERS
+
+pytestmark = [pytest.mark.numba,
+              pytest.mark.filterwarnings("ignore:Cannot cache compiled function")]
+
+
+# ---------------------------------------------------------------- programs
+def logistic(w, X, y):
+    """Logistic regression's mean negative log-likelihood (the seed workload)."""
+    z = np.dot(X, w)
+    return np.sum(np.logaddexp(0.0, z) - y * z) / X.shape[0]
+
+
+def ridge(w, b, X, y, lam):
+    """Least squares with an intercept and a penalty: `X @ w` and a second sum."""
+    r = X @ w + b - y
+    return 0.5 * np.sum(r * r) / X.shape[0] + lam * np.sum(w * w)
+
+
+def poisson(w, X, y):
+    """Poisson regression: the product's value read by two statements."""
+    eta = np.dot(X, w)
+    return np.sum(np.exp(eta) - y * eta) / len(y)
+
+
+def kept(w, X):
+    """The product read after the run (z[0]): its values are kept whole."""
+    z = np.dot(X, w)
+    s = np.sum(np.tanh(z))
+    return s * s + z[0]
+
+
+# np.mean's gradient divides by `(operand).size` of the whole operand (autodiff_ast/rules/
+# structural.py _count), which no run takes: `np.mean(r * r)` keeps the two passes.
+
+
+def _data(n=40, m=10, seed=0):  # (m > 8: w is not scalarized, autodiff_ast/scalarize.py)
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(m) * 0.3, rng.standard_normal((n, m)), \
+        (rng.random(n) > 0.5).astype(float)
+
+
+def _entry_source(compiled):
+    source = compiled.source
+    return source[source.rindex("\n@numba.njit"):]
+
+
+# ---------------------------------------------------------------- compiled gradients
+@pytest.mark.parametrize("argnums", [(0,), (0, 2)])
+def test_logistic_gradient_reads_the_matrix_in_one_loop(argnums):
+    w, X, y = _data()
+    compiled = _grads_agree(logistic, (w, X, y), argnums)
+    if argnums == (0,):  # (with X's gradient, X is read as a whole: no row loop)
+        assert "row_dot(X, i, w)" in compiled.source
+        assert "add_row(w_bar, X, i, z_bar)" in compiled.source
+        assert _entry_source(compiled).count("fused(") == 1
+
+
+def test_value_and_grad_takes_the_loss_and_the_gradient_in_one_loop():
+    """The loss's sum joins the loop; `div = total / X.shape[0]` moves after the call."""
+    w, X, y = _data(seed=1)
+    compiled = ad.jit(ad.value_and_grad(logistic))
+    value, grad = compiled(w, X, y)
+    want_value, want_grad = ad.value_and_grad(logistic)(w, X, y)
+    assert value == pytest.approx(want_value, rel=1e-12)
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-10, atol=1e-14)
+    entry = _entry_source(compiled)
+    assert entry.count("fused(") == 1
+    assert entry.index("fused(") < entry.index("div = total / X.shape[0]")
+
+
+@pytest.mark.parametrize("fn, argnums", [(ridge, (0, 1)), (poisson, (0,)), (kept, (0,))],
+                         ids=["ridge", "poisson", "kept"])
+def test_other_models_agree_and_use_the_row_loop(fn, argnums):
+    w, X, y = _data(seed=2)
+    args = {ridge: (w, 0.3, X, y, 0.1), poisson: (w * 0.5, X, y * 3.0), kept: (w, X)}[fn]
+    compiled = _grads_agree(fn, args, argnums)
+    if fn is kept:  # (its gradient's run ends at z_bar's updates; its primal is one loop)
+        primal = ad.jit(fn)
+        primal(*args)
+        assert "row_dot(X, i, w)" in primal.source and "z_values[i] = z" in primal.source
+    else:
+        assert "row_dot(" in compiled.source and "add_row(" in compiled.source
+
+
+def test_arguments_the_loop_cannot_take_run_the_statements():
+    """A matrix in Fortran order, a label vector of length one (NumPy broadcasts it), a number
+    for the labels, one row, one column: each agrees with the plain gradient."""
+    w, X, y = _data(n=9, m=4, seed=3)
+    cases = [(w, np.asfortranarray(X), y), (w, X, y[:1].copy()), (w, X, 0.25),
+             (w, X[:1].copy(), y[:1].copy()), (w[:1].copy(), X[:, :1].copy(), y)]
+    compiled, plain = ad.jit(ad.grad(logistic)), ad.grad(logistic)
+    for args in cases:
+        np.testing.assert_allclose(compiled(*args), plain(*args), rtol=1e-10, atol=1e-14)
+
+
+def test_shapes_numpy_refuses_are_refused_under_jit_too():
+    w, X, y = _data(n=8, m=5, seed=4)
+    with pytest.raises(ValueError):
+        ad.grad(logistic)(w[:4].copy(), X, y)
+    with pytest.raises(Exception):  # noqa: B017 (Numba's error or the user-facing one)
+        ad.jit(ad.grad(logistic))(w[:4].copy(), X, y)
+
+
+def test_batched_and_second_order_forms_agree():
+    """vmap's batched code (matrices throughout: no row products there) and hessian."""
+    w, X, y = _data(n=12, m=3, seed=5)
+    batched = ad.vmap(ad.grad(logistic), in_axes=(0, None, None))
+    ws = np.stack([w, w * 2.0, -w])
+    np.testing.assert_allclose(ad.jit(batched)(ws, X, y), batched(ws, X, y), rtol=1e-10)
+    np.testing.assert_allclose(ad.jit(ad.hessian(logistic))(w, X, y),
+                               ad.hessian(logistic)(w, X, y), rtol=1e-9, atol=1e-13)
+
+
+# ---------------------------------------------------------------- the rewrite itself
+def _rewrite(text):
+    fn = gast.parse(text).body[0]
+    sources = {}
+    taken = {n.id for n in gast.walk(fn) if isinstance(n, gast.Name)}
+    names = fuse_regions(fn, taken, sources)
+    return unparse(fn), names, sources
+
+
+def test_numbers_move_before_the_run_and_sums_of_it_after():
+    text, names, sources = _rewrite('''
+def g(w, X, y):
+    z = np.dot(X, w)
+    total = np.sum(z * z)
+    mean = total / X.shape[0]
+    scale = 2.0 / X.shape[0]
+    z_bar = scale * z - y
+    w_bar = np.dot(X.T, z_bar)
+    return mean, w_bar
+''')
+    assert names == ["fused"]
+    lines = [line.strip() for line in text.splitlines()[1:]]
+    assert lines == ["scale = 2.0 / X.shape[0]", "total, w_bar = fused(scale, y, X, w)",
+                     "mean = total / X.shape[0]", "return (mean, w_bar)"]
+    assert "w_bar = np.zeros(X.shape[1])" in sources["fused"]
+
+
+@pytest.mark.parametrize("text", ['''
+def g(w, X):
+    z = np.dot(X, w)
+    return z * 2.0
+''', '''
+def g(w, X, y):
+    z = np.dot(X, w)
+    scale = 1.0 / X.shape[0]
+    u = z * X
+    return u
+''', '''
+def g(w, X, y):
+    z = np.dot(X, w) - y
+    z = z * 2.0
+    w_bar = np.dot(X.T, z)
+    return w_bar
+'''], ids=["no sum", "matrix read elementwise", "name bound twice"])
+def test_runs_left_alone_keep_their_order(text):
+    """No sum (a loop would only replace BLAS), the matrix read as a vector, a name bound
+    twice: no fused call, and a number moved for the run goes back to its place."""
+    rewritten, names, _ = _rewrite(text)
+    assert names == [] or "row_dot" not in _rewrite(text)[2].get(names[0], "")
+    if not names:
+        assert rewritten.strip() == unparse(gast.parse(text).body[0]).strip()
+
+
+def test_the_loop_takes_c_order_float64_matrices_and_vectors_only():
+    """rows_loop_types, on the Numba types of the arguments (what the overload sees)."""
+    namespace = {"numba": numba}
+    exec(ROW_HELPERS["rows_loop_types"], namespace)
+    check = namespace["rows_loop_types"]
+    typeof = numba.typeof
+    w, X, y = _data(n=5, m=3)
+    assert check((typeof(y), typeof(0.5)), ((-1, 0),), (typeof(X), typeof(w)), 1)
+    assert not check((typeof(y),), ((-1, 0),), (typeof(np.asfortranarray(X)), typeof(w)), 1)
+    assert not check((typeof(X),), ((-1, 0),), (typeof(X), typeof(w)), 1)  # a matrix vector
+    assert not check((typeof(y),), ((-1,),), (typeof(X.astype(np.float32)), typeof(w)), 1)
+    assert not check((typeof(0.5),), ((0,),), (typeof(X), typeof(w)), 1)  # reads no vector
