@@ -149,6 +149,19 @@ class LoweredModule:
         return wrapper.name if wrapper is not None else entry
 
 
+def _called(helpers, sources):
+    """The entries of `helpers` (name -> source) that `sources` call, directly or through the
+    helpers they call: a module gets the helpers its fused runs use, no others."""
+    chosen, texts = {}, list(sources)
+    while texts:
+        text = texts.pop()
+        for name, source in helpers.items():
+            if name not in chosen and re.search(rf"\b{name}\(", text):
+                chosen[name] = source
+                texts.append(source)
+    return chosen
+
+
 def render(lowered, decorator=None, doc_note=None):
     """Source text of a lowered module; `decorator` (e.g. ``numba.njit(cache=True)``) goes on
     every compiled function (or, when callable, `decorator(function name)` does), `doc_note` is
@@ -1095,13 +1108,10 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
             fused = fuse_regions(fn, module.taken, module.generated)
             if fused:
                 helpers, uncompiled = (NEST_HELPERS, NEST_UNCOMPILED) if nest else \
-                    (FUSED_HELPERS, FUSED_UNCOMPILED)
-                module.generated.update(helpers)
+                    (dict(FUSED_HELPERS, **ROW_HELPERS), FUSED_UNCOMPILED | ROW_UNCOMPILED)
+                module.generated.update(_called(helpers, [module.generated[n] for n in fused]))
                 module.uncompiled |= uncompiled | {f"{n}{end}" for n in fused
                                                    for end in ("", "_numba")}
-                if any("rows_loop_types(" in module.generated[n] for n in fused):
-                    module.generated.update(ROW_HELPERS)  # (row products: row_products.py)
-                    module.uncompiled |= ROW_UNCOMPILED
             # np.exp(a[c]) in a loop nest: one table before the nest
             reuse_math_calls(fn)  # np.cos(t) again where c = np.cos(t) still holds it
             tabulate_invariant_calls(fn, module.taken)

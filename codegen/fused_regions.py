@@ -198,9 +198,35 @@ def _elementwise(node):
     if isinstance(node, gast.UnaryOp):
         return isinstance(node.op, (gast.USub, gast.UAdd)) and _elementwise(node.operand)
     if isinstance(node, gast.Call):
+        if _size_call(node):
+            return _elementwise(node.args[0])
         return dotted_name(node.func) in ELEMENTWISE_CALLS and not node.keywords and \
             all(_elementwise(a) for a in node.args)
     return False
+
+
+#: The function name standing for `(e).size` inside a run (`np.mean`'s gradient divides by
+#: its operand's size): a name no program can call. The helper's loop reads it as the number
+#: of elements when e reads a vector, and 1 when e is a number (_SizesAsCount).
+_SIZE = "size of"
+
+
+def _size_call(node):
+    """Whether `node` is a run's `(e).size`, rewritten as a call of _SIZE."""
+    return isinstance(node, gast.Call) and isinstance(node.func, gast.Name) and \
+        node.func.id == _SIZE
+
+
+def _without_sizes(node):
+    """`node` with each size call replaced by 1: what its value (not its length) reads."""
+    node = copy.deepcopy(node)
+
+    class Drop(gast.NodeTransformer):
+        def visit_Call(self, call):
+            if _size_call(call):
+                return gast.Constant(value=1, kind=None)
+            return self.generic_visit(call)
+    return Drop().visit(node)
 
 
 def _sum_operands(value):
@@ -369,11 +395,15 @@ class _Run:
     def _with_placeholders(self, value):
         """`value` with each row product of names from outside the run (`np.dot(X, w)`)
         replaced by a new name standing for its element (codegen/row_products.py), and
-        {placeholder: (matrix, vector)}."""
+        {placeholder: (matrix, vector)}; each `(e).size` of an elementwise e becomes a size
+        call (_SIZE)."""
         from .row_products import row_product
         products = {}
 
         def visit(node):
+            if isinstance(node, gast.Attribute) and node.attr == "size" and \
+                    isinstance(node.ctx, gast.Load) and _elementwise(node.value):
+                return gast.Call(func=name_node(_SIZE), args=[visit(node.value)], keywords=[])
             pair = row_product(node)
             if pair is not None and not set(pair) & (self.bound | _RESERVED | set(self.touched)) \
                     and pair[0] not in self.written_arrays:
@@ -388,7 +418,8 @@ class _Run:
                     setattr(node, field, [visit(v) if isinstance(v, gast.AST) else v
                                           for v in old])
             return node
-        if not any(row_product(n) for n in gast.walk(value)):
+        if not any(row_product(n) or isinstance(n, gast.Attribute) and n.attr == "size"
+                   for n in gast.walk(value)):
             return value, products
         return visit(copy.deepcopy(value)), products
 
@@ -512,7 +543,10 @@ def _apart_from_run(stmt, run):
             isinstance(stmt.targets[0], gast.Name)):
         return False
     target, value = stmt.targets[0].id, stmt.value
-    if not (_elementwise(value) or _sum_operands(value) is not None) or target in _RESERVED:
+    length = isinstance(value, gast.Call) and dotted_name(value.func) == "len" and \
+        len(value.args) == 1 and isinstance(value.args[0], gast.Name) and not value.keywords
+    if not (length or _elementwise(value) or _sum_operands(value) is not None) or \
+            target in _RESERVED:
         return False
     used = run.bound | run.read_before_bound | set(run.touched) | run.deferred | run.matrices
     used |= {name for pair in run.products.values() for name in pair}
@@ -752,13 +786,82 @@ def _statement_reads(run, vectors, writes_read=True):
     for target, kind, operands, _ in run.stmts:
         found = set()
         for op in operands:
-            for n in _names_read(op):
+            for n in _names_read(_without_sizes(op)):
                 found |= deps[n] if n in deps else {vectors.index(n)}
         if kind == "write" and writes_read:
             found.add(vectors.index(target))
         deps[target] = found
         reads.append(tuple(sorted(found)))
     return reads
+
+
+class _SizesAsCount(gast.NodeTransformer):
+    """Each size call of a run (_SIZE) becomes ``(n if flag else 1)``: the loop's element
+    count when its operand reads a vector (`flags`: the operand's text -> the flag's text,
+    a name the overload sets from the argument types, or True/False), else 1."""
+
+    def __init__(self, count, flags, inner):
+        self.count, self.flags, self.inner = count, flags, inner
+
+    def visit(self, node):  # (sizes first, over the whole tree; then the inner transformer)
+        return self.inner.visit(self.sizes(node))
+
+    def sizes(self, node):
+        return gast.NodeTransformer.visit(self, node)
+
+    def generic_visit(self, node):
+        for field, old in gast.iter_fields(node):
+            if isinstance(old, list):
+                setattr(node, field, [self.sizes(v) if isinstance(v, gast.AST) else v
+                                      for v in old])
+            elif isinstance(old, gast.AST):
+                setattr(node, field, self.sizes(old))
+        return node
+
+    def visit_Call(self, node):
+        if not _size_call(node):
+            return self.generic_visit(node)
+        flag = self.flags[text_of(node.args[0])]
+        if flag in ("True", "False"):
+            return name_node(self.count) if flag == "True" else gast.Constant(value=1, kind=None)
+        return gast.IfExp(test=name_node(flag), body=name_node(self.count),
+                          orelse=gast.Constant(value=1, kind=None))
+
+
+def size_flags(run, vectors, parameters, local):
+    """For the run's size calls: ({operand text: flag text}, the overload's lines setting the
+    flags that depend on the argument types). A flag says whether the operand reads a vector,
+    directly or through the values it reads (a row product always does)."""
+    deps, flags, lines = {}, {}, []
+
+    def positions(node):
+        found = set()
+        for n in _names_read(node):
+            if n in run.products:
+                found.add(-1)
+            elif n in deps:
+                found |= deps[n]
+            elif n in vectors:
+                found.add(vectors.index(n))
+        return found
+    for target, _, operands, _ in run.stmts:
+        for op in operands:
+            for call in (c for c in gast.walk(op) if _size_call(c)):
+                key = text_of(call.args[0])
+                if key in flags:
+                    continue
+                found = positions(call.args[0])
+                if -1 in found or not found:
+                    flags[key] = str(bool(found))
+                    continue
+                flags[key] = fresh_name("sized", local)
+                local.add(flags[key])
+                arrays = ", ".join(parameters[vectors[p]] for p in sorted(found))
+                lines.append(f"{flags[key]} = any_vector(({arrays},))")
+        deps[target] = set().union(*(positions(_without_sizes(op)) for op in operands))
+        if target in run.rowsums:
+            deps[target].add(-1)
+    return flags, lines
 
 
 def _plain_statements(run, outputs, parameters, as_lengths):
@@ -845,6 +948,8 @@ def _helper_source(name, run, outputs, vectors, parameters, params, lengths, loc
         elements, loop = _element_locals(run, vectors, parameters, local,
                                          lambda p: f"element({p}, {index})")
     to_elements = _Parameters(elements) if run.writes else _Elements(parameters, index)
+    flags, flag_lines = size_flags(run, vectors, parameters, local)
+    to_elements = _SizesAsCount(count, flags, to_elements)
     loop += _step_lines(run, to_elements, as_lengths, elements,
                         lambda t, line: [line], lambda a, v: f"{a}[{index}] = {v}", stored)
     loop += [f"{parameters[w]}[{index}] = {elements[w]}" for w in run.writes]
@@ -863,6 +968,7 @@ def _helper_source(name, run, outputs, vectors, parameters, params, lengths, loc
     returned_text = _return_text(outputs, stored)
     after_text = "".join("\n        " + line for line in after)
     written_text = f", {written!r}" if written else ""
+    flag_text = "".join("\n    " + line for line in flag_lines)
     return f'''\
 def {name}({signature}):
     """The statements of {name}_statements: under Numba in one loop over elements when every
@@ -882,7 +988,7 @@ def {name}_numba({signature}):
     statements as written."""
     if not one_loop_types(({signature},), {groups!r}, {len(vectors)}{written_text}):
         return lambda {signature}: {name}_statements({signature})
-    {several} = several_vectors(({signature},), {len(vectors)})
+    {several} = several_vectors(({signature},), {len(vectors)}){flag_text}
 
     def {name}_loop({signature}):
         {count} = {length}
@@ -1019,6 +1125,14 @@ def one_loop_types(types, groups, vector_count, written=()):
     if any(not vectors[p] or not types[p].mutable for p in written):
         return False
     return all(any(vectors[p] for p in group) for group in groups)
+'''
+
+FUSED_HELPERS["any_vector"] = '''\
+def any_vector(types):
+    """Whether one of these Numba types is an array: whether a fused loop's `(e).size` of an
+    expression reading them is its element count (else the expression is a number, of size
+    1)."""
+    return any(isinstance(kind, numba.types.Array) for kind in types)
 '''
 
 FUSED_HELPERS["several_vectors"] = '''\
@@ -1249,7 +1363,8 @@ def joined_length_numba(n, v):
 
 #: The functions of FUSED_HELPERS Numba never compiles as they stand (plain Python run while
 #: typing, and overloads with their stubs).
-FUSED_UNCOMPILED = frozenset({"one_loop_types", "several_vectors", "element", "element_numba",
+FUSED_UNCOMPILED = frozenset({"one_loop_types", "several_vectors", "any_vector", "element",
+                              "element_numba",
                               "joined_length", "joined_length_numba", "overlapping",
                               "overlapping_numba"})
 

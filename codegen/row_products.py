@@ -123,7 +123,14 @@ def rows_source(name, run, outputs, vectors, parameters, params, lengths, local,
     """The helper of a run holding row products or row sums (see the module's docstring):
     `parts` are the matrices and the vectors they multiply, in the order of the signature's
     parameters after the run's vectors; the rest as fused_regions' _helper_source takes them."""
-    from .fused_regions import _flags, _Lengths, _plain_statements, _step_lines
+    from .fused_regions import (
+        _flags,
+        _Lengths,
+        _plain_statements,
+        _SizesAsCount,
+        _step_lines,
+        size_flags,
+    )
 
     signature = ", ".join(params)
     as_lengths = _Lengths(lengths)
@@ -133,7 +140,8 @@ def rows_source(name, run, outputs, vectors, parameters, params, lengths, local,
     matrices = [m for m in parts if m in run.matrices]
     stored = {t: _fresh(f"{t}_values", local) for t, kind, _, _ in run.stmts
               if kind == "value" and t in outputs}
-    to_elements = _RowElements(parameters, index, run.products)
+    flags, flag_lines = size_flags(run, vectors, parameters, local)
+    to_elements = _SizesAsCount(count, flags, _RowElements(parameters, index, run.products))
     loop = []
     for stmt in run.stmts:
         target, kind, operands, _ = stmt
@@ -163,6 +171,7 @@ def rows_source(name, run, outputs, vectors, parameters, params, lengths, local,
         [f"for {index} in range({count}):"] + ["    " + line for line in loop] + after +
         [f"return {returned_text}"])
     statement_text = "\n    ".join(plain)
+    flag_text = "".join("\n    " + line for line in flag_lines)
     vector_text = "".join(f"{parameters[v]}, " for v in vectors)
     types = f"({vector_text}), {groups!r}, ({', '.join(parts)},), {len(matrices)}"
     return f'''\
@@ -179,12 +188,11 @@ def {name}_statements({signature}):
 
 @numba.extending.overload({name}, jit_options={{'error_model': 'numpy', 'fastmath': {_flags()}}})
 def {name}_numba({signature}):
-    """How Numba compiles {name}: when the types allow, one loop over the rows of
-    {', '.join(matrices)}, each row's products, values and sums in one step; otherwise the
-    statements as written."""
+    """How Numba compiles {name}: one loop over the rows of {', '.join(matrices)} when the types
+    allow, each row's products, values and sums in one step; otherwise the statements."""
     if not rows_loop_types({types}):
         return lambda {signature}: {name}_statements({signature})
-    {limit} = one_pass_limit()
+    {limit} = one_pass_limit(){flag_text}
 
     def {name}_loop({signature}):
         {body}
@@ -209,12 +217,12 @@ class _OneStatement:
 def _groups(run, vectors, outputs):
     """For each output, the positions of the vectors it reads (directly or through the values
     it reads), -1 standing for a row product (a vector whatever the types)."""
-    from .fused_regions import _names_read
+    from .fused_regions import _names_read, _without_sizes
     deps = {}
     for target, _, operands, _ in run.stmts:
         found = set()
         for op in operands:
-            for n in _names_read(op):
+            for n in _names_read(_without_sizes(op)):
                 if n in run.products:
                     found.add(-1)
                 elif n in deps:

@@ -51,8 +51,24 @@ def kept(w, X):
     return s * s + z[0]
 
 
-# np.mean's gradient divides by `(operand).size` of the whole operand (autodiff_ast/rules/
-# structural.py _count), which no run takes: `np.mean(r * r)` keeps the two passes.
+def mse(w, X, y):
+    """A mean: its gradient divides by `((pred - y) ** 2).size`, the loop's row count."""
+    pred = np.tanh(X @ w)
+    return np.mean((pred - y) ** 2)
+
+
+def line_mean(w, b, x, y):
+    """A mean of vectors alone (fused_regions' loop over elements): `(r * r).size` is the
+    loop's length when r is a vector, 1 when every argument is a number."""
+    r = w * x + b - y
+    return np.mean(r * r)
+
+
+def mixed_sizes(a, x):
+    """One mean of a number (size 1) and one of a vector in the same gradient."""
+    t = a * 2.0
+    u = x * t
+    return np.mean(t * t) + np.mean(u * u)
 
 
 def _data(n=40, m=10, seed=0):  # (m > 8: w is not scalarized, autodiff_ast/scalarize.py)
@@ -102,6 +118,26 @@ def test_other_models_agree_and_use_the_row_loop(fn, argnums):
         assert "row_dot(X, i, w)" in primal.source and "z_values[i] = z" in primal.source
     else:
         assert "row_dot(" in compiled.source and "add_row(" in compiled.source
+
+
+def test_a_mean_is_divided_by_the_loops_length_not_a_whole_array():
+    """np.mean's gradient reads `(e).size`: in a run it is the loop's element count (no
+    array made for its size), or 1 when e is a number."""
+    w, X, y = _data(seed=6)
+    compiled = _grads_agree(mse, (w, X, y), (0,))
+    assert "row_dot(X, i, w)" in compiled.source
+    loop = compiled.source.split("for i in range(n):")[1].split("return")[0]
+    assert ".size" not in loop and "/ n" in loop
+    rng = np.random.default_rng(7)
+    x, v = rng.standard_normal(30), rng.standard_normal(30)
+    compiled = _grads_agree(line_mean, (0.5, 0.2, x, v), (0, 1))
+    assert "(n if sized else 1)" in compiled.source
+    for args in [(0.5, 0.2, 2.0, 0.3), (0.5, np.full(30, 0.2), x, v), (0.5, 0.2, x[:1].copy(), v)]:
+        got, want = ad.jit(ad.grad(line_mean, argnums=(0, 1)))(*args), \
+            ad.grad(line_mean, argnums=(0, 1))(*args)
+        for g, e in zip(got, want):
+            np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-14)
+    _grads_agree(mixed_sizes, (0.7, x), (0, 1))
 
 
 def test_arguments_the_loop_cannot_take_run_the_statements():
