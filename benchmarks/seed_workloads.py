@@ -297,10 +297,11 @@ def mlp_rows():
 def _training_step_row(ours, args, reference, loops, jax_fn):
     """A step of a training loop that logs its loss computed by NumPy: NumPy's BLAS, then the
     gradient's. Ours and the hand-written Numba adjoint call SciPy's OpenBLAS, a second thread
-    pool beside NumPy's; codegen/blas_threads.py lets its idle threads sleep at once. The row
-    also times ours with OpenBLAS's default (its threads poll for ~0.1 s after each call), set
-    for that last measurement only."""
-    from codegen.blas_threads import DEFAULT_TIMEOUT, TIMEOUT, calm_blas_threads, set_thread_timeout
+    pool beside NumPy's; codegen/blas_threads.py lets both pools' idle threads sleep after
+    ~0.1 ms of polling. The row also times ours with OpenBLAS's default in both (their threads
+    poll for ~0.1 s after each call), set for that last measurement only."""
+    from codegen.blas_threads import DEFAULT_TIMEOUT, TIMEOUT, calm_blas_threads
+    from codegen.blas_threads import set_both_timeouts as set_thread_timeout
 
     def step(gradient):
         return None if gradient is None else lambda *a: (mlp_loss(*a), gradient(*a))
@@ -318,8 +319,8 @@ def _training_step_row(ours, args, reference, loops, jax_fn):
         competitors["ours, OpenBLAS's default thread timeout"] = ours_default_timeout
     notes = ("a training step that logs its loss: the loss by NumPy (as written), then the "
              "gradient; ")
-    notes += (f"ours with SciPy's OpenBLAS threads sleeping after 2**{TIMEOUT} cycles of "
-              "polling (codegen/blas_threads.py)" if calmed else
+    notes += (f"ours with SciPy's and NumPy's OpenBLAS threads sleeping after 2**{TIMEOUT} "
+              "cycles of polling (codegen/blas_threads.py)" if calmed else
               "SciPy's OpenBLAS thread timeout left as it is (not found, or set by the user)")
     try:
         return _compare("MLP 784-128-128-10, batch 32, NumPy loss + gradient", ours_step,

@@ -1,4 +1,4 @@
-"""The threads of the BLAS that compiled code calls, made to sleep soon after each call.
+"""The two BLAS thread pools of a process using NumPy and compiled code, made to poll briefly.
 
 Numba's compiled ``np.dot`` and ``@`` call BLAS through SciPy (``scipy.linalg.cython_blas``).
 SciPy's and NumPy's wheels each bundle their own OpenBLAS, so a process using both has two
@@ -9,20 +9,32 @@ BLAS and compiled code's (a training loop that evaluates its loss with NumPy, th
 NumPy ``32x784 @ 784x128`` product followed by the same product in Numba took 8.0 ms per pair
 instead of 0.24 ms (make bench, the row "MLP 784-128-128-10, batch 32, NumPy loss + gradient").
 
-:func:`calm_blas_threads` sets the polling time of SciPy's OpenBLAS (the one compiled code
-calls) to OpenBLAS's minimum, 2**4 cycles: its idle workers sleep at once. The library reads
-``OPENBLAS_THREAD_TIMEOUT`` again and restarts its threads, which then use the new value. One
-pool that sleeps is enough to end the stall; NumPy's is left alone. Measured in one process,
-switching the value between rounds (MLP 784-128-128-10 at batch 32: a NumPy loss, then
-``jit(grad)``; 3 rounds of 400 steps): per step, median / mean / 90th percentile, 0.80-0.84 /
-0.87-1.36 / 0.91-0.97 ms at 2**4, 0.86-1.01 / 1.70-2.80 / 3.17-4.58 ms at 2**18 and
-8.02-8.03 / 18.6-19.3 / 35.8-52.0 ms at OpenBLAS's default 2**28 (the loss alone takes about
-0.22 ms, the gradient 0.5 ms). The price: workers that sleep must be woken for the next product,
-``jit(grad)`` alone 0.49-0.52 ms against 0.48-0.53 ms at the default (medians: within this
-machine's noise; an earlier run of rounds at 2**16: 0.498 against 0.476 ms, 4%). It runs once
-per process, before the first compiled module is used, and does nothing when the user set
-``OPENBLAS_THREAD_TIMEOUT`` themselves, when ``$AUTODIFF_AST_BLAS_TIMEOUT`` is ``keep``, or
-when SciPy's OpenBLAS is not found (another BLAS, a build without these entry points).
+:func:`calm_blas_threads` sets the polling time of both OpenBLAS libraries (SciPy's, the one
+compiled code calls, and NumPy's) to 2**:data:`TIMEOUT` cycles (2**18, ~0.1 ms): long enough
+that a pool stays awake between the products of one gradient, short enough that it is asleep
+when the other pool's work starts. Each library reads ``OPENBLAS_THREAD_TIMEOUT`` again and
+restarts its threads, which then use the new value. Measured on 2 cores (a firecracker VM,
+2026-11-28; MLP 784-128-128-10 at batch 32, 900 steps per setting, each setting twice,
+median / mean / 90th percentile per step):
+
+- SciPy's 2**4, NumPy's 2**28 (sessions 14-22): jit(grad) alone 335 / 353 / 396 us; a NumPy
+  loss then jit(grad) 494-642 / 869-1341 / 676-853 us; the hand-written NumPy gradient 288-382.
+- 2**18, 2**28: alone 263-354 / 276-368 / 301-397; loss + grad 542-573 / 2148-2518 / 3129-3351.
+- 2**18, 2**18 (now): alone 262-265 / 270-284 / 292-328; loss + grad 461-487 / 481-513 /
+  530-615; hand NumPy 288.
+- 2**16, 2**16: alone 288-289 / 293-305; loss + grad 487-488 / 502-505; hand NumPy 355-368.
+
+A pool that sleeps at once (2**4) must be woken for every product, and on a machine whose
+idle cores are halted that costs more than the product (jit(grad) alone: 335 against 263 us);
+NumPy's at its default polls through the compiled gradient that follows a NumPy loss (means of
+2.1-2.5 ms). Batch 1024 was unchanged within the noise (7.2-7.6 ms ours, 7.2-8.1 ms NumPy).
+The price for NumPy alone (its pool now sleeps between products further apart than ~0.1 ms):
+the hand-written NumPy gradient took 288 us at both settings in the run above; in a noisier
+run, medians of six rounds, 290 against 319 us at batch 32 and 14.3 against 14.8 ms at batch
+1024 (2**28 against 2**18; rounds of one setting ranged 285-502 us).
+It runs once per process, before the first compiled module is used, and does nothing when
+the user set ``OPENBLAS_THREAD_TIMEOUT`` themselves or ``$AUTODIFF_AST_BLAS_TIMEOUT`` is
+``keep``; a library not found (another BLAS, a build without these entry points) is skipped.
 """
 
 from __future__ import annotations
@@ -31,12 +43,12 @@ import ctypes
 import glob
 import os
 
-__all__ = ["DEFAULT_TIMEOUT", "TIMEOUT", "calm_blas_threads", "scipy_openblas_path",
-           "set_thread_timeout"]
+__all__ = ["DEFAULT_TIMEOUT", "TIMEOUT", "calm_blas_threads", "numpy_openblas_path",
+           "scipy_openblas_path", "set_both_timeouts", "set_thread_timeout"]
 
-#: log2 of the cycles OpenBLAS's idle workers poll before sleeping, as set here (4, OpenBLAS's
-#: minimum: they sleep at once) and as OpenBLAS builds it by default.
-TIMEOUT = 4
+#: log2 of the cycles OpenBLAS's idle workers poll before sleeping, as set here (~0.1 ms) and
+#: as OpenBLAS builds it by default (~0.1 s).
+TIMEOUT = 18
 DEFAULT_TIMEOUT = 28
 
 _done = []  # the result of the first call: it runs once per process
@@ -50,9 +62,24 @@ def scipy_openblas_path():
     >>> path is None or "openblas" in os.path.basename(path).lower()
     True
     """
+    return _bundled_openblas("scipy")
+
+
+def numpy_openblas_path():
+    """The path of the OpenBLAS library NumPy's wheel bundles, or None when there is not
+    exactly one.
+
+    >>> path = numpy_openblas_path()
+    >>> path is None or "openblas" in os.path.basename(path).lower()
+    True
+    """
+    return _bundled_openblas("numpy")
+
+
+def _bundled_openblas(package_name):
     import importlib.util
     try:
-        spec = importlib.util.find_spec("scipy")
+        spec = importlib.util.find_spec(package_name)
     except (ImportError, ValueError):
         return None
     if spec is None or not spec.origin:
@@ -65,17 +92,18 @@ def scipy_openblas_path():
     return found[0] if len(found) == 1 else None
 
 
-def set_thread_timeout(log2_cycles):
-    """Make SciPy's OpenBLAS workers poll ``2**log2_cycles`` cycles before sleeping (OpenBLAS
-    clamps it to 4..30; its default is 28); returns False when SciPy's OpenBLAS or its entry
-    points are not found. The library reads ``OPENBLAS_THREAD_TIMEOUT`` once, at load: it is
-    made to read it again, then its workers are stopped (the next call starts them, with the
-    new value). Call it when no other thread is inside SciPy's BLAS.
+def set_thread_timeout(log2_cycles, path=None):
+    """Make the workers of the OpenBLAS at `path` (SciPy's by default) poll
+    ``2**log2_cycles`` cycles before sleeping (OpenBLAS clamps it to 4..30; its default is
+    28); returns False when that OpenBLAS or its entry points are not found. The library reads
+    ``OPENBLAS_THREAD_TIMEOUT`` once, at load: it is made to read it again, then its workers
+    are stopped (the next call starts them, with the new value). Call it when no other thread
+    is inside that BLAS.
 
     >>> set_thread_timeout(TIMEOUT) in (True, False)
     True
     """
-    path = scipy_openblas_path()
+    path = scipy_openblas_path() if path is None else path
     if path is None:
         return False
     try:
@@ -97,9 +125,23 @@ def set_thread_timeout(log2_cycles):
     return True
 
 
+def set_both_timeouts(log2_cycles):
+    """set_thread_timeout for SciPy's OpenBLAS and NumPy's (when they are two libraries);
+    returns whether SciPy's was set.
+
+    >>> set_both_timeouts(TIMEOUT) in (True, False)
+    True
+    """
+    done = set_thread_timeout(log2_cycles)
+    numpy_path = numpy_openblas_path()
+    if numpy_path is not None and numpy_path != scipy_openblas_path():
+        set_thread_timeout(log2_cycles, numpy_path)
+    return done
+
+
 def calm_blas_threads():
-    """Set SciPy's OpenBLAS workers to sleep after :data:`TIMEOUT` (log2 cycles) of polling
-    (at once), once per process; returns whether it did (now or at an earlier call).
+    """Set SciPy's and NumPy's OpenBLAS workers to sleep after 2**:data:`TIMEOUT` cycles of
+    polling, once per process; returns whether SciPy's was set (now or at an earlier call).
 
     >>> calm_blas_threads() in (True, False)
     True
@@ -108,5 +150,5 @@ def calm_blas_threads():
         _done.append(
             "OPENBLAS_THREAD_TIMEOUT" not in os.environ and
             os.environ.get("AUTODIFF_AST_BLAS_TIMEOUT") != "keep" and
-            set_thread_timeout(TIMEOUT))
+            set_both_timeouts(TIMEOUT))
     return _done[0]

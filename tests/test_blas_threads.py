@@ -1,7 +1,8 @@
-"""SciPy's OpenBLAS (the BLAS compiled code calls) is set to let its idle threads sleep soon
-(codegen/blas_threads.py), products still compute right after its threads restart, and the
-user's own setting wins. What it is for (a NumPy product then a compiled one: 8.0 ms per pair
-instead of 0.24 ms on 2 cores) is measured in benchmarks/seed_workloads.py, not here."""
+"""SciPy's OpenBLAS (the BLAS compiled code calls) and NumPy's are set to let their idle threads
+sleep soon (codegen/blas_threads.py), products still compute right after the threads restart,
+and the user's own setting wins. What it is for (a NumPy product then a compiled one: 8.0 ms
+per pair instead of 0.24 ms on 2 cores) is measured in benchmarks/seed_workloads.py, not
+here."""
 
 import ctypes
 import os
@@ -13,7 +14,12 @@ import pytest
 
 from autodiff_ast import grad
 from autodiff_ast.jit import jit
-from codegen.blas_threads import TIMEOUT, calm_blas_threads, scipy_openblas_path
+from codegen.blas_threads import (
+    TIMEOUT,
+    calm_blas_threads,
+    numpy_openblas_path,
+    scipy_openblas_path,
+)
 
 PATH = scipy_openblas_path()
 needs_openblas = pytest.mark.skipif(
@@ -33,6 +39,9 @@ def test_compiled_code_sets_the_timeout_and_products_stay_right():
     got = jit(grad(layer_loss))(w, x)
     assert calm_blas_threads() is True
     assert ctypes.CDLL(PATH).openblas_thread_timeout() == TIMEOUT
+    numpy_path = numpy_openblas_path()
+    if numpy_path is not None:  # NumPy's pool polls as briefly (and NumPy's products agree)
+        assert ctypes.CDLL(numpy_path).openblas_thread_timeout() == TIMEOUT
     # the threads restarted: compiled products still agree with NumPy's, and with the
     # analytic gradient 2 x^T (tanh(xw) * (1 - tanh(xw)^2))
     t = np.tanh(x @ w)
