@@ -797,11 +797,11 @@ def _statement_reads(run, vectors, writes_read=True):
 
 class _SizesAsCount(gast.NodeTransformer):
     """Each size call of a run (_SIZE) becomes ``(n if flag else 1)``: the loop's element
-    count when its operand reads a vector (`flags`: the operand's text -> the flag's text,
-    a name the overload sets from the argument types, or True/False), else 1."""
+    count when its operand reads a vector (`flag_of(operand)`: the flag's text, a name the
+    overload sets from the argument types, or True/False), else 1."""
 
-    def __init__(self, count, flags, inner):
-        self.count, self.flags, self.inner = count, flags, inner
+    def __init__(self, count, flag_of, inner):
+        self.count, self.flag_of, self.inner = count, flag_of, inner
 
     def visit(self, node):  # (sizes first, over the whole tree; then the inner transformer)
         return self.inner.visit(self.sizes(node))
@@ -821,7 +821,7 @@ class _SizesAsCount(gast.NodeTransformer):
     def visit_Call(self, node):
         if not _size_call(node):
             return self.generic_visit(node)
-        flag = self.flags[text_of(node.args[0])]
+        flag = self.flag_of(node.args[0])
         if flag in ("True", "False"):
             return name_node(self.count) if flag == "True" else gast.Constant(value=1, kind=None)
         return gast.IfExp(test=name_node(flag), body=name_node(self.count),
@@ -829,9 +829,11 @@ class _SizesAsCount(gast.NodeTransformer):
 
 
 def size_flags(run, vectors, parameters, local):
-    """For the run's size calls: ({operand text: flag text}, the overload's lines setting the
-    flags that depend on the argument types). A flag says whether the operand reads a vector,
-    directly or through the values it reads (a row product always does)."""
+    """For the run's size calls: (a function giving an operand's flag text, the overload's
+    lines setting the flags that depend on the argument types). A flag says whether the
+    operand reads a vector, directly or through the values it reads (a row product always
+    does); flags are kept by the vectors they depend on (an operand's lengths, `x.shape[0]`
+    made a parameter, are no vectors: the same flag before and after)."""
     deps, flags, lines = {}, {}, []
 
     def positions(node):
@@ -843,25 +845,27 @@ def size_flags(run, vectors, parameters, local):
                 found |= deps[n]
             elif n in vectors:
                 found.add(vectors.index(n))
-        return found
+        return tuple(sorted(found))
+
+    def flag_of(node):
+        found = positions(node)
+        if found not in flags:
+            if -1 in found or not found:
+                flags[found] = str(bool(found))
+            else:
+                flags[found] = fresh_name("sized", local)
+                local.add(flags[found])
+                arrays = ", ".join(parameters[vectors[p]] for p in found)
+                lines.append(f"{flags[found]} = any_vector(({arrays},))")
+        return flags[found]
     for target, _, operands, _ in run.stmts:
         for op in operands:
             for call in (c for c in gast.walk(op) if _size_call(c)):
-                key = text_of(call.args[0])
-                if key in flags:
-                    continue
-                found = positions(call.args[0])
-                if -1 in found or not found:
-                    flags[key] = str(bool(found))
-                    continue
-                flags[key] = fresh_name("sized", local)
-                local.add(flags[key])
-                arrays = ", ".join(parameters[vectors[p]] for p in sorted(found))
-                lines.append(f"{flags[key]} = any_vector(({arrays},))")
+                flag_of(call.args[0])
         deps[target] = set().union(*(positions(_without_sizes(op)) for op in operands))
         if target in run.rowsums:
             deps[target].add(-1)
-    return flags, lines
+    return flag_of, lines
 
 
 def _plain_statements(run, outputs, parameters, as_lengths):
@@ -948,8 +952,8 @@ def _helper_source(name, run, outputs, vectors, parameters, params, lengths, loc
         elements, loop = _element_locals(run, vectors, parameters, local,
                                          lambda p: f"element({p}, {index})")
     to_elements = _Parameters(elements) if run.writes else _Elements(parameters, index)
-    flags, flag_lines = size_flags(run, vectors, parameters, local)
-    to_elements = _SizesAsCount(count, flags, to_elements)
+    flag_of, flag_lines = size_flags(run, vectors, parameters, local)
+    to_elements = _SizesAsCount(count, flag_of, to_elements)
     loop += _step_lines(run, to_elements, as_lengths, elements,
                         lambda t, line: [line], lambda a, v: f"{a}[{index}] = {v}", stored)
     loop += [f"{parameters[w]}[{index}] = {elements[w]}" for w in run.writes]

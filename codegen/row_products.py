@@ -140,8 +140,8 @@ def rows_source(name, run, outputs, vectors, parameters, params, lengths, local,
     matrices = [m for m in parts if m in run.matrices]
     stored = {t: _fresh(f"{t}_values", local) for t, kind, _, _ in run.stmts
               if kind == "value" and t in outputs}
-    flags, flag_lines = size_flags(run, vectors, parameters, local)
-    to_elements = _SizesAsCount(count, flags, _RowElements(parameters, index, run.products))
+    flag_of, flag_lines = size_flags(run, vectors, parameters, local)
+    to_elements = _SizesAsCount(count, flag_of, _RowElements(parameters, index, run.products))
     loop = []
     for stmt in run.stmts:
         target, kind, operands, _ = stmt

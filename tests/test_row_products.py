@@ -64,6 +64,12 @@ def line_mean(w, b, x, y):
     return np.mean(r * r)
 
 
+def scaled_mean(w, b, x, y):
+    """A mean whose operand reads a length (`x.shape[0]`, a parameter of the loop)."""
+    r = w * x + b - y
+    return np.mean(r * r / x.shape[0])
+
+
 def mixed_sizes(a, x):
     """One mean of a number (size 1) and one of a vector in the same gradient."""
     t = a * 2.0
@@ -138,6 +144,8 @@ def test_a_mean_is_divided_by_the_loops_length_not_a_whole_array():
         for g, e in zip(got, want):
             np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-14)
     _grads_agree(mixed_sizes, (0.7, x), (0, 1))
+    compiled = _grads_agree(scaled_mean, (0.5, 0.2, x, v), (0,))
+    assert "(n if sized else 1) / x_shape_0" in compiled.source
 
 
 def test_arguments_the_loop_cannot_take_run_the_statements():
