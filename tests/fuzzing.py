@@ -420,6 +420,8 @@ class _Generator:
         if "held_tuple" not in KNOWN_GAPS:
             kinds.append("held_tuple")
         kinds.append("held_alias")
+        if indent == "    " and self._names_of("M") and self._names_of("V"):
+            kinds.append("glm")  # (a run of top-level statements: jit's row loop)
         if indent == "    ":  # (refused inside loops and branches: a known limit)
             kinds.append("nested_tuple")
         kind = self.pick(kinds)
@@ -724,6 +726,31 @@ class _Generator:
         else:
             lines += [f"{indent}{v} *= 1.5"]
         lines += [f"{indent}{acc} = np.sum({h} * {h}) + np.sum(np.cos({v}))"]
+        self.bind(acc, "S")
+        return lines
+
+    def _names_of(self, shape):
+        """The plain names (no pytree entries, no expressions) of that shape in scope."""
+        return [t for t, s, _ in self.scope if s == shape and t.isidentifier()]
+
+    def _stmt_glm(self, indent):
+        """A matrix's product with a vector, elementwise work on it and a sum or mean (a
+        generalized linear model's loss): under jit its gradient is one loop over the rows
+        (codegen/row_products.py), the product, the link's work and the transposed product
+        in one step."""
+        z, e, acc = self.fresh("z"), self.fresh("e"), self.fresh("acc")
+        matrix, vector = self.pick(self._names_of("M")), self.pick(self._names_of("V"))
+        product = self.pick((f"np.dot({matrix}, {vector})", f"{matrix} @ {vector}"))
+        labels = self._names_of("U")
+        label = self.pick(labels) if labels and self.draw(st.booleans()) else \
+            self.expr("S", 1)
+        link = self.pick(("np.logaddexp(0.0, {z})", "np.tanh({z}) ** 2", "{z} * {z}",
+                          "np.exp(0.1 * {z})"))
+        reduce = self.pick(("np.sum", "np.mean"))
+        lines = [f"{indent}{z} = {product} - 0.1",
+                 f"{indent}{e} = {link.format(z=z)} - {label} * {z}",
+                 f"{indent}{acc} = {reduce}({e}) / {matrix}.shape[0]"]
+        self.bind(z, "U")
         self.bind(acc, "S")
         return lines
 
