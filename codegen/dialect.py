@@ -52,6 +52,7 @@ from .buffer_reuse import reuse_buffers
 from .common_calls import reuse_math_calls
 from .dict_outputs import flatten_returned_dicts, rebuilding_expression
 from .emit import comment, fresh_name, is_marker, render_function, text_of, to_ast
+from .expression_sizes import SIZE_HELPERS, SIZE_UNCOMPILED, sizes_from_shapes
 from .fused_regions import (
     FUSED_HELPERS,
     FUSED_UNCOMPILED,
@@ -1112,6 +1113,9 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
                 module.generated.update(_called(helpers, [module.generated[n] for n in fused]))
                 module.uncompiled |= uncompiled | {f"{n}{end}" for n in fused
                                                    for end in ("", "_numba")}
+            if sizes_from_shapes(fn):  # (e).size outside runs: from shapes (expression_sizes)
+                module.generated.update(SIZE_HELPERS)
+                module.uncompiled |= SIZE_UNCOMPILED
             # np.exp(a[c]) in a loop nest: one table before the nest
             reuse_math_calls(fn)  # np.cos(t) again where c = np.cos(t) still holds it
             tabulate_invariant_calls(fn, module.taken)
