@@ -30,24 +30,12 @@ __all__ = ["sizes_from_shapes", "SIZE_HELPERS", "SIZE_UNCOMPILED"]
 def _operands(node):
     """The names and slices of an elementwise expression (in order, each once), or None when
     `node` is not one."""
-    from .fused_regions import _elementwise, _shape_read, _vector_slice
+    from .fused_regions import _elementwise, _reads
     if not _elementwise(node) or isinstance(node, gast.Name):
         return None
     found = {}
-
-    def visit(n):
-        if _shape_read(n) or isinstance(n, gast.Constant):
-            return
-        if isinstance(n, gast.Name) or _vector_slice(n):
-            found.setdefault(text_of(n), n)
-            return
-        if isinstance(n, gast.Call):
-            for a in n.args:
-                visit(a)
-            return
-        for child in gast.iter_child_nodes(n):
-            visit(child)
-    visit(node)
+    for operand in _reads(node):
+        found.setdefault(text_of(operand), operand)
     return list(found.values()) or None
 
 

@@ -834,18 +834,8 @@ def size_flags(run, vectors, parameters, local):
     operand reads a vector, directly or through the values it reads (a row product always
     does); flags are kept by the vectors they depend on (an operand's lengths, `x.shape[0]`
     made a parameter, are no vectors: the same flag before and after)."""
-    deps, flags, lines = {}, {}, []
-
-    def positions(node):
-        found = set()
-        for n in _names_read(node):
-            if n in run.products:
-                found.add(-1)
-            elif n in deps:
-                found |= deps[n]
-            elif n in vectors:
-                found.add(vectors.index(n))
-        return tuple(sorted(found))
+    positions, _ = vector_positions(run, vectors)
+    flags, lines = {}, []
 
     def flag_of(node):
         found = positions(node)
@@ -858,14 +848,35 @@ def size_flags(run, vectors, parameters, local):
                 arrays = ", ".join(parameters[vectors[p]] for p in found)
                 lines.append(f"{flags[found]} = any_vector(({arrays},))")
         return flags[found]
-    for target, _, operands, _ in run.stmts:
+    for _, _, operands, _ in run.stmts:
         for op in operands:
             for call in (c for c in gast.walk(op) if _size_call(c)):
                 flag_of(call.args[0])
-        deps[target] = set().union(*(positions(_without_sizes(op)) for op in operands))
-        if target in run.rowsums:
-            deps[target].add(-1)
     return flag_of, lines
+
+
+def vector_positions(run, vectors):
+    """(a function giving the positions in `vectors` of the vectors an expression of the run
+    reads, directly or through the values it reads (not through sizes), sorted; {value the
+    run binds: the positions it depends on}); -1 stands for a row product or a row sum (a
+    vector whatever the types)."""
+    deps = {}
+
+    def positions(node):
+        found = set()
+        for n in _names_read(_without_sizes(node)):
+            if n in run.products:
+                found.add(-1)
+            elif n in deps:
+                found |= deps[n]
+            elif n in vectors:
+                found.add(vectors.index(n))
+        return tuple(sorted(found))
+    for target, _, operands, _ in run.stmts:
+        deps[target] = set().union(*(positions(op) for op in operands))
+        if target in getattr(run, "rowsums", ()):
+            deps[target].add(-1)
+    return positions, deps
 
 
 def _plain_statements(run, outputs, parameters, as_lengths):

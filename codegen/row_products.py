@@ -217,21 +217,8 @@ class _OneStatement:
 def _groups(run, vectors, outputs):
     """For each output, the positions of the vectors it reads (directly or through the values
     it reads), -1 standing for a row product (a vector whatever the types)."""
-    from .fused_regions import _names_read, _without_sizes
-    deps = {}
-    for target, _, operands, _ in run.stmts:
-        found = set()
-        for op in operands:
-            for n in _names_read(_without_sizes(op)):
-                if n in run.products:
-                    found.add(-1)
-                elif n in deps:
-                    found |= deps[n]
-                elif n in vectors:
-                    found.add(vectors.index(n))
-        if target in run.rowsums:
-            found.add(-1)
-        deps[target] = found
+    from .fused_regions import vector_positions
+    _, deps = vector_positions(run, vectors)
     for t in outputs:
         yield tuple(sorted(deps[t]))
 
@@ -267,28 +254,19 @@ class _Placeholders(gast.NodeTransformer):
 ROW_HELPERS = {}
 ROW_HELPERS["rows_loop_types"] = '''\
 def rows_loop_types(vector_types, groups, part_types, matrix_count):
-    """Whether a loop over rows can take arguments of these Numba types: each vector a number
-    or a float64 vector, every group of vector positions (what a result reads; -1 a row
-    product) holding a vector, the first `matrix_count` of `part_types` float64 matrices in C
-    order and the rest float64 vectors."""
-    vectors = []
-    for kind in vector_types:
-        if isinstance(kind, numba.types.Array):
-            if kind.ndim != 1 or kind.dtype != numba.types.float64:
-                return False
-            vectors.append(True)
-        elif isinstance(kind, (numba.types.Float, numba.types.Integer)) and \\
-                not isinstance(kind, numba.types.Boolean):
-            vectors.append(False)
-        else:
-            return False
+    """Whether a loop over rows can take arguments of these Numba types: the vectors as
+    one_loop_types takes them (numbers or float64 vectors, every group of vector positions,
+    what a result reads, holding a vector; -1 in a group is a row product, always one), the
+    first `matrix_count` of `part_types` float64 matrices in C order and the rest float64
+    vectors."""
     for position, kind in enumerate(part_types):
         if not (isinstance(kind, numba.types.Array) and kind.dtype == numba.types.float64):
             return False
         if position < matrix_count and (kind.ndim != 2 or kind.layout != 'C') or \\
                 position >= matrix_count and kind.ndim != 1:
             return False
-    return all(any(p == -1 or vectors[p] for p in group) for group in groups)
+    groups = tuple(group for group in groups if -1 not in group)
+    return one_loop_types(vector_types, groups, len(vector_types))
 '''
 
 ROW_HELPERS["one_pass_limit"] = f'''\

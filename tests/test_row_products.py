@@ -14,11 +14,12 @@ import gast
 import numba
 import numpy as np
 import pytest
+from test_fused_regions import _rewrite  # fuse_regions on a function's text
 from test_vector_loops import _grads_agree  # jit(grad) == grad == differences
 
 import autodiff_ast as ad
 from autodiff_ast.templates import unparse
-from codegen.fused_regions import fuse_regions
+from codegen.fused_regions import FUSED_HELPERS
 from codegen.row_products import ROW_HELPERS
 
 pytestmark = [pytest.mark.numba,
@@ -178,14 +179,6 @@ def test_batched_and_second_order_forms_agree():
 
 
 # ---------------------------------------------------------------- the rewrite itself
-def _rewrite(text):
-    fn = gast.parse(text).body[0]
-    sources = {}
-    taken = {n.id for n in gast.walk(fn) if isinstance(n, gast.Name)}
-    names = fuse_regions(fn, taken, sources)
-    return unparse(fn), names, sources
-
-
 def test_numbers_move_before_the_run_and_sums_of_it_after():
     text, names, sources = _rewrite('''
 def g(w, X, y):
@@ -233,6 +226,7 @@ def test_runs_left_alone_keep_their_order(text):
 def test_the_loop_takes_c_order_float64_matrices_and_vectors_only():
     """rows_loop_types, on the Numba types of the arguments (what the overload sees)."""
     namespace = {"numba": numba}
+    exec(FUSED_HELPERS["one_loop_types"], namespace)  # (rows_loop_types calls it)
     exec(ROW_HELPERS["rows_loop_types"], namespace)
     check = namespace["rows_loop_types"]
     typeof = numba.typeof
