@@ -155,14 +155,13 @@ class _Jitted:
     kind = "jit"
 
     def __call__(self, *args, **kwargs):
-        if not kwargs:  # the fast path first: a key with a float32 leaf never has a plan
-            self._forget_if_redefined()
-            key = self._quick_key(args)
-            plan = None if key is None else self.jit_plans.get(key)
-            if plan is not None and plan is not _NO_PLAN:
-                return plan(args)
+        self._forget_if_redefined()
+        key = None if kwargs else self._quick_key(args)
+        plan = None if key is None else self.jit_plans.get(key)
+        if plan is not None and plan is not _NO_PLAN:  # (a float32 leaf's key has no plan)
+            return plan(args)
         if not (_any_float32(args) or (kwargs and _any_float32(kwargs.values()))):
-            return self._call(*args, **kwargs)
+            return self._keyed_call(key, args, kwargs)
         static = {i % len(args) for i in self.jit_options.static_argnums} if args else set()
         names = set(self.jit_options.static_argnames)
         dtypes = set(_float_dtypes([a for i, a in enumerate(args) if i not in static] +
@@ -187,6 +186,11 @@ class _Jitted:
             plan = self.jit_plans.get(key)
             if plan is not None and plan is not _NO_PLAN:
                 return plan(args)
+        return self._keyed_call(key, args, kwargs)
+
+    def _keyed_call(self, key, args, kwargs):
+        """The general path of a call whose quick key (None: none) found no plan; works out
+        the key's plan after it."""
         try:
             result = super().__call__(*args, **kwargs)
         except CompileError:
@@ -335,10 +339,13 @@ _FLOAT64 = np.dtype(np.float64)
 def _small_axis(a):
     """The length jit specialises `a` for (a float64 vector or matrix whose last axis has 2 to
     SMALL_AXIS entries), else None."""
-    if type(a) is np.ndarray and a.ndim in (1, 2) and a.dtype == np.float64 and \
-            2 <= a.shape[-1] <= SMALL_AXIS:
-        return a.shape[-1]
-    return None
+    return _small_length(a.shape, a.dtype) if type(a) is np.ndarray else None
+
+
+def _small_length(shape, dtype):
+    """_small_axis of an array of this shape (non-empty) and dtype."""
+    last = shape[-1] if shape else 0
+    return last if 2 <= last <= SMALL_AXIS and len(shape) <= 2 and dtype == _FLOAT64 else None
 
 
 def _scalarizes(jitted):
@@ -466,17 +473,15 @@ _NO_PLAN = object()
 def _leaf_key(a):
     """What decides the compiled signature for one array or scalar; None for anything else."""
     kind = type(a)
-    if kind is np.ndarray:  # (every call's hot path: _small_axis written out)
+    if kind is np.ndarray:  # (every call's hot path)
         flags = a.flags
         shape = a.shape
         if not (flags.c_contiguous and flags.writeable and shape):
             return None
         dtype = a.dtype
-        last = shape[-1]
-        small = last if 2 <= last <= SMALL_AXIS and len(shape) <= 2 and dtype == _FLOAT64 \
-            else None
         # which axes have size one; their number alone when none has (the common case)
-        return (dtype, tuple([n == 1 for n in shape]) if 1 in shape else len(shape), small)
+        return (dtype, tuple([n == 1 for n in shape]) if 1 in shape else len(shape),
+                _small_length(shape, dtype))
     if kind in (float, int, bool) or isinstance(a, np.generic):
         return kind
     return None

@@ -132,9 +132,9 @@ def set_both_timeouts(log2_cycles):
     >>> set_both_timeouts(TIMEOUT) in (True, False)
     True
     """
-    done = set_thread_timeout(log2_cycles)
-    numpy_path = numpy_openblas_path()
-    if numpy_path is not None and numpy_path != scipy_openblas_path():
+    scipy_path, numpy_path = scipy_openblas_path(), numpy_openblas_path()  # (looked up once)
+    done = scipy_path is not None and set_thread_timeout(log2_cycles, scipy_path)
+    if numpy_path is not None and numpy_path != scipy_path:
         set_thread_timeout(log2_cycles, numpy_path)
     return done
 

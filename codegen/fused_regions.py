@@ -534,15 +534,22 @@ def fuse_regions(fn, taken, sources):
     return written
 
 
+def _assigned_name(stmt):
+    """The name `stmt` binds when it is `name = value`, else None."""
+    if isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and \
+            isinstance(stmt.targets[0], gast.Name):
+        return stmt.targets[0].id
+    return None
+
+
 def _apart_from_run(stmt, run):
     """Whether `stmt` binds a name the run has not used to arithmetic (or a sum of it) on
     values the run does not make (`sum__bar = 1.0 / X.shape[0]`, a penalty's gradient `w_bar
     = 2.0 * lam * w`): it may then run before the run, which a run with row products takes
     it out of the way for (its own statements write nothing in place)."""
-    if not (isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and
-            isinstance(stmt.targets[0], gast.Name)):
+    target, value = _assigned_name(stmt), stmt.value
+    if target is None:
         return False
-    target, value = stmt.targets[0].id, stmt.value
     length = isinstance(value, gast.Call) and dotted_name(value.func) == "len" and \
         len(value.args) == 1 and isinstance(value.args[0], gast.Name) and not value.keywords
     if not (length or _elementwise(value) or _sum_operands(value) is not None) or \
@@ -559,10 +566,9 @@ def _number_of_sums(stmt, run):
     (`div = total / X.shape[0]`) that nothing in the run has used: a run with row products
     moves it after itself (a later statement of the run reading it ends the run), so the
     statements after it can join."""
-    if not (isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and
-            isinstance(stmt.targets[0], gast.Name)):
+    target = _assigned_name(stmt)
+    if target is None:
         return False
-    target = stmt.targets[0].id
     reads = set(_names_read(stmt.value))
     if not _elementwise(stmt.value) or not reads & run.sums or target in _RESERVED or \
             target in run.bound | run.read_before_bound | set(run.touched) | run.deferred:

@@ -57,7 +57,7 @@ import copy
 
 import gast
 
-from .emit import name_node, text_of
+from .emit import fresh_name, name_node, text_of
 from .param_writes import dotted_name
 
 __all__ = ["row_product", "row_sum", "rows_source", "ROW_HELPERS", "ROW_UNCOMPILED",
@@ -201,7 +201,6 @@ def {name}_numba({signature}):
 
 
 def _fresh(base, local):
-    from .emit import fresh_name
     name = fresh_name(base, local)
     local.add(name)
     return name
