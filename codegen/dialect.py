@@ -62,6 +62,12 @@ from .fused_regions import (
     handles_matrices,
 )
 from .fused_updates import fuse_outer_adds
+from .gather_targets import (
+    GATHER_HELPERS,
+    GATHER_UNCOMPILED,
+    fill_gather_targets,
+    skip_reset_entries,
+)
 from .helpers import DIALECT_DEPENDS, DIALECT_HELPERS, DIALECT_NOT_COMPILED, OVERLOAD_FORMS
 from .inlining import inline_loop_calls
 from .invariant_tables import tabulate_invariant_calls
@@ -1124,6 +1130,12 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
                 module.uncompiled |= TIE_UNCOMPILED
             for name in reuse_buffers(fn):  # x = np.zeros(k) in a loop: x's old array
                 module.need(name)
+            # an in-place stencil's reverse step: its new adjoint not zeroed first, the
+            # copy's adjoint without the entries the step zeroed (gather_targets)
+            used = fill_gather_targets(fn) | ({"add_outside"} if skip_reset_entries(fn) else set())
+            if used:
+                module.generated.update({n: GATHER_HELPERS[n] for n in used})
+                module.uncompiled |= GATHER_UNCOMPILED
             read_rows_in_place(fn, module.taken)  # a tape's rows as row numbers (tape_rows)
             # a loop summing into a number: a function compiled with reassociation
             outline_reductions(fn, module.taken, module.generated, module.jit_options)
