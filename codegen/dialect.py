@@ -66,6 +66,7 @@ from .gather_targets import (
     GATHER_HELPERS,
     GATHER_UNCOMPILED,
     fill_gather_targets,
+    reuse_previous_steps,
     skip_reset_entries,
 )
 from .helpers import DIALECT_DEPENDS, DIALECT_HELPERS, DIALECT_NOT_COMPILED, OVERLOAD_FORMS
@@ -1133,6 +1134,8 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
             # an in-place stencil's reverse step: its new adjoint not zeroed first, the
             # copy's adjoint without the entries the step zeroed (gather_targets)
             used = fill_gather_targets(fn) | ({"add_outside"} if skip_reset_entries(fn) else set())
+            if used and reuse_previous_steps(fn, module.taken):
+                used.add("zeros_outside_reusing")
             if used:
                 module.generated.update({n: GATHER_HELPERS[n] for n in used})
                 module.uncompiled |= GATHER_UNCOMPILED

@@ -15,11 +15,11 @@ reverse sweep has just made, one entry per iteration; in the heat equation's rev
         c_bar = c_bar + add_3_bar * (u[i - 1] - 2.0 * u[i] + u[i + 1])
     u_bar += un_bar                # the adjoint of un = u.copy()
 
-Each step zeroes a new array and reads the zeros back one by one, then passes over both
-arrays again to add zeros but at the two ends. :func:`fill_gather_targets` and
-:func:`skip_reset_entries` write it::
+Each step makes a new array, zeroes it and reads the zeros back one by one, then passes
+over both arrays again to add zeros but at the two ends. :func:`fill_gather_targets`,
+:func:`skip_reset_entries` and :func:`reuse_previous_steps` write it::
 
-    u_bar = zeros_outside(u, 0, n)
+    u_bar = zeros_outside_reusing(u_bar_spare, u_bar_reusable, u, 0, n)
     for j in range(0, n):
         u_bar_j = gather_start(u_bar, j)
         ...
@@ -27,13 +27,17 @@ arrays again to add zeros but at the two ends. :func:`fill_gather_targets` and
     for i in range(1, n - 1):
         ...
     add_outside(u_bar, un_bar, 1, n - 1)
+    u_bar_spare = un_bar               # dead from the next step's `un_bar = u_bar` on
+    u_bar_reusable = u_bar_started     # (from the third step: an array made in the loop)
+    u_bar_started = True
 
 In plain Python the helpers are what they replace (``np.zeros_like``, ``a[j]``, the add, less
 the entries known to be zero). Under Numba, for a vector, ``zeros_outside`` leaves the entries
-``lo..hi-1`` unset (the loop writes each before anything reads it) and ``gather_start`` is
-``0.0``. Measured on the 1-D heat equation, 1,000 points x 500 steps (jit(grad), interleaved
-runs, medians of 50 calls, 2026-11-28): 562-570 us before, 481-485 us after; the primal
-140-150 us.
+``lo..hi-1`` unset (the loop writes each before anything reads it), ``gather_start`` is
+``0.0``, and ``zeros_outside_reusing`` fills the array of the step before last instead of a
+new one. Measured on the 1-D heat equation, 1,000 points x 500 steps (jit(grad), interleaved
+runs, medians of 50 calls, 2026-11-28): 557-570 us before, 475-485 us without the zeroing and
+the add, 442-471 us (best of several rounds) with the reuse as well; the primal 139-142 us.
 
 :func:`fill_gather_targets` applies to ``X = np.zeros_like(Y)``; then statements that do not
 mention ``X`` nor assign a name of the loop's end; then ``for j in range(lo, hi)`` (step 1,
@@ -44,7 +48,14 @@ whole array otherwise. :func:`skip_reset_entries` applies to ``X += Z`` (two nam
 loop ``for i in range(a, b)`` (``a`` a non-negative integer written out) that mentions ``Z``
 only as ``Z[i]``, read or set to zero, when nothing between them mentions ``Z`` or assigns a
 name of ``a`` or ``b``; ``add_outside`` adds all of ``Z`` when the shapes differ (NumPy's
-broadcast, or its error).
+broadcast, or its error). :func:`reuse_previous_steps` applies to a loop whose body binds
+``A = X`` and later ``X = zeros_outside(...)``, each name nowhere else in the loop, when X is
+bound before the loop, the loop has no ``break``/``continue``/``return``, and every other read
+of A or X in it keeps nothing (an element, arithmetic, the helpers above: the checks of
+:mod:`codegen.buffer_reuse`). The array made in step t is then held by A alone from step t + 1
+on and by nothing from step t + 2's ``A = X``: that step fills it again. The array X held
+before the loop is never reused (something else may hold it); Numba's form reuses only a
+C-order vector of like's dtype and length.
 
 >>> import gast
 >>> from autodiff_ast.templates import unparse
@@ -83,10 +94,11 @@ import copy
 
 import gast
 
-from .emit import mentions, name_node
+from .emit import is_marker, mentions, name_node
 from .param_writes import dotted_name
 
-__all__ = ["fill_gather_targets", "skip_reset_entries", "GATHER_HELPERS", "GATHER_UNCOMPILED"]
+__all__ = ["fill_gather_targets", "reuse_previous_steps", "skip_reset_entries",
+           "GATHER_HELPERS", "GATHER_UNCOMPILED"]
 
 
 def fill_gather_targets(fn):
@@ -223,7 +235,7 @@ def skip_reset_entries(fn):
                 bounds = _reset_before(block, m, added)
                 if bounds is not None:
                     block[m] = gast.Expr(value=_call("add_outside", [
-                        copy.deepcopy(stmt.target), name_node(added)] + bounds))
+                        name_node(stmt.target.id), name_node(added)] + bounds))
                     changed = True
     return changed
 
@@ -247,6 +259,121 @@ def _reset_before(block, m, array):
     if (_names_of(a) | _names_of(b)) & changed:
         return None
     return [copy.deepcopy(a), copy.deepcopy(b)]
+
+
+def reuse_previous_steps(fn, taken):
+    """Rewrite `fn` in place: in a loop whose body binds ``A = X`` and later ``X =
+    zeros_outside(...)``, the array A held in the step before last (dead by then) is passed to
+    ``zeros_outside_reusing`` to be filled again; returns whether any loop was rewritten.
+    `taken` (a set of names, updated) keeps the three new names apart."""
+    changed = False
+    for owner in [fn] + [n for n in gast.walk(fn) if isinstance(n, (gast.For, gast.While,
+                                                                     gast.If))]:
+        for field in ("body", "orelse"):
+            block = getattr(owner, field, None)
+            if not isinstance(block, list):
+                continue
+            k = 0
+            while k < len(block):
+                found = _step_pair(block, k) if isinstance(block[k], gast.For) else None
+                if found is not None:
+                    at = k  # (before the loop's comment, which stays on the loop)
+                    while at > 0 and is_marker(block[at - 1]):
+                        at -= 1
+                    block[at:at] = _reuse_step(block[k], *found, taken)
+                    k += 3
+                    changed = True
+                k += 1
+    return changed
+
+
+def _step_pair(block, k):
+    """(A, X, q) when the loop block[k] has ``A = X`` at the top of its body and, after it,
+    ``X = zeros_outside(...)`` at body[q], each name bound there only, X bound unconditionally
+    before the loop, no break/continue/return in the loop, and every other read of A or X in
+    it keeping nothing (:func:`codegen.buffer_reuse._read_keeps_nothing`, for a vector:
+    the helper reuses vectors only); None otherwise."""
+    loop = block[k]
+    body = loop.body
+    if loop.orelse or any(isinstance(n, (gast.Break, gast.Continue, gast.Return))
+                          for stmt in body for n in gast.walk(stmt)):
+        return None
+    stores = {}
+    for stmt in [loop.target] + body:
+        for node in gast.walk(stmt):
+            if isinstance(node, gast.Name) and isinstance(node.ctx, (gast.Store, gast.Del)):
+                stores[node.id] = stores.get(node.id, 0) + 1
+    for p, stmt in enumerate(body):
+        if not (isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and
+                isinstance(stmt.targets[0], gast.Name) and isinstance(stmt.value, gast.Name)):
+            continue
+        alias, array = stmt.targets[0].id, stmt.value.id
+        if alias == array or stores.get(alias) != 1 or stores.get(array) != 1:
+            continue
+        q = next((q for q in range(p + 1, len(body)) if _zeros_outside_of(body[q], array)),
+                 None)
+        if q is None or not _bound_before(block[:k], array):
+            continue
+        if _reads_keep_nothing(body, {alias, array}, skip=stmt.value):
+            return alias, array, q
+    return None
+
+
+def _zeros_outside_of(stmt, array):
+    return isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and \
+        isinstance(stmt.targets[0], gast.Name) and stmt.targets[0].id == array and \
+        isinstance(stmt.value, gast.Call) and isinstance(stmt.value.func, gast.Name) and \
+        stmt.value.func.id == "zeros_outside"
+
+
+def _bound_before(statements, array):
+    """Whether a top-level statement of `statements` binds `array` (every path passes it)."""
+    return any(isinstance(s, gast.Assign) and any(isinstance(t, gast.Name) and t.id == array
+                                                  for t in s.targets) for s in statements)
+
+
+def _reads_keep_nothing(body, names, skip):
+    from .buffer_reuse import _read_keeps_nothing
+    parents = {}
+    for stmt in body:
+        for node in gast.walk(stmt):
+            for child in gast.iter_child_nodes(node):
+                parents[id(child)] = node
+    for stmt in body:
+        for node in gast.walk(stmt):
+            if not (isinstance(node, gast.Name) and node.id in names and
+                    isinstance(node.ctx, gast.Load)) or node is skip:
+                continue
+            parent = parents.get(id(node))
+            if isinstance(parent, gast.Call) and isinstance(parent.func, gast.Name) and \
+                    parent.func.id in _NOT_KEEPING and node is not parent.func:
+                continue
+            if not _read_keeps_nothing(node, parents, True):
+                return False
+    return True
+
+
+_NOT_KEEPING = {"gather_start", "add_outside", "zeros_outside"}
+
+
+def _reuse_step(loop, alias, array, q, taken):
+    """The statements to put before `loop`; rewrites its body in place."""
+    from .emit import fresh_name
+    spare, reusable, started = (fresh_name(f"{array}_{end}", taken)
+                                for end in ("spare", "reusable", "started"))
+    taken |= {spare, reusable, started}
+    call = loop.body[q].value
+    loop.body[q].value = _call("zeros_outside_reusing",
+                               [name_node(spare), name_node(reusable)] + call.args)
+
+    def assign(target, value):
+        return gast.Assign(targets=[name_node(target, gast.Store())], value=value,
+                           type_comment=None)
+    loop.body += [assign(spare, name_node(alias)), assign(reusable, name_node(started)),
+                  assign(started, gast.Constant(value=True, kind=None))]
+    false = gast.Constant(value=False, kind=None)
+    return [assign(spare, name_node(array)), assign(reusable, false),
+            assign(started, copy.deepcopy(false))]
 
 
 def _added_name(stmt):
@@ -314,6 +441,34 @@ def zeros_outside_numba(like, lo, hi):
             return out
         return around
     return lambda like, lo, hi: np.zeros_like(like)
+''', "zeros_outside_reusing": '''\
+def zeros_outside_reusing(spare, reusable, like, lo, hi):
+    """zeros_outside(like, lo, hi), in the array `spare` when `reusable` says nothing can read
+    it any more (plain Python: always a new array)."""
+    return np.zeros_like(like)
+
+
+@numba.extending.overload(zeros_outside_reusing, jit_options={'error_model': 'numpy'})
+def zeros_outside_reusing_numba(spare, reusable, like, lo, hi):
+    """How Numba compiles zeros_outside_reusing: for a vector `like` and a C-order
+    `spare` of its dtype, `spare` itself when reusable and of like's length (else a new array),
+    zeroed outside lo..hi-1 as zeros_outside does; np.zeros_like otherwise."""
+    if isinstance(like, numba.types.Array) and like.ndim == 1 and \\
+            isinstance(spare, numba.types.Array) and spare.ndim == 1 and \\
+            spare.layout == "C" and spare.dtype == like.dtype:
+        def around(spare, reusable, like, lo, hi):
+            if reusable and spare.shape[0] == like.shape[0]:
+                out = spare
+            else:
+                out = np.empty_like(like)
+            if 0 <= lo <= hi <= out.shape[0]:
+                out[:lo] = 0
+                out[hi:] = 0
+            else:
+                out[:] = 0
+            return out
+        return around
+    return lambda spare, reusable, like, lo, hi: np.zeros_like(like)
 ''', "gather_start": '''\
 def gather_start(a, j):
     """`a[j]` of an array made by zeros_outside: the value a gathering loop starts from."""
@@ -339,5 +494,6 @@ def add_outside(a, b, lo, hi):
     a[:start] += b[:start]
     a[stop:] += b[stop:]
 '''}
-GATHER_UNCOMPILED = frozenset({"zeros_outside", "zeros_outside_numba", "gather_start",
+GATHER_UNCOMPILED = frozenset({"zeros_outside", "zeros_outside_numba", "zeros_outside_reusing",
+                               "zeros_outside_reusing_numba", "gather_start",
                                "gather_start_numba"})
