@@ -71,6 +71,11 @@ from .gather_targets import (
 )
 from .helpers import DIALECT_DEPENDS, DIALECT_HELPERS, DIALECT_NOT_COMPILED, OVERLOAD_FORMS
 from .inlining import inline_loop_calls
+from .invariant_accumulators import (
+    ACCUMULATOR_HELPERS,
+    ACCUMULATOR_UNCOMPILED,
+    sum_invariant_updates,
+)
 from .invariant_tables import tabulate_invariant_calls
 from .param_writes import dotted_name
 from .reduction_loops import outline_reductions
@@ -1142,6 +1147,13 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
             read_rows_in_place(fn, module.taken)  # a tape's rows as row numbers (tape_rows)
             # a loop summing into a number: a function compiled with reassociation
             outline_reductions(fn, module.taken, module.generated, module.jit_options)
+            # g[i, 0] += e at every step of a loop over j: summed in a local first
+            used = sum_invariant_updates(fn, module.taken)
+            if used:
+                module.generated.update(ACCUMULATOR_HELPERS)
+                module.uncompiled |= ACCUMULATOR_UNCOMPILED
+                if "add_at" in used:
+                    module.need("add_at")
             if select_small_branches(fn):  # small branches of a loop as selects
                 module.generated.update(SELECT_HELPERS)
                 module.uncompiled |= SELECT_UNCOMPILED
