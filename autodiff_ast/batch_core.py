@@ -446,9 +446,9 @@ class FunctionBatcher:
                              body=self.emit_block(stmt.body, defined) or [gast.Pass()],
                              orelse=[])
             return [_tag(new, stmt)]
+        if is_marker(stmt) or isinstance(stmt, gast.Pass):
+            return [stmt]  # (normalize's empty block is a pass marked nondiff)
         if prim is None:
-            if is_marker(stmt) or isinstance(stmt, gast.Pass):
-                return [stmt]
             raise PerExampleLoop(f"{type(stmt).__name__} statements have no batching rule",
                                  stmt)
         if prim.kind == "setitem":

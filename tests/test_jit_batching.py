@@ -359,3 +359,34 @@ def test_workqueue_by_default_and_the_driver_is_cached_on_disk(tmp_path):
 
 def test_the_users_threading_layer_wins(tmp_path):
     assert _child(tmp_path, "omp")[0] == "omp"
+
+
+# ---------------------------------------------------------------- an empty backward loop
+def picked_sum(A, x):
+    """The loop's backward step adds nothing into A's adjoint: the gradient's loop is `pass`
+    (a fuzzer find: the vectorized batching crashed on normalize's empty-block pass)."""
+    r = np.mean(A[:, 2])
+    j = 0
+    for i in range(x.shape[0]):
+        if x[i] > -0.2:
+            j = i
+        r = r + x[j] * np.tanh(x[i])
+    return np.sum(np.sin(A)) + r
+
+
+def test_a_gradient_with_an_empty_loop_is_batched():
+    A = np.arange(6.0).reshape(2, 3) * 0.1
+    x = np.array([0.3, -0.5, 0.2])
+    batch = np.stack([A, 0.9 * A + 0.05])
+    got = jit(ad.vmap(ad.grad(picked_sum), in_axes=(0, None)), batching="vectorized")(batch, x)
+    want = np.stack([np.cos(a) + _mean_column(a) for a in batch])  # by hand
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    np.testing.assert_allclose(got, np.stack([ad.grad(picked_sum)(a, x) for a in batch]),
+                               rtol=1e-12)
+
+
+def _mean_column(a):
+    """d mean(A[:, 2]) / dA: 1/rows in column 2."""
+    out = np.zeros_like(a)
+    out[:, 2] = 1.0 / a.shape[0]
+    return out
