@@ -215,3 +215,32 @@ def dotted_node(text):
 def mentions(node, identifier):
     """Whether a Name `identifier` occurs anywhere under `node`."""
     return any(isinstance(n, gast.Name) and n.id == identifier for n in gast.walk(node))
+
+
+def range_bounds(loop):
+    """(lo, hi) of a loop ``for j in range(hi)`` or ``range(lo, hi)`` (step 1; lo a 0
+    constant for the first), or None for any other loop.
+
+    >>> lo, hi = range_bounds(gast.parse("for j in range(n): pass").body[0])
+    >>> (lo.value, hi.id)
+    (0, 'n')
+    """
+    it = loop.iter if isinstance(loop, gast.For) else None
+    if not (isinstance(it, gast.Call) and
+            isinstance(it.func, gast.Name) and it.func.id == "range" and not it.keywords and
+            1 <= len(it.args) <= 2 and not any(isinstance(a, gast.Starred) for a in it.args)):
+        return None
+    if len(it.args) == 1:
+        return gast.Constant(value=0, kind=None), it.args[0]
+    return it.args[0], it.args[1]
+
+
+def names_bound(statements):
+    """The names the statements bind (or delete) anywhere inside them.
+
+    >>> sorted(names_bound(gast.parse("for i in r:\\n    t = i").body))
+    ['i', 't']
+    """
+    return {n.id for stmt in statements for n in gast.walk(stmt)
+            if isinstance(n, gast.Name) and isinstance(n.ctx, (gast.Store, gast.Del))}
+

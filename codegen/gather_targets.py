@@ -94,7 +94,7 @@ import copy
 
 import gast
 
-from .emit import is_marker, mentions, name_node
+from .emit import is_marker, mentions, name_node, names_bound, range_bounds
 from .param_writes import dotted_name
 
 __all__ = ["fill_gather_targets", "reuse_previous_steps", "skip_reset_entries",
@@ -124,7 +124,7 @@ def _rewrite_block(block):
         if loop_at is None:
             continue
         loop = block[loop_at]
-        lo, hi = _bounds(loop)
+        lo, hi = range_bounds(loop)
         block[k].value = _call("zeros_outside", [copy.deepcopy(block[k].value.args[0]),
                                                  copy.deepcopy(lo), copy.deepcopy(hi)])
         loop.body[0].value = _call("gather_start", [name_node(target),
@@ -145,28 +145,6 @@ def _zeros_like_target(stmt):
     return None
 
 
-def _bounds(loop):
-    """(lo, hi) of ``for j in range(hi)`` or ``range(lo, hi)``, or None."""
-    it = loop.iter
-    if not (isinstance(it, gast.Call) and isinstance(it.func, gast.Name) and
-            it.func.id == "range" and not it.keywords and 1 <= len(it.args) <= 2 and
-            not any(isinstance(a, gast.Starred) for a in it.args)):
-        return None
-    if len(it.args) == 1:
-        return gast.Constant(value=0, kind=None), it.args[0]
-    return it.args[0], it.args[1]
-
-
-def _assigned(nodes):
-    """The names the statements `nodes` bind anywhere inside them."""
-    out = set()
-    for stmt in nodes:
-        for node in gast.walk(stmt):
-            if isinstance(node, gast.Name) and isinstance(node.ctx, (gast.Store, gast.Del)):
-                out.add(node.id)
-    return out
-
-
 def _names_of(node):
     return {n.id for n in gast.walk(node) if isinstance(n, gast.Name)}
 
@@ -176,8 +154,8 @@ def _gathering_loop_after(block, k, target):
     for m in range(k + 1, len(block)):
         stmt = block[m]
         if isinstance(stmt, gast.For) and _gathers_into(stmt, target):
-            lo, hi = _bounds(stmt)
-            if _assigned(block[k + 1:m]) & _names_of(hi):
+            lo, hi = range_bounds(stmt)
+            if names_bound(block[k + 1:m]) & _names_of(hi):
                 return None
             return m
         if mentions(stmt, target):
@@ -188,10 +166,10 @@ def _gathering_loop_after(block, k, target):
 def _gathers_into(loop, target):
     """Whether `loop` is ``for j in range(...)`` whose first statement is ``X_j = X[j]``, last
     ``X[j] = X_j``, with X = `target` nowhere else and j never assigned in it."""
-    if loop.orelse or not isinstance(loop.target, gast.Name) or _bounds(loop) is None or \
+    if loop.orelse or not isinstance(loop.target, gast.Name) or range_bounds(loop) is None or \
             len(loop.body) < 2:
         return False
-    lo = _bounds(loop)[0]
+    lo = range_bounds(loop)[0]
     if not (isinstance(lo, gast.Constant) and type(lo.value) is int and lo.value >= 0):
         return False
     j = loop.target.id
@@ -204,7 +182,7 @@ def _gathers_into(loop, target):
             _is_entry(last.targets[0], target, j) and isinstance(last.value, gast.Name) and
             last.value.id == local):
         return False
-    if any(mentions(stmt, target) for stmt in loop.body[1:-1]) or j in _assigned(loop.body):
+    if any(mentions(stmt, target) for stmt in loop.body[1:-1]) or j in names_bound(loop.body):
         return False
     return not any(isinstance(n, (gast.Break, gast.Continue, gast.Return))
                    for stmt in loop.body for n in gast.walk(stmt))
@@ -255,7 +233,7 @@ def _reset_before(block, m, array):
     a, b = bounds
     if not (isinstance(a, gast.Constant) and type(a.value) is int and a.value >= 0):
         return None  # (a negative start zeroes entries at the far end)
-    changed = _assigned(block[r].body) | _assigned(block[r + 1:m]) | {block[r].target.id}
+    changed = names_bound(block[r].body) | names_bound(block[r + 1:m]) | {block[r].target.id}
     if (_names_of(a) | _names_of(b)) & changed:
         return None
     return [copy.deepcopy(a), copy.deepcopy(b)]
@@ -390,9 +368,9 @@ def _reset_bounds(loop, array):
     read or set to zero (``array[i] = 0.0``), or None."""
     if not isinstance(loop, gast.For) or loop.orelse or not isinstance(loop.target, gast.Name):
         return None
-    bounds = _bounds(loop)
+    bounds = range_bounds(loop)
     i = loop.target.id
-    if bounds is None or i in _assigned(loop.body) or array in _assigned(loop.body):
+    if bounds is None or i in names_bound(loop.body) or array in names_bound(loop.body):
         return None
     if any(isinstance(n, (gast.Break, gast.Continue, gast.Return))
            for stmt in loop.body for n in gast.walk(stmt)):

@@ -74,7 +74,7 @@ import copy
 import gast
 
 from .buffer_reuse import _bindings, _private
-from .emit import fresh_name, is_marker, name_node
+from .emit import fresh_name, is_marker, name_node, names_bound, range_bounds
 
 __all__ = ["ACCUMULATOR_HELPERS", "ACCUMULATOR_UNCOMPILED", "sum_invariant_updates"]
 
@@ -116,23 +116,6 @@ def sum_invariant_updates(fn, taken):
                     used |= {"zero_entry"} | ({"add_at"} if _calls_add_at(after) else set())
                 k += 1
     return used
-
-
-def _range_bounds(loop):
-    """(lo, hi) of ``for j in range(hi)`` / ``range(lo, hi)``, or None."""
-    it = loop.iter
-    if not (isinstance(it, gast.Call) and isinstance(it.func, gast.Name) and
-            it.func.id == "range" and not it.keywords and 1 <= len(it.args) <= 2 and
-            not any(isinstance(a, gast.Starred) for a in it.args)):
-        return None
-    if len(it.args) == 1:
-        return gast.Constant(value=0, kind=None), it.args[0]
-    return it.args[0], it.args[1]
-
-
-def _bound_names(statements):
-    return {n.id for stmt in statements for n in gast.walk(stmt)
-            if isinstance(n, gast.Name) and isinstance(n.ctx, (gast.Store, gast.Del))}
 
 
 def _positions(index):
@@ -183,12 +166,12 @@ def _adding_call(node):
 def _plan(loop, fn, params, bindings, parents, private):
     """{(array, index text): [index, [statements]]} for the updates of `loop` to sum in
     locals (empty when none may be)."""
-    bounds = _range_bounds(loop)
+    bounds = range_bounds(loop)
     if bounds is None or loop.orelse or not isinstance(loop.target, gast.Name) or \
             any(isinstance(n, gast.Return) for stmt in loop.body for n in gast.walk(stmt)):
         return {}
     index_name = loop.target.id
-    varying = _bound_names(loop.body) | {index_name}
+    varying = names_bound(loop.body) | {index_name}
     if any(isinstance(n, gast.Name) and n.id in varying for b in bounds for n in gast.walk(b)):
         return {}  # (the test after the loop reads the bounds again)
     found = {}
@@ -318,7 +301,7 @@ def _rewrite(loop, plan, taken):
             adds.append(gast.AugAssign(
                 target=gast.Subscript(value=name_node(array), slice=element, ctx=gast.Store()),
                 op=gast.Add(), value=name_node(local)))
-    lo, hi = _range_bounds(loop)
+    lo, hi = range_bounds(loop)
     ran = gast.Compare(left=copy.deepcopy(lo), ops=[gast.Lt()], comparators=[copy.deepcopy(hi)])
     return before, [gast.If(test=ran, body=adds, orelse=[])]
 

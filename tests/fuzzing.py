@@ -422,6 +422,8 @@ class _Generator:
         kinds.append("held_alias")
         if indent == "    " and self._names_of("M") and self._names_of("V"):
             kinds.append("glm")  # (a run of top-level statements: jit's row loop)
+        if indent == "    " and self._names_of("V"):  # (jit: codegen/gather_targets.py and
+            kinds += ["pair_loop", "time_steps"]    # codegen/invariant_accumulators.py)
         if indent == "    ":  # (refused inside loops and branches: a known limit)
             kinds.append("nested_tuple")
         kind = self.pick(kinds)
@@ -752,6 +754,47 @@ class _Generator:
                  f"{indent}{acc} = {reduce}({e}) / {matrix}.shape[0]"]
         self.bind(z, "U")
         self.bind(acc, "S")
+        return lines
+
+    def _stmt_pair_loop(self, indent):
+        """A sum over the pairs of a vector's entries, ``j`` after ``i`` or before it: the
+        gradient adds into the entry at ``i`` at every step of the loop over ``j``, which jit
+        sums in a local (codegen/invariant_accumulators.py)."""
+        acc, i, j = self.fresh("acc"), f"i{self.counter}", f"j{self.counter}"
+        vector = self.pick(self._names_of("V"))
+        inner = self.pick((f"range({i} + 1, {vector}.shape[0])", f"range({i})"))
+        saved = self.scope
+        self.scope = [e for e in saved if e[1] == "S"] + [
+            (f"{vector}[{i}]", "S", True), (f"{vector}[{j}]", "S", True),
+            (f"({vector}[{i}] - {vector}[{j}])", "S", True)]
+        body = self.expr("S", self.depth())
+        self.scope = saved
+        lines = [f"{indent}{acc} = 0.0", f"{indent}for {i} in range({vector}.shape[0]):",
+                 f"{indent}    for {j} in {inner}:",
+                 f"{indent}        {acc} = {acc} + {body}"]
+        self.bind(acc, "S")
+        return lines
+
+    def _stmt_time_steps(self, indent):
+        """Steps of an explicit scheme on a copy of a vector, its interior overwritten in
+        place each step (the heat equation's form): jit's reverse step fills a new adjoint
+        without zeroing it, adds the copy's adjoint only where the step did not overwrite,
+        and reuses the array of the step before last (codegen/gather_targets.py)."""
+        u, un, i = self.fresh("u"), self.fresh("un"), f"i{self.counter}"
+        vector = self.pick(self._names_of("V"))
+        steps = self.draw(st.integers(1, 3))
+        saved = self.scope
+        self.scope = [e for e in saved if e[1] == "S"] + [
+            (f"{u}[{i} - 1]", "S", True), (f"{u}[{i}]", "S", True), (f"{u}[{i} + 1]", "S", True)]
+        body = self.expr("S", self.depth())
+        self.scope = saved
+        copy_call = self.pick((f"{u}.copy()", f"np.copy({u})"))
+        lines = [f"{indent}{u} = np.copy({vector})", f"{indent}for _ in range({steps}):",
+                 f"{indent}    {un} = {copy_call}",
+                 f"{indent}    for {i} in range(1, {u}.shape[0] - 1):",
+                 f"{indent}        {un}[{i}] = {u}[{i}] + 0.1 * {body}",
+                 f"{indent}    {u} = {un}"]
+        self.bind(u, "V")
         return lines
 
     def _stmt_display_loop(self, indent):
