@@ -89,14 +89,9 @@ _INT_HELPERS = {"same_length", "slice_start", "slice_length"}
 def reuse_buffers(fn):
     """Rewrite `fn` (a gast FunctionDef, in place); returns the names of the helpers the
     rewritten statements call (empty when it calls none, changed or not)."""
-    if any(isinstance(n, (gast.FunctionDef, gast.Lambda)) and n is not fn for n in gast.walk(fn)):
+    if has_inner_functions(fn):
         return set()
-    params = {a.id for a in fn.args.args if isinstance(a, gast.Name)}
-    bindings = _bindings(fn)
-    parents = {}
-    for node in gast.walk(fn):
-        for child in gast.iter_child_nodes(node):
-            parents[id(child)] = node
+    params, bindings, parents = privacy_context(fn)
     used = set()
     placeholders = {}  # id(top-level loop) -> names bound before it
     private = {}
@@ -422,6 +417,23 @@ def _read_keeps_nothing(node, parents, vector):
     if isinstance(parent, gast.Assign) and parent.value is node:
         return all(isinstance(t, gast.Subscript) for t in parent.targets)
     return False
+
+
+def has_inner_functions(fn):
+    """Whether `fn` defines a function or lambda inside it (which could hold any array: the
+    privacy checks refuse such functions)."""
+    return any(isinstance(n, (gast.FunctionDef, gast.Lambda)) and n is not fn
+               for n in gast.walk(fn))
+
+
+def privacy_context(fn):
+    """(parameters, bindings, parents) of `fn`: what :func:`_private` reads."""
+    params = {a.id for a in fn.args.args if isinstance(a, gast.Name)}
+    parents = {}
+    for node in gast.walk(fn):
+        for child in gast.iter_child_nodes(node):
+            parents[id(child)] = node
+    return params, _bindings(fn), parents
 
 
 def _call(func, args):

@@ -1139,8 +1139,8 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
             # an in-place stencil's reverse step: its new adjoint not zeroed first, the
             # copy's adjoint without the entries the step zeroed (gather_targets)
             used = fill_gather_targets(fn) | ({"add_outside"} if skip_reset_entries(fn) else set())
-            if used and reuse_previous_steps(fn, module.taken):
-                used.add("zeros_outside_reusing")
+            if used:
+                reuse_previous_steps(fn, module.taken)  # (zeros_outside given a spare)
             if used:
                 module.generated.update({n: GATHER_HELPERS[n] for n in used})
                 module.uncompiled |= GATHER_UNCOMPILED

@@ -244,3 +244,19 @@ def names_bound(statements):
     return {n.id for stmt in statements for n in gast.walk(stmt)
             if isinstance(n, gast.Name) and isinstance(n.ctx, (gast.Store, gast.Del))}
 
+
+def statement_blocks(fn):
+    """Every statement list of `fn`: its body and the bodies (and else blocks) of its loops
+    and branches, outer ones first; a pass may rewrite a list in place while walking them.
+
+    >>> fn = gast.parse("def f(x):\\n    for i in x:\\n        if i:\\n            pass").body[0]
+    >>> [len(block) for block in statement_blocks(fn)]
+    [1, 1, 0, 1, 0]
+    """
+    for owner in [fn] + [n for n in gast.walk(fn) if isinstance(n, (gast.For, gast.While,
+                                                                     gast.If))]:
+        for field in ("body", "orelse"):
+            block = getattr(owner, field, None)
+            if isinstance(block, list):
+                yield block
+

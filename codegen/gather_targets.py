@@ -19,7 +19,7 @@ Each step makes a new array, zeroes it and reads the zeros back one by one, then
 over both arrays again to add zeros but at the two ends. :func:`fill_gather_targets`,
 :func:`skip_reset_entries` and :func:`reuse_previous_steps` write it::
 
-    u_bar = zeros_outside_reusing(u_bar_spare, u_bar_reusable, u, 0, n)
+    u_bar = zeros_outside(u, 0, n, u_bar_spare, u_bar_reusable)
     for j in range(0, n):
         u_bar_j = gather_start(u_bar, j)
         ...
@@ -34,10 +34,11 @@ over both arrays again to add zeros but at the two ends. :func:`fill_gather_targ
 In plain Python the helpers are what they replace (``np.zeros_like``, ``a[j]``, the add, less
 the entries known to be zero). Under Numba, for a vector, ``zeros_outside`` leaves the entries
 ``lo..hi-1`` unset (the loop writes each before anything reads it), ``gather_start`` is
-``0.0``, and ``zeros_outside_reusing`` fills the array of the step before last instead of a
-new one. Measured on the 1-D heat equation, 1,000 points x 500 steps (jit(grad), interleaved
-runs, medians of 50 calls, 2026-11-28): 557-570 us before, 475-485 us without the zeroing and
-the add, 442-471 us (best of several rounds) with the reuse as well; the primal 139-142 us.
+``0.0``, and ``zeros_outside`` given a spare that may be reused fills the array of the step
+before last instead of a new one. Measured on the 1-D heat equation, 1,000 points x 500 steps
+(jit(grad), interleaved runs, medians of 50 calls, 2026-11-28): 557-570 us before, 475-485 us
+without the zeroing and the add, 442-471 us (best of several rounds) with the reuse as well;
+the primal 139-142 us.
 
 :func:`fill_gather_targets` applies to ``X = np.zeros_like(Y)``; then statements that do not
 mention ``X`` nor assign a name of the loop's end; then ``for j in range(lo, hi)`` (step 1,
@@ -94,7 +95,7 @@ import copy
 
 import gast
 
-from .emit import is_marker, mentions, name_node, names_bound, range_bounds
+from .emit import is_marker, mentions, name_node, names_bound, range_bounds, statement_blocks
 from .param_writes import dotted_name
 
 __all__ = ["fill_gather_targets", "reuse_previous_steps", "skip_reset_entries",
@@ -105,12 +106,8 @@ def fill_gather_targets(fn):
     """Rewrite `fn` (a gast FunctionDef, in place); returns the names of the helpers it
     now calls (empty when nothing was rewritten)."""
     used = set()
-    for owner in [fn] + [n for n in gast.walk(fn) if isinstance(n, (gast.For, gast.While,
-                                                                     gast.If))]:
-        for field in ("body", "orelse"):
-            block = getattr(owner, field, None)
-            if isinstance(block, list):
-                used |= _rewrite_block(block)
+    for block in statement_blocks(fn):
+        used |= _rewrite_block(block)
     return used
 
 
@@ -200,21 +197,16 @@ def skip_reset_entries(fn):
     its range(a, b), with nothing mentioning Z in between, becomes ``add_outside(X, Z, a, b)``;
     returns whether any statement was rewritten."""
     changed = False
-    for owner in [fn] + [n for n in gast.walk(fn) if isinstance(n, (gast.For, gast.While,
-                                                                     gast.If))]:
-        for field in ("body", "orelse"):
-            block = getattr(owner, field, None)
-            if not isinstance(block, list):
+    for block in statement_blocks(fn):
+        for m, stmt in enumerate(block):
+            added = _added_name(stmt)
+            if added is None:
                 continue
-            for m, stmt in enumerate(block):
-                added = _added_name(stmt)
-                if added is None:
-                    continue
-                bounds = _reset_before(block, m, added)
-                if bounds is not None:
-                    block[m] = gast.Expr(value=_call("add_outside", [
-                        name_node(stmt.target.id), name_node(added)] + bounds))
-                    changed = True
+            bounds = _reset_before(block, m, added)
+            if bounds is not None:
+                block[m] = gast.Expr(value=_call("add_outside", [
+                    name_node(stmt.target.id), name_node(added)] + bounds))
+                changed = True
     return changed
 
 
@@ -242,26 +234,21 @@ def _reset_before(block, m, array):
 def reuse_previous_steps(fn, taken):
     """Rewrite `fn` in place: in a loop whose body binds ``A = X`` and later ``X =
     zeros_outside(...)``, the array A held in the step before last (dead by then) is passed to
-    ``zeros_outside_reusing`` to be filled again; returns whether any loop was rewritten.
+    ``zeros_outside`` to be filled again; returns whether any loop was rewritten.
     `taken` (a set of names, updated) keeps the three new names apart."""
     changed = False
-    for owner in [fn] + [n for n in gast.walk(fn) if isinstance(n, (gast.For, gast.While,
-                                                                     gast.If))]:
-        for field in ("body", "orelse"):
-            block = getattr(owner, field, None)
-            if not isinstance(block, list):
-                continue
-            k = 0
-            while k < len(block):
-                found = _step_pair(block, k) if isinstance(block[k], gast.For) else None
-                if found is not None:
-                    at = k  # (before the loop's comment, which stays on the loop)
-                    while at > 0 and is_marker(block[at - 1]):
-                        at -= 1
-                    block[at:at] = _reuse_step(block[k], *found, taken)
-                    k += 3
-                    changed = True
-                k += 1
+    for block in statement_blocks(fn):
+        k = 0
+        while k < len(block):
+            found = _step_pair(block, k) if isinstance(block[k], gast.For) else None
+            if found is not None:
+                at = k  # (before the loop's comment, which stays on the loop)
+                while at > 0 and is_marker(block[at - 1]):
+                    at -= 1
+                block[at:at] = _reuse_step(block[k], *found, taken)
+                k += 3
+                changed = True
+            k += 1
     return changed
 
 
@@ -273,9 +260,10 @@ def _step_pair(block, k):
     the helper reuses vectors only); None otherwise."""
     loop = block[k]
     body = loop.body
-    if loop.orelse or any(isinstance(n, (gast.Break, gast.Continue, gast.Return))
+    if loop.orelse or any(isinstance(n, (gast.Break, gast.Continue, gast.Return,
+                                         gast.FunctionDef, gast.Lambda))
                           for stmt in body for n in gast.walk(stmt)):
-        return None
+        return None  # (a function defined in the loop could hold either array)
     stores = {}
     for stmt in [loop.target] + body:
         for node in gast.walk(stmt):
@@ -341,8 +329,8 @@ def _reuse_step(loop, alias, array, q, taken):
                                 for end in ("spare", "reusable", "started"))
     taken |= {spare, reusable, started}
     call = loop.body[q].value
-    loop.body[q].value = _call("zeros_outside_reusing",
-                               [name_node(spare), name_node(reusable)] + call.args)
+    loop.body[q].value = _call("zeros_outside", call.args[:3] + [name_node(spare),
+                                                                 name_node(reusable)])
 
     def assign(target, value):
         return gast.Assign(targets=[name_node(target, gast.Store())], value=value,
@@ -399,54 +387,36 @@ def _call(func, args):
 
 #: The helpers (plain forms and Numba overloads), written into a module that calls them.
 GATHER_HELPERS = {"zeros_outside": '''\
-def zeros_outside(like, lo, hi):
-    """np.zeros_like(like), whose entries lo..hi-1 the caller writes before reading them."""
+def zeros_outside(like, lo, hi, spare=None, reusable=False):
+    """np.zeros_like(like), whose entries lo..hi-1 the caller writes before reading them;
+    made in the array `spare` when `reusable` says nothing can read it any more (plain
+    Python: always a new array)."""
     return np.zeros_like(like)
 
 
 @numba.extending.overload(zeros_outside, jit_options={'error_model': 'numpy'})
-def zeros_outside_numba(like, lo, hi):
+def zeros_outside_numba(like, lo, hi, spare=None, reusable=False):
     """How Numba compiles zeros_outside: for a vector, entries lo..hi-1 are left unset (the
-    caller's loop writes each first), the rest zeroed; np.zeros_like otherwise."""
-    if isinstance(like, numba.types.Array) and like.ndim == 1:
-        def around(like, lo, hi):
+    caller's loop writes each first), the rest zeroed, in `spare` when it is reusable, a
+    C-order vector of like's dtype and of like's length (else a new array); np.zeros_like
+    otherwise."""
+    if not (isinstance(like, numba.types.Array) and like.ndim == 1):
+        return lambda like, lo, hi, spare=None, reusable=False: np.zeros_like(like)
+    can_reuse = isinstance(spare, numba.types.Array) and spare.ndim == 1 and \\
+        spare.layout == "C" and spare.dtype == like.dtype
+
+    def around(like, lo, hi, spare=None, reusable=False):
+        if can_reuse and reusable and spare.shape[0] == like.shape[0]:
+            out = spare
+        else:
             out = np.empty_like(like)
-            if 0 <= lo <= hi <= out.shape[0]:
-                out[:lo] = 0
-                out[hi:] = 0
-            else:
-                out[:] = 0
-            return out
-        return around
-    return lambda like, lo, hi: np.zeros_like(like)
-''', "zeros_outside_reusing": '''\
-def zeros_outside_reusing(spare, reusable, like, lo, hi):
-    """zeros_outside(like, lo, hi), in the array `spare` when `reusable` says nothing can read
-    it any more (plain Python: always a new array)."""
-    return np.zeros_like(like)
-
-
-@numba.extending.overload(zeros_outside_reusing, jit_options={'error_model': 'numpy'})
-def zeros_outside_reusing_numba(spare, reusable, like, lo, hi):
-    """How Numba compiles zeros_outside_reusing: for a vector `like` and a C-order
-    `spare` of its dtype, `spare` itself when reusable and of like's length (else a new array),
-    zeroed outside lo..hi-1 as zeros_outside does; np.zeros_like otherwise."""
-    if isinstance(like, numba.types.Array) and like.ndim == 1 and \\
-            isinstance(spare, numba.types.Array) and spare.ndim == 1 and \\
-            spare.layout == "C" and spare.dtype == like.dtype:
-        def around(spare, reusable, like, lo, hi):
-            if reusable and spare.shape[0] == like.shape[0]:
-                out = spare
-            else:
-                out = np.empty_like(like)
-            if 0 <= lo <= hi <= out.shape[0]:
-                out[:lo] = 0
-                out[hi:] = 0
-            else:
-                out[:] = 0
-            return out
-        return around
-    return lambda spare, reusable, like, lo, hi: np.zeros_like(like)
+        if 0 <= lo <= hi <= out.shape[0]:
+            out[:lo] = 0
+            out[hi:] = 0
+        else:
+            out[:] = 0
+        return out
+    return around
 ''', "gather_start": '''\
 def gather_start(a, j):
     """`a[j]` of an array made by zeros_outside: the value a gathering loop starts from."""
@@ -472,6 +442,5 @@ def add_outside(a, b, lo, hi):
     a[:start] += b[:start]
     a[stop:] += b[stop:]
 '''}
-GATHER_UNCOMPILED = frozenset({"zeros_outside", "zeros_outside_numba", "zeros_outside_reusing",
-                               "zeros_outside_reusing_numba", "gather_start",
+GATHER_UNCOMPILED = frozenset({"zeros_outside", "zeros_outside_numba", "gather_start",
                                "gather_start_numba"})

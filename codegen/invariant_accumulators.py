@@ -73,8 +73,15 @@ import copy
 
 import gast
 
-from .buffer_reuse import _bindings, _private
-from .emit import fresh_name, is_marker, name_node, names_bound, range_bounds
+from .buffer_reuse import _private, has_inner_functions, privacy_context
+from .emit import (
+    fresh_name,
+    is_marker,
+    name_node,
+    names_bound,
+    range_bounds,
+    statement_blocks,
+)
 
 __all__ = ["ACCUMULATOR_HELPERS", "ACCUMULATOR_UNCOMPILED", "sum_invariant_updates"]
 
@@ -86,35 +93,27 @@ def sum_invariant_updates(fn, taken):
     statements call (``zero_entry``, :data:`ACCUMULATOR_HELPERS`, and ``add_at`` when the
     loop added with it), empty when no loop was rewritten. `taken` (a set of names, updated)
     keeps the new locals' names apart."""
-    params = {a.id for a in fn.args.args if isinstance(a, gast.Name)}
-    bindings = _bindings(fn)
-    parents = {}
-    for node in gast.walk(fn):
-        for child in gast.iter_child_nodes(node):
-            parents[id(child)] = node
+    if has_inner_functions(fn):
+        return set()
+    params, bindings, parents = privacy_context(fn)
     private = {}
     used = set()
-    for owner in [fn] + [n for n in gast.walk(fn) if isinstance(n, (gast.For, gast.While,
-                                                                     gast.If))]:
-        for field in ("body", "orelse"):
-            block = getattr(owner, field, None)
-            if not isinstance(block, list):
-                continue
-            k = 0
-            while k < len(block):
-                loop = block[k]
-                plan = _plan(loop, fn, params, bindings, parents, private) \
-                    if isinstance(loop, gast.For) else None
-                if plan:
-                    before, after = _rewrite(loop, plan, taken)
-                    at = k  # (before the loop's comment, which stays on the loop)
-                    while at > 0 and is_marker(block[at - 1]):
-                        at -= 1
-                    block[k + 1:k + 1] = after
-                    block[at:at] = before
-                    k += len(before) + len(after)
-                    used |= {"zero_entry"} | ({"add_at"} if _calls_add_at(after) else set())
-                k += 1
+    for block in statement_blocks(fn):
+        k = 0
+        while k < len(block):
+            loop = block[k]
+            plan = _plan(loop, fn, params, bindings, parents, private) \
+                if isinstance(loop, gast.For) else None
+            if plan:
+                before, after = _rewrite(loop, plan, taken)
+                at = k  # (before the loop's comment, which stays on the loop)
+                while at > 0 and is_marker(block[at - 1]):
+                    at -= 1
+                block[k + 1:k + 1] = after
+                block[at:at] = before
+                k += len(before) + len(after)
+                used |= {"zero_entry"} | ({"add_at"} if _calls_add_at(after) else set())
+            k += 1
     return used
 
 

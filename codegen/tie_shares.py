@@ -41,7 +41,7 @@ import copy
 
 import gast
 
-from .buffer_reuse import _bindings, _private
+from .buffer_reuse import _private, privacy_context
 from .emit import name_node
 from .param_writes import dotted_name
 
@@ -109,12 +109,8 @@ def share_ties_in_place(fn):
 
 
 def _still_private(fn, target):
-    params = {a.id for a in fn.args.args if isinstance(a, gast.Name)}
-    parents = {}
-    for node in gast.walk(fn):
-        for child in gast.iter_child_nodes(node):
-            parents[id(child)] = node
-    return _private(fn, target, params, _bindings(fn), parents)
+    params, bindings, parents = privacy_context(fn)
+    return _private(fn, target, params, bindings, parents)
 
 
 #: The helper (its plain form and its Numba overload), written into a module that calls it.

@@ -527,6 +527,15 @@ class _Generator:
         self.bind(name, shape)
         return lines
 
+    def _number_over(self, elements):
+        """A number made from the scope's numbers and `elements` (entries read in a loop)."""
+        saved = self.scope
+        self.scope = [e for e in saved if e[1] == "S"] + elements
+        try:
+            return self.expr("S", self.depth())
+        finally:
+            self.scope = saved
+
     def _stmt_stencil_loop(self, indent):
         """``y[i] = f(x[i - 1], x[i], x[i + 1], ...)`` over the interior (or one side, or
         counting down): neighbours at fixed offsets, whose adjoint is written in gather
@@ -548,10 +557,7 @@ class _Generator:
                 for k in offsets:
                     at = i if k == 0 else f"{i} {'+' if k > 0 else '-'} {abs(k)}"
                     elements.append((f"{text}[{at}]", "S", True))
-        saved = self.scope
-        self.scope = [e for e in saved if e[1] == "S"] + elements
-        body = self.expr("S", self.depth())
-        self.scope = saved
+        body = self._number_over(elements)
         op = self.pick(("=", "+="))
         lines.append(f"{indent}for {i} in range({bounds}):")
         lines.append(f"{indent}    {name}[{i}] {op} {body}")
@@ -763,12 +769,8 @@ class _Generator:
         acc, i, j = self.fresh("acc"), f"i{self.counter}", f"j{self.counter}"
         vector = self.pick(self._names_of("V"))
         inner = self.pick((f"range({i} + 1, {vector}.shape[0])", f"range({i})"))
-        saved = self.scope
-        self.scope = [e for e in saved if e[1] == "S"] + [
-            (f"{vector}[{i}]", "S", True), (f"{vector}[{j}]", "S", True),
-            (f"({vector}[{i}] - {vector}[{j}])", "S", True)]
-        body = self.expr("S", self.depth())
-        self.scope = saved
+        body = self._number_over([(f"{vector}[{i}]", "S", True), (f"{vector}[{j}]", "S", True),
+                                  (f"({vector}[{i}] - {vector}[{j}])", "S", True)])
         lines = [f"{indent}{acc} = 0.0", f"{indent}for {i} in range({vector}.shape[0]):",
                  f"{indent}    for {j} in {inner}:",
                  f"{indent}        {acc} = {acc} + {body}"]
@@ -783,11 +785,8 @@ class _Generator:
         u, un, i = self.fresh("u"), self.fresh("un"), f"i{self.counter}"
         vector = self.pick(self._names_of("V"))
         steps = self.draw(st.integers(1, 3))
-        saved = self.scope
-        self.scope = [e for e in saved if e[1] == "S"] + [
-            (f"{u}[{i} - 1]", "S", True), (f"{u}[{i}]", "S", True), (f"{u}[{i} + 1]", "S", True)]
-        body = self.expr("S", self.depth())
-        self.scope = saved
+        body = self._number_over([(f"{u}[{i} - 1]", "S", True), (f"{u}[{i}]", "S", True),
+                                  (f"{u}[{i} + 1]", "S", True)])
         copy_call = self.pick((f"{u}.copy()", f"np.copy({u})"))
         lines = [f"{indent}{u} = np.copy({vector})", f"{indent}for _ in range({steps}):",
                  f"{indent}    {un} = {copy_call}",
