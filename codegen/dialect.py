@@ -1141,7 +1141,6 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
             used = fill_gather_targets(fn) | ({"add_outside"} if skip_reset_entries(fn) else set())
             if used:
                 reuse_previous_steps(fn, module.taken)  # (zeros_outside given a spare)
-            if used:
                 module.generated.update({n: GATHER_HELPERS[n] for n in used})
                 module.uncompiled |= GATHER_UNCOMPILED
             read_rows_in_place(fn, module.taken)  # a tape's rows as row numbers (tape_rows)
