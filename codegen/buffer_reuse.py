@@ -62,7 +62,7 @@ import copy
 
 import gast
 
-from .emit import dotted_node, mentions, name_node
+from .emit import dotted_node, mentions, name_node, parent_map
 from .fused_updates import ADD_HELPERS
 from .param_writes import dotted_name
 
@@ -429,11 +429,7 @@ def has_inner_functions(fn):
 def privacy_context(fn):
     """(parameters, bindings, parents) of `fn`: what :func:`_private` reads."""
     params = {a.id for a in fn.args.args if isinstance(a, gast.Name)}
-    parents = {}
-    for node in gast.walk(fn):
-        for child in gast.iter_child_nodes(node):
-            parents[id(child)] = node
-    return params, _bindings(fn), parents
+    return params, _bindings(fn), parent_map([fn])
 
 
 def _call(func, args):

@@ -260,3 +260,20 @@ def statement_blocks(fn):
             if isinstance(block, list):
                 yield block
 
+
+def parent_map(nodes):
+    """{id(node): its parent} for every node under the trees `nodes` (a tree's root has
+    none).
+
+    >>> tree = gast.parse("y = x + 1")
+    >>> assign = tree.body[0]
+    >>> parent_map([tree])[id(assign.value)] is assign
+    True
+    """
+    parents = {}
+    for root in nodes:
+        for node in gast.walk(root):
+            for child in gast.iter_child_nodes(node):
+                parents[id(child)] = node
+    return parents
+

@@ -880,7 +880,7 @@ def vector_positions(run, vectors):
         return tuple(sorted(found))
     for target, _, operands, _ in run.stmts:
         deps[target] = set().union(*(positions(op) for op in operands))
-        if target in getattr(run, "rowsums", ()):
+        if target in run.rowsums:
             deps[target].add(-1)
     return positions, deps
 

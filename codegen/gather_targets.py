@@ -95,7 +95,17 @@ import copy
 
 import gast
 
-from .emit import is_marker, mentions, name_node, names_bound, range_bounds, statement_blocks
+from .buffer_reuse import _read_keeps_nothing
+from .emit import (
+    fresh_name,
+    is_marker,
+    mentions,
+    name_node,
+    names_bound,
+    parent_map,
+    range_bounds,
+    statement_blocks,
+)
 from .param_writes import dotted_name
 
 __all__ = ["fill_gather_targets", "reuse_previous_steps", "skip_reset_entries",
@@ -245,8 +255,9 @@ def reuse_previous_steps(fn, taken):
                 at = k  # (before the loop's comment, which stays on the loop)
                 while at > 0 and is_marker(block[at - 1]):
                     at -= 1
-                block[at:at] = _reuse_step(block[k], *found, taken)
-                k += 3
+                before = _reuse_step(block[k], *found, taken)
+                block[at:at] = before
+                k += len(before)
                 changed = True
             k += 1
     return changed
@@ -299,12 +310,7 @@ def _bound_before(statements, array):
 
 
 def _reads_keep_nothing(body, names, skip):
-    from .buffer_reuse import _read_keeps_nothing
-    parents = {}
-    for stmt in body:
-        for node in gast.walk(stmt):
-            for child in gast.iter_child_nodes(node):
-                parents[id(child)] = node
+    parents = parent_map(body)
     for stmt in body:
         for node in gast.walk(stmt):
             if not (isinstance(node, gast.Name) and node.id in names and
@@ -324,7 +330,6 @@ _NOT_KEEPING = {"gather_start", "add_outside", "zeros_outside"}
 
 def _reuse_step(loop, alias, array, q, taken):
     """The statements to put before `loop`; rewrites its body in place."""
-    from .emit import fresh_name
     spare, reusable, started = (fresh_name(f"{array}_{end}", taken)
                                 for end in ("spare", "reusable", "started"))
     taken |= {spare, reusable, started}

@@ -73,20 +73,18 @@ import copy
 
 import gast
 
-from .buffer_reuse import _private, has_inner_functions, privacy_context
+from .buffer_reuse import _SHAPE_ATTRS, _private, has_inner_functions, privacy_context
 from .emit import (
     fresh_name,
     is_marker,
     name_node,
     names_bound,
+    parent_map,
     range_bounds,
     statement_blocks,
 )
 
 __all__ = ["ACCUMULATOR_HELPERS", "ACCUMULATOR_UNCOMPILED", "sum_invariant_updates"]
-
-_SHAPE_ATTRS = {"shape", "size", "ndim", "dtype"}
-
 
 def sum_invariant_updates(fn, taken):
     """Rewrite `fn` (a gast FunctionDef, in place); returns the names of the helpers the new
@@ -105,14 +103,14 @@ def sum_invariant_updates(fn, taken):
             plan = _plan(loop, fn, params, bindings, parents, private) \
                 if isinstance(loop, gast.For) else None
             if plan:
-                before, after = _rewrite(loop, plan, taken)
+                before, after, helpers = _rewrite(loop, plan, taken)
                 at = k  # (before the loop's comment, which stays on the loop)
                 while at > 0 and is_marker(block[at - 1]):
                     at -= 1
                 block[k + 1:k + 1] = after
                 block[at:at] = before
                 k += len(before) + len(after)
-                used |= {"zero_entry"} | ({"add_at"} if _calls_add_at(after) else set())
+                used |= helpers
             k += 1
     return used
 
@@ -133,12 +131,14 @@ _ADDING_CALLS = {"add_at": gast.Add, "subtract_at": gast.Sub}
 
 
 def _update(stmt):
-    """(array, index, op, term) of ``A[P] += e``, ``A[P] -= e``, ``A[P] = A[P] + e`` (or
-    ``- e``), ``add_at(A, P, e)`` or ``subtract_at(A, P, e)``, or None."""
+    """(array, index, op, term, names) of ``A[P] += e``, ``A[P] -= e``, ``A[P] = A[P] + e``
+    (or ``- e``), ``add_at(A, P, e)`` or ``subtract_at(A, P, e)``, `names` the update's own
+    Name nodes of A; or None."""
     if isinstance(stmt, gast.AugAssign) and isinstance(stmt.op, (gast.Add, gast.Sub)) and \
             isinstance(stmt.target, gast.Subscript) and \
             isinstance(stmt.target.value, gast.Name):
-        return stmt.target.value.id, stmt.target.slice, stmt.op, stmt.value
+        return (stmt.target.value.id, stmt.target.slice, stmt.op, stmt.value,
+                [stmt.target.value])
     if isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and \
             isinstance(stmt.targets[0], gast.Subscript) and \
             isinstance(stmt.targets[0].value, gast.Name) and \
@@ -146,10 +146,12 @@ def _update(stmt):
             and isinstance(stmt.value.left, gast.Subscript) and \
             gast.dump(stmt.value.left) == gast.dump(gast.Subscript(
                 value=stmt.targets[0].value, slice=stmt.targets[0].slice, ctx=gast.Load())):
-        return stmt.targets[0].value.id, stmt.targets[0].slice, stmt.value.op, stmt.value.right
+        return (stmt.targets[0].value.id, stmt.targets[0].slice, stmt.value.op,
+                stmt.value.right, [stmt.targets[0].value, stmt.value.left.value])
     call = _adding_call(stmt.value) if isinstance(stmt, gast.Expr) else None
     if call is not None:
-        return call.args[0].id, call.args[1], _ADDING_CALLS[call.func.id](), call.args[2]
+        return (call.args[0].id, call.args[1], _ADDING_CALLS[call.func.id](), call.args[2],
+                [call.args[0]])
     return None
 
 
@@ -199,19 +201,8 @@ def _plan(loop, fn, params, bindings, parents, private):
 def _only_other_elements(loop, array, index, statements, bounds):
     """Whether every mention of `array` in the loop but `statements` is its shape or an element
     that cannot be ``array[index]``."""
-    own = set()
-    for stmt in statements:
-        if isinstance(stmt, gast.AugAssign):
-            own.add(id(stmt.target.value))
-        elif isinstance(stmt, gast.Assign):  # A[P] = A[P] + e
-            own |= {id(stmt.targets[0].value), id(stmt.value.left.value)}
-        else:
-            own.add(id(stmt.value.args[0]))
-    parents = {}
-    for stmt in loop.body:
-        for node in gast.walk(stmt):
-            for child in gast.iter_child_nodes(node):
-                parents[id(child)] = node
+    own = {id(name) for stmt in statements for name in _update(stmt)[4]}
+    parents = parent_map(loop.body)
     for stmt in loop.body:
         for node in gast.walk(stmt):
             if not (isinstance(node, gast.Name) and node.id == array) or id(node) in own:
@@ -279,8 +270,9 @@ def _local_name(array, index, taken):
 
 
 def _rewrite(loop, plan, taken):
-    """The statements before and after `loop` (its body rewritten in place)."""
-    before, adds = [], []
+    """The statements before and after `loop` (its body rewritten in place), and the names of
+    the helpers they call."""
+    before, adds, helpers = [], [], {"zero_entry"}
     for (array, _), (index, statements) in plan.items():
         local = _local_name(array, index, taken)
         before.append(gast.Assign(targets=[name_node(local, gast.Store())], value=gast.Call(
@@ -288,12 +280,13 @@ def _rewrite(loop, plan, taken):
             keywords=[]), type_comment=None))
         calls = any(isinstance(stmt, gast.Expr) for stmt in statements)
         for stmt in statements:
-            _, _, op, term = _update(stmt)
+            _, _, op, term, _ = _update(stmt)
             at = next(k for k, s in enumerate(loop.body) if s is stmt)
             loop.body[at] = gast.AugAssign(target=name_node(local, gast.Store()), op=op,
                                            value=term)
         element = copy.deepcopy(index)
         if calls:  # add_at adds a row into a matrix, as the loop's calls did
+            helpers.add("add_at")
             adds.append(gast.Expr(value=gast.Call(func=name_node("add_at"), args=[
                 name_node(array), element, name_node(local)], keywords=[])))
         else:
@@ -302,12 +295,7 @@ def _rewrite(loop, plan, taken):
                 op=gast.Add(), value=name_node(local)))
     lo, hi = range_bounds(loop)
     ran = gast.Compare(left=copy.deepcopy(lo), ops=[gast.Lt()], comparators=[copy.deepcopy(hi)])
-    return before, [gast.If(test=ran, body=adds, orelse=[])]
-
-
-def _calls_add_at(statements):
-    return any(isinstance(n, gast.Call) and isinstance(n.func, gast.Name) and
-               n.func.id == "add_at" for stmt in statements for n in gast.walk(stmt))
+    return before, [gast.If(test=ran, body=adds, orelse=[])], helpers
 
 
 #: The helper (its plain form and its Numba overload), written into a module that calls it.
