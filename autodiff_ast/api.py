@@ -22,6 +22,7 @@ import inspect
 import linecache
 import os
 import sys
+import threading
 from types import FunctionType
 
 import numpy as np
@@ -39,6 +40,7 @@ from .errors import (
 )
 from .naming import sanitize
 from .nesting import code_to_transform, writing_code_to_transform
+from .output_lists import lists_of, restore_lists, split_aux, tuple_spec
 
 # The front end and the passes (frontend, build, normalize, rules) are imported where they are
 # used: a process whose compiled modules are all cached (autodiff_ast.jit) never needs them.
@@ -222,15 +224,32 @@ def _annotating(call):
     @functools.wraps(call)
     def wrapper(self, *args, **kwargs):
         self._in_call = getattr(self, "_in_call", 0) + 1
+        depth = getattr(_CALLS, "depth", 0)
+        _CALLS.depth = depth + 1
         try:
-            return call(self, *args, **kwargs)
+            result = call(self, *args, **kwargs)
         except Exception as exc:
             debug.annotate(exc)
             raise
         finally:
             self._in_call -= 1
+            _CALLS.depth = depth
+        if depth or type(result) is not tuple:  # (only a tuple can stand for a list; the
+            return result                        # source is not read for anything else)
+        lists = self.output_lists()
+        return result if lists is None else restore_lists(result, lists)
     wrapper.annotates = True
     return wrapper
+
+
+#: How many transformed calls this thread is inside: only the outermost puts back the lists
+#: the user's function returns (inner calls, made by the library, get the generated tuples).
+_CALLS = threading.local()
+
+
+def outermost_call():
+    """Whether no transformed function's call is running in this thread."""
+    return not getattr(_CALLS, "depth", 0)
 
 
 #: Transformations that take debug_nans (the global config applies to these).
@@ -281,6 +300,11 @@ class _Transformed:
     def function_for(self, specs):
         """The generated entry function for argument specs (flat leaves only)."""
         raise NotImplementedError
+
+    def output_lists(self):
+        """Which parts of a call's result are lists (a spec of autodiff_ast/output_lists.py):
+        the generated code returns them as tuples, and the call rebuilds them."""
+        return None
 
     def _python_function(self, specs):
         if self.py_fun is not None:
@@ -415,6 +439,13 @@ class _ReverseTransform(_Transformed):
         _, argnums = self._argnums(len(specs), specs)
         generated, module = self._generate(specs, argnums)
         return getattr(module, generated.entry)
+
+    def output_lists(self):
+        if not self.has_aux:
+            return None  # gradients come back in the structure of the arguments
+        aux = split_aux(lists_of(self.fun))[1]
+        return tuple_spec(tuple_spec(None, aux), None) if self.with_value else \
+            tuple_spec(None, aux)
 
     def one_tuple_output(self, specs):
         """Whether a call returns a 1-tuple (``argnums=(0,)``) that the generated entry
@@ -645,6 +676,13 @@ class _VjpBuilder(_Transformed):
     def __init__(self, fun, has_aux=False):
         super().__init__(fun)
         self.has_aux = has_aux
+
+    def output_lists(self):
+        spec = lists_of(self.fun)
+        if self.has_aux:
+            out, aux = split_aux(spec)
+            return tuple_spec(out, None, aux)
+        return tuple_spec(spec, None)
 
     def __call__(self, *primals):
         if FlatView.applies(self.fun, primals):

@@ -57,6 +57,7 @@ from .errors import AutodiffError
 from .frontend import parse_function
 from .nesting import code_to_transform
 from .normalize import Program, Static, TreeSpec, atom_type, normalize_into, spec_of
+from .output_lists import lists_of
 from .rules import batching as R
 from .templates import assign, fill, name
 
@@ -415,6 +416,9 @@ class _Vmapped(_Transformed):
             options = _options_text(self.in_axes, self.out_axes)
             return build_vmap(target, leaf_axes, self.out_axes, axis_size_param, options)
         return self._module_for(key, build)
+
+    def output_lists(self):
+        return lists_of(self.fun)
 
     def __call__(self, *args, **kwargs):
         names, values = _bind(self._signature_function(), args, kwargs, "vmap")

@@ -20,6 +20,7 @@ def jvp_f(x, x_dot):
 
 from __future__ import annotations
 
+import copy
 import os
 
 import gast
@@ -159,11 +160,20 @@ def build_linearize(fn, specs, standalone_module=None):
     tangent = [s for s in block if getattr(s, "tangent", False)]
     # A helper's tangent function computes its primal too: the forward function calls the
     # helper itself, the linear map calls its tangent function again.
-    primal = [getattr(s, "primal", None) or s for s in block
-              if not getattr(s, "tangent", False) or getattr(s, "primal", None) is not None]
     dot_out = returns[1]
+    if any(not getattr(s, "tangent", False) and _holds_tangent(s) for s in block):
+        # A branch or loop holding tangent statements: they read the primal values of their
+        # own step or branch, which one set of residuals cannot keep. The linear map runs
+        # the whole tangent sweep from the primal inputs (correct, not cheaper than jvp);
+        # the forward function is a copy (tidying it must not change the map's statements).
+        tangent = block
+        primal = _primal_part(_fresh_tree(block))
+    else:
+        primal = _primal_part(block)
     needed = free_names(tangent + [gast.Expr(value=dot_out)])
     residuals = [n for n in needed if n in core.types]
+    if tangent is block:  # (names a loop binds may read as free: only the inputs are kept)
+        residuals = [n for n in core.params if n in needed]
     fwd_name = program.module_names.fresh(f"{info.name}_lin_fwd")
     lin_name = program.module_names.fresh(f"{info.name}_lin")
     fwd_body = tidy_block(primal, keep=returned_names([returns[0]]) | set(residuals),
@@ -176,6 +186,55 @@ def build_linearize(fn, specs, standalone_module=None):
     layout = {"groups": groups, "residuals": residuals,
               "tuple_out": isinstance(core.returns, gast.Tuple)}
     return Generated(source, fwd_name, injected, layout, {"lin": lin_name})
+
+
+def _primal_part(block):
+    """The primal statements of a sweep's block (a helper's tangent call as the primal call
+    it stands for), the tangent ones taken out of branches and loops too (in place)."""
+    out = []
+    for stmt in block:
+        if getattr(stmt, "tangent", False):
+            if getattr(stmt, "primal", None) is not None:
+                out.append(_primal_call(stmt))
+            continue
+        if _holds_tangent(stmt):
+            for field in ("body", "orelse"):
+                if getattr(stmt, field, None):
+                    setattr(stmt, field, _primal_part(getattr(stmt, field)) or [gast.Pass()])
+        out.append(stmt)
+    return out
+
+
+def _primal_call(stmt):
+    """The primal call a helper's tangent call stands for (``r = polar(a, b)`` for ``r, r_dot
+    = polar_jvp(a, b, a_dot, b_dot)``), with the arguments as tidying left them in the tangent
+    call (it may have written `x[0]` in place of a temporary the primal call read)."""
+    primal, call = stmt.primal, stmt.value
+    count = len(primal.value.args)
+    if not isinstance(call, gast.Call) or len(call.args) < count:
+        return primal
+    out = copy.copy(primal)
+    out.value = gast.Call(func=primal.value.func, args=_fresh_tree(call.args[:count]),
+                          keywords=[])
+    return gast.copy_location(out, primal)
+
+
+def _fresh_tree(node):
+    """A copy of the syntax of `node` (a node or a list of them): new nodes down every
+    field, each keeping the annotations of the one it copies (``.tangent``, ``.prim``...)."""
+    if isinstance(node, list):
+        return [_fresh_tree(n) for n in node]
+    if not isinstance(node, gast.AST):
+        return node
+    out = copy.copy(node)
+    for field in node._fields:
+        setattr(out, field, _fresh_tree(getattr(node, field, None)))
+    return out
+
+
+def _holds_tangent(stmt):
+    """Whether a compound statement (if, for, while) holds a tangent statement."""
+    return any(getattr(node, "tangent", False) for node in gast.walk(stmt) if node is not stmt)
 
 
 __all__ = ["build_jvp", "build_linearize", "float_leaf_groups", "commented", "sweep_function",

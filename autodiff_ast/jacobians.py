@@ -38,6 +38,7 @@ from .errors import ArgnumsError, NonFloatInputError, ShapeMismatchError
 from .frontend import parse_function
 from .nesting import code_to_transform
 from .normalize import Static, TreeSpec
+from .output_lists import lists_of, restore_lists, split_aux, tuple_spec
 
 
 # ---------------------------------------------------------------- shared plumbing
@@ -122,6 +123,13 @@ class _JvpTransform(_Transformed):
         return self._module_for(_spec_key(specs), lambda: build_jvp(
             py_fun, specs, has_aux=self.has_aux))
 
+    def output_lists(self):
+        spec = lists_of(self.fun)
+        if self.has_aux:
+            out, aux = split_aux(spec)
+            return tuple_spec(out, out, aux)
+        return tuple_spec(spec, spec)
+
     def function_for(self, specs):
         """The entry ``jvp_f(x..., x_dot...) -> (out, out_dot)`` for flat argument specs."""
         _flat_specs(specs, "jvp")
@@ -183,8 +191,9 @@ def jvp(fun, primals, tangents, has_aux=False, debug_nans=None):
 class _Linearized:
     """The tangent map returned by :func:`linearize`; `.source` shows the generated module."""
 
-    def __init__(self, generated, module, residuals, out, values):
+    def __init__(self, generated, module, residuals, out, values, lists=None):
         self.generated = generated
+        self.lists = lists  # the lists the function returns (autodiff_ast/output_lists.py)
         self.values = values
         self.module = module
         self.residuals = residuals
@@ -194,11 +203,14 @@ class _Linearized:
     def __call__(self, *tangents):
         dots = _tangent_leaves(self.values, tangents)
         lin = getattr(self.module, self.generated.extra["lin"])
-        return _match_tree(lin(*self.residuals, *dots), self.out)
+        return restore_lists(_match_tree(lin(*self.residuals, *dots), self.out), self.lists)
 
 
 class _LinearizeTransform(_Transformed):
     kind = "linearize"
+
+    def output_lists(self):
+        return tuple_spec(lists_of(self.fun), None)
 
     def __call__(self, *primals):
         names, values, specs = self._specs(primals, {})
@@ -211,7 +223,7 @@ class _LinearizeTransform(_Transformed):
         if n_res == 0:
             result = (result,)
         out, residuals = result[0], result[1:]
-        return out, _Linearized(generated, module, residuals, out, values)
+        return out, _Linearized(generated, module, residuals, out, values, lists_of(self.fun))
 
 
 def linearize(fun, *primals):
@@ -255,6 +267,11 @@ class _JacobianTransform(_Transformed):
         self.has_aux = has_aux
         self.mode = mode
         self.kind = "jacfwd" if mode == "fwd" else "jacrev"
+
+    def output_lists(self):
+        # the Jacobian has the output's structure (and has_aux's (jacobian, aux) is the
+        # function's (output, aux)), each output leaf holding its blocks
+        return lists_of(self.fun)
 
     def _argnums(self, specs, py_fun):
         info = parse_function(py_fun)

@@ -1995,7 +1995,9 @@ def lower_returns(stmts, normalizer):
 
     def collect(node):
         for sub in gast.walk(node):
-            if isinstance(sub, gast.Return) and isinstance(sub.value, gast.Tuple):
+            # (a list display too: each entry is its own output, and Numba cannot unpack
+            # a list holding an array and a number)
+            if isinstance(sub, gast.Return) and isinstance(sub.value, (gast.Tuple, gast.List)):
                 tuple_size[0] = len(sub.value.elts)
     for s in structured:
         collect(s)

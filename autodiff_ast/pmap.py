@@ -58,6 +58,7 @@ from .errors import AutodiffError
 from .frontend import parse_function
 from .naming import sanitize
 from .normalize import Program, Static, TreeSpec, normalize_into, spec_of
+from .output_lists import lists_of
 from .templates import name, unparse
 from .tidy import tidy_block
 
@@ -360,6 +361,9 @@ class _Pmapped(_Transformed):
         self.jit = jit
         self._backend = None
         self._compiled = {}
+
+    def output_lists(self):
+        return lists_of(self.fun)
 
     def backend(self, n):
         if self._backend is None:
