@@ -12,8 +12,9 @@ arguments.
 
 :func:`check_program` writes the program to a real file (so ``inspect.getsource`` works),
 imports it and runs :func:`autodiff_ast.check_grads` in forward and reverse mode at order 1 and
-2 (finite differences plus the dot-product test), checks the caller's arrays were not changed
-and, optionally, compares ``jit(f)``, ``jit(grad(f))``, ``jit(vmap(grad(f)))`` (vmap's batched
+2 (finite differences plus the dot-product test), checks the caller's arrays were not changed,
+compares ``linearize`` with ``jvp`` and ``jacfwd``/``jacrev`` with ``grad``, and, optionally,
+compares ``jit(f)``, ``jit(grad(f))``, ``jit(vmap(grad(f)))`` (vmap's batched
 module) and ``jit(hessian(f))`` with the plain results.
 
 >>> from hypothesis import find
@@ -1160,6 +1161,11 @@ def check_program(program, order=2, jit=False):
         return Outcome("crash", traceback.format_exc(), order=used_order)
     if not _same(args, before):
         return Outcome("mutated", "the caller's arguments changed", order=used_order)
+    status, detail = _check_other_transforms(fn, args, value)
+    if status != "ok":
+        return Outcome(status, detail + "\n" + program.describe(), order=used_order)
+    if not _same(args, before):
+        return Outcome("mutated", "the caller's arguments changed", order=used_order)
     if jit:
         outcome.jit, outcome.jit_detail = _check_jit(fn, args, value)
         if outcome.jit == "unsupported":  # (the program, for --details)
@@ -1167,6 +1173,35 @@ def check_program(program, order=2, jit=False):
         if not _same(args, before):  # (the gradient _check_jit takes as its reference)
             return Outcome("mutated", "the caller's arguments changed", order=used_order)
     return outcome
+
+
+def _check_other_transforms(fn, args, value):
+    """linearize, jacfwd and jacrev (separate code: a residual split, vmap of the jvp and
+    vjp modules) against jvp and grad, which check_grads has just checked. A refusal
+    (AutodiffError) is no failure here: the transformations may accept less than grad."""
+    rng = np.random.default_rng(2)
+    direction = _random_like(tuple(args), rng)
+    floats = tuple(i for i, a in enumerate(args)
+                   if all(np.issubdtype(np.asarray(leaf).dtype, np.floating)
+                          for leaf in ad.tree_leaves(a)))
+    try:
+        _, want_tangent = ad.jvp(fn, args, direction)
+        out, f_jvp = ad.linearize(fn, *args)
+        got_tangent = f_jvp(*direction)
+        if not _close_trees(out, value) or not _close_trees(got_tangent, want_tangent):
+            return "wrong", (f"linearize disagrees with jvp: {out} vs {value}; "
+                             f"{got_tangent} vs {want_tangent}")
+        if np.ndim(value) == 0 and floats:
+            want = ad.grad(fn, argnums=floats)(*args)
+            for jac in (ad.jacfwd, ad.jacrev):
+                got = jac(fn, argnums=floats)(*args)
+                if not _close_trees(got, want):
+                    return "wrong", f"{jac.__name__} disagrees with grad: {got} vs {want}"
+    except AutodiffError:
+        return "ok", ""
+    except Exception:  # noqa: BLE001 (an internal error)
+        return "crash", "linearize, jacfwd or jacrev:\n" + traceback.format_exc()
+    return "ok", ""
 
 
 def _differences_at_fault(fn, args):
