@@ -16,9 +16,11 @@ count: after ``u = t`` (or ``a, u = b, t``, what inlining writes for a returned 
 ``np.cos(u)`` is ``np.cos(t)`` while both hold. A branch
 inherits what is available before it and kills, after it, what either arm changes; a loop
 first kills everything its body changes (the next step would see it changed). What the end
-of an arm made available comes back in a later ``if`` on the same test, while the test and
-those names are unchanged (a recomputed forward step and its backward step both branch on
-``cond``).
+of an arm made available comes back in a later ``if`` on the same test, while the names the
+test reads and those names are unchanged: a recomputed forward step and its backward step
+both branch on ``sqtheta != 0.0``, the backward one on copies of the forward's names, so a
+test is compared as written with each name read as the one it was copied from (a test that
+calls a function is never the same).
 
 >>> import gast
 >>> from autodiff_ast.templates import unparse
@@ -44,6 +46,8 @@ def f(t, g):
 from __future__ import annotations
 
 import gast
+
+from autodiff_ast.templates import copy_tree
 
 from .emit import name_node
 from .invariant_tables import stored_names, written_names
@@ -88,15 +92,24 @@ class _State:
                 if holder in names or args & names:
                     del table[key]
         for arm in list(self.arms):
-            if arm[0] in names:
+            if arm[0][1] & names:  # (a name the condition reads)
                 del self.arms[arm]
         for name, source in list(self.aliases.items()):
             if name in names or source in names:
                 del self.aliases[name]
 
     def condition(self, test):
-        """The name a branch's test is, by the name it was copied from (None: not a name)."""
-        return self.aliases.get(test.id, test.id) if isinstance(test, gast.Name) else None
+        """A branch's test as (text, names it reads), each name read as the one it was
+        copied from (``sqtheta != 0.0`` after ``sqtheta = sqtheta_3`` is ``sqtheta_3 !=
+        0.0``); None for a test that calls or binds anything."""
+        nodes = list(gast.walk(test))
+        if any(isinstance(n, (gast.Call, gast.NamedExpr, gast.Lambda, gast.Await,
+                              gast.Yield, gast.YieldFrom)) for n in nodes):
+            return None
+        names = frozenset(self.aliases.get(n.id, n.id) for n in nodes
+                          if isinstance(n, gast.Name))
+        text = gast.dump(_Renamed(self.aliases).visit(copy_tree(test)))
+        return text, names
 
     def learn(self, stmt):
         """After `stmt` ran: the copies and the call value it binds."""
@@ -130,6 +143,15 @@ def _changed(stmts):
     subscript and augmented targets, the add helpers' arrays, receivers of methods other than
     reads, whatever is handed to a call that is not a NumPy/math function or a builtin)."""
     return stored_names(stmts) | written_names(stmts)
+
+
+class _Renamed(gast.NodeTransformer):
+    def __init__(self, aliases):
+        self.aliases = aliases
+
+    def visit_Name(self, node):
+        node.id = self.aliases.get(node.id, node.id)
+        return node
 
 
 class _Replace(gast.NodeTransformer):

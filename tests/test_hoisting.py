@@ -3,6 +3,9 @@
 case it must refuse, the helpers' values, and jit gradients against the NumPy source and
 finite differences."""
 
+import os
+import sys
+
 import gast
 import numpy as np
 import pytest
@@ -366,3 +369,59 @@ def test_math_calls_in_loops_and_one_armed_branches():
                                  "cond = g < 0.0", "if cond:", "    return np.cos(t)",
                                  "return 0.0"])
     assert count == 0, text
+
+
+def test_a_later_branch_on_the_same_comparison_reuses_the_call():
+    """A recomputed forward step and its backward step branch on comparisons written out
+    (`if sqtheta != 0.0:`), the backward one on copies of the forward's names (bundle
+    adjustment's rotation: the sine's adjoint called cos again, 3.38 -> 2.84 ms)."""
+    count, text = _reused_calls(["if g != 0.0:", "    c = np.cos(t)", "    s = np.sin(t)",
+                                 "h, u = g, t", "if h != 0.0:",
+                                 "    b = np.sin(u) * np.cos(u)", "    return b",
+                                 "return 0.0"])
+    assert count == 2 and "b = s * c" in text, text
+    # the other arm of that comparison has nothing from the first arm
+    count, text = _reused_calls(["if g != 0.0:", "    c = np.cos(t)", "else:", "    c = 1.0",
+                                 "if g != 0.0:", "    return c", "return np.cos(t)"])
+    assert count == 0, text
+
+
+@pytest.mark.parametrize("change", ["g = g + 1.0", "t = t * 2.0", "c = 0.5"],
+                         ids=["the test's name", "the argument", "the holder"])
+def test_a_comparison_changed_in_between_is_not_the_same(change):
+    count, text = _reused_calls(["if g > 0.0:", "    c = np.cos(t)", change, "if g > 0.0:",
+                                 "    return np.cos(t)", "return 0.0"])
+    assert count == 0, text
+
+
+def test_a_test_that_calls_a_function_is_never_the_same():
+    count, text = _reused_calls(["if np.sum(g) > 0.0:", "    c = np.cos(t)",
+                                 "if np.sum(g) > 0.0:", "    return np.cos(t)", "return 0.0"])
+    assert count == 0, text
+
+
+def test_bundle_adjustment_s_backward_step_calls_cos_and_sin_once():
+    import importlib.util
+    path = os.path.join(os.path.dirname(__file__), os.pardir, "examples", "adbench", "ba.py")
+    spec = importlib.util.spec_from_file_location("hoisting_ba", path)
+    ba = sys.modules["hoisting_ba"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ba)
+    rng = np.random.default_rng(0)
+    cams = rng.uniform(-0.5, 0.5, (2, 11))
+    cams[:, 6] = 1.0
+    x = rng.uniform(-1.0, 1.0, (3, 3)) + np.array([0.0, 0.0, 5.0])
+    w = rng.uniform(0.5, 1.0, 4)
+    obs = np.array([[0, 0], [1, 1], [0, 2], [1, 0]])
+    feats = rng.uniform(-1.0, 1.0, (4, 2))
+
+    def loss(cams, x, w):
+        r = ba.ba_objective(cams, x, w, obs, feats)
+        return 0.5 * np.sum(r * r)
+    compiled = jit(ad.grad(loss, argnums=(0, 1, 2)))
+    got = compiled(cams, x, w)
+    args = (cams, x, w)
+    for a, b, k in zip(got, ad.grad(loss, argnums=(0, 1, 2))(*args), range(3)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+        np.testing.assert_allclose(a, _finite_difference(loss, args, k), rtol=1e-6, atol=1e-8)
+    # forward, recomputed forward step: one cos and one sin each; the adjoint reuses them
+    assert compiled.source.count("np.cos(") == 2 and compiled.source.count("np.sin(") == 2
