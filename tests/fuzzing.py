@@ -1125,8 +1125,9 @@ def _time_limit(seconds):
         signal.signal(signal.SIGALRM, previous)
 
 
-def check_program(program, order=2, jit=False):
-    """Check one program's derivatives; returns an :class:`Outcome` (never raises)."""
+def check_program(program, order=2, jit=False, others=True):
+    """Check one program's derivatives; returns an :class:`Outcome` (never raises). `others`:
+    also linearize against jvp and jacfwd/jacrev against grad (about as long again)."""
     fn = load_program(program.source).f
     args = program.arguments()
     before = copy.deepcopy(args)
@@ -1161,11 +1162,13 @@ def check_program(program, order=2, jit=False):
         return Outcome("crash", traceback.format_exc(), order=used_order)
     if not _same(args, before):
         return Outcome("mutated", "the caller's arguments changed", order=used_order)
-    status, detail = _check_other_transforms(fn, args, value)
-    if status != "ok":
-        return Outcome(status, detail + "\n" + program.describe(), order=used_order)
-    if not _same(args, before):
-        return Outcome("mutated", "the caller's arguments changed", order=used_order)
+    if others:
+        status, detail = _check_other_transforms(fn, args, value)
+        if status != "ok":
+            return Outcome(status, detail + "\n" + program.describe(), order=used_order)
+        if not _same(args, before):
+            return Outcome("mutated", "the caller's arguments changed", order=used_order)
+        outcome.extra["others"] = True
     if jit:
         outcome.jit, outcome.jit_detail = _check_jit(fn, args, value)
         if outcome.jit == "unsupported":  # (the program, for --details)
@@ -1452,6 +1455,7 @@ class _Stats:
         self.tried = 0
         self.checked = 0  # programs whose derivatives were checked (fwd and rev, order 1)
         self.order2 = 0  # of those, checked at order 2 too
+        self.others = 0  # of those, checked with linearize, jacfwd and jacrev too
         self.by_status = {}
         self.jit = {}
         self.refusals = {}
@@ -1464,6 +1468,7 @@ class _Stats:
         if outcome.status in ("ok", "wrong", "mutated"):
             self.checked += 1
             self.order2 += outcome.order == 2
+            self.others += bool(outcome.extra.get("others"))
         self.by_status[outcome.status] = self.by_status.get(outcome.status, 0) + 1
         if outcome.jit is not None:
             self.jit[outcome.jit] = self.jit.get(outcome.jit, 0) + 1
@@ -1479,6 +1484,7 @@ class _Stats:
         self.tried += other.tried
         self.checked += other.checked
         self.order2 += other.order2
+        self.others += other.others
         self.cpu += other.cpu
         for mine, theirs in ((self.by_status, other.by_status), (self.jit, other.jit),
                              (self.refusals, other.refusals)):
@@ -1497,7 +1503,8 @@ class _Stats:
             f"fuzz: {self.tried} programs in {elapsed:.0f} s "
             f"({60 * self.tried / max(elapsed, 1e-9):.0f}/min, {workers} worker(s)); "
             f"checked fwd+rev order 1: {self.checked}, order 2: {self.order2}, "
-            f"jit: {jit_checked}; failures: {len(self.failures)}; "
+            f"linearize/jacobians: {self.others}, jit: {jit_checked}; "
+            f"failures: {len(self.failures)}; "
             f"{self.cpu:.0f} cpu s ({60 * self.tried / max(self.cpu, 1e-9):.0f}/cpu min)",
             "  outcomes: " + ", ".join(f"{k}={v}" for k, v in sorted(self.by_status.items())),
             "  jit: " + (", ".join(f"{k}={v}" for k, v in sorted(self.jit.items())) or "none"),
@@ -1510,7 +1517,7 @@ class _Stats:
 
 
 def run_for(seconds, jit_every=10, order2_every=2, batch=25, shrink_seconds=45,
-            out=sys.stdout, jit_share=0.25):
+            out=sys.stdout, jit_share=0.25, others_every=4):
     """The long profile: check random programs for `seconds`; failures are minimized by
     hypothesis and printed as regression tests. Returns the :class:`_Stats`."""
     import time
@@ -1541,7 +1548,10 @@ def run_for(seconds, jit_every=10, order2_every=2, batch=25, shrink_seconds=45,
             jit_time[0] < jit_share * spent and not last.get("shrinking")
         before = time.monotonic()
         order = 2 if order2_every and counter[0] % order2_every == 0 else 1
-        outcome = check_program(program, order=order, jit=use_jit)
+        # (always while shrinking: the failure being shrunk may be one of these checks')
+        others = bool(last.get("shrinking")) or (others_every > 0 and
+                                                 counter[0] % others_every == 0)
+        outcome = check_program(program, order=order, jit=use_jit, others=others)
         if use_jit:
             jit_time[0] += time.monotonic() - before
         if not last.get("shrinking"):
@@ -1601,7 +1611,7 @@ def run_parallel(seconds, workers=2, **kwargs):
 
 def main(argv=None):
     """``python tests/fuzzing.py [--seconds S] [--jit-every K] [--jit-share F] [--workers W]
-    [--details]``
+    [--order2-every K] [--others-every K] [--details]``
     (``make fuzz``; ``--jit-every 1 --jit-share 0.9`` spends the run mostly under jit)."""
     import argparse
     import time
@@ -1618,6 +1628,9 @@ def main(argv=None):
     parser.add_argument("--order2-every", type=int,
                         default=int(os.environ.get("FUZZ_ORDER2_EVERY", "2")),
                         help="check order 2 on every K-th program, order 1 on the others")
+    parser.add_argument("--others-every", type=int,
+                        default=int(os.environ.get("FUZZ_OTHERS_EVERY", "4")),
+                        help="check linearize, jacfwd and jacrev on every K-th program")
     parser.add_argument("--workers", type=int,
                         default=int(os.environ.get("FUZZ_WORKERS", "2")),
                         help="worker processes, each checking its own programs")
@@ -1626,7 +1639,8 @@ def main(argv=None):
     options = parser.parse_args(argv)
     start = time.monotonic()
     stats = run_parallel(options.seconds, options.workers, jit_every=options.jit_every,
-                         order2_every=options.order2_every, jit_share=options.jit_share)
+                         order2_every=options.order2_every, jit_share=options.jit_share,
+                         others_every=options.others_every)
     elapsed = time.monotonic() - start
     print("\n" + stats.summary(elapsed, options.workers, details=options.details))
     return 1 if stats.failures else 0
