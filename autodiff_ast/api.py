@@ -40,7 +40,7 @@ from .errors import (
 )
 from .naming import sanitize
 from .nesting import code_to_transform, writing_code_to_transform
-from .output_lists import lists_of, restore_lists, split_aux, tuple_spec
+from .output_lists import lists_of, restore_lists, result_lists, tuple_spec
 
 # The front end and the passes (frontend, build, normalize, rules) are imported where they are
 # used: a process whose compiled modules are all cached (autodiff_ast.jit) never needs them.
@@ -443,9 +443,9 @@ class _ReverseTransform(_Transformed):
     def output_lists(self):
         if not self.has_aux:
             return None  # gradients come back in the structure of the arguments
-        aux = split_aux(lists_of(self.fun))[1]
-        return tuple_spec(tuple_spec(None, aux), None) if self.with_value else \
-            tuple_spec(None, aux)
+        if self.with_value:  # ((value, aux), gradients): the function's own output first
+            return tuple_spec(lists_of(self.fun), None)
+        return result_lists(self.fun, True, lambda out: (None,))  # (gradients, aux)
 
     def one_tuple_output(self, specs):
         """Whether a call returns a 1-tuple (``argnums=(0,)``) that the generated entry
@@ -678,11 +678,7 @@ class _VjpBuilder(_Transformed):
         self.has_aux = has_aux
 
     def output_lists(self):
-        spec = lists_of(self.fun)
-        if self.has_aux:
-            out, aux = split_aux(spec)
-            return tuple_spec(out, None, aux)
-        return tuple_spec(spec, None)
+        return result_lists(self.fun, self.has_aux, lambda out: (out, None))  # (out, pullback)
 
     def __call__(self, *primals):
         if FlatView.applies(self.fun, primals):

@@ -38,7 +38,7 @@ from .errors import ArgnumsError, NonFloatInputError, ShapeMismatchError
 from .frontend import parse_function
 from .nesting import code_to_transform
 from .normalize import Static, TreeSpec
-from .output_lists import lists_of, restore_lists, split_aux, tuple_spec
+from .output_lists import lists_of, restore_lists, result_lists
 
 
 # ---------------------------------------------------------------- shared plumbing
@@ -124,11 +124,7 @@ class _JvpTransform(_Transformed):
             py_fun, specs, has_aux=self.has_aux))
 
     def output_lists(self):
-        spec = lists_of(self.fun)
-        if self.has_aux:
-            out, aux = split_aux(spec)
-            return tuple_spec(out, out, aux)
-        return tuple_spec(spec, spec)
+        return result_lists(self.fun, self.has_aux, lambda out: (out, out))  # (out, out_dot)
 
     def function_for(self, specs):
         """The entry ``jvp_f(x..., x_dot...) -> (out, out_dot)`` for flat argument specs."""
@@ -210,7 +206,7 @@ class _LinearizeTransform(_Transformed):
     kind = "linearize"
 
     def output_lists(self):
-        return tuple_spec(lists_of(self.fun), None)
+        return result_lists(self.fun, False, lambda out: (out, None))  # (out, f_jvp)
 
     def __call__(self, *primals):
         names, values, specs = self._specs(primals, {})

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import inspect
 
-__all__ = ["lists_of", "restore_lists", "returned_lists", "split_aux", "tuple_spec"]
+__all__ = ["lists_of", "restore_lists", "result_lists", "returned_lists", "split_aux",
+           "tuple_spec"]
 
 _SPECS = {}  # code object -> spec (or None)
 _GROWING = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "sort",
@@ -96,6 +97,22 @@ def tuple_spec(*children):
     True
     """
     return _pruned(("tuple", tuple(children)))
+
+
+def result_lists(fun, has_aux, parts):
+    """The spec of a transformation's result: the entries ``parts(spec of fun's output)``,
+    then, with `has_aux`, the aux output's (fun returns ``(output, aux)``).
+
+    >>> def f(x):
+    ...     return [x, x], (x, [x])
+    >>> result_lists(f, True, lambda out: (out, None))  # vjp: (out, pullback, aux)
+    ('tuple', (('list', (None, None)), None, ('tuple', (None, ('list', (None,))))))
+    """
+    spec = lists_of(fun)
+    if not has_aux:
+        return tuple_spec(*parts(spec))
+    out, aux = split_aux(spec)
+    return tuple_spec(*parts(out), aux)
 
 
 def split_aux(spec):
