@@ -942,6 +942,12 @@ class Normalizer:
         elif fn in MAKERS and len(node.args) == 1 and not node.keywords and isinstance(
                 node.args[0], (gast.GeneratorExp, gast.ListComp)):
             return lower_comprehension(self, node.args[0], target)
+        elif fn in MAKERS and len(node.args) == 1 and not node.keywords and isinstance(
+                node.args[0], (gast.List, gast.Tuple)):
+            # tuple([a, b]), list((a, b)): the display they make
+            kind = gast.Tuple if fn is tuple else gast.List
+            display = gast.copy_location(kind(elts=node.args[0].elts, ctx=gast.Load()), node)
+            return self.expr(display, target)
         elif fn in (any, all) and len(node.args) == 1 and not node.keywords:
             # any(v > 0 for v in x): the list of truths, then np.any / np.all of it
             arg = node.args[0]

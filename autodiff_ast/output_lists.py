@@ -25,6 +25,7 @@ is returned as a list already and needs no spec.
 
 from __future__ import annotations
 
+import builtins
 import inspect
 
 __all__ = ["lists_of", "restore_lists", "result_lists", "returned_lists", "split_aux",
@@ -227,7 +228,13 @@ class _Reader:
             finally:
                 self.reading.discard(expr.id)
         if isinstance(expr, gast.Call) and isinstance(expr.func, gast.Name):
-            callee = self.info.closure.get(expr.func.id, self.info.globals.get(expr.func.id))
+            callee = self.info.closure.get(expr.func.id, self.info.globals.get(expr.func.id,
+                                           getattr(builtins, expr.func.id, None)))
+            if callee in (list, tuple) and len(expr.args) == 1 and not expr.keywords and \
+                    type(expr.args[0]) in self.displays:  # list((a, b)): the list display
+                return self.spec(gast.List(elts=expr.args[0].elts, ctx=gast.Load())
+                                 if callee is list else
+                                 gast.Tuple(elts=expr.args[0].elts, ctx=gast.Load()))
             if inspect.isfunction(callee):
                 return returned_lists(callee)
         return None

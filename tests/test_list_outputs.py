@@ -345,3 +345,24 @@ def test_restore_lists_leaves_what_does_not_match_the_spec():
     point = __import__("collections").namedtuple("point", "a b")(1, 2)
     assert restore_lists(point, spec) is point  # a NamedTuple is the user's type
     assert restore_lists(np.array([1.0, 2.0]), spec).shape == (2,)
+
+
+def made_by_list(x):
+    return list((np.sin(x), x[0] * x[1]))
+
+
+def made_by_tuple(x):
+    t = tuple([np.cos(x), x[2]])
+    return t[0] * t[1]
+
+
+def test_list_and_tuple_of_a_display_are_that_display():
+    """`tuple([a, b])` and `list((a, b))` are the display they make (tuple() of a list display
+    had no derivative rule before)."""
+    _same_tree(ad.jit(made_by_list)(X), made_by_list(X))
+    _same_tree(ad.jacrev(made_by_list)(X), numeric_jacobians(made_by_list, X), rtol=1e-6,
+               atol=1e-8)
+    got = ad.jacfwd(made_by_tuple)(X)
+    want = numeric_jacobians(lambda x: [made_by_tuple(x)], X)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(ad.jit(made_by_tuple)(X), made_by_tuple(X))
