@@ -948,6 +948,9 @@ class Normalizer:
             kind = gast.Tuple if fn is tuple else gast.List
             display = gast.copy_location(kind(elts=node.args[0].elts, ctx=gast.Load()), node)
             return self.expr(display, target)
+        elif fn is tuple and len(node.args) == 1 and not node.keywords and isinstance(
+                node.args[0], gast.Name) and self.fixed_tuple(node.args[0]):
+            return self.expr(node.args[0], target)  # tuple(t) of a tuple: t
         elif fn in (any, all) and len(node.args) == 1 and not node.keywords:
             # any(v > 0 for v in x): the list of truths, then np.any / np.all of it
             arg = node.args[0]
@@ -983,6 +986,13 @@ class Normalizer:
             "write it with supported NumPy functions, or register a rule for it "
             "(see docs/adding-a-rule.md)")
         return self.opaque_call(fn, node, target, error)
+
+    def fixed_tuple(self, node):
+        """Whether the name `node` holds a tuple of known length (a display bound to it,
+        unpacked, returned by a helper)."""
+        bound = self.env.get(node.id)
+        return isinstance(bound, str) and self.types.get(bound, T.UNKNOWN).kind == "tuple" and \
+            self.types[bound].elts is not None
 
     def opaque_call(self, fn, node, target, error):
         """A call with no rule: fine while no derivative flows through it (math.lgamma of a

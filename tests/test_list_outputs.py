@@ -353,12 +353,13 @@ def made_by_list(x):
 
 def made_by_tuple(x):
     t = tuple([np.cos(x), x[2]])
-    return t[0] * t[1]
+    u = tuple(t)  # a tuple of a tuple: the same tuple
+    return t[0] * u[1]
 
 
 def test_list_and_tuple_of_a_display_are_that_display():
-    """`tuple([a, b])` and `list((a, b))` are the display they make (tuple() of a list display
-    had no derivative rule before)."""
+    """`tuple([a, b])` and `list((a, b))` are the display they make, and `tuple(t)` of a tuple
+    is t (tuple() of either had no derivative rule before)."""
     _same_tree(ad.jit(made_by_list)(X), made_by_list(X))
     _same_tree(ad.jacrev(made_by_list)(X), numeric_jacobians(made_by_list, X), rtol=1e-6,
                atol=1e-8)
