@@ -398,16 +398,20 @@ class Normalizer:
                                    "remove the statement, or move it outside the function")
         elif isinstance(stmt, (gast.Pass, gast.Assert)):
             return
+        elif isinstance(stmt, gast.Delete) and all(isinstance(t, gast.Name)
+                                                   for t in stmt.targets):
+            return  # `del y`: the name is not read again in a program that runs
         elif isinstance(stmt, gast.FunctionDef):
             self.define_local_function(stmt.name, stmt)
         else:
             what = type(stmt).__name__
             readable = {"If": "if statements", "For": "for loops", "While": "while loops",
                         "With": "with blocks", "Try": "try/except", "TryStar": "try/except*",
-                        "Raise": "raise", "Global": "global declarations",
+                        "Raise": "raise statements", "Global": "global declarations",
                         "Nonlocal": "nonlocal statements", "ClassDef": "class definitions",
                         "FunctionDef": "nested function definitions", "Import": "imports",
-                        "ImportFrom": "imports", "Delete": "del", "Match": "match statements",
+                        "ImportFrom": "imports", "Delete": "del of an element or attribute",
+                        "Match": "match statements",
                         "AsyncFor": "async for", "AsyncWith": "async with"}.get(what, what)
             raise self.unsupported(f"{readable} are not supported in differentiated code yet",
                                    stmt, _HINTS.get(what, "rewrite the function without it"))
@@ -1906,6 +1910,8 @@ class Normalizer:
 
 _HINTS = {
     "Try": "move error handling outside the differentiated function",
+    "Raise": "check the arguments before the call, outside the differentiated function (an "
+             "assert is allowed: the derivative code skips it)",
     "Global": "pass the value as an argument instead",
     "Nonlocal": "pass the value as an argument and return the new one",
     "ClassDef": "define classes outside the function",

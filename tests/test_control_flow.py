@@ -431,3 +431,18 @@ def test_an_array_shrinking_in_a_loop_under_jit():
     expected = np.array([(shrinking_in_a_loop(X + 1e-6 * e) - shrinking_in_a_loop(X - 1e-6 * e))
                          / 2e-6 for e in np.eye(X.size)])
     np.testing.assert_allclose(jit(ad.grad(shrinking_in_a_loop))(X), expected, rtol=1e-6)
+
+
+def deletes_a_name(x):
+    y = x * 2.0
+    z = np.sum(y * x)
+    del y  # a name deleted: nothing of it is read again
+    y = np.sin(x)
+    return z + np.sum(y)
+
+
+def test_del_of_a_name_is_skipped():
+    check_grads(deletes_a_name, (X,), order=2, modes=("rev", "fwd"))
+    from autodiff_ast.jit import jit
+    np.testing.assert_allclose(jit(ad.grad(deletes_a_name))(X), ad.grad(deletes_a_name)(X),
+                               rtol=1e-12)

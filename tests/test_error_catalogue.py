@@ -153,9 +153,9 @@ def rank_changes_in_branch(x):
 
 
 def deletes(x):
-    y = x * 2.0
-    del y  # HERE
-    return x
+    ys = [x, x * 2.0]
+    del ys[0]  # HERE
+    return ys[0]
 
 
 def imports(x):
@@ -319,7 +319,7 @@ SOURCE_ERRORS = [
      "_scale_first writes into its parameter v in place"),
     ("rank_changes_in_loop", X, E.TypeInferenceError, "y changes from float64 to float64[N]"),
     ("rank_changes_in_branch", X, E.TypeInferenceError, "y changes from float64[N] to float64"),
-    ("deletes", 0.4, E.UnsupportedSyntaxError, "del"),
+    ("deletes", 0.4, E.UnsupportedSyntaxError, "del of an element"),
     ("imports", 0.4, E.UnsupportedSyntaxError, "imports are not supported"),
     ("raises", 0.4, E.UnsupportedSyntaxError, "raise"),
     ("for_else", 0.4, E.UnsupportedSyntaxError, "for/else is not supported"),

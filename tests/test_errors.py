@@ -114,9 +114,9 @@ def uses_import(x):
 
 
 def uses_del(x):
-    y = x * 2.0
-    del y
-    return x
+    ys = [x, x * 2.0]
+    del ys[0]
+    return ys[0]
 
 
 def uses_star_args(*xs):
@@ -136,7 +136,7 @@ UNSUPPORTED = [
     (uses_lambda_inside, "return (lambda v", "lambda", "def"),
     (uses_print, "    print(x)", "expression statements", "remove"),
     (uses_import, "import math", "import", "module level"),
-    (uses_del, "del y", "del", ""),
+    (uses_del, "del ys[0]", "del of an element", ""),
     (uses_star_args, "def uses_star_args", "*args", "parameters"),
 ]
 
