@@ -955,6 +955,9 @@ class Normalizer:
         elif fn is tuple and len(node.args) == 1 and not node.keywords and isinstance(
                 node.args[0], gast.Name) and self.fixed_tuple(node.args[0]):
             return self.expr(node.args[0], target)  # tuple(t) of a tuple: t
+        elif fn is isinstance and len(node.args) == 2 and not node.keywords and \
+                self.is_array_test(node) is not None:
+            return Static(self.is_array_test(node))  # a branch on it is decided here
         elif fn in (any, all) and len(node.args) == 1 and not node.keywords:
             # any(v > 0 for v in x): the list of truths, then np.any / np.all of it
             arg = node.args[0]
@@ -990,6 +993,21 @@ class Normalizer:
             "write it with supported NumPy functions, or register a rule for it "
             "(see docs/adding-a-rule.md)")
         return self.opaque_call(fn, node, target, error)
+
+    def is_array_test(self, node):
+        """``isinstance(x, np.ndarray)`` decided from x's type (an array, or a number: NumPy's
+        scalars are no ndarray), or None: another class, or a value of unknown kind."""
+        if not isinstance(node.args[0], gast.Name) or not isinstance(
+                node.args[1], (gast.Name, gast.Attribute)):
+            return None  # (read twice: nothing that writes statements)
+        classes = self.expr(node.args[1])
+        if not isinstance(classes, Static) or classes.value is not np.ndarray:
+            return None
+        value = self.expr(node.args[0])
+        if not isinstance(value, gast.Name):
+            return None
+        kind = atom_type(value, self.types).kind
+        return True if kind == "array" else False if kind in ("float", "int", "bool") else None
 
     def fixed_tuple(self, node):
         """Whether the name `node` holds a tuple of known length (a display bound to it,

@@ -446,3 +446,23 @@ def test_del_of_a_name_is_skipped():
     from autodiff_ast.jit import jit
     np.testing.assert_allclose(jit(ad.grad(deletes_a_name))(X), ad.grad(deletes_a_name)(X),
                                rtol=1e-12)
+
+
+def _square_any(v):
+    if isinstance(v, np.ndarray):
+        return np.sum(v * v)
+    return v * v
+
+
+def squares_of_a_vector_and_a_number(x):
+    return _square_any(x) + _square_any(x[0]) * 2.0
+
+
+def test_isinstance_of_ndarray_is_decided_from_the_type():
+    """A helper written for arrays and numbers alike (`isinstance(v, np.ndarray)`) gets the
+    branch of each call's argument (it had no derivative rule before)."""
+    check_grads(squares_of_a_vector_and_a_number, (X,), order=2, modes=("rev", "fwd"))
+    expected = 2 * X + np.array([4 * X[0]] + [0.0] * (len(X) - 1))
+    np.testing.assert_allclose(ad.grad(squares_of_a_vector_and_a_number)(X), expected)
+    from autodiff_ast.jit import jit
+    np.testing.assert_allclose(jit(ad.grad(squares_of_a_vector_and_a_number))(X), expected)
