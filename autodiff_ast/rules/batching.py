@@ -402,6 +402,16 @@ def _flip(bc):
     return fill("np.flip(x, a)", x=bc.arg("x"), a=_single(_shift(axes)))
 
 
+def _triangle(bc):
+    if bc.is_batched("k"):
+        raise NoBatchingRule("a diagonal offset that differs per example")
+    if _rank_or_fail(bc, "x") < 2:
+        raise NoBatchingRule(f"np.{bc.call.rule.name} of a vector (it makes a matrix)")
+    args = dict(bc.call.args)
+    args["x"] = bc.arg("x")  # np.tril/np.triu work on the last two axes: each example's
+    return emit_call(bc.call.rule, args, bc.call.keywords)
+
+
 def _roll(bc):
     if bc.is_batched("shift"):
         raise NoBatchingRule("a shift that differs per example")
@@ -783,6 +793,7 @@ _register(("swapaxes",), _swapaxes)
 _register(("moveaxis",), _moveaxis)
 _register(("flip",), _flip)
 _register(("roll",), _roll)
+_register(("tril", "triu"), _triangle)
 _register(("broadcast_to",), _broadcast_to)
 _register(("tile",), _tile)
 _register(("concatenate", "stack", "hstack", "vstack", "array"), join)

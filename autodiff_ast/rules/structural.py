@@ -397,6 +397,25 @@ register(Rule("roll", "np.roll", ("x", "shift", "axis"), {"axis": None}, ("x",),
               _relinear, linear=True), np.roll)
 
 
+# tril/triu keep a triangle of a matrix and zero the rest: their adjoint keeps the same
+# triangle of the cotangent (summed over the rows for a vector, which they repeat as rows).
+def _infer_triangle(call):
+    x = call.types["x"]
+    return x if x.ndim is None or x.ndim >= 2 else T.array((T.N, T.N), x.dtype or "float64")
+
+
+def _triangle_vjp(call, g):
+    kept = _relinear(call, {"x": g})
+    if call.types["x"].ndim == 1:
+        kept = fill("np.sum(t, axis=0)", t=kept)
+    return {"x": (kept, call.types["x"])}
+
+
+for _fn in (np.tril, np.triu):
+    register(Rule(_fn.__name__, f"np.{_fn.__name__}", ("x", "k"), {"k": 0}, ("x",),
+                  _infer_triangle, _triangle_vjp, _relinear, linear=True), _fn)
+
+
 # diff(x) along the last axis: y[i] = x[i + 1] - x[i], so x[j] receives g[j - 1] - g[j]
 # (only the first term at the end, only the second at the start).
 def _infer_diff(call):
