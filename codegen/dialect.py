@@ -332,6 +332,26 @@ def _axes_unambiguous(axes):
 
 
 # ---------------------------------------------------------------- the lowering pass
+# Python's number classes as dtypes: Numba takes `np.zeros(n, dtype=float)` but not
+# `x.astype(float)` or `np.asarray(x, dtype=float)`; NumPy reads them as these.
+_PYTHON_DTYPES = {"float": "np.float64", "int": "np.int64", "bool": "np.bool_",
+                  "complex": "np.complex128"}
+
+
+def _numpy_dtypes(call):
+    """`x.astype(float)` as `x.astype(np.float64)`, and a `dtype=float` keyword (of any call)
+    as `dtype=np.float64` (the same in NumPy; only the second compiles under Numba)."""
+    def numpy_class(node):
+        if isinstance(node, gast.Name) and node.id in _PYTHON_DTYPES:
+            return _expr(_PYTHON_DTYPES[node.id])
+        return node
+    if isinstance(call.func, gast.Attribute) and call.func.attr == "astype" and call.args:
+        call.args[0] = numpy_class(call.args[0])
+    for keyword in call.keywords:
+        if keyword.arg == "dtype":
+            keyword.value = numpy_class(keyword.value)
+
+
 class _Lower(gast.NodeTransformer):
     """Rewrites one function's calls into the dialect; collects the helpers they need."""
 
@@ -357,6 +377,7 @@ class _Lower(gast.NodeTransformer):
     # -- calls
     def visit_Call(self, node):
         self.generic_visit(node)
+        _numpy_dtypes(node)
         func = dotted_name(node.func)
         if func in _REDUCTIONS:
             return self.reduction(node, func)

@@ -928,3 +928,16 @@ def test_multiply_adds_are_on_by_default_and_off_on_request(monkeypatch):
     exact = jit(difference_of_squares)
     assert [exact(v, v) for v in values] == [0.0] * len(values)
     assert "contract" not in exact.source
+
+
+def _python_dtypes(x):
+    y = x.astype(float) * np.asarray(x, dtype=float)
+    return np.sum(y) + np.sum(np.zeros(x.shape[0], dtype=float))
+
+
+def test_python_number_classes_as_dtypes_compile():
+    """`x.astype(float)` and `np.asarray(x, dtype=float)`: Numba takes neither (it takes
+    np.float64); the dialect writes NumPy's classes (a survey of everyday idioms found it)."""
+    x = np.array([0.5, -1.0, 2.0])
+    np.testing.assert_allclose(jit(ad.grad(_python_dtypes))(x), 2 * x)
+    np.testing.assert_allclose(jit(_python_dtypes)(x), np.sum(x * x))
