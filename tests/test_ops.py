@@ -344,6 +344,8 @@ STRUCTURAL = [
     ("det", lambda a: np.linalg.det(a + 3.0 * np.eye(3)), [(3, 3)], "small"),
     ("slogdet", lambda a: np.linalg.slogdet(a + 3.0 * np.eye(3))[1], [(3, 3)], "small"),
     ("slogdet-unpack", lambda a: _logabsdet(a), [(3, 3)], "small"),
+    ("cholesky", lambda a: np.linalg.cholesky(np.dot(a, a.T) + 3.0 * np.eye(3)), [(3, 2)],
+     "small"),
     # shape functions
     ("reshape", lambda x: np.reshape(x, (3, 2)), [(2, 3)], "real"),
     ("reshape-flat", lambda x: np.reshape(x, -1), [(2, 3)], "real"),
@@ -634,3 +636,21 @@ def test_triangles_in_forward_mode_under_jit_and_vmap(rng):
     xs = np.stack([x, 2.0 * x])
     rows = np.stack([want, ad.grad(_triangles)(2.0 * x)])
     np.testing.assert_allclose(ad.vmap(ad.grad(_triangles))(xs), rows, rtol=1e-12)
+
+
+def _cholesky_loss(x, w):
+    b = x.reshape(3, 2)
+    return np.sum(np.linalg.cholesky(np.dot(b, b.T) + 3.0 * np.eye(3)) * w)
+
+
+def test_cholesky_in_both_modes_and_under_jit(rng):
+    """np.linalg.cholesky (no rule before): both modes at order 2 and the compiled gradient,
+    and the cotangent of a symmetric input is symmetric (JAX's convention)."""
+    x, w = rng.standard_normal(6), rng.standard_normal((3, 3))
+    ad.check_grads(_cholesky_loss, (x, w), order=2, modes=("rev", "fwd"))
+    from autodiff_ast.jit import jit
+    np.testing.assert_allclose(jit(ad.grad(_cholesky_loss))(x, w),
+                               ad.grad(_cholesky_loss)(x, w), rtol=1e-10)
+    a = np.eye(3) * 2.0 + 0.3
+    a_bar = ad.grad(lambda a: np.sum(np.linalg.cholesky(a) * w))(a)
+    np.testing.assert_allclose(a_bar, a_bar.T, rtol=1e-12)

@@ -275,6 +275,30 @@ register(Rule("det", "np.linalg.det", ("a",), {}, ("a",), lambda call: T.FLOAT,
                                       a=call.args["a"], d=dots["a"])), np.linalg.det)
 
 
+# cholesky: a = l l^T with l lower triangular. The tangent is l phi(l^-1 sym(da) l^-T), phi
+# keeping the lower triangle with the diagonal halved (sym(da) = (da + da^T) / 2: only
+# symmetric perturbations keep a valid input, as in JAX); the cotangent of a is
+# l^-T sym_lower(l^T g) l^-1 / 2 with sym_lower(x) = tril(x) + tril(x, -1)^T, which is
+# symmetric (Murray 2016, "Differentiation of the Cholesky decomposition").
+def _cholesky_vjp(call, g):
+    x = fill("np.dot(y.T, g)", y=call.out, g=g)
+    lower = fill("np.tril(x) + np.tril(x, -1).T", x=x)
+    left = fill("np.linalg.solve(y.T, q)", y=call.out, q=lower)  # l^-T q
+    return {"a": (fill("0.5 * np.linalg.solve(y.T, w.T).T", y=call.out, w=left),
+                  call.types["a"])}
+
+
+def _cholesky_jvp(call, dots):
+    sym = fill("0.5 * (d + d.T)", d=dots["a"])
+    inner = fill("np.linalg.solve(y, np.linalg.solve(y, s).T).T", y=call.out, s=sym)
+    return fill("np.dot(y, np.tril(z) * (1.0 - 0.5 * np.eye(y.shape[0])))", y=call.out,
+                z=inner)
+
+
+register(Rule("cholesky", "np.linalg.cholesky", ("a",), {}, ("a",),
+              lambda call: call.types["a"], _cholesky_vjp, _cholesky_jvp), np.linalg.cholesky)
+
+
 def _slogdet_vjp(call, g):
     # g is (sign cotangent, logdet cotangent); the sign carries no derivative.
     g_logdet = g[1]
