@@ -364,8 +364,19 @@ class JittedBatching:
         self._batch_now = size
         return size
 
+    def _another_variant(self):
+        """Under batching='auto', a vectorized module Numba refused (a NumPy call it compiles
+        for matrices only, say): the loop over examples is tried instead, once."""
+        last = self._last[0] if self._last else None
+        if self.jit_options.batching != "auto" or last is None or \
+                last.layout.get("batching") != "vectorized":
+            return False
+        self._vectorized_refused = True
+        return True
+
     def _generate(self, names, likes, specs, leaf_axes, axis_size_param):
         strategy = self.jit_options.batching
+        refused = strategy == "auto" and getattr(self, "_vectorized_refused", False)
         if strategy == "vectorized" or axis_size_param or \
                 self.jit_options.target not in ("cpu", "python") or \
                 getattr(self, "_batch_now", 1) == 0:
@@ -375,21 +386,23 @@ class JittedBatching:
             count = len(_leaf_types(pname, specs[pname]))
             per_example[pname] = _per_example_spec(specs[pname], leaf_axes[k:k + count])
             k += count
-        key = ("batching", strategy, _spec_key(per_example), tuple(leaf_axes),
-               repr(self.out_axes))
+        key = ("batching", "loop" if refused else strategy, _spec_key(per_example),
+               tuple(leaf_axes), repr(self.out_axes))
 
         def build():
             target = _target_for(self.fun, self.py_fun, names, likes, per_example)
             options = _options_text(self.in_axes, self.out_axes)
             vectorized = build_vmap(target, leaf_axes, self.out_axes, False, options)
             per = build_primal(target.fn, target.specs)
-            choice, reason = choose_strategy(strategy, vectorized, per.source)
+            choice, reason = ("loop", "Numba could not compile the vectorized module") \
+                if refused else choose_strategy(strategy, vectorized, per.source)
             if choice == "vectorized":
                 note = f"jit batching='{strategy}' chose this variant: {reason}.\n"
                 source = vectorized.source.replace("Regenerate instead of editing.",
                                                    note + "Regenerate instead of editing.", 1)
                 return Generated(source, vectorized.entry, vectorized.injected,
-                                 vectorized.layout, vectorized.extra)
+                                 dict(vectorized.layout, batching="vectorized"),
+                                 vectorized.extra)
             configure_threading()
             return build_batch_loop(target, leaf_axes, self.out_axes, vectorized, options,
                                     reason, per, strategy)

@@ -204,6 +204,9 @@ class _Jitted:
         try:
             result = super().__call__(*args, **kwargs)
         except CompileError:
+            if self._another_variant():  # jit(vmap) under batching='auto': the loop instead
+                self._modules.pop(self._last_key, None)
+                return self._keyed_call(key, args, kwargs)
             if not getattr(self, "_last_rewritten", False):
                 raise
             # Numba refused the program the compiled-code rewrites made (autodiff_ast/
@@ -251,6 +254,11 @@ class _Jitted:
                     return None
             parts.append(part)
         return tuple(parts)
+
+    def _another_variant(self):
+        """After Numba refused the last module: whether another variant of the function is
+        set up to be tried (JittedBatching's loop after a vectorized module)."""
+        return False
 
     def _module_for(self, key, build):
         scalarize = _scalarizes(self)

@@ -390,3 +390,25 @@ def _mean_column(a):
     out = np.zeros_like(a)
     out[:, 2] = 1.0 / a.shape[0]
     return out
+
+
+_CHOLESKY_W = np.arange(9.0).reshape(3, 3) / 9.0
+
+
+def _cholesky_of_a_gram(x):
+    b = x.reshape(3, 2)
+    return np.sum(np.linalg.cholesky(np.dot(b, b.T) + 3.0 * np.eye(3)) * _CHOLESKY_W)
+
+
+def test_auto_batching_takes_the_loop_when_numba_refuses_the_vectorized_module():
+    """The vectorized gradient solves stacks of matrices (np.linalg.solve of 3-D arrays),
+    which Numba does not compile: under batching='auto' jit(vmap) then compiles the loop
+    over examples instead of raising; batching='vectorized' still raises, naming the line."""
+    xs = np.random.default_rng(3).standard_normal((4, 6))
+    want = np.stack([ad.grad(_cholesky_of_a_gram)(x) for x in xs])
+    auto = jit(ad.vmap(ad.grad(_cholesky_of_a_gram)))
+    np.testing.assert_allclose(auto(xs), want, rtol=1e-10)
+    np.testing.assert_allclose(auto(xs), want, rtol=1e-10)  # (the fast path)
+    assert "Numba could not compile the vectorized module" in auto.source
+    with pytest.raises(ad.CompileError, match="test_jit_batching.py"):
+        jit(ad.vmap(ad.grad(_cholesky_of_a_gram)), batching="vectorized")(xs)
