@@ -654,3 +654,7 @@ def test_cholesky_in_both_modes_and_under_jit(rng):
     a = np.eye(3) * 2.0 + 0.3
     a_bar = ad.grad(lambda a: np.sum(np.linalg.cholesky(a) * w))(a)
     np.testing.assert_allclose(a_bar, a_bar.T, rtol=1e-12)
+    xs = np.stack([x, 0.5 * x])  # batched: NumPy's cholesky maps over the leading axis
+    np.testing.assert_allclose(ad.vmap(ad.grad(_cholesky_loss), in_axes=(0, None))(xs, w),
+                               np.stack([ad.grad(_cholesky_loss)(v, w) for v in xs]),
+                               rtol=1e-12)

@@ -669,7 +669,7 @@ def _solve(bc):
 
 
 def _stacked(bc):
-    """inv/det/slogdet: NumPy's linalg already maps over leading axes."""
+    """inv/det/slogdet/cholesky: NumPy's linalg already maps over leading axes."""
     return bc.value
 
 
@@ -809,7 +809,7 @@ _register(("trace",), _trace)
 _register(("diag", "diagonal"), _diag)
 _register(("norm",), _norm)
 _register(("solve",), _solve)
-_register(("inv", "det", "slogdet"), _stacked)
+_register(("inv", "det", "slogdet", "cholesky"), _stacked)
 _register(("getitem",), getitem)
 
 
