@@ -234,10 +234,7 @@ def _annotating(call):
         finally:
             self._in_call -= 1
             _CALLS.depth = depth
-        if depth or type(result) is not tuple:  # (only a tuple can stand for a list; the
-            return result                        # source is not read for anything else)
-        lists = self.output_lists()
-        return result if lists is None else restore_lists(result, lists)
+        return self.with_output_lists(result)
     wrapper.annotates = True
     return wrapper
 
@@ -245,11 +242,6 @@ def _annotating(call):
 #: How many transformed calls this thread is inside: only the outermost puts back the lists
 #: the user's function returns (inner calls, made by the library, get the generated tuples).
 _CALLS = threading.local()
-
-
-def outermost_call():
-    """Whether no transformed function's call is running in this thread."""
-    return not getattr(_CALLS, "depth", 0)
 
 
 #: Transformations that take debug_nans (the global config applies to these).
@@ -305,6 +297,16 @@ class _Transformed:
         """Which parts of a call's result are lists (a spec of autodiff_ast/output_lists.py):
         the generated code returns them as tuples, and the call rebuilds them."""
         return None
+
+    def with_output_lists(self, result):
+        """A call's `result` with the lists the function returns put back, when no other
+        transformed call is running in this thread (the library's own inner calls get the
+        generated tuples). Only a tuple can stand for a list: the source is not read for
+        anything else."""
+        if type(result) is not tuple or getattr(_CALLS, "depth", 0):
+            return result
+        lists = self.output_lists()
+        return result if lists is None else restore_lists(result, lists)
 
     def _python_function(self, specs):
         if self.py_fun is not None:

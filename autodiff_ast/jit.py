@@ -45,11 +45,10 @@ from .api import (
     _ReverseTransform,
     _spec_key,
     _Transformed,
-    outermost_call,
 )
 from .errors import ArgnumsError, CompileError, StaticArgumentError
 from .naming import sanitize
-from .output_lists import lists_of, restore_lists
+from .output_lists import lists_of
 
 # build and normalize (the passes) are imported where they are used: a warm start loads
 # compiled modules without them (autodiff_ast/warmstart.py).
@@ -161,7 +160,7 @@ class _Jitted:
         key = None if kwargs else self._quick_key(args)
         plan = None if key is None else self.jit_plans.get(key)
         if plan is not None and plan is not _NO_PLAN:  # (a float32 leaf's key has no plan)
-            return self._with_lists(plan(args))
+            return self.with_output_lists(plan(args))
         if not (_any_float32(args) or (kwargs and _any_float32(kwargs.values()))):
             return self._keyed_call(key, args, kwargs)
         static = {i % len(args) for i in self.jit_options.static_argnums} if args else set()
@@ -187,16 +186,8 @@ class _Jitted:
         if key is not None:
             plan = self.jit_plans.get(key)
             if plan is not None and plan is not _NO_PLAN:
-                return self._with_lists(plan(args))
+                return self.with_output_lists(plan(args))
         return self._keyed_call(key, args, kwargs)
-
-    def _with_lists(self, result):
-        """A plan's result with the lists the function returns put back (a call through
-        the general path has them already: autodiff_ast/api.py, _annotating)."""
-        if type(result) is not tuple or not outermost_call():
-            return result
-        lists = self.output_lists()
-        return result if lists is None else restore_lists(result, lists)
 
     def _keyed_call(self, key, args, kwargs):
         """The general path of a call whose quick key (None: none) found no plan; works out

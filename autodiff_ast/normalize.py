@@ -956,8 +956,8 @@ class Normalizer:
                 node.args[0], gast.Name) and self.fixed_tuple(node.args[0]):
             return self.expr(node.args[0], target)  # tuple(t) of a tuple: t
         elif fn is isinstance and len(node.args) == 2 and not node.keywords and \
-                self.is_array_test(node) is not None:
-            return Static(self.is_array_test(node))  # a branch on it is decided here
+                (decided := self.is_array_test(node)) is not None:
+            return Static(decided)  # a branch on it is decided here
         elif fn in (any, all) and len(node.args) == 1 and not node.keywords:
             # any(v > 0 for v in x): the list of truths, then np.any / np.all of it
             arg = node.args[0]
@@ -999,7 +999,7 @@ class Normalizer:
         scalars are no ndarray), or None: another class, or a value of unknown kind."""
         if not isinstance(node.args[0], gast.Name) or not isinstance(
                 node.args[1], (gast.Name, gast.Attribute)):
-            return None  # (read twice: nothing that writes statements)
+            return None  # (names only: reading them writes no statements)
         classes = self.expr(node.args[1])
         if not isinstance(classes, Static) or classes.value is not np.ndarray:
             return None
