@@ -78,7 +78,7 @@ from .invariant_accumulators import (
 )
 from .invariant_tables import tabulate_invariant_calls
 from .param_writes import dotted_name
-from .reduction_loops import outline_reductions
+from .reduction_loops import REASSOCIATED, outline_reductions
 from .row_products import ROW_HELPERS, ROW_UNCOMPILED
 from .tape_rows import read_rows_in_place
 from .tie_shares import TIE_HELPERS, TIE_UNCOMPILED, share_ties_in_place
@@ -891,11 +891,95 @@ def _einsum_as_dot(ins, out, operands):
     return None
 
 
+def _einsum_order(ins, out):
+    """The order of an einsum helper's loops, outermost first, and whether its innermost loop
+    sums (a running total a reassociated loop vectorizes) rather than writes the output.
+
+    The innermost loop runs over a letter that is the last axis of every operand holding it
+    (consecutive elements): the output's last letter when it is one (each step writes the
+    next output element, ``out[b, i, k] += a[b, i, j] * c[b, j, k]``), else a summed letter
+    that is (``total += a[k, i, b] * c[k, n, b]``). The other output letters come first, in
+    the output's order, then the other summed letters. (In the output's order with the sums
+    inside, ADBench GMM's vectorized einsums strode by rows in their inner loops: 2.8 ms
+    for 'kna,knb->kab', 0.9 ms in this order, N=1000, K=25, D=10.)
+
+    >>> _einsum_order(["bij", "bjk"], "bik")
+    (['b', 'i', 'j', 'k'], False)
+    >>> _einsum_order(["kab", "knb"], "kna")
+    (['k', 'n', 'a', 'b'], True)
+    """
+    letters = sorted(set("".join(ins)))
+    summed = [c for c in letters if c not in out]
+
+    def consecutive(c):
+        return all(sub.count(c) == 1 and sub[-1] == c for sub in ins if c in sub)
+    inner = out[-1] if out and consecutive(out[-1]) else \
+        next((c for c in summed if consecutive(c)), None)
+    if inner is None:
+        return list(out) + summed, bool(summed)
+    order = [c for c in out if c != inner] + [c for c in summed if c != inner] + [inner]
+    return order, inner not in out
+
+
+BLAS_PRODUCT_SIZE = 4096  # rows x columns x summed length from which np.dot beats loops
+
+
+def _einsum_products(ins, out):
+    """For a stack of matrix products (``'kab,knb->kna'``: one matrix of each operand per k,
+    multiplied over one summed letter), the helper's lines multiplying each pair with np.dot
+    (BLAS) when the products are large enough, returning before the loops.
+
+    ADBench GMM's vectorized rewrite (N=1000, K=25, D=10), each of its three stacked
+    products: 920, 850, 900 us as loops, 380, 285, 250 us with np.dot. For small matrices
+    the loops win (25 products of 4x3 by 3x3: 5.8 us with np.dot).
+
+    >>> _einsum_products(["kab", "knb"], "kna")[1]
+    '        for k in range(n_k):'
+    """
+    if len(ins) != 2:
+        return []
+    a, b = ins
+    if any(len(set(sub)) != len(sub) for sub in (a, b, out)):
+        return []
+    batch = [c for c in out if c in a and c in b]
+    summed = [c for c in a if c in b and c not in out]
+    only_a = [c for c in a if c not in b]
+    only_b = [c for c in b if c not in a]
+    lead = "".join(batch)
+    if not batch or len(summed) != 1 or len(only_a) != 1 or len(only_b) != 1 or \
+            not (a.startswith(lead) and b.startswith(lead) and out.startswith(lead)) or \
+            set(out) != set(batch + only_a + only_b):
+        return []
+    (c,), (i,), (j,) = summed, only_a, only_b
+    index = ", ".join(batch)
+
+    def matrix(k, rows):  # operand k's matrix at the batch index, its rows along `rows`
+        text = f"np.asarray(op{k}[{index}], dtype=np.float64)"
+        return text if ins[k][len(lead)] == rows else text + ".T"
+    if out[len(lead):] == i + j:
+        product = f"np.dot({matrix(0, i)}, {matrix(1, c)}, out[{index}])"
+    else:
+        product = f"np.dot({matrix(1, j)}, {matrix(0, c)}, out[{index}])"
+    lines = [f"    if n_{i} * n_{j} * n_{c} >= {BLAS_PRODUCT_SIZE}:"]
+    indent = "        "
+    for letter in batch:
+        lines.append(f"{indent}for {letter} in range(n_{letter}):")
+        indent += "    "
+    lines.append(f"{indent}{product}")
+    lines.append("        return out")
+    return lines
+
+
 def _einsum_source(name, ins, out):
+    """An einsum as loops (see _einsum_order); an operand whose axes are smaller than the
+    letters' sizes (size one, broadcast as NumPy does) is copied to the full shape first."""
     params = [f"op{k}" for k in range(len(ins))]
     spec = ",".join(ins) + "->" + out
+    products = _einsum_products(ins, out)
+    how = "a matrix product per batch index (np.dot) when large, loops otherwise" if \
+        products else "written as loops"
     lines = [f"def {name}({', '.join(params)}):",
-             f'    """np.einsum({spec!r}, {", ".join(params)}) written as loops."""']
+             f'    """np.einsum({spec!r}, {", ".join(params)}): {how}."""']
     sizes = {}
     for k, sub in enumerate(ins):
         for axis, letter in enumerate(sub):
@@ -904,36 +988,48 @@ def _einsum_source(name, ins, out):
         found = sizes[letter]
         lines.append(f"    n_{letter} = " + (found[0] if len(found) == 1 else
                                               f"max({', '.join(found)})"))
-    # an axis of size one broadcasts against the same letter's other axes, as in NumPy
-    names = []
+    # an axis of size one broadcasts against the same letter's other axes, as in NumPy; a
+    # copy keeps the loops on arrays with unit strides (a broadcast view has none)
     for k, sub in enumerate(ins):
         if any(len(sizes[c]) > 1 for c in sub):
             full = ", ".join(f"n_{c}" for c in sub) + ("," if len(sub) == 1 else "")
-            lines.append(f"    b{k} = np.broadcast_to(op{k}, ({full}))")
-            names.append(f"b{k}")
-        else:
-            names.append(f"op{k}")
-    summed = [c for c in sorted(sizes) if c not in out]
-    product = " * ".join(f"{names[k]}[{', '.join(sub)}]" if sub else names[k]
-                         for k, sub in enumerate(ins))
-    indent = "    "
+            lines.append(f"    if op{k}.shape != ({full}):")
+            lines.append(f"        op{k} = np.broadcast_to(op{k}, ({full})).copy()")
     if out:
         shape = ", ".join(f"n_{c}" for c in out) + ("," if len(out) == 1 else "")
         lines.append(f"    out = np.zeros(({shape}))")
-    for letter in out:
-        lines.append(f"{indent}for {letter} in range(n_{letter}):")
-        indent += "    "
-    lines.append(f"{indent}total = 0.0")
-    inner = indent
-    for letter in summed:
-        lines.append(f"{inner}for {letter} in range(n_{letter}):")
-        inner += "    "
-    lines.append(f"{inner}total += {product}")
-    if out:
-        lines.append(f"{indent}out[{', '.join(out)}] = total")
-        lines.append("    return out")
+    lines.extend(products)
+    order, sums_inside = _einsum_order(ins, out)
+    summed_any = any(c not in out for c in order)
+    product = " * ".join(f"op{k}[{', '.join(sub)}]" if sub else f"op{k}"
+                         for k, sub in enumerate(ins))
+    target = f"out[{', '.join(out)}]"
+    indent = "    "
+    if out and not summed_any:  # a transposition, a diagonal, an outer product
+        for letter in order:
+            lines.append(f"{indent}for {letter} in range(n_{letter}):")
+            indent += "    "
+        lines.append(f"{indent}{target} = {product}")
+    elif not out or sums_inside:
+        # the output letters outside, the sums inside: a running total per output element
+        outer = [c for c in order if c in out]
+        for letter in outer:
+            lines.append(f"{indent}for {letter} in range(n_{letter}):")
+            indent += "    "
+        lines.append(f"{indent}total = 0.0")
+        inner = indent
+        for letter in order[len(outer):]:
+            lines.append(f"{inner}for {letter} in range(n_{letter}):")
+            inner += "    "
+        lines.append(f"{inner}total += {product}")
+        lines.append(f"{indent}{target} = total" if out else "    return total")
     else:
-        lines.append("    return total")
+        for letter in order:
+            lines.append(f"{indent}for {letter} in range(n_{letter}):")
+            indent += "    "
+        lines.append(f"{indent}{target} += {product}")
+    if out:
+        lines.append("    return out")
     return "\n".join(lines) + "\n"
 
 
@@ -1056,6 +1152,8 @@ class _Module:
         base = "einsum_" + "_".join(ins) + ("_to_" + out if out else "_to_scalar")
         if base not in self.generated:
             self.generated[base] = _einsum_source(base, ins, out)
+            if _einsum_order(ins, out)[1]:
+                self.jit_options[base] = REASSOCIATED
         return base
 
     def scatter_helper(self, parts):

@@ -345,6 +345,49 @@ def test_einsum_helpers_match_np_einsum(spec, data):
     np.testing.assert_allclose(ns["e"](*ops), np.einsum(spec, *ops), rtol=1e-12)
 
 
+# each a stack of matrix products large enough for np.dot (rows x columns x summed >= 4096)
+# and one below the size, with its operands as strided views, integers and broadcast stacks
+PRODUCTS = [("kab,knb->kna", [(3, 10, 16), (3, 30, 16)]),
+            ("kna,knb->kab", [(2, 300, 4), (2, 300, 5)]),
+            ("kna,kab->knb", [(2, 50, 10), (2, 10, 9)]),
+            ("bij,bjk->bki", [(2, 20, 16), (1, 16, 15)]),
+            ("bcij,bcjk->bcik", [(2, 2, 17, 16), (2, 2, 16, 16)]),
+            ("bij,bjk->bik", [(4, 3, 2), (4, 2, 5)])]
+
+
+@pytest.mark.parametrize("spec,shapes", PRODUCTS, ids=[p[0] for p in PRODUCTS])
+@pytest.mark.parametrize("kind", ["float", "view", "int"])
+def test_einsum_helper_products_match_np_einsum(spec, shapes, kind):
+    """Stacks of matrix products go to np.dot per matrix (BLAS) when large: each letter
+    order, operands of any layout and dtype, a batch axis of size one broadcast."""
+    ins, out = dialect.parse_subscripts(spec, 2)
+    text = dialect._einsum_source("e", ins, out)
+    sizes = {c: n for sub, shape in zip(ins, shapes) for c, n in zip(sub, shape) if n > 1}
+    work = np.prod([n for c, n in sizes.items() if not (c in ins[0] and c in ins[1] and c in out)])
+    assert "np.dot(" in text  # (the size is tested when it runs)
+    assert bool(work >= dialect.BLAS_PRODUCT_SIZE) is (spec != "bij,bjk->bik")
+    ops = [array(s, k) for k, s in enumerate(shapes)]
+    if kind == "view":
+        ops = [np.repeat(op, 2, axis=-1)[..., ::2] for op in ops]
+        assert not ops[0].flags.c_contiguous
+    elif kind == "int":
+        ops = [np.round(4 * op).astype(np.int64) for op in ops]
+    ns = {"np": np}
+    exec(text, ns)
+    np.testing.assert_allclose(ns["e"](*ops), np.einsum(spec, *ops), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("spec,inner", [("bij,bjk->bik", "k"), ("kab,knb->kna", "b"),
+                                        ("kna,knb->kab", "b"), ("ij->ji", "i"),
+                                        ("ij,ij->", "j"), ("ii->i", "i")])
+def test_einsum_helper_innermost_loop_has_unit_stride(spec, inner):
+    """The innermost loop walks the last axis of the operands holding its letter (a store
+    into the output's last axis, or a running total), so LLVM can vectorize it."""
+    ins, out = dialect.parse_subscripts(spec, spec.count(",") + 1)
+    order, _ = dialect._einsum_order(ins, out)
+    assert order[-1] == inner and sorted(order) == sorted(set("".join(ins)))
+
+
 def test_einsum_helper_broadcasts_axes_of_size_one():
     """Regression: the helper took each letter's size from its first operand, so a first
     operand of size one along it silently dropped the rest."""

@@ -185,6 +185,35 @@ def test_slice_updates_and_outer_compile(quick_llvm):
         np.testing.assert_allclose(g, e, rtol=1e-14)
 
 
+def stacked_products(q, c, w):
+    """Three stacks of matrix products (large enough for np.dot) and one small one."""
+    z = np.einsum("kab,knb->kna", q, c)
+    q_back = np.einsum("kna,knb->kab", z, c)
+    c_back = np.einsum("kna,kab->knb", z, q)
+    small = np.einsum("kab,kbc->kac", q[:, :2, :3], w)
+    return np.sum(z * z) + np.sum(q_back * q) + np.sum(np.tanh(c_back)) + np.sum(small)
+
+
+@pytest.mark.numba
+def test_stacked_matrix_products_compile(quick_llvm):
+    """Under jit the einsum helpers multiply each stacked pair with np.dot when large (the
+    loops otherwise) for floats, strided views and integers; jit(grad) of a loss built on
+    them (its cotangents are stacked products too) agrees with finite differences."""
+    rng = np.random.default_rng(11)
+    q, c, w = rng.standard_normal((3, 8, 16)), rng.standard_normal((3, 40, 16)), \
+        rng.standard_normal((1, 3, 2))
+    expected = stacked_products(q, c, w)
+    compiled = jit(stacked_products)
+    np.testing.assert_allclose(compiled(q, c, w), expected, rtol=1e-10)
+    assert "np.dot(np.asarray(op1[k], dtype=np.float64)" in compiled.source
+    view = np.repeat(c, 2, axis=-1)[..., ::2]
+    np.testing.assert_allclose(compiled(q, view, w), expected, rtol=1e-10)
+    gradient = jit(ad.grad(stacked_products, argnums=(0, 1)))
+    for got, want in zip(gradient(q, c, w), ad.grad(stacked_products, argnums=(0, 1))(q, c, w)):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-10)
+    ad.check_grads(stacked_products, (q, c, w), modes=("rev",), order=1)
+
+
 @pytest.mark.numba
 def test_stacking_a_list_of_arrays_compiles(quick_llvm):
     """np.stack of a list built in a loop (Numba stacks only tuples): a dialect helper, plain

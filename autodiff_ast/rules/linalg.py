@@ -124,11 +124,20 @@ def _infer_einsum(call):
         ins, out = parse_subscripts(spec, len(operands))
     except (ValueError, AttributeError):
         return T.AType("array", "float64", None)
-    sizes = {}
-    for sub, t in zip(ins, operands):
-        for letter, d in zip(sub, t.dims or ()):
-            sizes[letter] = T.N if sizes.get(letter) == T.N or d == T.N else d
+    sizes = _letter_sizes(ins, operands)
     return T.array(tuple(sizes.get(c, T.N) for c in out), T.result_dtype(*operands))
+
+
+def _letter_sizes(ins, types):
+    """Each subscript letter's size as far as the operands' types tell: an axis of size one
+    takes another operand's size along the same letter (it broadcasts, as in NumPy)."""
+    sizes = {}
+    for sub, t in zip(ins, types):
+        for letter, d in zip(sub, getattr(t, "dims", None) or ()):
+            known = sizes.get(letter)
+            sizes[letter] = d if known in (None, 1) else known if d == 1 else \
+                T.N if T.N in (known, d) else d
+    return sizes
 
 
 def _einsum_call(spec, operands):
@@ -158,7 +167,13 @@ def _einsum_vjp(call, g):
         contribution = _einsum_call(",".join(subs) + "->" + wanted, ops)
         if diagonal:  # the diagonal's adjoint, placed on the diagonal of a zero matrix
             contribution = fill("np.diag(v)", v=contribution)
-        result[("operands", k)] = (contribution, types[k])
+        ctype = types[k]
+        if not diagonal and getattr(ctype, "dims", None) is not None:
+            # an operand's axis of size one was broadcast: its cotangent has the letter's
+            # full size there, and is summed back down to the operand's shape
+            sizes = _letter_sizes(ins, types)
+            ctype = T.array(tuple(sizes.get(c, T.N) for c in sub), ctype.dtype)
+        result[("operands", k)] = (contribution, ctype)
     return result
 
 
