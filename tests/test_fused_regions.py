@@ -512,3 +512,15 @@ def test_a_loop_with_one_vector_compiles_no_way_back_to_the_statements(line_data
     # a length-one vector broadcasts: the way back runs the statements
     assert namespace["f"](0.5, x, y[:1].copy()) == pytest.approx(
         np.sum((0.5 * x - y[0]) ** 2), rel=1e-12)
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("t + c * b", "t += c * b"), ("t - (c + b)", "t -= c + b"), ("t + -c", "t += -c"),
+    ("t + c", "t[:] = t + c"), ("c + t * b", "t[:] = c + t * b"),
+    ("t + c[1:]", "t[:] = t + c[1:]")])
+def test_a_fallback_write_adds_a_new_array_in_place(value, expected):
+    """The statements a fused run falls back on write `t[:] = t + e` as `t += e` when e is
+    an operator's result (a new array: Numba compiles the slice assignment slowly), and keep
+    the slice assignment when e may be a view of t (a name, a slice) or t is not added to."""
+    from codegen.fused_regions import _written_in_place
+    assert _written_in_place("t", gast.parse(value).body[0].value) == expected
