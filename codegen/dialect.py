@@ -708,9 +708,9 @@ class _Lower(gast.NodeTransformer):
             return node
         index = target.slice
         parts = index.elts if isinstance(index, gast.Tuple) else [index]
-        if not all(isinstance(p, gast.Slice) or self.is_int(p) for p in parts):
+        if not all(isinstance(p, gast.Slice) or self.is_int(p) or _is_none(p) for p in parts):
             return node
-        if any(isinstance(p, gast.Slice) for p in parts):  # basic slicing: a view
+        if any(isinstance(p, gast.Slice) or _is_none(p) for p in parts):  # a view
             view = gast.Subscript(value=target.value, slice=index, ctx=gast.Load())
             call = _call(self.helper("add_into"), [view, node.value])
         elif len(parts) == 1:
@@ -889,6 +889,11 @@ def _einsum_as_dot(ins, out, operands):
         rt = gast.Attribute(value=left, attr="T", ctx=gast.Load()) if left is x else x
         return _call("np.dot", [lt, rt])
     return None
+
+
+def _is_none(node):
+    """Whether `node` is the constant None (np.newaxis in an index)."""
+    return isinstance(node, gast.Constant) and node.value is None
 
 
 def _einsum_order(ins, out):

@@ -815,8 +815,9 @@ def test_sum_of_products_in_loops(monkeypatch):
 
 @pytest.mark.numba
 def test_sum_axis_is_np_sum_along_one_axis():
-    """Loops for 2-D float arrays (either axis, negative axes, strided and transposed views,
-    empty axes; float32 stays float32); other ranks and integer arrays go to np.sum."""
+    """Loops for 2-D and 3-D float arrays (each axis, negative axes, strided and transposed
+    views, empty axes; float32 stays float32) and 2-D booleans (counts); other ranks and
+    integer arrays go to np.sum."""
     import numba
     ns = {"np": np, "numba": numba}
     exec(DIALECT_HELPERS["sum_axis"], ns)
@@ -835,8 +836,18 @@ def test_sum_axis_is_np_sum_along_one_axis():
     assert compiled(g32, 1).dtype == np.float32
     np.testing.assert_allclose(compiled(g32, 1), np.sum(g32, axis=1), rtol=1e-5)
     cube = rng.standard_normal((3, 4, 5))
-    for axis in (0, 1, 2, -1):
-        same(compiled(cube, axis), np.sum(cube, axis=axis), rtol=1e-13)
+    for x in (cube, cube.transpose(2, 0, 1), cube[:, ::2, 1:], np.zeros((2, 0, 3))):
+        for axis in (0, 1, 2, -1, -2, -3):
+            same(compiled(x, axis), np.sum(x, axis=axis), rtol=1e-13)
+    assert compiled(cube.astype(np.float32), 0).dtype == np.float32
+    with pytest.raises(ValueError):
+        compiled(cube, 3)
+    same(compiled(cube[None], 1), np.sum(cube[None], axis=1), rtol=1e-13)  # 4-D: np.sum
+    flags = grid[:, ::7] > 0.3
+    for axis in (0, 1, -1, -2):
+        same(compiled(flags, axis), np.sum(flags, axis=axis), rtol=0.0)  # counted in int64
+    with pytest.raises(ValueError):
+        compiled(flags, 2)
     same(compiled(np.arange(12).reshape(3, 4), 1), np.sum(np.arange(12).reshape(3, 4), axis=1),
          rtol=0.0)
     v = rng.standard_normal(6)

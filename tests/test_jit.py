@@ -122,6 +122,8 @@ SLICE_UPDATES = [
     ("t[c] += v", "add_at(t, c, v)"),
     ("t[c, 1] += w", None),  # a row of t, but only one integer index is rewritten
     ("t[c, 1:, 2:] += v[:2, :2]", "add_into(t[c, 1:, 2:], v[:2, :2])"),
+    ("t[:, None, c] += a[:, None, :]", "add_into(t[:, None, c], a[:, None, :])"),  # newaxis
+    ("a[None, c, :] += w", "add_into(a[None, c, :], w)"),
     ("a[c, 2] += 1.0", None),  # every index an integer: may be one element, left as written
     ("a[idx] += 1.0", None),  # an index array: a copy, not a view
     ("a[c - 1:c] -= w", None),  # only += is rewritten
@@ -212,6 +214,30 @@ def test_stacked_matrix_products_compile(quick_llvm):
     for got, want in zip(gradient(q, c, w), ad.grad(stacked_products, argnums=(0, 1))(q, c, w)):
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-10)
     ad.check_grads(stacked_products, (q, c, w), modes=("rev",), order=1)
+
+
+def soft_assignments(a, b, c):
+    """Vectorized, with new axes and axis sums of 2-D, 3-D and boolean arrays (the shape of
+    ADBench GMM's vectorized rewrite)."""
+    scores = a[:, None] - (b[None, :, :] * c[:, None, :]).sum(axis=2) ** 2
+    top = np.max(scores, axis=0)
+    hits = np.sum(scores == top, axis=0)
+    return np.sum(np.log(np.sum(np.exp(scores - top), axis=0)) + top) + 0.0 * np.sum(hits)
+
+
+@pytest.mark.numba
+def test_new_axes_and_axis_sums_compile(quick_llvm):
+    """jit(grad) of vectorized code whose cotangents are added through new axes
+    (`a_bar[:, None] += ...` as add_into of a view) and summed over axes of 3-D and boolean
+    arrays (sum_axis's loops) agrees with the plain gradient and finite differences."""
+    rng = np.random.default_rng(12)
+    a, b, c = rng.standard_normal(4), rng.standard_normal((5, 3)), rng.standard_normal((4, 3))
+    compiled = jit(ad.grad(soft_assignments, argnums=(0, 1, 2)))
+    for got, want in zip(compiled(a, b, c), ad.grad(soft_assignments, argnums=(0, 1, 2))(a, b, c)):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    assert re.search(r"add_into\(\w+\[:, None", compiled.source), compiled.source
+    assert jit(soft_assignments)(a, b, c) == pytest.approx(soft_assignments(a, b, c), rel=1e-12)
+    ad.check_grads(soft_assignments, (a, b, c), modes=("rev",), order=1)
 
 
 @pytest.mark.numba
