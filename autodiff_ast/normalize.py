@@ -164,6 +164,30 @@ class TreeRef:
     base: str  # the flat-name prefix of this subtree
 
 
+@dataclass(eq=False)
+class LocalDict:
+    """A dict with string keys built in the function (``p = {"w": w}``, ``layers = {}``):
+    each entry is a local name of its own, so ``p["w"]`` reads a name and ``p["h"] = v``
+    binds one (branches and loops treat it as any name, and its derivative flows as a
+    name's). Where the dict itself is a value (returned, passed to a call) it is built from
+    its entries, as a dict display."""
+
+    entries: dict  # key -> the (user-level) local name holding its value
+    prefix: str  # the start of its entries' local names
+
+    def local_name(self, key, taken):
+        """The local name for entry `key`: new names avoid every name in `taken`."""
+        if key not in self.entries:
+            base = sanitize(f"{self.prefix}_{key}")
+            local, k = base, 1
+            while local in taken:
+                k += 1
+                local = f"{base}_{k}"
+            taken.add(local)
+            self.entries[key] = local
+        return self.entries[key]
+
+
 @dataclass(frozen=True)
 class Static:
     """A compile-time Python object: a module, a callable, a container of constants."""
@@ -269,9 +293,11 @@ class Normalizer:
         self.program = program
         self.body = []
         self.types = {}
-        self.env = {}  # user name -> core name | TreeRef
+        self.env = {}  # user name -> core name | TreeRef | Static | LocalDict
         taken = set(names_in(info.node)) | set(program.module_names.taken)
         self.namer = Namer(taken)
+        self.taken_names = self.namer.taken  # (a dict's entries take names from it too)
+        self.dict_counts = {}  # user name -> dicts built under it so far (LocalDict)
         self.origin = None
         self.params = []
         self.core_name = core_name
@@ -359,6 +385,14 @@ class Normalizer:
         elif isinstance(stmt, (gast.Break, gast.Continue)):
             raise self.unsupported(f"{type(stmt).__name__.lower()} outside a loop", stmt)
         elif isinstance(stmt, gast.AugAssign):
+            target = stmt.target
+            if isinstance(target, gast.Subscript) and isinstance(target.value, gast.Name) and \
+                    isinstance(self.env.get(target.value.id), LocalDict):
+                # `d["k"] += v`: the entry's name rebound, as `k += v` would be
+                read = gast.Subscript(value=target.value, slice=target.slice, ctx=gast.Load())
+                self.assign_to(target, gast.copy_location(
+                    gast.BinOp(left=read, op=stmt.op, right=stmt.value), stmt))
+                return
             if isinstance(stmt.target, gast.Subscript):
                 self.aug_setitem(stmt)
                 return
@@ -425,10 +459,19 @@ class Normalizer:
                                     type_params=[])
             self.define_local_function(target.id, gast.copy_location(fdef, value))
             return
+        if isinstance(target, gast.Name) and isinstance(value, gast.Dict) and \
+                all(isinstance(k, gast.Constant) and isinstance(k.value, str)
+                    for k in value.keys):
+            self.local_dict(target.id, value)
+            return
         if isinstance(target, gast.Name):
             resolved = self.expr(value, target=target.id)
-            if isinstance(resolved, (TreeRef, Static)):
+            if isinstance(resolved, (TreeRef, Static, LocalDict)):
                 self.env[target.id] = resolved
+            return
+        if isinstance(target, gast.Subscript) and isinstance(target.value, gast.Name) and \
+                isinstance(self.env.get(target.value.id), LocalDict):
+            self.dict_store(self.env[target.value.id], target, value)
             return
         if isinstance(target, (gast.Tuple, gast.List)):
             names = target.elts
@@ -455,6 +498,97 @@ class Normalizer:
             return
         raise self.unsupported(f"cannot assign to {type(target).__name__}", target,
                                "assign to a local name, or return the value instead")
+
+    def local_dict(self, user_name, display):
+        """`user_name = {"k": v, ...}` (string keys): a LocalDict whose entries are bound like
+        names (its values read before the name is rebound). Inside a branch or loop a name
+        already holding one keeps its entries' names, as a rebound name keeps its own."""
+        current = self.env.get(user_name)
+        if self.depth > 0 and isinstance(current, LocalDict):
+            made = LocalDict(dict(current.entries), current.prefix)
+        else:
+            count = self.dict_counts.get(user_name, 0) + 1
+            self.dict_counts[user_name] = count
+            made = LocalDict({}, user_name if count == 1 else f"{user_name}_{count}")
+        values = {}
+        for key, value in zip(display.keys, display.values):
+            values[key.value] = value
+        kept = {}
+        for key, value in values.items():
+            local = made.local_name(key, self.taken_names)
+            self.assign_to(gast.copy_location(gast.Name(id=local, ctx=gast.Store(),
+                                                        annotation=None, type_comment=None),
+                                              value), value)
+            kept[key] = local
+        made.entries = kept
+        self.env[user_name] = made
+
+    def dict_store(self, local_dict, target, value):
+        """`d["k"] = v` on a LocalDict: binds (or rebinds) the entry's name."""
+        key = self.expr(target.slice)
+        if not (isinstance(key, gast.Constant) and isinstance(key.value, str)):
+            raise self.unsupported("a dict built in the function takes constant string keys",
+                                   target, "write d['name'] = value")
+        local = local_dict.local_name(key.value, self.taken_names)
+        self.assign_to(gast.copy_location(gast.Name(id=local, ctx=gast.Store(),
+                                                    annotation=None, type_comment=None),
+                                          target), value)
+
+    def dict_read(self, local_dict, node):
+        """`d["k"]` on a LocalDict: the entry's name."""
+        key = self.expr(node.slice)
+        if isinstance(key, Static) and isinstance(key.value, str):
+            key = gast.Constant(value=key.value, kind=None)  # a loop's constant key
+        if not (isinstance(key, gast.Constant) and isinstance(key.value, str)):
+            raise self.unsupported("a dict built in the function is read with constant "
+                                   "string keys", node, "write d['name'], not d[name]")
+        if key.value not in local_dict.entries:
+            raise self.unsupported(f"{unparse(node)}: the dict has no key {key.value!r} here "
+                                   f"(its keys: {', '.join(map(repr, local_dict.entries))})",
+                                   node, "set the entry before reading it")
+        return self.expr_Name(gast.copy_location(gast.Name(
+            id=local_dict.entries[key.value], ctx=gast.Load(), annotation=None,
+            type_comment=None), node), None)
+
+    def dict_as_tree(self, local_dict, node):
+        """A LocalDict passed to a function of the user's: (its TreeSpec, its flat leaves),
+        as for a dict passed in as an argument (keys sorted, as pytrees flatten dicts)."""
+        children, flat = [], []
+        for key in sorted(local_dict.entries):
+            bound = self.env.get(local_dict.entries[key])
+            if isinstance(bound, LocalDict):  # a dict in the dict
+                spec, leaves = self.dict_as_tree(bound, node)
+                children.append((key, spec))
+                flat.extend(leaves)
+            elif isinstance(bound, TreeRef):
+                children.append((key, bound.spec))
+                flat.extend(name(f) for f, _ in bound.spec.leaves(bound.base))
+            elif isinstance(bound, Static):
+                children.append((key, bound))
+            elif isinstance(bound, str):
+                typ = self.types.get(bound, T.UNKNOWN)
+                if typ.kind in ("tuple", "list", "dict"):
+                    raise self.unsupported(f"entry {key!r} of a dict built in the function "
+                                           "holds a container: it cannot be passed on", node,
+                                           "pass its entries as separate arguments")
+                children.append((key, typ))
+                flat.append(name(bound))
+            else:
+                raise self.unsupported(f"entry {key!r} of a dict built in the function cannot "
+                                       "be passed on", node, "pass the value itself")
+        return TreeSpec("dict", tuple(children)), flat
+
+    def dict_value(self, local_dict, node):
+        """A LocalDict used as a value: a dict display of its entries (a value with no
+        derivative: returned as an aux output, say)."""
+        keys = [gast.Constant(value=k, kind=None) for k in local_dict.entries]
+        values = [gast.Name(id=v, ctx=gast.Load(), annotation=None, type_comment=None)
+                  for v in local_dict.entries.values()]
+        if not keys:
+            raise self.unsupported("an empty dict built in the function cannot be used as a "
+                                   "value", node, "return or pass its entries instead")
+        return self.expr_Dict(gast.copy_location(gast.Dict(keys=keys, values=values), node),
+                              None)
 
     def unpack(self, target, atom, node=None):
         """`a, b = atom` (one level deep): a tuple of known length, a pytree node or a
@@ -610,6 +744,8 @@ class Normalizer:
         return name(out)
 
     def runtime(self, atom, node):
+        if isinstance(atom, LocalDict):
+            return self.dict_value(atom, node)
         if isinstance(atom, TreeRef):
             raise self.unsupported("returning a whole pytree argument is not supported", node,
                                    "return its leaves")
@@ -695,7 +831,7 @@ class Normalizer:
     def expr_Name(self, node, target):
         if node.id in self.env:
             bound = self.env[node.id]
-            return bound if isinstance(bound, (TreeRef, Static)) else name(bound)
+            return bound if isinstance(bound, (TreeRef, Static, LocalDict)) else name(bound)
         try:
             value = self.info.lookup(node.id)
         except KeyError:
@@ -727,6 +863,11 @@ class Normalizer:
 
     def expr_Attribute(self, node, target):
         base = self.expr(node.value)
+        if isinstance(base, LocalDict):
+            raise self.unsupported(f"{unparse(node)}: a dict built in the function has no "
+                                   "methods here (its keys are known where the code is "
+                                   "generated)", node, "read each entry with its key, "
+                                   "d['name'], or loop over a tuple of the keys")
         if isinstance(base, Static):
             try:
                 value = getattr(base.value, node.attr)
@@ -772,6 +913,8 @@ class Normalizer:
 
     def expr_Subscript(self, node, target):
         base = self.expr(node.value)
+        if isinstance(base, LocalDict):
+            return self.dict_read(base, node)
         if isinstance(base, (TreeRef, Static)):
             key = self.expr(node.slice)
             if isinstance(key, Static) and isinstance(key.value, (str, int)):
@@ -806,10 +949,9 @@ class Normalizer:
             kind = "tuple_get" if out.is_float or T.carries_derivative(out) else "nondiff"
             return self.emit(value, out, Prim(kind, args=[base], rule=index), target, "item")
         if typ == T.DICT:
-            raise self.unsupported("reading a dict built in the function is not supported "
-                                   "(a dict display is passed back only as an aux output)",
-                                   node, "keep the values in names, or pass the dict as a "
-                                   "pytree argument")
+            raise self.unsupported("reading a dict returned by a call is not supported (a "
+                                   "dict made where it is read, d = {...}, is)", node,
+                                   "return the values themselves, or build the dict here")
         out = _element_type(typ) if typ.kind == "list" else index_type(typ, index, self.types)
         value = gast.Subscript(value=base, slice=index, ctx=gast.Load())
         call = PrimCall(rules.by_name("getitem"), {"x": base, "index": index},
@@ -1093,7 +1235,13 @@ class Normalizer:
         atoms += [self.expr(a) for a in args]
         atoms = [self.static_to_atom(a.value, node) if isinstance(a, Static) and
                  isinstance(a.value, (tuple,)) else a for a in atoms]
+        if rule.name == "len" and len(atoms) == 1 and isinstance(atoms[0], LocalDict):
+            return gast.Constant(value=len(atoms[0].entries), kind=None)  # its keys are known
         for a, src in zip(atoms, ([None] if first is not None else []) + list(args)):
+            if isinstance(a, LocalDict):
+                raise self.unsupported("a dict built in the function cannot be passed to "
+                                       f"{rule.emit or rule.name}", src or node,
+                                       "pass its entries, d['name']")
             if isinstance(a, (TreeRef, Static)) and not _is_dtype(a):
                 raise self.unsupported("a pytree or Python object cannot be passed to "
                                        f"{rule.emit or rule.name}", src or node)
@@ -1214,7 +1362,7 @@ class Normalizer:
                        n.id not in assigned and n.id in self.env})
         for v in free:
             value = self.env[v]
-            bound[v] = value if isinstance(value, (TreeRef, Static)) else name(value)
+            bound[v] = value if isinstance(value, (TreeRef, Static, LocalDict)) else name(value)
         extra = [gast.Name(id=v, ctx=gast.Param(), annotation=None, type_comment=None)
                  for v in free]
         new_args = gast.arguments(args=list(args.args) + extra, posonlyargs=[], vararg=None,
@@ -1230,7 +1378,10 @@ class Normalizer:
         specs, flat_args = {}, []
         for pname in params + free:
             value = bound[pname]
-            if isinstance(value, TreeRef):
+            if isinstance(value, LocalDict):
+                specs[pname], leaves = self.dict_as_tree(value, node)
+                flat_args.extend(leaves)
+            elif isinstance(value, TreeRef):
                 specs[pname] = value.spec
                 flat_args.extend(name(flat) for flat, _ in value.spec.leaves(value.base))
             elif isinstance(value, Static):
@@ -1282,7 +1433,10 @@ class Normalizer:
             param = sig.parameters[pname]
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 raise self.unsupported(f"{fn.__name__} takes *args/**kwargs", node)
-            if isinstance(value, TreeRef):
+            if isinstance(value, LocalDict):
+                specs[pname], leaves = self.dict_as_tree(value, node)
+                flat_args.extend(leaves)
+            elif isinstance(value, TreeRef):
                 specs[pname] = value.spec
                 flat_args.extend(name(flat) for flat, _ in value.spec.leaves(value.base))
             elif isinstance(value, Static):
