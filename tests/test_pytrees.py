@@ -519,8 +519,8 @@ def test_a_dict_display_has_no_derivative_and_says_so():
     w = np.array([0.3, -0.7, 1.1])
     np.testing.assert_allclose(ad.grad(_reads_its_dict)(w), [2.0, 2.0, 2.0])
     for f in (_returns_a_dict, _returns_its_dict):
-        for transform in (lambda: ad.jvp(f, (w,), (w,)), lambda: ad.jacfwd(f)(w),
-                          lambda: ad.jacrev(f)(w)):
+        for transform in (lambda f=f: ad.jvp(f, (w,), (w,)), lambda f=f: ad.jacfwd(f)(w),
+                          lambda f=f: ad.jacrev(f)(w)):
             with pytest.raises(ad.UnsupportedSyntaxError, match="returns a dict"):
                 transform()
         with pytest.raises(ad.NonScalarOutputError, match="returns a dict"):
