@@ -661,21 +661,15 @@ def sum_axis_numba(x, axis):
     GMM's vectorized gradient for its first such sum; these loops 0.25-0.4 s each.)"""
     if isinstance(x, numba.types.Array) and x.ndim == 2 and x.dtype == numba.types.boolean:
         def count_axis(x, axis):  # (NumPy counts booleans in int64)
-            rows, cols = x.shape
-            if axis == 0 or axis == -2:
-                out = np.zeros(cols, dtype=np.int64)
-                for i in range(rows):
-                    for j in range(cols):
-                        if x[i, j]:
-                            out[j] += 1
-                return out
-            if axis != 1 and axis != -1:
+            if axis != 0 and axis != 1 and axis != -1 and axis != -2:
                 raise ValueError("axis out of bounds for an array of dimension 2")
-            out = np.zeros(rows, dtype=np.int64)
+            down = axis == 0 or axis == -2  # a count per column
+            rows, cols = x.shape
+            out = np.zeros(cols if down else rows, dtype=np.int64)
             for i in range(rows):
                 for j in range(cols):
                     if x[i, j]:
-                        out[i] += 1
+                        out[j if down else i] += 1
             return out
         return count_axis
     if not (isinstance(x, numba.types.Array) and x.ndim in (2, 3) and
@@ -693,20 +687,15 @@ def sum_axis_numba(x, axis):
                         total += x[h, i, j]
                     out[h, i] = total
             return out
-        if axis == 1 or axis == -2:
-            out = np.zeros((first, cols), dtype=x.dtype)
-            for h in range(first):
-                for i in range(rows):
-                    for j in range(cols):
-                        out[h, j] += x[h, i, j]
-            return out
-        if axis != 0 and axis != -3:
+        if axis != 0 and axis != 1 and axis != -2 and axis != -3:
             raise ValueError("axis out of bounds for an array of dimension 3")
-        out = np.zeros((rows, cols), dtype=x.dtype)
+        down = axis == 0 or axis == -3  # the first axis summed: out's rows are x's rows
+        out = np.zeros((rows if down else first, cols), dtype=x.dtype)
         for h in range(first):
             for i in range(rows):
+                row = i if down else h
                 for j in range(cols):
-                    out[i, j] += x[h, i, j]
+                    out[row, j] += x[h, i, j]
         return out
     if x.ndim == 3:
         return sum_axis_3d
