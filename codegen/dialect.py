@@ -597,6 +597,12 @@ class _Lower(gast.NodeTransformer):
             return _call("np.sort", [_call("np.ravel", [args["a"]])])
         return _call(self.helper("sort_axis"), [args["a"], args["axis"]])
 
+    def call_np_cumprod(self, node):
+        args = _bind(node, ("a", "axis", "dtype", "out"))
+        if args is None or set(args) != {"a", "axis"} or _const(args["axis"]) is None:
+            return None
+        return _call(self.helper("cumprod_axis"), [args["a"], args["axis"]])
+
     def call_np_argsort(self, node):
         # Numba's argsort takes 1-D arrays; the helper is stable (ties keep their order).
         args = _bind(node, ("a", "axis", "kind", "order"))

@@ -147,6 +147,45 @@ def slice_length(n, lo, hi):
     return max(min(max(hi, 0), n) - slice_start(n, lo), 0)
 '''
 
+HELPERS["cumprod_adjoint"] = '''\
+def cumprod_adjoint(x, g):
+    """The adjoint of np.cumprod(x, axis=-1) for the output adjoint g, exact where x has
+    zeros: x_bar[j] = prod(x[:j]) * sum over i >= j of g[i] * prod(x[j + 1:i + 1])."""
+    n = x.shape[-1]
+    rows = np.ascontiguousarray(x).reshape((-1, n))
+    g_rows = np.ascontiguousarray(g).reshape((-1, n))
+    out = np.empty(rows.shape)
+    for r in range(rows.shape[0]):
+        before = 1.0
+        for j in range(n):
+            out[r, j] = before
+            before *= rows[r, j]
+        after = 0.0
+        for j in range(n - 1, -1, -1):
+            after += g_rows[r, j]
+            out[r, j] *= after
+            after *= rows[r, j]
+    return out.reshape(x.shape)
+'''
+
+HELPERS["cumprod_tangent"] = '''\
+def cumprod_tangent(x, d):
+    """The tangent of np.cumprod(x, axis=-1) for the input tangent d, exact where x has
+    zeros: y_dot[i] = y_dot[i - 1] * x[i] + y[i - 1] * d[i]."""
+    n = x.shape[-1]
+    rows = np.ascontiguousarray(x).reshape((-1, n))
+    d_rows = np.ascontiguousarray(d).reshape((-1, n))
+    out = np.empty(rows.shape)
+    for r in range(rows.shape[0]):
+        product = 1.0
+        tangent = 0.0
+        for j in range(n):
+            tangent = tangent * rows[r, j] + product * d_rows[r, j]
+            out[r, j] = tangent
+            product *= rows[r, j]
+    return out.reshape(x.shape)
+'''
+
 #: Helpers that a helper calls (emitted with it).
 HELPER_DEPENDS = {"slice_length": ("slice_start",), "dot_adjoints": ("unbroadcast",),
                   "matmul_adjoints": ("dot_adjoints", "unbroadcast")}
@@ -276,6 +315,20 @@ def roll_axis(x, shift, axis):
     out[s:] = moved[:n - s]
     out[:s] = moved[n - s:]
     return np.ascontiguousarray(np.moveaxis(out, 0, axis))
+''',
+    "cumprod_axis": '''\
+def cumprod_axis(x, axis):
+    """np.cumprod(x, axis=axis) for one integer axis (Numba's cumprod flattens)."""
+    moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))
+    out = np.empty(moved.shape)
+    rows = moved.reshape((-1, moved.shape[-1]))
+    out_rows = out.reshape(rows.shape)
+    for r in range(rows.shape[0]):
+        product = 1.0
+        for j in range(rows.shape[1]):
+            product *= rows[r, j]
+            out_rows[r, j] = product
+    return np.ascontiguousarray(np.moveaxis(out, -1, axis))
 ''',
     "sort_axis": '''\
 def sort_axis(x, axis):

@@ -517,7 +517,8 @@ def reductions(x):
 def reorderings(x):
     column = x[:, :1]
     return (np.roll(np.flip(x, axis=(0, 1)), -5, axis=1), np.sort(x, axis=0),
-            np.argsort(x, axis=0), np.squeeze(column, axis=1), np.expand_dims(x, -1))
+            np.argsort(x, axis=0), np.squeeze(column, axis=1), np.expand_dims(x, -1),
+            np.cumprod(x, axis=0), np.cumprod(x, axis=-1))
 
 
 def products(a, b):
@@ -627,11 +628,11 @@ def test_compiled_ambiguous_axes_are_right_or_refused_naming_the_line(fn):
 def test_every_dialect_helper_is_covered():
     tested = {"stack_list", "add_into", "add_at", "outer_product", "reassociated_sum",
               "keep_axis", "mean_axis", "var_axis", "flip_axis", "roll_axis", "sort_axis",
-              "argsort_axis", "scatter_add", "dot_nd", "matmul_nd", "unbroadcast", "max_axis",
-              "min_axis", "prod_axis", "tanh_fast", "sum_of_products", "sum_axis",
-              "small_dot", "add_outer_at", "subtract_at", "batched_outer",
-              "zeros_like_reusing", "whole_max", "whole_min"}  # (zeros_like_reusing:
-    # tests/test_hoisting.py)
+              "argsort_axis", "cumprod_axis", "scatter_add", "dot_nd", "matmul_nd",
+              "unbroadcast", "max_axis", "min_axis", "prod_axis", "tanh_fast",
+              "sum_of_products", "sum_axis", "small_dot", "add_outer_at", "subtract_at",
+              "batched_outer", "zeros_like_reusing", "whole_max",
+              "whole_min"}  # (zeros_like_reusing: tests/test_hoisting.py)
     assert set(DIALECT_HELPERS) == tested
 
 

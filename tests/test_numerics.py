@@ -239,6 +239,24 @@ def test_vmap_of_sort_and_its_gradient():
                                                                   [2.0, 3.0, 1.0]])
 
 
+@pytest.mark.parametrize("x, expected", [
+    ([2.0, 0.0, 3.0], [1.0, 8.0, 0.0]),  # d/dx1 = x0 + x0 * x2
+    ([0.0, 0.0, 3.0], [1.0, 0.0, 0.0]),
+    ([2.0, 3.0, 0.0], [4.0, 2.0, 6.0]),  # [1 + x1 + x1 * x2, x0 + x0 * x2, x0 * x1]
+])
+def test_cumprod_at_zeros_is_exact(x, expected):
+    """np.cumprod's derivatives never divide by x (JAX differentiates its scan): the gradient
+    of sum(cumprod(x)) at zeros, in reverse mode, forward mode and compiled."""
+    from autodiff_ast.jit import jit
+
+    def fn(x):
+        return np.sum(np.cumprod(x))
+    x = np.array(x)
+    np.testing.assert_array_equal(ad.grad(fn)(x), expected)
+    np.testing.assert_array_equal(_forward_gradient(fn, x), expected)
+    np.testing.assert_array_equal(jit(ad.grad(fn))(x), expected)
+
+
 def test_argsort_and_argpartition_carry_no_derivative():
     """x[np.argsort(x)] is a gather: the gradient is the sort's (no ties here)."""
     x = np.array([0.4, -1.0, 2.5])

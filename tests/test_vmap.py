@@ -180,6 +180,8 @@ TABLE = [
     ("argsort", lambda x: np.argsort(x), [V]),
     ("cumsum", lambda x: np.cumsum(x), [M]),
     ("cumsum_axis", lambda x: np.cumsum(x, axis=1), [M]),
+    ("cumprod", lambda x: np.cumprod(x), [M]),
+    ("cumprod_axis", lambda x: np.cumprod(x, axis=0), [M]),
     ("diff", lambda x: np.diff(x), [M]),
     ("diff_axis", lambda x: np.diff(x, 2, axis=0), [(4, 5)]),
     ("all", lambda x: np.all(x > -1.0), [M]),

@@ -242,6 +242,37 @@ register(Rule("cumsum", "np.cumsum", ("x", "axis", "dtype", "out"), {"axis": Non
               _infer_cumsum, _cumsum_vjp, _relinear, linear=True), np.cumsum)
 
 
+# cumprod: both derivatives are loops along the axis in emitted helpers (cumprod_adjoint,
+# cumprod_tangent), exact where x has zeros (no division by x), as JAX's scan-based rule is.
+def _along_last_axis(call, helper, x, other):
+    """`helper(x, other)` applied along the call's axis, flattened first for axis=None."""
+    axis, rank = call.axis(), call.ndim("x")
+    if axis is None:
+        flat = fill(f"{helper}(np.ravel(x), np.ravel(o))", x=x, o=other)
+        return flat, rank == 1
+    if axis == -1 or (rank is not None and axis == rank - 1):
+        return fill(f"{helper}(x, o)", x=x, o=other), True
+    moved = fill(f"{helper}(np.moveaxis(x, a, -1), np.moveaxis(o, a, -1))", x=x, o=other,
+                 a=axis)
+    return fill("np.moveaxis(m, -1, a)", m=moved, a=axis), True
+
+
+def _cumprod_vjp(call, g):
+    x = call.args["x"]
+    expr, same_shape = _along_last_axis(call, "cumprod_adjoint", x, g)
+    if not same_shape:
+        expr = fill("e.reshape(np.shape(x))", e=expr, x=x)
+    return {"x": (expr, call.types["x"])}
+
+
+def _cumprod_jvp(call, dots):
+    return _along_last_axis(call, "cumprod_tangent", call.args["x"], dots["x"])[0]
+
+
+register(Rule("cumprod", "np.cumprod", ("x", "axis", "dtype", "out"), {"axis": None}, ("x",),
+              _infer_cumsum, _cumprod_vjp, _cumprod_jvp), np.cumprod)
+
+
 # ---------------------------------------------------------------- shape functions
 def _shape_dims(call, param):
     """Axes of an array whose shape is given by argument `param` (an int or a tuple)."""
