@@ -603,6 +603,22 @@ class _Lower(gast.NodeTransformer):
             return None
         return _call(self.helper("cumprod_axis"), [args["a"], args["axis"]])
 
+    def call_np_median(self, node):
+        args = _bind(node, ("a", "axis", "out", "overwrite_input", "keepdims"))
+        if args is None or not set(args) <= {"a", "axis", "keepdims"}:
+            return None
+        keep = _const(args.get("keepdims", gast.Constant(value=False, kind=None)))
+        axis = _const(args.get("axis", gast.Constant(value=None, kind=None)))
+        if keep is _NOPE or isinstance(axis, tuple):
+            return None
+        if axis is None:
+            value = _call("np.median", [args["a"]])
+            axis = None
+        else:
+            value = _call(self.helper("median_axis"), [args["a"], args["axis"]])
+            axis = args["axis"] if axis is _NOPE else axis
+        return self.keep(value, args["a"], axis) if keep else value
+
     def call_np_argsort(self, node):
         # Numba's argsort takes 1-D arrays; the helper is stable (ties keep their order).
         args = _bind(node, ("a", "axis", "kind", "order"))

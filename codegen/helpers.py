@@ -186,6 +186,21 @@ def cumprod_tangent(x, d):
     return out.reshape(x.shape)
 '''
 
+HELPERS["median_weights"] = '''\
+def median_weights(x, axis):
+    """How np.median(x, axis) reads x: 0.5 at each of the two middle entries of a stable
+    sort along `axis` (1.0 at the middle entry of an odd count), 0 elsewhere."""
+    moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))
+    n = moved.shape[-1]
+    rows = moved.reshape((-1, n))
+    out = np.zeros(rows.shape)
+    for r in range(rows.shape[0]):
+        order = np.argsort(rows[r], kind="mergesort")
+        out[r, order[(n - 1) // 2]] += 0.5
+        out[r, order[n // 2]] += 0.5
+    return np.moveaxis(out.reshape(moved.shape), -1, axis)
+'''
+
 #: Helpers that a helper calls (emitted with it).
 HELPER_DEPENDS = {"slice_length": ("slice_start",), "dot_adjoints": ("unbroadcast",),
                   "matmul_adjoints": ("dot_adjoints", "unbroadcast")}
@@ -329,6 +344,16 @@ def cumprod_axis(x, axis):
             product *= rows[r, j]
             out_rows[r, j] = product
     return np.ascontiguousarray(np.moveaxis(out, -1, axis))
+''',
+    "median_axis": '''\
+def median_axis(x, axis):
+    """np.median(x, axis=axis) for one integer axis (Numba's median takes no axis)."""
+    moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))
+    rows = moved.reshape((-1, moved.shape[-1]))
+    out = np.empty(rows.shape[0])
+    for r in range(rows.shape[0]):
+        out[r] = np.median(rows[r])
+    return out.reshape(moved.shape[:-1])
 ''',
     "sort_axis": '''\
 def sort_axis(x, axis):

@@ -200,6 +200,18 @@ def test_missing_rule_for_an_unsupported_norm():
     assert_located(err, norm_ord, "np.linalg.norm")
 
 
+def percentile_output(x):
+    return np.percentile(x, 50.0)
+
+
+def test_missing_rule_of_the_output_comes_before_the_output_check():
+    """A call with no rule returned by grad's function: its type is only a guess (the
+    broadcast of its arguments), so the missing rule is named, not a non-scalar output."""
+    err = raised(MissingRuleError, percentile_output, np.ones(4))
+    assert_located(err, percentile_output, "np.percentile")
+    assert "np.percentile has no derivative rule" in err.message
+
+
 def test_primitive_without_rule_given_to_grad():
     with pytest.raises(AutodiffError, match="no rule"):
         ad.grad(np.convolve)(0.5)

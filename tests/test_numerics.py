@@ -257,6 +257,32 @@ def test_cumprod_at_zeros_is_exact(x, expected):
     np.testing.assert_array_equal(jit(ad.grad(fn))(x), expected)
 
 
+@pytest.mark.parametrize("x, expected", [
+    ([2.0, 1.0, 2.0], [1.0, 0.0, 0.0]),  # the first 2 is the middle of a stable sort
+    ([1.0, 2.0, 2.0, 3.0], [0.0, 0.5, 0.5, 0.0]),
+    ([2.0, 2.0, 2.0, 2.0], [0.0, 0.5, 0.5, 0.0]),
+    ([3.0, 0.0, 1.0, 5.0], [0.5, 0.0, 0.5, 0.0]),
+])
+def test_median_follows_the_stable_sort(x, expected):
+    """jnp.median is quantile(method="midpoint") over a stable sort: the middle entry (or half
+    to each of the two middle ones) gets the cotangent; ties go by the sorted position, in
+    reverse mode, forward mode and compiled."""
+    from autodiff_ast.jit import jit
+
+    def fn(x):
+        return np.median(x)
+    x = np.array(x)
+    np.testing.assert_array_equal(ad.grad(fn)(x), expected)
+    np.testing.assert_array_equal(_forward_gradient(fn, x), expected)
+    np.testing.assert_array_equal(jit(ad.grad(fn))(x), expected)
+
+
+def test_median_ties_along_an_axis():
+    x = np.array([[1.0, 1.0, 1.0], [4.0, 2.0, 4.0]])
+    g = ad.grad(lambda x: np.sum(np.median(x, axis=1) * np.array([1.0, 2.0])))(x)
+    np.testing.assert_array_equal(g, [[0.0, 1.0, 0.0], [2.0, 0.0, 0.0]])
+
+
 def test_argsort_and_argpartition_carry_no_derivative():
     """x[np.argsort(x)] is a gather: the gradient is the sort's (no ties here)."""
     x = np.array([0.4, -1.0, 2.5])

@@ -182,6 +182,8 @@ TABLE = [
     ("cumsum_axis", lambda x: np.cumsum(x, axis=1), [M]),
     ("cumprod", lambda x: np.cumprod(x), [M]),
     ("cumprod_axis", lambda x: np.cumprod(x, axis=0), [M]),
+    ("median", lambda x: np.median(x), [M]),
+    ("median_axis", lambda x: np.median(x, axis=1, keepdims=True), [M]),
     ("diff", lambda x: np.diff(x), [M]),
     ("diff_axis", lambda x: np.diff(x, 2, axis=0), [(4, 5)]),
     ("all", lambda x: np.all(x > -1.0), [M]),

@@ -273,6 +273,35 @@ register(Rule("cumprod", "np.cumprod", ("x", "axis", "dtype", "out"), {"axis": N
               _infer_cumsum, _cumprod_vjp, _cumprod_jvp), np.cumprod)
 
 
+# median (JAX's jnp.median is quantile(method="midpoint") over a stable sort): the cotangent
+# goes to the middle entry of the sorted values, or half to each of the two middle entries of
+# an even count; with ties, to the entries a stable sort puts there. median_weights (an
+# emitted helper) says where.
+def _median_weights(call):
+    x, axis = call.args["x"], call.axis()
+    if axis is None:
+        return fill("median_weights(np.ravel(x), 0).reshape(np.shape(x))", x=x)
+    return fill("median_weights(x, a)", x=x, a=axis)
+
+
+def _median_vjp(call, g):
+    if isinstance(call.axis(), tuple):
+        return None  # several axes: no template yet
+    ge, _ = expand_like_input(call, g)
+    return {"x": (fill("ge * w", ge=ge, w=_median_weights(call)), call.types["x"])}
+
+
+def _median_jvp(call, dots):
+    if isinstance(call.axis(), tuple):
+        return None
+    return reduce_sum(call, fill("d * w", d=dots["x"], w=_median_weights(call)))
+
+
+register(Rule("median", "np.median", ("x", "axis", "out", "overwrite_input", "keepdims"),
+              {"axis": None, "keepdims": False}, ("x",), _infer_reduction, _median_vjp,
+              _median_jvp), np.median)
+
+
 # ---------------------------------------------------------------- shape functions
 def _shape_dims(call, param):
     """Axes of an array whose shape is given by argument `param` (an int or a tuple)."""
