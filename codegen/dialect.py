@@ -603,6 +603,18 @@ class _Lower(gast.NodeTransformer):
             return None
         return _call(self.helper("cumprod_axis"), [args["a"], args["axis"]])
 
+    def call_np_ptp(self, node):
+        # Numba's ptp takes no axis: the maximum minus the minimum, each lowered as a reduction
+        args = _bind(node, ("a", "axis", "out", "keepdims"))
+        if args is None or "out" in args or set(args) == {"a"}:
+            return None
+        ends = []
+        for func in ("np.max", "np.min"):
+            keywords = [gast.keyword(arg=k, value=args[k]) for k in ("axis", "keepdims")
+                        if k in args]
+            ends.append(self.reduction(_call(func, [args["a"]], keywords), func))
+        return gast.BinOp(left=ends[0], op=gast.Sub(), right=ends[1])
+
     def call_np_median(self, node):
         args = _bind(node, ("a", "axis", "out", "overwrite_input", "keepdims"))
         if args is None or not set(args) <= {"a", "axis", "keepdims"}:

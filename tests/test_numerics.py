@@ -283,6 +283,23 @@ def test_median_ties_along_an_axis():
     np.testing.assert_array_equal(g, [[0.0, 1.0, 0.0], [2.0, 0.0, 0.0]])
 
 
+@pytest.mark.parametrize("x, expected", [
+    ([1.0, 3.0, 3.0, 0.0, 0.0, 0.0], [0.0, 0.5, 0.5, -1.0 / 3.0, -1.0 / 3.0, -1.0 / 3.0]),
+    ([2.0, 2.0], [0.0, 0.0]),  # the maximum and the minimum are the same entries
+])
+def test_ptp_shares_ties_as_max_and_min(x, expected):
+    """jnp.ptp is max - min: each end's tied entries share it equally, in reverse mode,
+    forward mode and compiled."""
+    from autodiff_ast.jit import jit
+
+    def fn(x):
+        return np.ptp(x)
+    x = np.array(x)
+    np.testing.assert_allclose(ad.grad(fn)(x), expected, rtol=1e-15)
+    np.testing.assert_allclose(_forward_gradient(fn, x), expected, rtol=1e-15)
+    np.testing.assert_allclose(jit(ad.grad(fn))(x), expected, rtol=1e-15)
+
+
 def test_argsort_and_argpartition_carry_no_derivative():
     """x[np.argsort(x)] is a gather: the gradient is the sort's (no ties here)."""
     x = np.array([0.4, -1.0, 2.5])

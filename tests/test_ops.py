@@ -291,6 +291,9 @@ STRUCTURAL = [
     ("median-axis1", lambda x: np.median(x, axis=1), [(3, 4)], "real"),
     ("median-axis0-keepdims", lambda x: np.median(x, axis=0, keepdims=True) * x, [(3, 2)],
      "real"),
+    ("ptp", lambda x: np.ptp(x), [(2, 3)], "real"),
+    ("ptp-axis0", lambda x: np.ptp(x, axis=0), [(3, 2)], "real"),
+    ("ptp-axis1-keepdims", lambda x: np.ptp(x, axis=1, keepdims=True) * x, [(2, 3)], "real"),
     # methods
     ("method-sum", lambda x: x.sum(), [(2, 3)], "real"),
     ("method-sum-axis", lambda x: x.sum(axis=0), [(2, 3)], "real"),
@@ -695,3 +698,17 @@ def test_median_in_both_modes_and_under_jit(rng):
     from autodiff_ast.jit import jit
     np.testing.assert_allclose(jit(ad.grad(_median_loss))(x, w),
                                ad.grad(_median_loss)(x, w), rtol=1e-12)
+
+
+def _ptp_loss(x, w):
+    return np.sum(np.ptp(x, axis=0) * w) + np.ptp(x) * np.ptp(x, axis=1, keepdims=True)[0, 0]
+
+
+def test_ptp_in_both_modes_and_under_jit(rng):
+    """np.ptp (no rule before): both modes, and the compiled gradient (Numba's ptp takes no
+    axis: the maximum minus the minimum)."""
+    x, w = rng.standard_normal((3, 4)), rng.standard_normal(4)
+    ad.check_grads(_ptp_loss, (x, w), modes=("rev", "fwd"))
+    from autodiff_ast.jit import jit
+    np.testing.assert_allclose(jit(ad.grad(_ptp_loss))(x, w), ad.grad(_ptp_loss)(x, w),
+                               rtol=1e-12)

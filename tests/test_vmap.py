@@ -184,6 +184,8 @@ TABLE = [
     ("cumprod_axis", lambda x: np.cumprod(x, axis=0), [M]),
     ("median", lambda x: np.median(x), [M]),
     ("median_axis", lambda x: np.median(x, axis=1, keepdims=True), [M]),
+    ("ptp", lambda x: np.ptp(x), [M]),
+    ("ptp_axis", lambda x: np.ptp(x, axis=0), [M]),
     ("diff", lambda x: np.diff(x), [M]),
     ("diff_axis", lambda x: np.diff(x, 2, axis=0), [(4, 5)]),
     ("all", lambda x: np.all(x > -1.0), [M]),

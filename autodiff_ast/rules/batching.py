@@ -772,7 +772,7 @@ _ELEMENTWISE = tuple(PARTIALS) + tuple(PIECEWISE_CONSTANT) + (
 _register(_ELEMENTWISE, elementwise)
 _register(("float",), _conversion("float64"))
 _register(("int",), _conversion("int64"))
-_register(("sum", "mean", "prod", "max", "min", "var", "std", "median"), reduction)
+_register(("sum", "mean", "prod", "max", "min", "var", "std", "median", "ptp"), reduction)
 _register(("argmax", "argmin", "argsort", "argpartition", "sort"), _index_reduction)
 _register(("take_along_axis",), _take_along_axis)
 _register(("add_along_axis",), _add_along_axis)

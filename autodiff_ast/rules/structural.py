@@ -30,7 +30,7 @@ def _dims_without(dims, axis, keepdims):
 def _infer_reduction(call):
     x = call.types["x"]
     dtype = "float64" if x.dtype in (None, "float64") else x.dtype
-    if call.rule.name in ("sum", "prod", "cumsum", "max", "min") and x.dtype and \
+    if call.rule.name in ("sum", "prod", "cumsum", "max", "min", "ptp") and x.dtype and \
             x.dtype.startswith(("int", "bool")):
         dtype = "int64"
     if x.kind == "float" or x.kind == "int":
@@ -131,18 +131,22 @@ def _prod_vjp(call, g):
     return {"x": (fill("ge * ye / x", ge=ge, ye=ye, x=call.args["x"]), call.types["x"])}
 
 
-def _chooser_vjp(call, g):
-    """max/min: the cotangent is shared equally between the tied winners (JAX's rule)."""
-    ge, _ = expand_like_input(call, g)
-    ye, _ = expand_like_input(call, call.out)
-    x = call.args["x"]
-    mask = fill("x == ye", x=x, ye=ye)
+def _tie_shares(call, ye):
+    """Where x equals the chosen value `ye` (expanded like x), 1 / the number of such ties."""
+    mask = fill("x == ye", x=call.args["x"], ye=ye)
     axis = call.axis()
     if axis is None:
         count = fill("np.sum(m)", m=mask)
     else:
         count = _unreduced(call, fill("np.sum(m, axis=a)", m=mask, a=axis))
-    return {"x": (fill("ge * m / c", ge=ge, m=mask, c=count), call.types["x"])}
+    return fill("m / c", m=mask, c=count)
+
+
+def _chooser_vjp(call, g):
+    """max/min: the cotangent is shared equally between the tied winners (JAX's rule)."""
+    ge, _ = expand_like_input(call, g)
+    ye, _ = expand_like_input(call, call.out)
+    return {"x": (fill("ge * s", ge=ge, s=_tie_shares(call, ye)), call.types["x"])}
 
 
 def reduce_sum(call, expr):
@@ -224,6 +228,36 @@ register(Rule("max", "np.max", _CHOOSER, {"axis": None, "keepdims": False}, ("x"
               _infer_reduction, _chooser_vjp, _chooser_jvp), np.max, np.amax)
 register(Rule("min", "np.min", _CHOOSER, {"axis": None, "keepdims": False}, ("x",),
               _infer_reduction, _chooser_vjp, _chooser_jvp), np.min, np.amin)
+
+
+# ptp(x) = max(x) - min(x): each end shares its part of the cotangent between its ties, as
+# np.max and np.min do (jnp.ptp is max - min).
+def _extreme(call, func):
+    """np.max or np.min of x over the call's axes, expanded like x."""
+    axis = call.axis()
+    x = call.args["x"]
+    value = fill(f"{func}(x)", x=x) if axis is None else fill(f"{func}(x, axis=a)", x=x, a=axis)
+    if axis is None:
+        return value
+    return _unreduced(call, value)
+
+
+def _ptp_weights(call):
+    return fill("h - l", h=_tie_shares(call, _extreme(call, "np.max")),
+                l=_tie_shares(call, _extreme(call, "np.min")))
+
+
+def _ptp_vjp(call, g):
+    ge, _ = expand_like_input(call, g)
+    return {"x": (fill("ge * w", ge=ge, w=_ptp_weights(call)), call.types["x"])}
+
+
+def _ptp_jvp(call, dots):
+    return reduce_sum(call, fill("d * w", d=dots["x"], w=_ptp_weights(call)))
+
+
+register(Rule("ptp", "np.ptp", _CHOOSER, {"axis": None, "keepdims": False}, ("x",),
+              _infer_reduction, _ptp_vjp, _ptp_jvp), np.ptp)
 _VAR = ("x", "axis", "dtype", "out", "ddof", "keepdims")
 register(Rule("var", "np.var", _VAR, {"axis": None, "ddof": 0, "keepdims": False}, ("x",),
               _infer_reduction, _var_vjp, _var_jvp), np.var)
