@@ -615,6 +615,30 @@ class _Lower(gast.NodeTransformer):
             ends.append(self.reduction(_call(func, [args["a"]], keywords), func))
         return gast.BinOp(left=ends[0], op=gast.Sub(), right=ends[1])
 
+    def call_np_average(self, node):
+        # Numba's average takes no axis: the mean, or the weighted sums' quotient
+        args = _bind(node, ("a", "axis", "weights", "returned", "keepdims"))
+        if args is None or "returned" in args:
+            return None
+        weights = args.get("weights")
+        if weights is None or _const(weights) is None:
+            keywords = [gast.keyword(arg=k, value=args[k]) for k in ("axis", "keepdims")
+                        if k in args]
+            return self.reduction(_call("np.mean", [args["a"]], keywords), "np.mean")
+        keep = _const(args.get("keepdims", gast.Constant(value=False, kind=None)))
+        axis = _const(args.get("axis", gast.Constant(value=None, kind=None)))
+        if keep is _NOPE or isinstance(axis, tuple):
+            return None
+        a = args["a"]
+        if axis is None:
+            value = gast.BinOp(left=_call("np.sum", [gast.BinOp(left=a, op=gast.Mult(),
+                                                                  right=weights)]),
+                               op=gast.Div(), right=_call("np.sum", [weights]))
+        else:
+            value = _call(self.helper("weighted_average"), [a, args["axis"], weights])
+            axis = args["axis"] if axis is _NOPE else axis
+        return self.keep(value, a, axis) if keep else value
+
     def call_np_median(self, node):
         args = _bind(node, ("a", "axis", "out", "overwrite_input", "keepdims"))
         if args is None or not set(args) <= {"a", "axis", "keepdims"}:

@@ -345,6 +345,14 @@ def cumprod_axis(x, axis):
             out_rows[r, j] = product
     return np.ascontiguousarray(np.moveaxis(out, -1, axis))
 ''',
+    "weighted_average": '''\
+def weighted_average(a, axis, w):
+    """np.average(a, axis=axis, weights=w) for one integer axis: w shaped like a, or a
+    vector along the axis (Numba's average takes no axis)."""
+    if w.ndim == 1 and a.ndim > 1:
+        return np.sum(np.moveaxis(a, axis, -1) * w, axis=-1) / np.sum(w)
+    return np.sum(a * w, axis=axis) / np.sum(w, axis=axis)
+''',
     "median_axis": '''\
 def median_axis(x, axis):
     """np.median(x, axis=axis) for one integer axis (Numba's median takes no axis)."""

@@ -294,6 +294,13 @@ STRUCTURAL = [
     ("ptp", lambda x: np.ptp(x), [(2, 3)], "real"),
     ("ptp-axis0", lambda x: np.ptp(x, axis=0), [(3, 2)], "real"),
     ("ptp-axis1-keepdims", lambda x: np.ptp(x, axis=1, keepdims=True) * x, [(2, 3)], "real"),
+    ("average", lambda x: np.average(x), [(2, 3)], "real"),
+    ("average-axis1", lambda x: np.average(x, axis=1), [(2, 3)], "real"),
+    ("average-weights", lambda x, w: np.average(x, weights=w), [(2, 3), (2, 3)], "pos"),
+    ("average-weights-axis0-keepdims",
+     lambda x, w: np.average(x, axis=0, weights=w, keepdims=True) * x, [(3, 2), (3, 2)], "pos"),
+    ("average-vector-weights", lambda x, w: np.average(x, axis=0, weights=w), [(3, 2), (3,)],
+     "pos"),
     # methods
     ("method-sum", lambda x: x.sum(), [(2, 3)], "real"),
     ("method-sum-axis", lambda x: x.sum(axis=0), [(2, 3)], "real"),
@@ -569,7 +576,8 @@ def test_rule_coverage_of_numpy():
 # Without argument types (the command line without a signature), every argument is a float64
 # array of unknown rank: the same table must still be right, or ask for the rank.
 NEEDS_RANK = {"inner", "hstack", "hstack-2d", "vstack", "vstack-2d", "tile", "tile-2d",
-              "tile-rank-up", "diff-last-axis"}
+              "tile-rank-up", "diff-last-axis", "average-weights-axis0-keepdims",
+              "average-vector-weights"}
 
 
 def _all_cases():
@@ -712,3 +720,18 @@ def test_ptp_in_both_modes_and_under_jit(rng):
     from autodiff_ast.jit import jit
     np.testing.assert_allclose(jit(ad.grad(_ptp_loss))(x, w), ad.grad(_ptp_loss)(x, w),
                                rtol=1e-12)
+
+
+def _average_loss(x, w, v):
+    return np.sum(np.average(x, axis=1, weights=w) * v) + np.average(x, axis=0, weights=v)[1]
+
+
+def test_average_in_both_modes_and_under_jit(rng):
+    """np.average (no rule before), with weights shaped like the array and a vector of them
+    along an axis: both modes with respect to the values and the weights, and compiled."""
+    x, w, v = rng.standard_normal((3, 4)), rng.uniform(0.5, 2.0, (3, 4)), rng.uniform(0.5, 2.0, 3)
+    ad.check_grads(_average_loss, (x, w, v), modes=("rev", "fwd"))
+    from autodiff_ast.jit import jit
+    for got, want in zip(jit(ad.grad(_average_loss, argnums=(0, 1, 2)))(x, w, v),
+                         ad.grad(_average_loss, argnums=(0, 1, 2))(x, w, v)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)

@@ -312,6 +312,23 @@ def _cumsum(bc):
     return bc.emit(keywords=("axis",), axis=to_expr(_shift(axis)))
 
 
+def _average(bc):
+    """np.average: the mean's batching without weights; with weights shaped like the
+    example, the weighted sums' quotient over the shifted axes (vector weights along an axis
+    of a matrix: once per example)."""
+    if "weights" not in bc.call.args or bc.type("weights").kind == "none":
+        return reduction(bc)
+    rank = _rank_or_fail(bc, "x")
+    if bc.call.const("returned", False) or bc.rank("weights") != rank or rank == 0:
+        raise NoBatchingRule("np.average with weights that are not shaped like the array")
+    axis = bc.axis()
+    axes = tuple(range(rank)) if axis is None else (axis if isinstance(axis, tuple) else (axis,))
+    keep = ", keepdims=True" if bc.call.const("keepdims", False) else ""
+    x, w = bc.full("x"), bc.full("weights")
+    return fill(f"np.sum(x * w, axis=a{keep}) / np.sum(w, axis=a{keep})", x=x, w=w,
+                a=_single(_shift(axes)))
+
+
 def _example_axes(bc, param):
     rank = _rank_or_fail(bc, param)
     return _single(range(1, rank + 1)) if rank else None
@@ -777,6 +794,7 @@ _register(("argmax", "argmin", "argsort", "argpartition", "sort"), _index_reduct
 _register(("take_along_axis",), _take_along_axis)
 _register(("add_along_axis",), _add_along_axis)
 _register(("cumsum", "cumprod"), _cumsum)
+_register(("average",), _average)
 _register(("diff",), _along_axis)
 _register(("all",), _whole_reduction(("np.all(x, axis=axes)", "a == b", None)))
 _register(("any",), _whole_reduction(("np.any(x, axis=axes)", "a == b", None)))

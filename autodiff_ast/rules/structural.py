@@ -258,6 +258,84 @@ def _ptp_jvp(call, dots):
 
 register(Rule("ptp", "np.ptp", _CHOOSER, {"axis": None, "keepdims": False}, ("x",),
               _infer_reduction, _ptp_vjp, _ptp_jvp), np.ptp)
+# average(x, axis, weights) = sum(x * w) / sum(w) over the axes; w has x's shape, or is a
+# vector laid along the one axis (NumPy's two forms). Without weights it is the mean.
+def _weights_along_axis(call):
+    """The weights shaped to broadcast against x, and the axes of x they do not span (None
+    when they have x's shape), or (None, None) for a form with no template."""
+    w = call.args["weights"]
+    rank, w_rank, axis = call.ndim("x"), call.ndim("weights"), call.axis()
+    if axis is None or (rank is not None and w_rank == rank):
+        return w, None  # (over the whole array NumPy wants weights shaped like it)
+    if w_rank == 1 and isinstance(axis, int) and rank is not None:
+        others = tuple(a for a in range(rank) if a != axis)
+        return fill("np.expand_dims(w, o)", w=w, o=others), others
+    return None, None
+
+
+def _weight_totals(call, others):
+    """sum(w) over the call's axes: (reduced as the output is, expanded like x)."""
+    w = call.args["weights"]
+    if others is not None:
+        total = fill("np.sum(w)", w=w)
+        return total, total
+    if call.axis() is None:
+        total = fill("np.sum(w)", w=w)
+        return reduce_sum(call, w), total
+    return reduce_sum(call, w), _unreduced(call, fill("np.sum(w, axis=a)", w=w, a=call.axis()))
+
+
+def _average_form(call):
+    if call.const("returned", False) or isinstance(call.axis(), tuple):
+        return None  # the (average, sum of weights) pair, and several axes: no template yet
+    if "weights" not in call.args or call.types["weights"].kind == "none":
+        return "mean"
+    wb, others = _weights_along_axis(call)
+    return None if wb is None and others is None else "weighted"
+
+
+def _average_vjp(call, g):
+    form = _average_form(call)
+    if form == "mean":
+        return _mean_vjp(call, g)
+    if form is None:
+        return None
+    wb, others = _weights_along_axis(call)
+    _, total = _weight_totals(call, others)
+    ge, _ = expand_like_input(call, g)
+    ye, _ = expand_like_input(call, call.out)
+    x_bar = fill("ge * wb / t", ge=ge, wb=wb, t=total)
+    w_bar = fill("ge * (x - ye) / t", ge=ge, x=call.args["x"], ye=ye, t=total)
+    if others is not None:
+        w_bar = fill("np.sum(e, axis=o)", e=w_bar, o=others)
+    return {"x": (x_bar, call.types["x"]), "weights": (w_bar, call.types["weights"])}
+
+
+def _average_jvp(call, dots):
+    form = _average_form(call)
+    if form == "mean":
+        return _relinear(call, dots)
+    if form is None:
+        return None
+    wb, others = _weights_along_axis(call)
+    reduced_total, _ = _weight_totals(call, others)
+    terms = []
+    if "x" in dots:
+        terms.append(fill("d * wb", d=dots["x"], wb=wb))
+    if "weights" in dots:
+        ye, _ = expand_like_input(call, call.out)
+        wd = dots["weights"] if others is None else fill("np.expand_dims(d, o)",
+                                                           d=dots["weights"], o=others)
+        terms.append(fill("wd * (x - ye)", wd=wd, x=call.args["x"], ye=ye))
+    total = terms[0] if len(terms) == 1 else fill("p + q", p=terms[0], q=terms[1])
+    return fill("s / t", s=reduce_sum(call, total), t=reduced_total)
+
+
+register(Rule("average", "np.average", ("x", "axis", "weights", "returned", "keepdims"),
+              {"axis": None, "weights": None, "returned": False, "keepdims": False},
+              ("x", "weights"), _infer_reduction, _average_vjp, _average_jvp), np.average)
+
+
 _VAR = ("x", "axis", "dtype", "out", "ddof", "keepdims")
 register(Rule("var", "np.var", _VAR, {"axis": None, "ddof": 0, "keepdims": False}, ("x",),
               _infer_reduction, _var_vjp, _var_jvp), np.var)
