@@ -521,16 +521,29 @@ class _Lower(gast.NodeTransformer):
         return value
 
     def call_np_linalg_norm(self, node):
-        # Numba's norm takes no axis: the 2-norm along an axis is a square root of a sum.
+        # Numba's norm takes no axis and no string order: along an axis, the 2-norm is a
+        # square root of a sum, ord=1, inf, -inf a sum, maximum or minimum of np.abs; 'fro'
+        # is the default order of a matrix.
         args = _bind(node, ("x", "ord", "axis", "keepdims"))
-        if args is None or "axis" not in args or not isinstance(args["x"], gast.Name) or \
-                _const(args.get("ord", gast.Constant(value=None, kind=None))) is not None:
+        if args is None:
+            return None
+        order = _const(args.get("ord", gast.Constant(value=None, kind=None)))
+        if order == "fro" and "axis" not in args and "keepdims" not in args:
+            return _call("np.linalg.norm", [args["x"]])
+        if "axis" not in args or not isinstance(args["x"], gast.Name):
             return None
         x = args["x"].id
-        total = _expr(f"np.sum({x} * {x})")
-        total.keywords = [gast.keyword(arg=k, value=args[k]) for k in ("axis", "keepdims")
-                          if k in args]
-        return _call("np.sqrt", [self.reduction(total, "np.sum")])
+        keywords = [gast.keyword(arg=k, value=args[k]) for k in ("axis", "keepdims")
+                    if k in args]
+        if order is None or order == 2:
+            total = _expr(f"np.sum({x} * {x})")
+            total.keywords = keywords
+            return _call("np.sqrt", [self.reduction(total, "np.sum")])
+        func = {1: "np.sum", float("inf"): "np.max", -float("inf"): "np.min"}.get(order) \
+            if isinstance(order, (int, float)) else None
+        if func is None:
+            return None
+        return self.reduction(_call(func, [_expr(f"np.abs({x})")], keywords), func)
 
     def call_np_clip(self, node):
         # Numba's clip refuses scalars; clip(x, lo, hi) is maximum then minimum in NumPy too.

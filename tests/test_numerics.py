@@ -300,6 +300,25 @@ def test_ptp_shares_ties_as_max_and_min(x, expected):
     np.testing.assert_allclose(jit(ad.grad(fn))(x), expected, rtol=1e-15)
 
 
+@pytest.mark.parametrize("order, x, expected", [
+    (None, [0.0, 0.0], [np.nan, np.nan]),  # x / norm(x) is 0/0 (jax-ml/jax#21723)
+    (1, [0.0, -2.0, 3.0], [1.0, -1.0, 1.0]),  # the abs rule: 1 at 0
+    (np.inf, [3.0, -3.0, 1.0], [0.5, -0.5, 0.0]),  # ties share, as np.max
+    (-np.inf, [0.0, 0.0, 2.0], [0.5, 0.5, 0.0]),
+])
+def test_norm_at_kinks(order, x, expected):
+    """jnp.linalg.norm is sqrt(sum(x * x)), sum(abs(x)), max(abs(x)), min(abs(x)): JAX's
+    values at 0 and at ties, in reverse mode, forward mode and compiled."""
+    from autodiff_ast.jit import jit
+
+    def fn(x):
+        return np.linalg.norm(x, order)
+    x = np.array(x)
+    np.testing.assert_array_equal(_quiet(lambda: ad.grad(fn)(x)), expected)
+    np.testing.assert_array_equal(_forward_gradient(fn, x), expected)
+    np.testing.assert_array_equal(_quiet(lambda: jit(ad.grad(fn))(x)), expected)
+
+
 def test_argsort_and_argpartition_carry_no_derivative():
     """x[np.argsort(x)] is a gather: the gradient is the sort's (no ties here)."""
     x = np.array([0.4, -1.0, 2.5])

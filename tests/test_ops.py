@@ -355,6 +355,14 @@ STRUCTURAL = [
     ("norm", lambda x: np.linalg.norm(x), [(2, 3)], "real"),
     ("norm-vector", lambda x: np.linalg.norm(x), [(4,)], "real"),
     ("norm-axis1", lambda x: np.linalg.norm(x, axis=1), [(2, 3)], "real"),
+    ("norm-fro", lambda x: np.linalg.norm(x, "fro"), [(2, 3)], "real"),
+    ("norm-2", lambda x: np.linalg.norm(x, 2), [(4,)], "real"),
+    ("norm-1", lambda x: np.linalg.norm(x, 1), [(4,)], "nonzero"),
+    ("norm-inf", lambda x: np.linalg.norm(x, np.inf), [(4,)], "real"),
+    ("norm-minus-inf", lambda x: np.linalg.norm(x, ord=-np.inf), [(4,)], "nonzero"),
+    ("norm-1-axis0", lambda x: np.linalg.norm(x, ord=1, axis=0), [(3, 2)], "nonzero"),
+    ("norm-inf-axis1", lambda x: np.linalg.norm(x, np.inf, axis=1), [(2, 3)], "real"),
+    ("norm-minus-inf-axis-neg", lambda x: np.linalg.norm(x, -np.inf, -1), [(2, 3)], "nonzero"),
     ("solve-vector", lambda a, b: np.linalg.solve(a + 3.0 * np.eye(3), b), [(3, 3), (3,)],
      "small"),
     ("solve-matrix", lambda a, b: np.linalg.solve(a + 3.0 * np.eye(3), b), [(3, 3), (3, 2)],
@@ -577,7 +585,8 @@ def test_rule_coverage_of_numpy():
 # array of unknown rank: the same table must still be right, or ask for the rank.
 NEEDS_RANK = {"inner", "hstack", "hstack-2d", "vstack", "vstack-2d", "tile", "tile-2d",
               "tile-rank-up", "diff-last-axis", "average-weights-axis0-keepdims",
-              "average-vector-weights"}
+              "average-vector-weights", "norm-fro", "norm-2", "norm-1", "norm-inf",
+              "norm-minus-inf"}
 
 
 def _all_cases():
@@ -735,3 +744,18 @@ def test_average_in_both_modes_and_under_jit(rng):
     for got, want in zip(jit(ad.grad(_average_loss, argnums=(0, 1, 2)))(x, w, v),
                          ad.grad(_average_loss, argnums=(0, 1, 2))(x, w, v)):
         np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def _norms_loss(x, w):
+    return (np.sum(np.linalg.norm(x, 1, axis=0) * w) + np.linalg.norm(x, "fro") +
+            np.linalg.norm(x[0], np.inf) * np.linalg.norm(x[1], -np.inf))
+
+
+def test_norm_orders_in_both_modes_and_under_jit(rng):
+    """np.linalg.norm with ord=1, inf, -inf (vectors, or along an axis) and 'fro' (no rule
+    before): both modes, and compiled (Numba's norm takes no axis and no string order)."""
+    x, w = rng.choice([-1.0, 1.0], (3, 4)) * rng.uniform(0.3, 2.0, (3, 4)), rng.normal(size=4)
+    ad.check_grads(_norms_loss, (x, w), modes=("rev", "fwd"))
+    from autodiff_ast.jit import jit
+    np.testing.assert_allclose(jit(ad.grad(_norms_loss))(x, w), ad.grad(_norms_loss)(x, w),
+                               rtol=1e-12)

@@ -667,14 +667,15 @@ def _diag(bc):
 
 
 def _norm(bc):
-    if bc.call.const("ord") is not None:
-        raise NoBatchingRule("norm with an ord")
+    from .linalg import norm_kind
+    if norm_kind(bc.call) is None:
+        raise NoBatchingRule("norm with this ord (a matrix norm other than the Frobenius one)")
     rank = _rank_or_fail(bc, "x")
     axis = bc.axis()
-    axes = tuple(range(rank)) if axis is None else (axis if isinstance(axis, tuple) else (axis,))
     if axis is None and rank > 1:  # the Frobenius norm of the whole example
+        axes = tuple(range(rank))
         return fill("np.sqrt(np.sum(x * x, axis=a))", x=bc.arg("x"), a=_shift(axes))
-    return fill("np.linalg.norm(x, axis=a)", x=bc.arg("x"), a=_single(_shift(axes)))
+    return bc.emit(keywords=("axis",), axis=to_expr(_shift(0 if axis is None else axis)))
 
 
 def _solve(bc):

@@ -225,31 +225,58 @@ def _infer_norm(call):
     return T.array(tuple(d for i, d in enumerate(x.dims) if i != call.axis()), x.dtype)
 
 
-def _norm_check(call):
-    if call.const("ord") is not None:
-        return False
-    return True
+def norm_kind(call):
+    """Which norm a call computes: "two" (a vector's 2-norm or the Frobenius norm), "one",
+    "max" or "min" (ord=1, inf, -inf of vectors, or along one axis), or None: no template
+    (other orders, matrix norms other than the Frobenius one, a pair of axes)."""
+    order, rank, axis = call.const("ord"), call.ndim("x"), call.axis()
+    if isinstance(axis, tuple) or "keepdims" in call.keywords:
+        return None
+    if order is None or (order == "fro" and rank == 2 and axis is None):
+        return "two"
+    if axis is None and rank != 1:
+        return None  # a matrix (or unknown rank): ord= picks a matrix norm
+    return {2: "two", 1: "one", np.inf: "max", -np.inf: "min"}.get(order) \
+        if isinstance(order, (int, float)) else None
+
+
+def _signs(x):
+    """d|x|/dx, 1 at 0 as JAX's abs rule gives."""
+    return fill("np.where(x >= 0.0, 1.0, -1.0)", x=x)
+
+
+def _norm_slope(call):
+    """d norm / dx, shaped like x (the reduced norm put back along its axis)."""
+    from .structural import _unreduced
+    x, kind, axis = call.args["x"], norm_kind(call), call.axis()
+    y = call.out if axis is None else _unreduced(call, call.out)
+    if kind == "two":
+        return fill("x / y", x=x, y=y)
+    if kind == "one":
+        return _signs(x)
+    mask = fill("np.abs(x) == y", x=x, y=y)
+    count = fill("np.sum(m)", m=mask) if axis is None else \
+        _unreduced(call, fill("np.sum(m, axis=a)", m=mask, a=axis))
+    return fill("s * m / c", s=_signs(x), m=mask, c=count)
 
 
 def _norm_vjp(call, g):
-    if not _norm_check(call):
+    from .structural import _unreduced
+    if norm_kind(call) is None:
         return None
-    x = call.args["x"]
     axis = call.axis()
-    if axis is None:
-        return {"x": (fill("g * x / y", g=g, x=x, y=call.out), call.types["x"])}
-    return {"x": (fill("np.expand_dims(g / y, a) * x", g=g, y=call.out, a=axis, x=x),
-                  call.types["x"])}
+    ge = g if axis is None else _unreduced(call, g)
+    return {"x": (fill("g * s", g=ge, s=_norm_slope(call)), call.types["x"])}
 
 
 def _norm_jvp(call, dots):
-    if not _norm_check(call):
-        return None  # ord= other than the 2-norm: no template (as in reverse mode)
-    x = call.args["x"]
+    if norm_kind(call) is None:
+        return None  # no template (as in reverse mode)
     axis = call.axis()
+    product = fill("d * s", d=dots["x"], s=_norm_slope(call))
     if axis is None:
-        return fill("np.sum(x * d) / y", x=x, d=dots["x"], y=call.out)
-    return fill("np.sum(x * d, axis=a) / y", x=x, d=dots["x"], a=axis, y=call.out)
+        return fill("np.sum(p)", p=product)
+    return fill("np.sum(p, axis=a)", p=product, a=axis)
 
 
 register(Rule("norm", "np.linalg.norm", ("x", "ord", "axis"), {"ord": None, "axis": None},
