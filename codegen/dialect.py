@@ -331,6 +331,15 @@ def _axes_unambiguous(axes):
     return True
 
 
+def _lists_as_tuples(node):
+    """A copy of a display with its list displays written as tuples (for _const)."""
+    class _Tuples(gast.NodeTransformer):
+        def visit_List(self, lst):
+            self.generic_visit(lst)
+            return gast.Tuple(elts=lst.elts, ctx=gast.Load())
+    return _Tuples().visit(copy.deepcopy(node))
+
+
 # ---------------------------------------------------------------- the lowering pass
 # Python's number classes as dtypes: Numba takes `np.zeros(n, dtype=float)` but not
 # `x.astype(float)` or `np.asarray(x, dtype=float)`; NumPy reads them as these.
@@ -520,6 +529,35 @@ class _Lower(gast.NodeTransformer):
             value = _call("np.expand_dims", [value, a if isinstance(a, gast.AST) else _num(a)])
         return value
 
+    def call_np_linalg_multi_dot(self, node):
+        # Numba has no multi_dot: the products from the left
+        if len(node.args) != 1 or node.keywords or \
+                not isinstance(node.args[0], (gast.List, gast.Tuple)):
+            return None
+        value = node.args[0].elts[0]
+        for operand in node.args[0].elts[1:]:
+            value = _call("np.dot", [value, operand])
+        return value
+
+    def call_np_tensordot(self, node):
+        # Numba has no tensordot: the contracted axes moved last in a and first in b, then one
+        # matrix product of the two reshaped (the shapes' slices are constants to Numba)
+        args = _bind(node, ("a", "b", "axes"))
+        axes = _const(_lists_as_tuples(args.get("axes", _num(2)))) if args is not None else _NOPE
+        if isinstance(axes, int):
+            a, b, n = text_of(args["a"]), text_of(args["b"]), axes
+        elif isinstance(axes, tuple) and len(axes) == 2:
+            ia, ib = (t if isinstance(t, tuple) else (t,) for t in axes)
+            n = len(ia)
+            a = f"np.moveaxis({text_of(args['a'])}, {ia}, {tuple(range(-n, 0))})"
+            b = f"np.moveaxis({text_of(args['b'])}, {ib}, {tuple(range(n))})"
+        else:
+            return None
+        size = " * ".join(f"{a}.shape[{-k}]" for k in range(1, n + 1)) or "1"
+        shape = f"{a}.shape[:{-n}] + {b}.shape[{n}:]" if n else f"{a}.shape + {b}.shape"
+        return _expr(f"np.dot(np.ascontiguousarray({a}).reshape((-1, {size})), "
+                     f"np.ascontiguousarray({b}).reshape(({size}, -1))).reshape({shape})")
+
     def call_np_linalg_norm(self, node):
         # Numba's norm takes no axis and no string order: along an axis, the 2-norm is a
         # square root of a sum, ord=1, inf, -inf a sum, maximum or minimum of np.abs; 'fro'
@@ -651,6 +689,24 @@ class _Lower(gast.NodeTransformer):
             value = _call(self.helper("weighted_average"), [a, args["axis"], weights])
             axis = args["axis"] if axis is _NOPE else axis
         return self.keep(value, a, axis) if keep else value
+
+    def call_np_nansum(self, node, mean=False):
+        # Numba's nansum and nanmean take no axis: sums of the entries that are not NaN
+        args = _bind(node, ("a", "axis", "dtype", "out", "keepdims"))
+        if args is None or not set(args) <= {"a", "axis", "keepdims"} or set(args) == {"a"} \
+                or not isinstance(args["a"], gast.Name):
+            return None
+        x = args["a"].id
+        keywords = [gast.keyword(arg=k, value=args[k]) for k in ("axis", "keepdims") if k in args]
+        total = self.reduction(_call("np.sum", [_expr(f"np.where(np.isnan({x}), 0.0, {x})")],
+                                     keywords), "np.sum")
+        if not mean:
+            return total
+        count = self.reduction(_call("np.sum", [_expr(f"~np.isnan({x})")], keywords), "np.sum")
+        return gast.BinOp(left=total, op=gast.Div(), right=count)
+
+    def call_np_nanmean(self, node):
+        return self.call_np_nansum(node, mean=True)
 
     def call_np_median(self, node):
         args = _bind(node, ("a", "axis", "out", "overwrite_input", "keepdims"))

@@ -319,6 +319,28 @@ def test_norm_at_kinks(order, x, expected):
     np.testing.assert_array_equal(_quiet(lambda: jit(ad.grad(fn))(x)), expected)
 
 
+def _with_nans():
+    return np.array([[1.0, np.nan, 2.0], [np.nan, np.nan, 3.0]])
+
+
+@pytest.mark.parametrize("fn, expected", [
+    (lambda x: np.nansum(x * 2.0), [[2.0, 0.0, 2.0], [0.0, 0.0, 2.0]]),
+    (lambda x: np.nanmean(x), [[1 / 3, 0.0, 1 / 3], [0.0, 0.0, 1 / 3]]),
+    (lambda x: np.sum(np.nanmean(x, axis=1)), [[0.5, 0.0, 0.5], [0.0, 0.0, 1.0]]),
+    (lambda x: np.sum(np.nansum(x, axis=0, keepdims=True)), [[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]]),
+], ids=["nansum", "nanmean", "nanmean-axis", "nansum-axis-keepdims"])
+def test_nan_entries_get_no_derivative(fn, expected):
+    """np.nansum and np.nanmean: NaN entries count for nothing, so their cotangent and their
+    tangent's contribution are 0 (jnp.nansum sums where(isnan(x), 0, x)), in reverse mode,
+    forward mode and compiled."""
+    from autodiff_ast.jit import jit
+    x = _with_nans()
+    np.testing.assert_allclose(ad.grad(fn)(x), expected, rtol=1e-15)
+    tangents = [ad.jvp(fn, (x,), (e.reshape(x.shape),))[1] for e in np.eye(x.size)]
+    np.testing.assert_allclose(np.reshape(tangents, x.shape), expected, rtol=1e-15)
+    np.testing.assert_allclose(jit(ad.grad(fn))(x), expected, rtol=1e-15)
+
+
 def test_argsort_and_argpartition_carry_no_derivative():
     """x[np.argsort(x)] is a gather: the gradient is the sort's (no ties here)."""
     x = np.array([0.4, -1.0, 2.5])

@@ -291,6 +291,11 @@ STRUCTURAL = [
     ("median-axis1", lambda x: np.median(x, axis=1), [(3, 4)], "real"),
     ("median-axis0-keepdims", lambda x: np.median(x, axis=0, keepdims=True) * x, [(3, 2)],
      "real"),
+    ("nansum", lambda x: np.nansum(x), [(2, 3)], "real"),
+    ("nansum-axis1-keepdims", lambda x: np.nansum(x, axis=1, keepdims=True) * x, [(2, 3)],
+     "real"),
+    ("nanmean", lambda x: np.nanmean(x), [(2, 3)], "real"),
+    ("nanmean-axis0", lambda x: np.nanmean(x, axis=0), [(3, 2)], "real"),
     ("ptp", lambda x: np.ptp(x), [(2, 3)], "real"),
     ("ptp-axis0", lambda x: np.ptp(x, axis=0), [(3, 2)], "real"),
     ("ptp-axis1-keepdims", lambda x: np.ptp(x, axis=1, keepdims=True) * x, [(2, 3)], "real"),
@@ -348,6 +353,17 @@ STRUCTURAL = [
     ("einsum-diagonal", lambda a: np.einsum("ii->i", a), [(3, 3)], "real"),
     ("einsum-diagonal-times", lambda a, b: np.einsum("ii,i->", a, b), [(3, 3), (3,)], "real"),
     ("einsum-by-diagonal", lambda a, b: np.einsum("ij,jj->i", a, b), [(2, 3), (3, 3)], "real"),
+    ("multi_dot", lambda a, b, c: np.linalg.multi_dot([a, b, c]), [(2, 3), (3, 4), (4, 2)],
+     "real"),
+    ("multi_dot-vectors", lambda a, b, c: np.linalg.multi_dot((a, b, c)), [(3,), (3, 4), (4,)],
+     "real"),
+    ("tensordot", lambda a, b: np.tensordot(a, b), [(2, 3, 4), (3, 4, 2)], "real"),
+    ("tensordot-1", lambda a, b: np.tensordot(a, b, 1), [(2, 3), (3, 4)], "real"),
+    ("tensordot-pairs", lambda a, b: np.tensordot(a, b, axes=([0, 2], [1, 0])),
+     [(2, 3, 4), (4, 2, 3)], "real"),
+    ("cross", lambda a, b: np.cross(a, b), [(3,), (3,)], "real"),
+    ("cross-stack", lambda a, b: np.cross(a, b), [(2, 3), (3,)], "real"),
+    ("cross-stacks", lambda a, b: np.cross(a, b) * a, [(2, 3), (2, 3)], "real"),
     ("trace", lambda x: np.trace(x), [(3, 3)], "real"),
     ("diag-1d", lambda x: np.diag(x), [(3,)], "real"),
     ("diag-2d", lambda x: np.diag(x), [(3, 3)], "real"),
@@ -586,7 +602,8 @@ def test_rule_coverage_of_numpy():
 NEEDS_RANK = {"inner", "hstack", "hstack-2d", "vstack", "vstack-2d", "tile", "tile-2d",
               "tile-rank-up", "diff-last-axis", "average-weights-axis0-keepdims",
               "average-vector-weights", "norm-fro", "norm-2", "norm-1", "norm-inf",
-              "norm-minus-inf"}
+              "norm-minus-inf", "multi_dot", "multi_dot-vectors", "tensordot", "tensordot-1",
+              "tensordot-pairs"}
 
 
 def _all_cases():
@@ -759,3 +776,35 @@ def test_norm_orders_in_both_modes_and_under_jit(rng):
     from autodiff_ast.jit import jit
     np.testing.assert_allclose(jit(ad.grad(_norms_loss))(x, w), ad.grad(_norms_loss)(x, w),
                                rtol=1e-12)
+
+
+def _products_loss(a, b, c):
+    return (np.sum(np.linalg.multi_dot([a, b, c]) * np.dot(a, a.T)) +
+            np.sum(np.tensordot(b, c, axes=([1], [0])) ** 2) +
+            np.tensordot(a, a.T, axes=(1, 0))[0, 1])
+
+
+def test_multi_dot_and_tensordot_in_both_modes_and_under_jit(rng):
+    """np.linalg.multi_dot and np.tensordot (no rules before), written as einsums: both
+    modes, and compiled (Numba has neither: products of reshaped operands)."""
+    a, b, c = rng.normal(size=(2, 3)), rng.normal(size=(3, 4)), rng.normal(size=(4, 2))
+    ad.check_grads(_products_loss, (a, b, c), modes=("rev", "fwd"))
+    from autodiff_ast.jit import jit
+    argnums = (0, 1, 2)
+    for got, want in zip(jit(ad.grad(_products_loss, argnums))(a, b, c),
+                         ad.grad(_products_loss, argnums)(a, b, c)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def _cross_loss(a, b):
+    return np.sum(np.cross(a, b) * np.cross(b, a[0]))
+
+
+def test_cross_in_both_modes_and_under_jit(rng):
+    """np.cross of 3-vectors and stacks of them (no rule before): both modes, and compiled."""
+    a, b = rng.normal(size=(4, 3)), rng.normal(size=3)
+    ad.check_grads(_cross_loss, (a, b), modes=("rev", "fwd"))
+    from autodiff_ast.jit import jit
+    for got, want in zip(jit(ad.grad(_cross_loss, (0, 1)))(a, b),
+                         ad.grad(_cross_loss, (0, 1))(a, b)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)

@@ -652,6 +652,39 @@ def _einsum(bc):
                      [to_expr(e) for e in display.elts], keywords=[])
 
 
+def _as_einsum(bc, einsum_call, param):
+    """Batch a product through the einsum it computes (multi_dot, tensordot)."""
+    if einsum_call is None:
+        raise NoBatchingRule(f"{bc.rule.name} of operands of unknown rank")
+    if param is None:  # two operands, a and b
+        flags = (bc.is_batched("a"), bc.is_batched("b"))
+    else:
+        flags = bc.batched.get(param, ())
+        flags = flags if isinstance(flags, tuple) else (bool(flags),) * len(
+            bc.call.args[param].elts)
+    inner = BatchCall(einsum_call, bc.value, {"operands": flags}, bc.n_batch, bc.names,
+                      bc.types)
+    return _einsum(inner)
+
+
+def _multi_dot(bc):
+    from .linalg import _multi_dot_einsum
+    return _as_einsum(bc, _multi_dot_einsum(bc.call), "arrays")
+
+
+def _tensordot(bc):
+    from .linalg import _tensordot_einsum
+    return _as_einsum(bc, _tensordot_einsum(bc.call), None)
+
+
+def _cross(bc):
+    """np.cross works on the last axis and broadcasts the others: operands lined up."""
+    rank = bc.out_rank
+    if rank is None:
+        raise NoBatchingRule("the result's rank is not known statically")
+    return fill("np.cross(a, b)", a=bc.aligned("a", rank), b=bc.aligned("b", rank))
+
+
 def _trace(bc):
     if _rank_or_fail(bc, "x") != 2:
         raise NoBatchingRule("trace of an array that is not a matrix")
@@ -790,7 +823,8 @@ _ELEMENTWISE = tuple(PARTIALS) + tuple(PIECEWISE_CONSTANT) + (
 _register(_ELEMENTWISE, elementwise)
 _register(("float",), _conversion("float64"))
 _register(("int",), _conversion("int64"))
-_register(("sum", "mean", "prod", "max", "min", "var", "std", "median", "ptp"), reduction)
+_register(("sum", "mean", "prod", "max", "min", "var", "std", "median", "ptp", "nansum",
+           "nanmean"), reduction)
 _register(("argmax", "argmin", "argsort", "argpartition", "sort"), _index_reduction)
 _register(("take_along_axis",), _take_along_axis)
 _register(("add_along_axis",), _add_along_axis)
@@ -824,6 +858,9 @@ _register(("dot", "matmul", "inner"), product)
 _register(("vdot",), _vdot)
 _register(("outer",), _outer)
 _register(("einsum",), _einsum)
+_register(("multi_dot",), _multi_dot)
+_register(("tensordot",), _tensordot)
+_register(("cross",), _cross)
 _register(("trace",), _trace)
 _register(("diag", "diagonal"), _diag)
 _register(("norm",), _norm)

@@ -336,6 +336,43 @@ register(Rule("average", "np.average", ("x", "axis", "weights", "returned", "kee
               ("x", "weights"), _infer_reduction, _average_vjp, _average_jvp), np.average)
 
 
+# nansum and nanmean: NaN entries count for nothing, so they get a zero cotangent and tangent
+# (JAX's jnp.nansum is a sum of where(isnan(x), 0, x)).
+def _without_nans(call, value):
+    return fill("np.where(np.isnan(x), 0.0, v)", x=call.args["x"], v=value)
+
+
+def _present_count(call, reduced):
+    """How many entries are not NaN, over the call's axes (reduced as the output, or
+    expanded like x)."""
+    present = fill("~np.isnan(x)", x=call.args["x"])
+    if reduced:
+        return reduce_sum(call, present)
+    if call.axis() is None:
+        return fill("np.sum(p)", p=present)
+    return _unreduced(call, fill("np.sum(p, axis=a)", p=present, a=call.axis()))
+
+
+def _nansum_vjp(call, g):
+    ge, _ = expand_like_input(call, g)
+    return {"x": (_without_nans(call, ge), call.types["x"])}
+
+
+def _nanmean_vjp(call, g):
+    ge, _ = expand_like_input(call, g)
+    share = fill("ge / n", ge=ge, n=_present_count(call, False))
+    return {"x": (_without_nans(call, share), call.types["x"])}
+
+
+register(Rule("nansum", "np.nansum", _REDUCTION, {"axis": None, "keepdims": False}, ("x",),
+              _infer_reduction, _nansum_vjp,
+              lambda call, dots: reduce_sum(call, _without_nans(call, dots["x"]))), np.nansum)
+register(Rule("nanmean", "np.nanmean", _REDUCTION, {"axis": None, "keepdims": False}, ("x",),
+              _infer_reduction, _nanmean_vjp,
+              lambda call, dots: fill("s / n", s=reduce_sum(call, _without_nans(call, dots["x"])),
+                                      n=_present_count(call, True))), np.nanmean)
+
+
 _VAR = ("x", "axis", "dtype", "out", "ddof", "keepdims")
 register(Rule("var", "np.var", _VAR, {"axis": None, "ddof": 0, "keepdims": False}, ("x",),
               _infer_reduction, _var_vjp, _var_jvp), np.var)
