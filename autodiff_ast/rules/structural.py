@@ -407,6 +407,8 @@ def _along_last_axis(call, helper, x, other):
 
 
 def _cumprod_vjp(call, g):
+    """x_bar[j] = prod(x[:j]) * sum over i >= j of g[i] * prod(x[j + 1:i + 1]): right where
+    x has zeros too (no division by x)."""
     x = call.args["x"]
     expr, same_shape = _along_last_axis(call, "cumprod_adjoint", x, g)
     if not same_shape:
