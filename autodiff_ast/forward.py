@@ -124,6 +124,7 @@ class Tangents(DerivativeTable):
         self.depth = 0  # inside loops and branches every tangent is a variable of full shape
         self.owned = set()  # values whose tangent variable holds an array nobody else holds
         self.bound = set()  # values whose tangent the current statement (re)bound
+        self.helpers = set()  # emitted helpers (codegen.helpers) the tangent rules call
 
     def __contains__(self, value):
         return value in self.exprs or value in self.tuples
@@ -403,7 +404,7 @@ def forward(core, active_params, registry=None, needed=None):
         refuse_dict_output(core, atom)
     out_dots = [tan.output(atom) if tan.part(atom) is not None and (
         needed is None or i in needed) else None for i, atom in enumerate(outputs)]
-    return TangentSweep(core, active_params, dot_params, body, out_dots)
+    return TangentSweep(core, active_params, dot_params, body, out_dots, helpers=tan.helpers)
 
 
 def _lists_given_tangents_here(core, active_params, varied):
@@ -919,6 +920,7 @@ def _forward_rule(stmt, tan, core):
     expr = rule.jvp(call, dots)
     if expr is None:
         raise missing_rule(stmt, core, rule, "for these argument ranks or options")
+    tan.helpers |= _helpers_called(expr)
     out_t = tan.type_of(targets[0])
     if out_t.kind == "tuple" and len(targets) == 1:
         if not isinstance(expr, (list, tuple)):  # one expression: a tuple of tangents
@@ -931,6 +933,15 @@ def _forward_rule(stmt, tan, core):
     expr = _like_terms(to_expr(expr))
     typ = tan.expr_type(expr) if elementwise else out_t
     tan.bind(targets[0], expr, typ)
+
+
+def _helpers_called(expr):
+    """Names of emitted helpers (codegen.helpers) a tangent rule's expression calls."""
+    from codegen.helpers import HELPERS
+    exprs = expr if isinstance(expr, (list, tuple)) else [expr]
+    return {node.func.id for e in exprs if isinstance(e, gast.AST) for node in gast.walk(e)
+            if isinstance(node, gast.Call) and isinstance(node.func, gast.Name)
+            and node.func.id in HELPERS}
 
 
 class _LikeTerms(gast.NodeTransformer):

@@ -819,6 +819,7 @@ def reverse(core, active_params, registry=None, seed="grad", output_index=None):
     varied, useful = activity(core, active_params, out_names)
     active = varied & useful
     _refuse_merged_axes(core, active)
+    _refuse_calls_without_rules(core, active)
     backward = []
     adj = Adjoints(core, backward)
     seeds = []
@@ -951,6 +952,17 @@ def _tuple_adjoint(adj, value, snapshot=True):
     return gast.Tuple(elts=[to_expr(p) if p is not None else _zero_of(
         fill("t[k]", t=value, k=k), elts[k] if k < len(elts) else T.UNKNOWN)
         for k, p in enumerate(parts)], ctx=gast.Load())
+
+
+def _refuse_calls_without_rules(core, active):
+    """Raise the missing-rule error of the first call with no rule that a derivative must go
+    through, before the output is checked: such a call's type is only guessed (the broadcast
+    of its arguments), so `grad` of `np.percentile(x, 50)` would otherwise say its output is
+    no scalar."""
+    for stmt in walk_statements(core.body):
+        prim = getattr(stmt, "prim", None)
+        if prim is not None and prim.kind == "opaque" and set(_stmt_targets(stmt)) & active:
+            raise prim.error
 
 
 def _refuse_merged_axes(core, active):

@@ -331,6 +331,15 @@ def _axes_unambiguous(axes):
     return True
 
 
+def _lists_as_tuples(node):
+    """A copy of a display with its list displays written as tuples (for _const)."""
+    class _Tuples(gast.NodeTransformer):
+        def visit_List(self, lst):
+            self.generic_visit(lst)
+            return gast.Tuple(elts=lst.elts, ctx=gast.Load())
+    return _Tuples().visit(copy.deepcopy(node))
+
+
 # ---------------------------------------------------------------- the lowering pass
 # Python's number classes as dtypes: Numba takes `np.zeros(n, dtype=float)` but not
 # `x.astype(float)` or `np.asarray(x, dtype=float)`; NumPy reads them as these.
@@ -520,17 +529,59 @@ class _Lower(gast.NodeTransformer):
             value = _call("np.expand_dims", [value, a if isinstance(a, gast.AST) else _num(a)])
         return value
 
+    def call_np_linalg_multi_dot(self, node):
+        # Numba has no multi_dot: the products from the left
+        if len(node.args) != 1 or node.keywords or \
+                not isinstance(node.args[0], (gast.List, gast.Tuple)):
+            return None
+        value = node.args[0].elts[0]
+        for operand in node.args[0].elts[1:]:
+            value = _call("np.dot", [value, operand])
+        return value
+
+    def call_np_tensordot(self, node):
+        # Numba has no tensordot: the contracted axes moved last in a and first in b, then one
+        # matrix product of the two reshaped (the shapes' slices are constants to Numba)
+        args = _bind(node, ("a", "b", "axes"))
+        axes = _const(_lists_as_tuples(args.get("axes", _num(2)))) if args is not None else _NOPE
+        if isinstance(axes, int):
+            a, b, n = text_of(args["a"]), text_of(args["b"]), axes
+        elif isinstance(axes, tuple) and len(axes) == 2:
+            ia, ib = (t if isinstance(t, tuple) else (t,) for t in axes)
+            n = len(ia)
+            a = f"np.moveaxis({text_of(args['a'])}, {ia}, {tuple(range(-n, 0))})"
+            b = f"np.moveaxis({text_of(args['b'])}, {ib}, {tuple(range(n))})"
+        else:
+            return None
+        size = " * ".join(f"{a}.shape[{-k}]" for k in range(1, n + 1)) or "1"
+        shape = f"{a}.shape[:{-n}] + {b}.shape[{n}:]" if n else f"{a}.shape + {b}.shape"
+        return _expr(f"np.dot(np.ascontiguousarray({a}).reshape((-1, {size})), "
+                     f"np.ascontiguousarray({b}).reshape(({size}, -1))).reshape({shape})")
+
     def call_np_linalg_norm(self, node):
-        # Numba's norm takes no axis: the 2-norm along an axis is a square root of a sum.
+        # Numba's norm takes no axis and no string order: along an axis, the 2-norm is a
+        # square root of a sum, ord=1, inf, -inf a sum, maximum or minimum of np.abs; 'fro'
+        # is the default order of a matrix.
         args = _bind(node, ("x", "ord", "axis", "keepdims"))
-        if args is None or "axis" not in args or not isinstance(args["x"], gast.Name) or \
-                _const(args.get("ord", gast.Constant(value=None, kind=None))) is not None:
+        if args is None:
+            return None
+        order = _const(args.get("ord", gast.Constant(value=None, kind=None)))
+        if order == "fro" and "axis" not in args and "keepdims" not in args:
+            return _call("np.linalg.norm", [args["x"]])
+        if "axis" not in args or not isinstance(args["x"], gast.Name):
             return None
         x = args["x"].id
-        total = _expr(f"np.sum({x} * {x})")
-        total.keywords = [gast.keyword(arg=k, value=args[k]) for k in ("axis", "keepdims")
-                          if k in args]
-        return _call("np.sqrt", [self.reduction(total, "np.sum")])
+        keywords = [gast.keyword(arg=k, value=args[k]) for k in ("axis", "keepdims")
+                    if k in args]
+        if order is None or order == 2:
+            total = _expr(f"np.sum({x} * {x})")
+            total.keywords = keywords
+            return _call("np.sqrt", [self.reduction(total, "np.sum")])
+        func = {1: "np.sum", float("inf"): "np.max", -float("inf"): "np.min"}.get(order) \
+            if isinstance(order, (int, float)) else None
+        if func is None:
+            return None
+        return self.reduction(_call(func, [_expr(f"np.abs({x})")], keywords), func)
 
     def call_np_clip(self, node):
         # Numba's clip refuses scalars; clip(x, lo, hi) is maximum then minimum in NumPy too.
@@ -596,6 +647,82 @@ class _Lower(gast.NodeTransformer):
         if _const(args["axis"]) is None:
             return _call("np.sort", [_call("np.ravel", [args["a"]])])
         return _call(self.helper("sort_axis"), [args["a"], args["axis"]])
+
+    def call_np_cumprod(self, node):
+        args = _bind(node, ("a", "axis", "dtype", "out"))
+        if args is None or set(args) != {"a", "axis"} or _const(args["axis"]) is None:
+            return None
+        return _call(self.helper("cumprod_axis"), [args["a"], args["axis"]])
+
+    def call_np_ptp(self, node):
+        # Numba's ptp takes no axis: the maximum minus the minimum, each lowered as a reduction
+        args = _bind(node, ("a", "axis", "out", "keepdims"))
+        if args is None or "out" in args or set(args) == {"a"}:
+            return None
+        ends = []
+        for func in ("np.max", "np.min"):
+            keywords = [gast.keyword(arg=k, value=args[k]) for k in ("axis", "keepdims")
+                        if k in args]
+            ends.append(self.reduction(_call(func, [args["a"]], keywords), func))
+        return gast.BinOp(left=ends[0], op=gast.Sub(), right=ends[1])
+
+    def call_np_average(self, node):
+        # Numba's average takes no axis: the mean, or the weighted sums' quotient
+        args = _bind(node, ("a", "axis", "weights", "returned", "keepdims"))
+        if args is None or "returned" in args:
+            return None
+        weights = args.get("weights")
+        if weights is None or _const(weights) is None:
+            keywords = [gast.keyword(arg=k, value=args[k]) for k in ("axis", "keepdims")
+                        if k in args]
+            return self.reduction(_call("np.mean", [args["a"]], keywords), "np.mean")
+        keep = _const(args.get("keepdims", gast.Constant(value=False, kind=None)))
+        axis = _const(args.get("axis", gast.Constant(value=None, kind=None)))
+        if keep is _NOPE or isinstance(axis, tuple):
+            return None
+        a = args["a"]
+        if axis is None:
+            value = gast.BinOp(left=_call("np.sum", [gast.BinOp(left=a, op=gast.Mult(),
+                                                                  right=weights)]),
+                               op=gast.Div(), right=_call("np.sum", [weights]))
+        else:
+            value = _call(self.helper("weighted_average"), [a, args["axis"], weights])
+            axis = args["axis"] if axis is _NOPE else axis
+        return self.keep(value, a, axis) if keep else value
+
+    def call_np_nansum(self, node, mean=False):
+        # Numba's nansum and nanmean take no axis: sums of the entries that are not NaN
+        args = _bind(node, ("a", "axis", "dtype", "out", "keepdims"))
+        if args is None or not set(args) <= {"a", "axis", "keepdims"} or set(args) == {"a"} \
+                or not isinstance(args["a"], gast.Name):
+            return None
+        x = args["a"].id
+        keywords = [gast.keyword(arg=k, value=args[k]) for k in ("axis", "keepdims") if k in args]
+        total = self.reduction(_call("np.sum", [_expr(f"np.where(np.isnan({x}), 0.0, {x})")],
+                                     keywords), "np.sum")
+        if not mean:
+            return total
+        count = self.reduction(_call("np.sum", [_expr(f"~np.isnan({x})")], keywords), "np.sum")
+        return gast.BinOp(left=total, op=gast.Div(), right=count)
+
+    def call_np_nanmean(self, node):
+        return self.call_np_nansum(node, mean=True)
+
+    def call_np_median(self, node):
+        args = _bind(node, ("a", "axis", "out", "overwrite_input", "keepdims"))
+        if args is None or not set(args) <= {"a", "axis", "keepdims"}:
+            return None
+        keep = _const(args.get("keepdims", gast.Constant(value=False, kind=None)))
+        axis = _const(args.get("axis", gast.Constant(value=None, kind=None)))
+        if keep is _NOPE or isinstance(axis, tuple):
+            return None
+        if axis is None:
+            value = _call("np.median", [args["a"]])
+            axis = None
+        else:
+            value = _call(self.helper("median_axis"), [args["a"], args["axis"]])
+            axis = args["axis"] if axis is _NOPE else axis
+        return self.keep(value, args["a"], axis) if keep else value
 
     def call_np_argsort(self, node):
         # Numba's argsort takes 1-D arrays; the helper is stable (ties keep their order).

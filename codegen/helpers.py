@@ -147,6 +147,60 @@ def slice_length(n, lo, hi):
     return max(min(max(hi, 0), n) - slice_start(n, lo), 0)
 '''
 
+HELPERS["cumprod_adjoint"] = '''\
+def cumprod_adjoint(x, g):
+    """The adjoint of np.cumprod(x, axis=-1) for the output adjoint g, exact where x has
+    zeros: x_bar[j] = prod(x[:j]) * sum over i >= j of g[i] * prod(x[j + 1:i + 1])."""
+    n = x.shape[-1]
+    rows = np.ascontiguousarray(x).reshape((-1, n))
+    g_rows = np.ascontiguousarray(g).reshape((-1, n))
+    out = np.empty(rows.shape)
+    for r in range(rows.shape[0]):
+        before = 1.0
+        for j in range(n):
+            out[r, j] = before
+            before *= rows[r, j]
+        after = 0.0
+        for j in range(n - 1, -1, -1):
+            after += g_rows[r, j]
+            out[r, j] *= after
+            after *= rows[r, j]
+    return out.reshape(x.shape)
+'''
+
+HELPERS["cumprod_tangent"] = '''\
+def cumprod_tangent(x, d):
+    """The tangent of np.cumprod(x, axis=-1) for the input tangent d, exact where x has
+    zeros: y_dot[i] = y_dot[i - 1] * x[i] + y[i - 1] * d[i]."""
+    n = x.shape[-1]
+    rows = np.ascontiguousarray(x).reshape((-1, n))
+    d_rows = np.ascontiguousarray(d).reshape((-1, n))
+    out = np.empty(rows.shape)
+    for r in range(rows.shape[0]):
+        product = 1.0
+        tangent = 0.0
+        for j in range(n):
+            tangent = tangent * rows[r, j] + product * d_rows[r, j]
+            out[r, j] = tangent
+            product *= rows[r, j]
+    return out.reshape(x.shape)
+'''
+
+HELPERS["median_weights"] = '''\
+def median_weights(x, axis):
+    """How np.median(x, axis) reads x: 0.5 at each of the two middle entries of a stable
+    sort along `axis` (1.0 at the middle entry of an odd count), 0 elsewhere."""
+    moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))
+    n = moved.shape[-1]
+    rows = moved.reshape((-1, n))
+    out = np.zeros(rows.shape)
+    for r in range(rows.shape[0]):
+        order = np.argsort(rows[r], kind="mergesort")
+        out[r, order[(n - 1) // 2]] += 0.5
+        out[r, order[n // 2]] += 0.5
+    return np.moveaxis(out.reshape(moved.shape), -1, axis)
+'''
+
 #: Helpers that a helper calls (emitted with it).
 HELPER_DEPENDS = {"slice_length": ("slice_start",), "dot_adjoints": ("unbroadcast",),
                   "matmul_adjoints": ("dot_adjoints", "unbroadcast")}
@@ -276,6 +330,38 @@ def roll_axis(x, shift, axis):
     out[s:] = moved[:n - s]
     out[:s] = moved[n - s:]
     return np.ascontiguousarray(np.moveaxis(out, 0, axis))
+''',
+    "cumprod_axis": '''\
+def cumprod_axis(x, axis):
+    """np.cumprod(x, axis=axis) for one integer axis (Numba's cumprod flattens)."""
+    moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))
+    out = np.empty(moved.shape)
+    rows = moved.reshape((-1, moved.shape[-1]))
+    out_rows = out.reshape(rows.shape)
+    for r in range(rows.shape[0]):
+        product = 1.0
+        for j in range(rows.shape[1]):
+            product *= rows[r, j]
+            out_rows[r, j] = product
+    return np.ascontiguousarray(np.moveaxis(out, -1, axis))
+''',
+    "weighted_average": '''\
+def weighted_average(a, axis, w):
+    """np.average(a, axis=axis, weights=w) for one integer axis: w shaped like a, or a
+    vector along the axis (Numba's average takes no axis)."""
+    if w.ndim == 1 and a.ndim > 1:
+        return np.sum(np.moveaxis(a, axis, -1) * w, axis=-1) / np.sum(w)
+    return np.sum(a * w, axis=axis) / np.sum(w, axis=axis)
+''',
+    "median_axis": '''\
+def median_axis(x, axis):
+    """np.median(x, axis=axis) for one integer axis (Numba's median takes no axis)."""
+    moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))
+    rows = moved.reshape((-1, moved.shape[-1]))
+    out = np.empty(rows.shape[0])
+    for r in range(rows.shape[0]):
+        out[r] = np.median(rows[r])
+    return out.reshape(moved.shape[:-1])
 ''',
     "sort_axis": '''\
 def sort_axis(x, axis):

@@ -511,13 +511,18 @@ def test_lowered_heaviside_keeps_nan():
 def reductions(x):
     return (np.mean(x, axis=-2), np.var(x, axis=1, ddof=1, keepdims=True),
             np.max(x, axis=(0, -1)), np.prod(x, axis=-1, keepdims=True), np.sum(x, keepdims=True),
-            np.min(x, axis=(-3, -1), keepdims=True), np.std(x, axis=(0, 2)))
+            np.min(x, axis=(-3, -1), keepdims=True), np.std(x, axis=(0, 2)),
+            np.median(x, axis=1), np.median(x, axis=-1, keepdims=True),
+            np.average(x, axis=1, weights=x * x + 1.0), np.average(x, weights=x * x + 1.0),
+            np.average(x, axis=1, weights=np.arange(1.0, 5.0), keepdims=True),
+            np.average(x, axis=-1), np.ptp(x, axis=0))
 
 
 def reorderings(x):
     column = x[:, :1]
     return (np.roll(np.flip(x, axis=(0, 1)), -5, axis=1), np.sort(x, axis=0),
-            np.argsort(x, axis=0), np.squeeze(column, axis=1), np.expand_dims(x, -1))
+            np.argsort(x, axis=0), np.squeeze(column, axis=1), np.expand_dims(x, -1),
+            np.cumprod(x, axis=0), np.cumprod(x, axis=-1))
 
 
 def products(a, b):
@@ -627,11 +632,12 @@ def test_compiled_ambiguous_axes_are_right_or_refused_naming_the_line(fn):
 def test_every_dialect_helper_is_covered():
     tested = {"stack_list", "add_into", "add_at", "outer_product", "reassociated_sum",
               "keep_axis", "mean_axis", "var_axis", "flip_axis", "roll_axis", "sort_axis",
-              "argsort_axis", "scatter_add", "dot_nd", "matmul_nd", "unbroadcast", "max_axis",
-              "min_axis", "prod_axis", "tanh_fast", "sum_of_products", "sum_axis",
-              "small_dot", "add_outer_at", "subtract_at", "batched_outer",
-              "zeros_like_reusing", "whole_max", "whole_min"}  # (zeros_like_reusing:
-    # tests/test_hoisting.py)
+              "argsort_axis", "cumprod_axis", "median_axis", "weighted_average",
+              "scatter_add", "dot_nd", "matmul_nd",
+              "unbroadcast", "max_axis", "min_axis", "prod_axis", "tanh_fast",
+              "sum_of_products", "sum_axis", "small_dot", "add_outer_at", "subtract_at",
+              "batched_outer", "zeros_like_reusing", "whole_max",
+              "whole_min"}  # (zeros_like_reusing: tests/test_hoisting.py)
     assert set(DIALECT_HELPERS) == tested
 
 

@@ -193,11 +193,47 @@ def test_missing_rule_for_an_unsupported_option():
     assert "these argument ranks or options" in err.message
 
 
+def median_of_two_axes(x):
+    return np.sum(np.median(x, axis=(0, 1)))
+
+
+def average_returned(x):
+    return np.average(x, weights=x * x, returned=True)[0]
+
+
+def cross_along_the_first_axis(x):
+    return np.sum(np.cross(x, x[::-1], axis=0))
+
+
+@pytest.mark.parametrize("fn,line_text,shape", [
+    (median_of_two_axes, "np.median", (2, 3, 2)),
+    (average_returned, "np.average", (3,)),
+    (cross_along_the_first_axis, "np.cross", (3, 2)),
+], ids=["median-axes", "average-returned", "cross-axis"])
+def test_refused_options_of_new_rules(fn, line_text, shape):
+    err = raised(MissingRuleError, fn, np.ones(shape))
+    assert_located(err, fn, line_text)
+    assert "these argument ranks or options" in err.message
+
+
 def test_missing_rule_for_an_unsupported_norm():
     def norm_ord(x):
-        return np.linalg.norm(x, ord=1)
-    err = raised(MissingRuleError, norm_ord, np.ones(3))
+        return np.linalg.norm(x, ord="nuc")
+    err = raised(MissingRuleError, norm_ord, np.ones((3, 3)))
     assert_located(err, norm_ord, "np.linalg.norm")
+    assert "these argument ranks or options" in err.message
+
+
+def percentile_output(x):
+    return np.percentile(x, 50.0)
+
+
+def test_missing_rule_of_the_output_comes_before_the_output_check():
+    """A call with no rule returned by grad's function: its type is only a guess (the
+    broadcast of its arguments), so the missing rule is named, not a non-scalar output."""
+    err = raised(MissingRuleError, percentile_output, np.ones(4))
+    assert_located(err, percentile_output, "np.percentile")
+    assert "np.percentile has no derivative rule" in err.message
 
 
 def test_primitive_without_rule_given_to_grad():

@@ -239,6 +239,108 @@ def test_vmap_of_sort_and_its_gradient():
                                                                   [2.0, 3.0, 1.0]])
 
 
+@pytest.mark.parametrize("x, expected", [
+    ([2.0, 0.0, 3.0], [1.0, 8.0, 0.0]),  # d/dx1 = x0 + x0 * x2
+    ([0.0, 0.0, 3.0], [1.0, 0.0, 0.0]),
+    ([2.0, 3.0, 0.0], [4.0, 2.0, 6.0]),  # [1 + x1 + x1 * x2, x0 + x0 * x2, x0 * x1]
+])
+def test_cumprod_at_zeros_is_exact(x, expected):
+    """np.cumprod's derivatives never divide by x (JAX differentiates its scan): the gradient
+    of sum(cumprod(x)) at zeros, in reverse mode, forward mode and compiled."""
+    from autodiff_ast.jit import jit
+
+    def fn(x):
+        return np.sum(np.cumprod(x))
+    x = np.array(x)
+    np.testing.assert_array_equal(ad.grad(fn)(x), expected)
+    np.testing.assert_array_equal(_forward_gradient(fn, x), expected)
+    np.testing.assert_array_equal(jit(ad.grad(fn))(x), expected)
+
+
+@pytest.mark.parametrize("x, expected", [
+    ([2.0, 1.0, 2.0], [1.0, 0.0, 0.0]),  # the first 2 is the middle of a stable sort
+    ([1.0, 2.0, 2.0, 3.0], [0.0, 0.5, 0.5, 0.0]),
+    ([2.0, 2.0, 2.0, 2.0], [0.0, 0.5, 0.5, 0.0]),
+    ([3.0, 0.0, 1.0, 5.0], [0.5, 0.0, 0.5, 0.0]),
+])
+def test_median_follows_the_stable_sort(x, expected):
+    """jnp.median is quantile(method="midpoint") over a stable sort: the middle entry (or half
+    to each of the two middle ones) gets the cotangent; ties go by the sorted position, in
+    reverse mode, forward mode and compiled."""
+    from autodiff_ast.jit import jit
+
+    def fn(x):
+        return np.median(x)
+    x = np.array(x)
+    np.testing.assert_array_equal(ad.grad(fn)(x), expected)
+    np.testing.assert_array_equal(_forward_gradient(fn, x), expected)
+    np.testing.assert_array_equal(jit(ad.grad(fn))(x), expected)
+
+
+def test_median_ties_along_an_axis():
+    x = np.array([[1.0, 1.0, 1.0], [4.0, 2.0, 4.0]])
+    g = ad.grad(lambda x: np.sum(np.median(x, axis=1) * np.array([1.0, 2.0])))(x)
+    np.testing.assert_array_equal(g, [[0.0, 1.0, 0.0], [2.0, 0.0, 0.0]])
+
+
+@pytest.mark.parametrize("x, expected", [
+    ([1.0, 3.0, 3.0, 0.0, 0.0, 0.0], [0.0, 0.5, 0.5, -1.0 / 3.0, -1.0 / 3.0, -1.0 / 3.0]),
+    ([2.0, 2.0], [0.0, 0.0]),  # the maximum and the minimum are the same entries
+])
+def test_ptp_shares_ties_as_max_and_min(x, expected):
+    """jnp.ptp is max - min: each end's tied entries share it equally, in reverse mode,
+    forward mode and compiled."""
+    from autodiff_ast.jit import jit
+
+    def fn(x):
+        return np.ptp(x)
+    x = np.array(x)
+    np.testing.assert_allclose(ad.grad(fn)(x), expected, rtol=1e-15)
+    np.testing.assert_allclose(_forward_gradient(fn, x), expected, rtol=1e-15)
+    np.testing.assert_allclose(jit(ad.grad(fn))(x), expected, rtol=1e-15)
+
+
+@pytest.mark.parametrize("order, x, expected", [
+    (None, [0.0, 0.0], [np.nan, np.nan]),  # x / norm(x) is 0/0 (jax-ml/jax#21723)
+    (1, [0.0, -2.0, 3.0], [1.0, -1.0, 1.0]),  # the abs rule: 1 at 0
+    (np.inf, [3.0, -3.0, 1.0], [0.5, -0.5, 0.0]),  # ties share, as np.max
+    (-np.inf, [0.0, 0.0, 2.0], [0.5, 0.5, 0.0]),
+])
+def test_norm_at_kinks(order, x, expected):
+    """jnp.linalg.norm is sqrt(sum(x * x)), sum(abs(x)), max(abs(x)), min(abs(x)): JAX's
+    values at 0 and at ties, in reverse mode, forward mode and compiled."""
+    from autodiff_ast.jit import jit
+
+    def fn(x):
+        return np.linalg.norm(x, order)
+    x = np.array(x)
+    np.testing.assert_array_equal(_quiet(lambda: ad.grad(fn)(x)), expected)
+    np.testing.assert_array_equal(_forward_gradient(fn, x), expected)
+    np.testing.assert_array_equal(_quiet(lambda: jit(ad.grad(fn))(x)), expected)
+
+
+def _with_nans():
+    return np.array([[1.0, np.nan, 2.0], [np.nan, np.nan, 3.0]])
+
+
+@pytest.mark.parametrize("fn, expected", [
+    (lambda x: np.nansum(x * 2.0), [[2.0, 0.0, 2.0], [0.0, 0.0, 2.0]]),
+    (lambda x: np.nanmean(x), [[1 / 3, 0.0, 1 / 3], [0.0, 0.0, 1 / 3]]),
+    (lambda x: np.sum(np.nanmean(x, axis=1)), [[0.5, 0.0, 0.5], [0.0, 0.0, 1.0]]),
+    (lambda x: np.sum(np.nansum(x, axis=0, keepdims=True)), [[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]]),
+], ids=["nansum", "nanmean", "nanmean-axis", "nansum-axis-keepdims"])
+def test_nan_entries_get_no_derivative(fn, expected):
+    """np.nansum and np.nanmean: NaN entries count for nothing, so their cotangent and their
+    tangent's contribution are 0 (jnp.nansum sums where(isnan(x), 0, x)), in reverse mode,
+    forward mode and compiled."""
+    from autodiff_ast.jit import jit
+    x = _with_nans()
+    np.testing.assert_allclose(ad.grad(fn)(x), expected, rtol=1e-15)
+    tangents = [ad.jvp(fn, (x,), (e.reshape(x.shape),))[1] for e in np.eye(x.size)]
+    np.testing.assert_allclose(np.reshape(tangents, x.shape), expected, rtol=1e-15)
+    np.testing.assert_allclose(jit(ad.grad(fn))(x), expected, rtol=1e-15)
+
+
 def test_argsort_and_argpartition_carry_no_derivative():
     """x[np.argsort(x)] is a gather: the gradient is the sort's (no ties here)."""
     x = np.array([0.4, -1.0, 2.5])

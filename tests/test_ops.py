@@ -282,6 +282,30 @@ STRUCTURAL = [
     ("cumsum", lambda x: np.cumsum(x), [(4,)], "real"),
     ("cumsum-2d-flat", lambda x: np.cumsum(x), [(2, 3)], "real"),
     ("cumsum-axis1", lambda x: np.cumsum(x, axis=1), [(2, 3)], "real"),
+    ("cumprod", lambda x: np.cumprod(x), [(4,)], "real"),
+    ("cumprod-2d-flat", lambda x: np.cumprod(x), [(2, 3)], "real"),
+    ("cumprod-axis1", lambda x: np.cumprod(x, axis=1), [(2, 3)], "real"),
+    ("cumprod-axis0", lambda x: np.cumprod(x, axis=0) * x, [(3, 2)], "real"),
+    ("median-odd", lambda x: np.median(x), [(5,)], "real"),
+    ("median-even", lambda x: np.median(x), [(2, 3)], "real"),
+    ("median-axis1", lambda x: np.median(x, axis=1), [(3, 4)], "real"),
+    ("median-axis0-keepdims", lambda x: np.median(x, axis=0, keepdims=True) * x, [(3, 2)],
+     "real"),
+    ("nansum", lambda x: np.nansum(x), [(2, 3)], "real"),
+    ("nansum-axis1-keepdims", lambda x: np.nansum(x, axis=1, keepdims=True) * x, [(2, 3)],
+     "real"),
+    ("nanmean", lambda x: np.nanmean(x), [(2, 3)], "real"),
+    ("nanmean-axis0", lambda x: np.nanmean(x, axis=0), [(3, 2)], "real"),
+    ("ptp", lambda x: np.ptp(x), [(2, 3)], "real"),
+    ("ptp-axis0", lambda x: np.ptp(x, axis=0), [(3, 2)], "real"),
+    ("ptp-axis1-keepdims", lambda x: np.ptp(x, axis=1, keepdims=True) * x, [(2, 3)], "real"),
+    ("average", lambda x: np.average(x), [(2, 3)], "real"),
+    ("average-axis1", lambda x: np.average(x, axis=1), [(2, 3)], "real"),
+    ("average-weights", lambda x, w: np.average(x, weights=w), [(2, 3), (2, 3)], "pos"),
+    ("average-weights-axis0-keepdims",
+     lambda x, w: np.average(x, axis=0, weights=w, keepdims=True) * x, [(3, 2), (3, 2)], "pos"),
+    ("average-vector-weights", lambda x, w: np.average(x, axis=0, weights=w), [(3, 2), (3,)],
+     "pos"),
     # methods
     ("method-sum", lambda x: x.sum(), [(2, 3)], "real"),
     ("method-sum-axis", lambda x: x.sum(axis=0), [(2, 3)], "real"),
@@ -329,6 +353,17 @@ STRUCTURAL = [
     ("einsum-diagonal", lambda a: np.einsum("ii->i", a), [(3, 3)], "real"),
     ("einsum-diagonal-times", lambda a, b: np.einsum("ii,i->", a, b), [(3, 3), (3,)], "real"),
     ("einsum-by-diagonal", lambda a, b: np.einsum("ij,jj->i", a, b), [(2, 3), (3, 3)], "real"),
+    ("multi_dot", lambda a, b, c: np.linalg.multi_dot([a, b, c]), [(2, 3), (3, 4), (4, 2)],
+     "real"),
+    ("multi_dot-vectors", lambda a, b, c: np.linalg.multi_dot((a, b, c)), [(3,), (3, 4), (4,)],
+     "real"),
+    ("tensordot", lambda a, b: np.tensordot(a, b), [(2, 3, 4), (3, 4, 2)], "real"),
+    ("tensordot-1", lambda a, b: np.tensordot(a, b, 1), [(2, 3), (3, 4)], "real"),
+    ("tensordot-pairs", lambda a, b: np.tensordot(a, b, axes=([0, 2], [1, 0])),
+     [(2, 3, 4), (4, 2, 3)], "real"),
+    ("cross", lambda a, b: np.cross(a, b), [(3,), (3,)], "real"),
+    ("cross-stack", lambda a, b: np.cross(a, b), [(2, 3), (3,)], "real"),
+    ("cross-stacks", lambda a, b: np.cross(a, b) * a, [(2, 3), (2, 3)], "real"),
     ("trace", lambda x: np.trace(x), [(3, 3)], "real"),
     ("diag-1d", lambda x: np.diag(x), [(3,)], "real"),
     ("diag-2d", lambda x: np.diag(x), [(3, 3)], "real"),
@@ -336,6 +371,14 @@ STRUCTURAL = [
     ("norm", lambda x: np.linalg.norm(x), [(2, 3)], "real"),
     ("norm-vector", lambda x: np.linalg.norm(x), [(4,)], "real"),
     ("norm-axis1", lambda x: np.linalg.norm(x, axis=1), [(2, 3)], "real"),
+    ("norm-fro", lambda x: np.linalg.norm(x, "fro"), [(2, 3)], "real"),
+    ("norm-2", lambda x: np.linalg.norm(x, 2), [(4,)], "real"),
+    ("norm-1", lambda x: np.linalg.norm(x, 1), [(4,)], "nonzero"),
+    ("norm-inf", lambda x: np.linalg.norm(x, np.inf), [(4,)], "real"),
+    ("norm-minus-inf", lambda x: np.linalg.norm(x, ord=-np.inf), [(4,)], "nonzero"),
+    ("norm-1-axis0", lambda x: np.linalg.norm(x, ord=1, axis=0), [(3, 2)], "nonzero"),
+    ("norm-inf-axis1", lambda x: np.linalg.norm(x, np.inf, axis=1), [(2, 3)], "real"),
+    ("norm-minus-inf-axis-neg", lambda x: np.linalg.norm(x, -np.inf, -1), [(2, 3)], "nonzero"),
     ("solve-vector", lambda a, b: np.linalg.solve(a + 3.0 * np.eye(3), b), [(3, 3), (3,)],
      "small"),
     ("solve-matrix", lambda a, b: np.linalg.solve(a + 3.0 * np.eye(3), b), [(3, 3), (3, 2)],
@@ -557,7 +600,10 @@ def test_rule_coverage_of_numpy():
 # Without argument types (the command line without a signature), every argument is a float64
 # array of unknown rank: the same table must still be right, or ask for the rank.
 NEEDS_RANK = {"inner", "hstack", "hstack-2d", "vstack", "vstack-2d", "tile", "tile-2d",
-              "tile-rank-up", "diff-last-axis"}
+              "tile-rank-up", "diff-last-axis", "average-weights-axis0-keepdims",
+              "average-vector-weights", "norm-fro", "norm-2", "norm-1", "norm-inf",
+              "norm-minus-inf", "multi_dot", "multi_dot-vectors", "tensordot", "tensordot-1",
+              "tensordot-pairs"}
 
 
 def _all_cases():
@@ -658,3 +704,107 @@ def test_cholesky_in_both_modes_and_under_jit(rng):
     np.testing.assert_allclose(ad.vmap(ad.grad(_cholesky_loss), in_axes=(0, None))(xs, w),
                                np.stack([ad.grad(_cholesky_loss)(v, w) for v in xs]),
                                rtol=1e-12)
+
+
+def _cumprod_loss(x, w):
+    return np.sum(np.cumprod(x, axis=0) * w) + np.sum(np.cumprod(x) * np.ravel(w))
+
+
+def test_cumprod_in_both_modes_and_under_jit(rng):
+    """np.cumprod (no rule before): both modes at order 1 along an axis and flattened, and
+    the compiled gradient (Numba's cumprod takes no axis: a dialect helper)."""
+    x, w = rng.uniform(-2.0, 2.0, (3, 2)), rng.standard_normal((3, 2))
+    ad.check_grads(_cumprod_loss, (x, w), modes=("rev", "fwd"))
+    from autodiff_ast.jit import jit
+    np.testing.assert_allclose(jit(ad.grad(_cumprod_loss))(x, w),
+                               ad.grad(_cumprod_loss)(x, w), rtol=1e-10)
+
+
+def _median_loss(x, w):
+    return np.sum(np.median(x, axis=1) * w) + np.median(x) * np.median(x, axis=0)[1]
+
+
+def test_median_in_both_modes_and_under_jit(rng):
+    """np.median (no rule before): both modes along an axis and of the whole array, and the
+    compiled gradient (Numba's median takes no axis: a dialect helper)."""
+    x, w = rng.standard_normal((3, 4)), rng.standard_normal(3)
+    ad.check_grads(_median_loss, (x, w), modes=("rev", "fwd"))
+    from autodiff_ast.jit import jit
+    np.testing.assert_allclose(jit(ad.grad(_median_loss))(x, w),
+                               ad.grad(_median_loss)(x, w), rtol=1e-12)
+
+
+def _ptp_loss(x, w):
+    return np.sum(np.ptp(x, axis=0) * w) + np.ptp(x) * np.ptp(x, axis=1, keepdims=True)[0, 0]
+
+
+def test_ptp_in_both_modes_and_under_jit(rng):
+    """np.ptp (no rule before): both modes, and the compiled gradient (Numba's ptp takes no
+    axis: the maximum minus the minimum)."""
+    x, w = rng.standard_normal((3, 4)), rng.standard_normal(4)
+    ad.check_grads(_ptp_loss, (x, w), modes=("rev", "fwd"))
+    from autodiff_ast.jit import jit
+    np.testing.assert_allclose(jit(ad.grad(_ptp_loss))(x, w), ad.grad(_ptp_loss)(x, w),
+                               rtol=1e-12)
+
+
+def _average_loss(x, w, v):
+    return np.sum(np.average(x, axis=1, weights=w) * v) + np.average(x, axis=0, weights=v)[1]
+
+
+def test_average_in_both_modes_and_under_jit(rng):
+    """np.average (no rule before), with weights shaped like the array and a vector of them
+    along an axis: both modes with respect to the values and the weights, and compiled."""
+    x, w, v = rng.standard_normal((3, 4)), rng.uniform(0.5, 2.0, (3, 4)), rng.uniform(0.5, 2.0, 3)
+    ad.check_grads(_average_loss, (x, w, v), modes=("rev", "fwd"))
+    from autodiff_ast.jit import jit
+    for got, want in zip(jit(ad.grad(_average_loss, argnums=(0, 1, 2)))(x, w, v),
+                         ad.grad(_average_loss, argnums=(0, 1, 2))(x, w, v)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def _norms_loss(x, w):
+    return (np.sum(np.linalg.norm(x, 1, axis=0) * w) + np.linalg.norm(x, "fro") +
+            np.linalg.norm(x[0], np.inf) * np.linalg.norm(x[1], -np.inf))
+
+
+def test_norm_orders_in_both_modes_and_under_jit(rng):
+    """np.linalg.norm with ord=1, inf, -inf (vectors, or along an axis) and 'fro' (no rule
+    before): both modes, and compiled (Numba's norm takes no axis and no string order)."""
+    x, w = rng.choice([-1.0, 1.0], (3, 4)) * rng.uniform(0.3, 2.0, (3, 4)), rng.normal(size=4)
+    ad.check_grads(_norms_loss, (x, w), modes=("rev", "fwd"))
+    from autodiff_ast.jit import jit
+    np.testing.assert_allclose(jit(ad.grad(_norms_loss))(x, w), ad.grad(_norms_loss)(x, w),
+                               rtol=1e-12)
+
+
+def _products_loss(a, b, c):
+    return (np.sum(np.linalg.multi_dot([a, b, c]) * np.dot(a, a.T)) +
+            np.sum(np.tensordot(b, c, axes=([1], [0])) ** 2) +
+            np.tensordot(a, a.T, axes=(1, 0))[0, 1])
+
+
+def test_multi_dot_and_tensordot_in_both_modes_and_under_jit(rng):
+    """np.linalg.multi_dot and np.tensordot (no rules before), written as einsums: both
+    modes, and compiled (Numba has neither: products of reshaped operands)."""
+    a, b, c = rng.normal(size=(2, 3)), rng.normal(size=(3, 4)), rng.normal(size=(4, 2))
+    ad.check_grads(_products_loss, (a, b, c), modes=("rev", "fwd"))
+    from autodiff_ast.jit import jit
+    argnums = (0, 1, 2)
+    for got, want in zip(jit(ad.grad(_products_loss, argnums))(a, b, c),
+                         ad.grad(_products_loss, argnums)(a, b, c)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def _cross_loss(a, b):
+    return np.sum(np.cross(a, b) * np.cross(b, a[0]))
+
+
+def test_cross_in_both_modes_and_under_jit(rng):
+    """np.cross of 3-vectors and stacks of them (no rule before): both modes, and compiled."""
+    a, b = rng.normal(size=(4, 3)), rng.normal(size=3)
+    ad.check_grads(_cross_loss, (a, b), modes=("rev", "fwd"))
+    from autodiff_ast.jit import jit
+    for got, want in zip(jit(ad.grad(_cross_loss, (0, 1)))(a, b),
+                         ad.grad(_cross_loss, (0, 1))(a, b)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)

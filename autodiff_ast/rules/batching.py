@@ -312,6 +312,23 @@ def _cumsum(bc):
     return bc.emit(keywords=("axis",), axis=to_expr(_shift(axis)))
 
 
+def _average(bc):
+    """np.average: the mean's batching without weights; with weights shaped like the
+    example, the weighted sums' quotient over the shifted axes (vector weights along an axis
+    of a matrix: once per example)."""
+    if "weights" not in bc.call.args or bc.type("weights").kind == "none":
+        return reduction(bc)
+    rank = _rank_or_fail(bc, "x")
+    if bc.call.const("returned", False) or bc.rank("weights") != rank or rank == 0:
+        raise NoBatchingRule("np.average with weights that are not shaped like the array")
+    axis = bc.axis()
+    axes = tuple(range(rank)) if axis is None else (axis if isinstance(axis, tuple) else (axis,))
+    keep = ", keepdims=True" if bc.call.const("keepdims", False) else ""
+    x, w = bc.full("x"), bc.full("weights")
+    return fill(f"np.sum(x * w, axis=a{keep}) / np.sum(w, axis=a{keep})", x=x, w=w,
+                a=_single(_shift(axes)))
+
+
 def _example_axes(bc, param):
     rank = _rank_or_fail(bc, param)
     return _single(range(1, rank + 1)) if rank else None
@@ -635,6 +652,39 @@ def _einsum(bc):
                      [to_expr(e) for e in display.elts], keywords=[])
 
 
+def _as_einsum(bc, einsum_call, param):
+    """Batch a product through the einsum it computes (multi_dot, tensordot)."""
+    if einsum_call is None:
+        raise NoBatchingRule(f"{bc.rule.name} of operands of unknown rank")
+    if param is None:  # two operands, a and b
+        flags = (bc.is_batched("a"), bc.is_batched("b"))
+    else:
+        flags = bc.batched.get(param, ())
+        flags = flags if isinstance(flags, tuple) else (bool(flags),) * len(
+            bc.call.args[param].elts)
+    inner = BatchCall(einsum_call, bc.value, {"operands": flags}, bc.n_batch, bc.names,
+                      bc.types)
+    return _einsum(inner)
+
+
+def _multi_dot(bc):
+    from .linalg import _multi_dot_einsum
+    return _as_einsum(bc, _multi_dot_einsum(bc.call), "arrays")
+
+
+def _tensordot(bc):
+    from .linalg import _tensordot_einsum
+    return _as_einsum(bc, _tensordot_einsum(bc.call), None)
+
+
+def _cross(bc):
+    """np.cross works on the last axis and broadcasts the others: operands lined up."""
+    rank = bc.out_rank
+    if rank is None:
+        raise NoBatchingRule("the result's rank is not known statically")
+    return fill("np.cross(a, b)", a=bc.aligned("a", rank), b=bc.aligned("b", rank))
+
+
 def _trace(bc):
     if _rank_or_fail(bc, "x") != 2:
         raise NoBatchingRule("trace of an array that is not a matrix")
@@ -650,14 +700,15 @@ def _diag(bc):
 
 
 def _norm(bc):
-    if bc.call.const("ord") is not None:
-        raise NoBatchingRule("norm with an ord")
+    from .linalg import norm_kind
+    if norm_kind(bc.call) is None:
+        raise NoBatchingRule("norm with this ord (a matrix norm other than the Frobenius one)")
     rank = _rank_or_fail(bc, "x")
     axis = bc.axis()
-    axes = tuple(range(rank)) if axis is None else (axis if isinstance(axis, tuple) else (axis,))
     if axis is None and rank > 1:  # the Frobenius norm of the whole example
+        axes = tuple(range(rank))
         return fill("np.sqrt(np.sum(x * x, axis=a))", x=bc.arg("x"), a=_shift(axes))
-    return fill("np.linalg.norm(x, axis=a)", x=bc.arg("x"), a=_single(_shift(axes)))
+    return bc.emit(keywords=("axis",), axis=to_expr(_shift(0 if axis is None else axis)))
 
 
 def _solve(bc):
@@ -772,11 +823,13 @@ _ELEMENTWISE = tuple(PARTIALS) + tuple(PIECEWISE_CONSTANT) + (
 _register(_ELEMENTWISE, elementwise)
 _register(("float",), _conversion("float64"))
 _register(("int",), _conversion("int64"))
-_register(("sum", "mean", "prod", "max", "min", "var", "std"), reduction)
+_register(("sum", "mean", "prod", "max", "min", "var", "std", "median", "ptp", "nansum",
+           "nanmean"), reduction)
 _register(("argmax", "argmin", "argsort", "argpartition", "sort"), _index_reduction)
 _register(("take_along_axis",), _take_along_axis)
 _register(("add_along_axis",), _add_along_axis)
-_register(("cumsum",), _cumsum)
+_register(("cumsum", "cumprod"), _cumsum)
+_register(("average",), _average)
 _register(("diff",), _along_axis)
 _register(("all",), _whole_reduction(("np.all(x, axis=axes)", "a == b", None)))
 _register(("any",), _whole_reduction(("np.any(x, axis=axes)", "a == b", None)))
@@ -805,6 +858,9 @@ _register(("dot", "matmul", "inner"), product)
 _register(("vdot",), _vdot)
 _register(("outer",), _outer)
 _register(("einsum",), _einsum)
+_register(("multi_dot",), _multi_dot)
+_register(("tensordot",), _tensordot)
+_register(("cross",), _cross)
 _register(("trace",), _trace)
 _register(("diag", "diagonal"), _diag)
 _register(("norm",), _norm)

@@ -194,6 +194,153 @@ register(Rule("einsum", "np.einsum", ("subscripts", "operands"), {}, ("operands"
               _infer_einsum, _einsum_vjp, _einsum_jvp, varargs="operands"), np.einsum)
 
 
+# ---------------------------------------------------------------- products as einsums
+# multi_dot and tensordot are einsums whose subscripts follow from the operands' ranks: their
+# rules are the einsum rules on a call written that way (as_einsum), results renamed back.
+def as_einsum(call, spec, operands):
+    """The einsum call computing `call` (a PrimCall of the einsum rule); `operands` is the
+    pair (expressions, types) of its operands."""
+    import gast
+
+    from . import PrimCall, by_name
+    types = {"subscripts": T.AType("str", value=spec),
+             "operands": T.AType("tuple", elts=tuple(operands[1]))}
+    args = {"subscripts": gast.Constant(value=spec, kind=None),
+            "operands": gast.List(elts=list(operands[0]), ctx=gast.Load())}
+    return PrimCall(by_name("einsum"), args, types, call.out, call.out_type)
+
+
+def _multi_dot_spec(call):
+    """'ab,bc,cd->ad' for np.linalg.multi_dot of matrices (a vector first or last drops
+    its letter), or None when a rank is unknown or not 1 or 2 where it may be."""
+    ranks = [t.ndim for t in call.types["arrays"].elts or ()]
+    if len(ranks) < 2 or any(r not in (1, 2) for r in ranks) or 1 in ranks[1:-1]:
+        return None
+    letters = "abcdefghijklmnopqrstuvwxyz"[:len(ranks) + 1]
+    subs = [letters[k:k + 2] for k in range(len(ranks))]
+    if ranks[0] == 1:
+        subs[0] = subs[0][1]
+    if ranks[-1] == 1:
+        subs[-1] = subs[-1][0]
+    out = (subs[0][0] if ranks[0] == 2 else "") + (subs[-1][-1] if ranks[-1] == 2 else "")
+    return ",".join(subs) + "->" + out
+
+
+def _multi_dot_einsum(call):
+    spec = _multi_dot_spec(call)
+    if spec is None:
+        return None
+    return as_einsum(call, spec, (call.args["arrays"].elts, call.types["arrays"].elts))
+
+
+def _infer_multi_dot(call):
+    elts = call.types["arrays"].elts or ()
+    spec = _multi_dot_spec(call)
+    if spec is None:
+        return T.AType("array", "float64", None)
+    return T.array(tuple(T.N for _ in spec.split("->")[1]), T.result_dtype(*elts))
+
+
+def _multi_dot_vjp(call, g):
+    einsum = _multi_dot_einsum(call)
+    if einsum is None:
+        return None
+    return {("arrays", k): value for (_, k), value in _einsum_vjp(einsum, g).items()}
+
+
+def _multi_dot_jvp(call, dots):
+    einsum = _multi_dot_einsum(call)
+    if einsum is None:
+        return None
+    return _einsum_jvp(einsum, {("operands", k): d for (_, k), d in dots.items()})
+
+
+register(Rule("multi_dot", "np.linalg.multi_dot", ("arrays",), {}, ("arrays",),
+              _infer_multi_dot, _multi_dot_vjp, _multi_dot_jvp), np.linalg.multi_dot)
+
+
+def tensordot_axes(call):
+    """(axes of a, axes of b) that np.tensordot contracts, non-negative, or None."""
+    ra, rb, axes = call.ndim("a"), call.ndim("b"), call.const("axes", 2)
+    if ra is None or rb is None:
+        return None
+    if isinstance(axes, int):
+        return tuple(range(ra - axes, ra)), tuple(range(axes))
+    if not isinstance(axes, tuple) or len(axes) != 2:
+        return None
+    pair = [a if isinstance(a, tuple) else (a,) for a in axes]
+    if len(pair[0]) != len(pair[1]) or not all(isinstance(i, int) for p in pair for i in p):
+        return None
+    return tuple(i % ra for i in pair[0]), tuple(i % rb for i in pair[1])
+
+
+def _tensordot_einsum(call):
+    axes = tensordot_axes(call)
+    if axes is None:
+        return None
+    ra, rb = call.ndim("a"), call.ndim("b")
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+    sub_a = [next(letters) for _ in range(ra)]
+    sub_b = [sub_a[axes[0][axes[1].index(i)]] if i in axes[1] else next(letters)
+             for i in range(rb)]
+    out = [c for i, c in enumerate(sub_a) if i not in axes[0]] + \
+        [c for i, c in enumerate(sub_b) if i not in axes[1]]
+    spec = "".join(sub_a) + "," + "".join(sub_b) + "->" + "".join(out)
+    return as_einsum(call, spec, ((call.args["a"], call.args["b"]),
+                                  (call.types["a"], call.types["b"])))
+
+
+def _infer_tensordot(call):
+    axes = tensordot_axes(call)
+    a, b = call.types["a"], call.types["b"]
+    if axes is None or a.dims is None or b.dims is None:
+        return T.AType("array", T.result_dtype(a, b), None)
+    dims = [d for i, d in enumerate(a.dims) if i not in axes[0]] + \
+        [d for i, d in enumerate(b.dims) if i not in axes[1]]
+    return T.array(tuple(dims), T.result_dtype(a, b)) if dims else T.FLOAT
+
+
+def _tensordot_vjp(call, g):
+    einsum = _tensordot_einsum(call)
+    if einsum is None:
+        return None
+    bars = _einsum_vjp(einsum, g)
+    return {"a": bars[("operands", 0)], "b": bars[("operands", 1)]}
+
+
+def _tensordot_jvp(call, dots):
+    einsum = _tensordot_einsum(call)
+    if einsum is None:
+        return None
+    keys = {"a": ("operands", 0), "b": ("operands", 1)}
+    return _einsum_jvp(einsum, {keys[p]: d for p, d in dots.items()})
+
+
+register(Rule("tensordot", "np.tensordot", ("a", "b", "axes"), {"axes": 2}, ("a", "b"),
+              _infer_tensordot, _tensordot_vjp, _tensordot_jvp), np.tensordot)
+
+
+# cross(a, b) of 3-vectors along the last axis (stacks broadcast): bilinear, with
+# <g, a x b> = <a, b x g> = <b, g x a>.
+def _cross_vjp(call, g):
+    if any(p in call.args for p in ("axisa", "axisb", "axisc", "axis")):
+        return None  # vectors along another axis: no template yet
+    a, b = call.args["a"], call.args["b"]
+    return {"a": (fill("np.cross(b, g)", b=b, g=g), call.out_type),
+            "b": (fill("np.cross(g, a)", a=a, g=g), call.out_type)}
+
+
+def _cross_jvp(call, dots):
+    if any(p in call.args for p in ("axisa", "axisb", "axisc", "axis")):
+        return None
+    return _bilinear_jvp(call, dots)
+
+
+register(Rule("cross", "np.cross", ("a", "b", "axisa", "axisb", "axisc", "axis"), {},
+              ("a", "b"), lambda call: T.broadcast(call.types["a"], call.types["b"]),
+              _cross_vjp, _cross_jvp), np.cross)
+
+
 # ---------------------------------------------------------------- trace and diagonals
 register(Rule("trace", "np.trace", ("x",), {}, ("x",), lambda call: T.FLOAT,
               lambda call, g: {"x": (fill("g * np.eye(x.shape[0], x.shape[1])", g=g,
@@ -225,31 +372,58 @@ def _infer_norm(call):
     return T.array(tuple(d for i, d in enumerate(x.dims) if i != call.axis()), x.dtype)
 
 
-def _norm_check(call):
-    if call.const("ord") is not None:
-        return False
-    return True
+def norm_kind(call):
+    """Which norm a call computes: "two" (a vector's 2-norm or the Frobenius norm), "one",
+    "max" or "min" (ord=1, inf, -inf of vectors, or along one axis), or None: no template
+    (other orders, matrix norms other than the Frobenius one, a pair of axes)."""
+    order, rank, axis = call.const("ord"), call.ndim("x"), call.axis()
+    if isinstance(axis, tuple) or "keepdims" in call.keywords:
+        return None
+    if order is None or (order == "fro" and rank == 2 and axis is None):
+        return "two"
+    if axis is None and rank != 1:
+        return None  # a matrix (or unknown rank): ord= picks a matrix norm
+    return {2: "two", 1: "one", np.inf: "max", -np.inf: "min"}.get(order) \
+        if isinstance(order, (int, float)) else None
+
+
+def _signs(x):
+    """d|x|/dx, 1 at 0 as JAX's abs rule gives."""
+    return fill("np.where(x >= 0.0, 1.0, -1.0)", x=x)
+
+
+def _norm_slope(call):
+    """d norm / dx, shaped like x (the reduced norm put back along its axis)."""
+    from .structural import _unreduced
+    x, kind, axis = call.args["x"], norm_kind(call), call.axis()
+    y = call.out if axis is None else _unreduced(call, call.out)
+    if kind == "two":
+        return fill("x / y", x=x, y=y)
+    if kind == "one":
+        return _signs(x)
+    mask = fill("np.abs(x) == y", x=x, y=y)
+    count = fill("np.sum(m)", m=mask) if axis is None else \
+        _unreduced(call, fill("np.sum(m, axis=a)", m=mask, a=axis))
+    return fill("s * m / c", s=_signs(x), m=mask, c=count)
 
 
 def _norm_vjp(call, g):
-    if not _norm_check(call):
+    from .structural import _unreduced
+    if norm_kind(call) is None:
         return None
-    x = call.args["x"]
     axis = call.axis()
-    if axis is None:
-        return {"x": (fill("g * x / y", g=g, x=x, y=call.out), call.types["x"])}
-    return {"x": (fill("np.expand_dims(g / y, a) * x", g=g, y=call.out, a=axis, x=x),
-                  call.types["x"])}
+    ge = g if axis is None else _unreduced(call, g)
+    return {"x": (fill("g * s", g=ge, s=_norm_slope(call)), call.types["x"])}
 
 
 def _norm_jvp(call, dots):
-    if not _norm_check(call):
-        return None  # ord= other than the 2-norm: no template (as in reverse mode)
-    x = call.args["x"]
+    if norm_kind(call) is None:
+        return None  # no template (as in reverse mode)
     axis = call.axis()
+    product = fill("d * s", d=dots["x"], s=_norm_slope(call))
     if axis is None:
-        return fill("np.sum(x * d) / y", x=x, d=dots["x"], y=call.out)
-    return fill("np.sum(x * d, axis=a) / y", x=x, d=dots["x"], a=axis, y=call.out)
+        return fill("np.sum(p)", p=product)
+    return fill("np.sum(p, axis=a)", p=product, a=axis)
 
 
 register(Rule("norm", "np.linalg.norm", ("x", "ord", "axis"), {"ord": None, "axis": None},

@@ -30,7 +30,7 @@ def _dims_without(dims, axis, keepdims):
 def _infer_reduction(call):
     x = call.types["x"]
     dtype = "float64" if x.dtype in (None, "float64") else x.dtype
-    if call.rule.name in ("sum", "prod", "cumsum", "max", "min") and x.dtype and \
+    if call.rule.name in ("sum", "prod", "cumsum", "max", "min", "ptp") and x.dtype and \
             x.dtype.startswith(("int", "bool")):
         dtype = "int64"
     if x.kind == "float" or x.kind == "int":
@@ -131,18 +131,22 @@ def _prod_vjp(call, g):
     return {"x": (fill("ge * ye / x", ge=ge, ye=ye, x=call.args["x"]), call.types["x"])}
 
 
-def _chooser_vjp(call, g):
-    """max/min: the cotangent is shared equally between the tied winners (JAX's rule)."""
-    ge, _ = expand_like_input(call, g)
-    ye, _ = expand_like_input(call, call.out)
-    x = call.args["x"]
-    mask = fill("x == ye", x=x, ye=ye)
+def _tie_shares(call, ye):
+    """Where x equals the chosen value `ye` (expanded like x), 1 / the number of such ties."""
+    mask = fill("x == ye", x=call.args["x"], ye=ye)
     axis = call.axis()
     if axis is None:
         count = fill("np.sum(m)", m=mask)
     else:
         count = _unreduced(call, fill("np.sum(m, axis=a)", m=mask, a=axis))
-    return {"x": (fill("ge * m / c", ge=ge, m=mask, c=count), call.types["x"])}
+    return fill("m / c", m=mask, c=count)
+
+
+def _chooser_vjp(call, g):
+    """max/min: the cotangent is shared equally between the tied winners (JAX's rule)."""
+    ge, _ = expand_like_input(call, g)
+    ye, _ = expand_like_input(call, call.out)
+    return {"x": (fill("ge * s", ge=ge, s=_tie_shares(call, ye)), call.types["x"])}
 
 
 def reduce_sum(call, expr):
@@ -224,6 +228,151 @@ register(Rule("max", "np.max", _CHOOSER, {"axis": None, "keepdims": False}, ("x"
               _infer_reduction, _chooser_vjp, _chooser_jvp), np.max, np.amax)
 register(Rule("min", "np.min", _CHOOSER, {"axis": None, "keepdims": False}, ("x",),
               _infer_reduction, _chooser_vjp, _chooser_jvp), np.min, np.amin)
+
+
+# ptp(x) = max(x) - min(x): each end shares its part of the cotangent between its ties, as
+# np.max and np.min do (jnp.ptp is max - min).
+def _extreme(call, func):
+    """np.max or np.min of x over the call's axes, expanded like x."""
+    axis = call.axis()
+    x = call.args["x"]
+    value = fill(f"{func}(x)", x=x) if axis is None else fill(f"{func}(x, axis=a)", x=x, a=axis)
+    if axis is None:
+        return value
+    return _unreduced(call, value)
+
+
+def _ptp_weights(call):
+    return fill("h - l", h=_tie_shares(call, _extreme(call, "np.max")),
+                l=_tie_shares(call, _extreme(call, "np.min")))
+
+
+def _ptp_vjp(call, g):
+    ge, _ = expand_like_input(call, g)
+    return {"x": (fill("ge * w", ge=ge, w=_ptp_weights(call)), call.types["x"])}
+
+
+def _ptp_jvp(call, dots):
+    return reduce_sum(call, fill("d * w", d=dots["x"], w=_ptp_weights(call)))
+
+
+register(Rule("ptp", "np.ptp", _CHOOSER, {"axis": None, "keepdims": False}, ("x",),
+              _infer_reduction, _ptp_vjp, _ptp_jvp), np.ptp)
+# average(x, axis, weights) = sum(x * w) / sum(w) over the axes; w has x's shape, or is a
+# vector laid along the one axis (NumPy's two forms). Without weights it is the mean.
+def _weights_along_axis(call):
+    """The weights shaped to broadcast against x, and the axes of x they do not span (None
+    when they have x's shape), or (None, None) for a form with no template."""
+    w = call.args["weights"]
+    rank, w_rank, axis = call.ndim("x"), call.ndim("weights"), call.axis()
+    if axis is None or (rank is not None and w_rank == rank):
+        return w, None  # (over the whole array NumPy wants weights shaped like it)
+    if w_rank == 1 and isinstance(axis, int) and rank is not None:
+        others = tuple(a for a in range(rank) if a != axis)
+        return fill("np.expand_dims(w, o)", w=w, o=others), others
+    return None, None
+
+
+def _weight_totals(call, others):
+    """sum(w) over the call's axes: (reduced as the output is, expanded like x)."""
+    w = call.args["weights"]
+    if others is not None:
+        total = fill("np.sum(w)", w=w)
+        return total, total
+    if call.axis() is None:
+        total = fill("np.sum(w)", w=w)
+        return reduce_sum(call, w), total
+    return reduce_sum(call, w), _unreduced(call, fill("np.sum(w, axis=a)", w=w, a=call.axis()))
+
+
+def _average_form(call):
+    if call.const("returned", False) or isinstance(call.axis(), tuple):
+        return None  # the (average, sum of weights) pair, and several axes: no template yet
+    if "weights" not in call.args or call.types["weights"].kind == "none":
+        return "mean"
+    wb, others = _weights_along_axis(call)
+    return None if wb is None and others is None else "weighted"
+
+
+def _average_vjp(call, g):
+    form = _average_form(call)
+    if form == "mean":
+        return _mean_vjp(call, g)
+    if form is None:
+        return None
+    wb, others = _weights_along_axis(call)
+    _, total = _weight_totals(call, others)
+    ge, _ = expand_like_input(call, g)
+    ye, _ = expand_like_input(call, call.out)
+    x_bar = fill("ge * wb / t", ge=ge, wb=wb, t=total)
+    w_bar = fill("ge * (x - ye) / t", ge=ge, x=call.args["x"], ye=ye, t=total)
+    if others is not None:
+        w_bar = fill("np.sum(e, axis=o)", e=w_bar, o=others)
+    return {"x": (x_bar, call.types["x"]), "weights": (w_bar, call.types["weights"])}
+
+
+def _average_jvp(call, dots):
+    form = _average_form(call)
+    if form == "mean":
+        return _relinear(call, dots)
+    if form is None:
+        return None
+    wb, others = _weights_along_axis(call)
+    reduced_total, _ = _weight_totals(call, others)
+    terms = []
+    if "x" in dots:
+        terms.append(fill("d * wb", d=dots["x"], wb=wb))
+    if "weights" in dots:
+        ye, _ = expand_like_input(call, call.out)
+        wd = dots["weights"] if others is None else fill("np.expand_dims(d, o)",
+                                                           d=dots["weights"], o=others)
+        terms.append(fill("wd * (x - ye)", wd=wd, x=call.args["x"], ye=ye))
+    total = terms[0] if len(terms) == 1 else fill("p + q", p=terms[0], q=terms[1])
+    return fill("s / t", s=reduce_sum(call, total), t=reduced_total)
+
+
+register(Rule("average", "np.average", ("x", "axis", "weights", "returned", "keepdims"),
+              {"axis": None, "weights": None, "returned": False, "keepdims": False},
+              ("x", "weights"), _infer_reduction, _average_vjp, _average_jvp), np.average)
+
+
+# nansum and nanmean: NaN entries count for nothing, so they get a zero cotangent and tangent
+# (JAX's jnp.nansum is a sum of where(isnan(x), 0, x)).
+def _without_nans(call, value):
+    return fill("np.where(np.isnan(x), 0.0, v)", x=call.args["x"], v=value)
+
+
+def _present_count(call, reduced):
+    """How many entries are not NaN, over the call's axes (reduced as the output, or
+    expanded like x)."""
+    present = fill("~np.isnan(x)", x=call.args["x"])
+    if reduced:
+        return reduce_sum(call, present)
+    if call.axis() is None:
+        return fill("np.sum(p)", p=present)
+    return _unreduced(call, fill("np.sum(p, axis=a)", p=present, a=call.axis()))
+
+
+def _nansum_vjp(call, g):
+    ge, _ = expand_like_input(call, g)
+    return {"x": (_without_nans(call, ge), call.types["x"])}
+
+
+def _nanmean_vjp(call, g):
+    ge, _ = expand_like_input(call, g)
+    share = fill("ge / n", ge=ge, n=_present_count(call, False))
+    return {"x": (_without_nans(call, share), call.types["x"])}
+
+
+register(Rule("nansum", "np.nansum", _REDUCTION, {"axis": None, "keepdims": False}, ("x",),
+              _infer_reduction, _nansum_vjp,
+              lambda call, dots: reduce_sum(call, _without_nans(call, dots["x"]))), np.nansum)
+register(Rule("nanmean", "np.nanmean", _REDUCTION, {"axis": None, "keepdims": False}, ("x",),
+              _infer_reduction, _nanmean_vjp,
+              lambda call, dots: fill("s / n", s=reduce_sum(call, _without_nans(call, dots["x"])),
+                                      n=_present_count(call, True))), np.nanmean)
+
+
 _VAR = ("x", "axis", "dtype", "out", "ddof", "keepdims")
 register(Rule("var", "np.var", _VAR, {"axis": None, "ddof": 0, "keepdims": False}, ("x",),
               _infer_reduction, _var_vjp, _var_jvp), np.var)
@@ -240,6 +389,68 @@ def _infer_cumsum(call):
 
 register(Rule("cumsum", "np.cumsum", ("x", "axis", "dtype", "out"), {"axis": None}, ("x",),
               _infer_cumsum, _cumsum_vjp, _relinear, linear=True), np.cumsum)
+
+
+# cumprod: both derivatives are loops along the axis in emitted helpers (cumprod_adjoint,
+# cumprod_tangent), exact where x has zeros (no division by x), as JAX's scan-based rule is.
+def _along_last_axis(call, helper, x, other):
+    """`helper(x, other)` applied along the call's axis, flattened first for axis=None."""
+    axis, rank = call.axis(), call.ndim("x")
+    if axis is None:
+        flat = fill(f"{helper}(np.ravel(x), np.ravel(o))", x=x, o=other)
+        return flat, rank == 1
+    if axis == -1 or (rank is not None and axis == rank - 1):
+        return fill(f"{helper}(x, o)", x=x, o=other), True
+    moved = fill(f"{helper}(np.moveaxis(x, a, -1), np.moveaxis(o, a, -1))", x=x, o=other,
+                 a=axis)
+    return fill("np.moveaxis(m, -1, a)", m=moved, a=axis), True
+
+
+def _cumprod_vjp(call, g):
+    """x_bar[j] = prod(x[:j]) * sum over i >= j of g[i] * prod(x[j + 1:i + 1]): right where
+    x has zeros too (no division by x)."""
+    x = call.args["x"]
+    expr, same_shape = _along_last_axis(call, "cumprod_adjoint", x, g)
+    if not same_shape:
+        expr = fill("e.reshape(np.shape(x))", e=expr, x=x)
+    return {"x": (expr, call.types["x"])}
+
+
+def _cumprod_jvp(call, dots):
+    return _along_last_axis(call, "cumprod_tangent", call.args["x"], dots["x"])[0]
+
+
+register(Rule("cumprod", "np.cumprod", ("x", "axis", "dtype", "out"), {"axis": None}, ("x",),
+              _infer_cumsum, _cumprod_vjp, _cumprod_jvp), np.cumprod)
+
+
+# median (JAX's jnp.median is quantile(method="midpoint") over a stable sort): the cotangent
+# goes to the middle entry of the sorted values, or half to each of the two middle entries of
+# an even count; with ties, to the entries a stable sort puts there. median_weights (an
+# emitted helper) says where.
+def _median_weights(call):
+    x, axis = call.args["x"], call.axis()
+    if axis is None:
+        return fill("median_weights(np.ravel(x), 0).reshape(np.shape(x))", x=x)
+    return fill("median_weights(x, a)", x=x, a=axis)
+
+
+def _median_vjp(call, g):
+    if isinstance(call.axis(), tuple):
+        return None  # several axes: no template yet
+    ge, _ = expand_like_input(call, g)
+    return {"x": (fill("ge * w", ge=ge, w=_median_weights(call)), call.types["x"])}
+
+
+def _median_jvp(call, dots):
+    if isinstance(call.axis(), tuple):
+        return None
+    return reduce_sum(call, fill("d * w", d=dots["x"], w=_median_weights(call)))
+
+
+register(Rule("median", "np.median", ("x", "axis", "out", "overwrite_input", "keepdims"),
+              {"axis": None, "keepdims": False}, ("x",), _infer_reduction, _median_vjp,
+              _median_jvp), np.median)
 
 
 # ---------------------------------------------------------------- shape functions
