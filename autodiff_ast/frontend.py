@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import gast
 
 from .errors import SourceUnavailableError, UnsupportedSyntaxError
+from .templates import unparse
 
 
 @dataclass
@@ -115,6 +116,30 @@ def _same_code(text, code):
         inner[0].co_varnames == code.co_varnames and consts(inner[0]) == consts(code)
 
 
+# How a name is read depends on where the lambda sits (a global, a closure cell), not on
+# what the lambda computes.
+_NAME_READS = {"LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME", "LOAD_CLASSDEREF", "LOAD_CLOSURE"}
+
+
+def _same_instructions(text, code):
+    """Whether compiling the lambda `text` gives the instructions of `code`, up to how names
+    are read and the method-call forms of a call (``LOAD_METHOD``/``LOAD_ATTR``)."""
+    import dis
+    outer = compile(text, "<lambda>", "eval")
+    inner = [c for c in outer.co_consts if isinstance(c, type(code))]
+
+    def ops(c):
+        out = []
+        for ins in dis.get_instructions(c):
+            name = "LOAD_NAME" if ins.opname in _NAME_READS else ins.opname
+            if name in ("PRECALL", "PUSH_NULL", "COPY_FREE_VARS",
+                        "MAKE_CELL", "RESUME"):
+                continue
+            out.append("LOAD_ATTR" if name == "LOAD_METHOD" else name)
+        return out
+    return bool(inner) and ops(inner[0]) == ops(code)
+
+
 def parse_function(fn):
     """Parse `fn` into a :class:`FunctionInfo` whose node is a ``gast.FunctionDef``.
 
@@ -146,6 +171,16 @@ def parse_function(fn):
         if not matches:
             params = fn.__code__.co_varnames[:fn.__code__.co_argcount]
             matches = [n for n, _ in candidates if tuple(a.id for a in n.args.args) == params]
+        if len({unparse(n) for n in matches}) > 1:
+            # lambdas on one line reading the same names and constants (`-np.inf` and
+            # `np.inf` differ only in an instruction), or taking the same parameters: their
+            # instructions decide
+            matches = [n for n in matches if _same_instructions(unparse(n), fn.__code__)]
+            if len({unparse(n) for n in matches}) != 1:
+                raise SourceUnavailableError(
+                    f"cannot tell which lambda on this line is {fn!r}: several could be it",
+                    filename=filename, lineno=first_line,
+                    hint="define it with def, or put each lambda on its own line")
         if not matches:
             raise SourceUnavailableError(f"cannot find the source of {fn!r}", filename=filename,
                                          lineno=first_line)
