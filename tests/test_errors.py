@@ -193,6 +193,14 @@ def test_missing_rule_for_an_unsupported_option():
     assert "these argument ranks or options" in err.message
 
 
+def test_missing_rule_for_take_with_a_mode():
+    def take_clipped(x):
+        return np.sum(np.take(x, np.array([0, 7]), mode="clip") ** 2)
+    err = raised(MissingRuleError, take_clipped, np.ones(5))
+    assert_located(err, take_clipped, "np.take")
+    assert "these argument ranks or options" in err.message
+
+
 def test_missing_rule_for_an_unsupported_norm():
     def norm_ord(x):
         return np.linalg.norm(x, ord=1)

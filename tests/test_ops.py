@@ -247,6 +247,7 @@ def test_clip_wrt_bounds(shape, rng):
 # (name, function, argument shapes, domain). These carry their own shapes.
 IDX = np.array([0, 2, 0, 1, 2])  # repeated indices: adjoints must accumulate
 ROWS = np.array([1, 1, 0])
+GRID = np.array([[0, 1], [1, -1]])  # a 2-D index array (a negative entry too)
 
 STRUCTURAL = [
     # reductions, with axis and keepdims
@@ -383,6 +384,13 @@ STRUCTURAL = [
     ("diff", lambda x: np.diff(x), [(4,)], "real"),
     ("diff-2d", lambda x: np.diff(x) * x[:, 1:], [(2, 4)], "real"),
     ("diff-last-axis", lambda x: np.diff(x, axis=1), [(2, 4)], "real"),
+    ("take", lambda x: np.take(x, IDX), [(3,)], "real"),
+    ("take-flat-2d", lambda x: np.take(x, ROWS) * 2.0, [(2, 3)], "real"),
+    ("take-int", lambda x: np.take(x, 4) * x, [(2, 3)], "real"),
+    ("take-axis1", lambda x: np.take(x, IDX, axis=1), [(2, 3)], "real"),
+    ("take-axis0-2d-indices", lambda x: np.take(x, GRID, axis=0), [(2, 3)], "real"),
+    ("take-axis-neg-int", lambda x: np.take(x, -1, axis=-1), [(2, 3, 2)], "real"),
+    ("method-take", lambda x: x.take(IDX, axis=0) * 2.0, [(3, 2)], "real"),
     ("sort", lambda x: np.sort(x) * x, [(4,)], "real"),
     ("sort-2d", lambda x: np.sort(x) * x, [(2, 3)], "real"),
     ("sort-axis0", lambda x: np.sort(x, axis=0) * x, [(3, 2)], "real"),
@@ -658,3 +666,28 @@ def test_cholesky_in_both_modes_and_under_jit(rng):
     np.testing.assert_allclose(ad.vmap(ad.grad(_cholesky_loss), in_axes=(0, None))(xs, w),
                                np.stack([ad.grad(_cholesky_loss)(v, w) for v in xs]),
                                rtol=1e-12)
+
+
+# Rules added after the table: both modes at order 2 (the forward rule, and the reverse rule's
+# own derivative), for at least one call of each function.
+def _taken(x):
+    return np.sum(np.take(x, GRID, axis=1) ** 2) + np.sum(np.take(x, IDX) * x[0, 0])
+
+
+BOTH_MODES = [
+    ("take", _taken, [(2, 3)]),
+]
+
+
+@pytest.mark.parametrize("entry", [pytest.param(e, id=e[0]) for e in BOTH_MODES])
+def test_new_rules_in_both_modes_at_order_2_and_batched(entry, rng):
+    """check_grads in both modes at order 2; vmap(grad) against the gradient per example."""
+    name, f, shapes = entry
+    args = tuple(draw("real", s, rng) for s in shapes)
+    ad.check_grads(f, args, order=2, modes=("rev", "fwd"))
+    batch = [np.stack([a, 0.5 * a - 0.25]) for a in args]
+    want = [ad.grad(f, argnums=tuple(range(len(args))))(*[b[i] for b in batch])
+            for i in range(2)]
+    got = ad.vmap(ad.grad(f, argnums=tuple(range(len(args)))))(*batch)
+    for k in range(len(args)):
+        np.testing.assert_allclose(got[k], np.stack([w[k] for w in want]), rtol=1e-12)

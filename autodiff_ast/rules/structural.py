@@ -793,6 +793,58 @@ register_helper(Rule("add_along_axis", "add_along_axis", ("like", "indices", "va
                      else None,
                      lambda call, dots: _relinear(call, dots, "values"), linear=True),
                 "add_along_axis")
+
+
+# take(a, indices, axis): a gather, linear in `a`. Its adjoint adds the cotangent back at the
+# indices (the add_taken helper; repeated indices add up), along the flattened array for
+# axis=None. Only NumPy's default mode ("raise") is handled.
+def _infer_take(call):
+    a, indices = call.types["a"], call.types["indices"]
+    dtype = a.dtype or "float64"
+    picked = () if indices.kind == "int" else indices.dims
+    axis = call.const("axis")
+    if picked is None or (axis is not None and a.dims is None):
+        return T.AType("array", dtype, None)
+    if axis is None:
+        return T.array(picked, dtype) if picked else T.FLOAT
+    at = axis % len(a.dims)
+    dims = tuple(a.dims[:at]) + tuple(picked) + tuple(a.dims[at + 1:])
+    return T.array(dims, dtype) if dims else T.FLOAT
+
+
+def _take_handled(call):
+    axis = call.const("axis")
+    return "mode" not in call.args and "out" not in call.args and (
+        axis is None or isinstance(axis, int))
+
+
+def _take_vjp(call, g):
+    if not _take_handled(call):
+        return None
+    bar = fill("add_taken(a, indices, g, axis)", a=call.args["a"],
+               indices=call.args["indices"], g=g, axis=call.const("axis"))
+    return {"a": (bar, call.types["a"])}
+
+
+def _take_jvp(call, dots):
+    return _relinear(call, dots, "a") if _take_handled(call) else None
+
+
+register(Rule("take", "np.take", ("a", "indices", "axis", "out", "mode"), {"axis": None},
+              ("a",), _infer_take, _take_vjp, _take_jvp, linear=True), np.take)
+# add_taken(like, indices, values, axis): the helper the rule above emits, linear in values;
+# its transpose is np.take again (used when a gradient is differentiated).
+register_helper(Rule("add_taken", "add_taken", ("like", "indices", "values", "axis"), {},
+                     ("values",),
+                     lambda call: T.array(call.types["like"].dims,
+                                          call.types["values"].dtype or "float64"),
+                     lambda call, g: {"values": (fill(
+                         "np.take(g, indices, axis=a)", g=g, indices=call.args["indices"],
+                         a=call.const("axis")), call.types["values"])},
+                     lambda call, dots: _relinear(call, dots, "values"), linear=True),
+                "add_taken")
+
+
 # The index helpers of code whose small vectors are scalars (autodiff_ast/scalarize.py), and the
 # length check of vector arithmetic written as loops (autodiff_ast/vector_loops.py): integer
 # results, no derivative; the element they pick is an ordinary read x[index].
