@@ -65,7 +65,8 @@ METHODS = {"sum": np.sum, "mean": np.mean, "prod": np.prod, "max": np.max, "min"
            "flatten": np.ravel, "squeeze": np.squeeze, "clip": np.clip,
            "swapaxes": np.swapaxes, "argmax": np.argmax, "argmin": np.argmin,
            "round": np.round, "trace": np.trace, "diagonal": np.diagonal, "any": np.any,
-           "all": np.all, "argsort": np.argsort, "take": np.take}
+           "all": np.all, "argsort": np.argsort, "take": np.take,
+           "repeat": np.repeat}
 VARARG_METHODS = {"reshape": "shape", "transpose": "axes"}
 
 

@@ -3,7 +3,7 @@
 Generated modules are plain NumPy. Numba compiles most of it as written, but not everything
 (``numba-notes.md``): ``keepdims=``, ``mean/max/min/prod/var/std`` with an axis, ``np.einsum``,
 ``np.add.at`` (scatter-add with repeated indices), ``np.flip``/``np.roll`` with an axis,
-``np.take`` along an axis with indices that are not a vector,
+``np.take`` along an axis with indices that are not a vector, ``np.repeat`` along an axis,
 ``np.squeeze``, ``np.matmul``, ``abs`` of an array, ``np.sort``/``np.argsort`` with an axis or
 of more than one axis (stable argsort), ``math.cbrt``, ``reshape`` of a non-contiguous array, an
 integer raised to a negative integer (0 under Numba), and module-level arrays (Numba freezes
@@ -499,6 +499,12 @@ class _Lower(gast.NodeTransformer):
                 _const(args["axis"]) is None:
             return None
         return _call(self.helper("take_axis"), [args["a"], args["indices"], args["axis"]])
+
+    def call_np_repeat(self, node):
+        args = _bind(node, ("a", "repeats", "axis"))
+        if args is None or "axis" not in args or _const(args["axis"]) is None:
+            return None
+        return _call(self.helper("repeat_axis"), [args["a"], args["repeats"], args["axis"]])
 
     def call_np_squeeze(self, node):
         args = _bind(node, ("a", "axis"))

@@ -119,6 +119,36 @@ def add_taken(like, indices, values, axis):
     return out
 '''
 
+HELPERS["add_repeated"] = '''\
+def add_repeated(like, values, repeats, axis):
+    """The adjoint of np.repeat(like, repeats, axis): zeros shaped like `like`, each entry
+    receiving the sum of its repeated copies in `values` (along the flattened array when `axis`
+    is None; `repeats` one count, or a count per entry along the axis)."""
+    shape = np.shape(like)
+    out = np.zeros(shape)
+    if axis is None:
+        before, length, after = 1, out.size, 1
+    else:
+        at = axis + len(shape) if axis < 0 else axis
+        before, length, after = 1, shape[at], 1
+        for d in range(len(shape)):
+            if d < at:
+                before *= shape[d]
+            elif d > at:
+                after *= shape[d]
+    counts = np.broadcast_to(np.ravel(np.asarray(repeats)), (length,))
+    blocks = out.reshape((before, length, after))
+    g = np.ascontiguousarray(np.asarray(values)).reshape((before, np.sum(counts), after))
+    for p in range(before):
+        k = 0
+        for i in range(length):
+            for _ in range(counts[i]):
+                for q in range(after):
+                    blocks[p, i, q] += g[p, k, q]
+                k += 1
+    return out
+'''
+
 # Index helpers of code whose small vectors are kept as scalars (autodiff_ast/scalarize.py):
 # element j of a vector of unknown length, read where NumPy would broadcast it or slice it.
 HELPERS["broadcast_index"] = '''\
@@ -344,6 +374,24 @@ def take_axis(a, indices, axis):
     for _ in range(index.ndim):
         out = np.moveaxis(out, 0, at + index.ndim - 1)
     return np.ascontiguousarray(out)
+''',
+    "repeat_axis": '''\
+def repeat_axis(a, repeats, axis):
+    """np.repeat(a, repeats, axis=axis) for one integer axis (Numba's np.repeat flattens):
+    `repeats` one count, or a count per entry along the axis."""
+    at = axis + a.ndim if axis < 0 else axis
+    moved = np.ascontiguousarray(np.moveaxis(a, at, 0))
+    length = moved.shape[0]
+    counts = np.broadcast_to(np.ravel(np.asarray(repeats)), (length,))
+    rows = moved.reshape((length, moved.size // max(length, 1)))
+    out = np.empty((np.sum(counts), rows.shape[1]), dtype=rows.dtype)
+    k = 0
+    for i in range(length):
+        for _ in range(counts[i]):
+            out[k] = rows[i]
+            k += 1
+    picked = out.reshape((out.shape[0],) + moved.shape[1:])
+    return np.ascontiguousarray(np.moveaxis(picked, 0, at))
 ''',
     "scatter_add": '''\
 def scatter_add(b, index, g):

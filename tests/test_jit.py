@@ -80,6 +80,8 @@ REDUCTIONS = [
     ("np.roll(x, 2, 2)", "roll_axis"),
     ("np.take(x, np.array([[0, 1], [1, -1]]), axis=1)", "take_axis"),
     ("np.take(x, 2, axis=-1)", "take_axis"),
+    ("np.repeat(x, np.array([1, 0, 2]), axis=1)", "repeat_axis"),
+    ("np.repeat(x, 2, axis=-1)", "repeat_axis"),
     ("np.squeeze(x, axis=1)", "reshape"),
     ("np.expand_dims(x, (0, 2))", "np.expand_dims"),
     ("np.matmul(x[0], x[1].T)", "@"),

@@ -248,6 +248,7 @@ def test_clip_wrt_bounds(shape, rng):
 IDX = np.array([0, 2, 0, 1, 2])  # repeated indices: adjoints must accumulate
 ROWS = np.array([1, 1, 0])
 GRID = np.array([[0, 1], [1, -1]])  # a 2-D index array (a negative entry too)
+COUNTS = np.array([2, 0, 1])  # a count per entry (one dropped)
 
 STRUCTURAL = [
     # reductions, with axis and keepdims
@@ -391,6 +392,12 @@ STRUCTURAL = [
     ("take-axis0-2d-indices", lambda x: np.take(x, GRID, axis=0), [(2, 3)], "real"),
     ("take-axis-neg-int", lambda x: np.take(x, -1, axis=-1), [(2, 3, 2)], "real"),
     ("method-take", lambda x: x.take(IDX, axis=0) * 2.0, [(3, 2)], "real"),
+    ("repeat", lambda x: np.repeat(x, 3), [(2,)], "real"),
+    ("repeat-flat-2d", lambda x: np.repeat(x, 2) * 2.0, [(2, 3)], "real"),
+    ("repeat-axis0", lambda x: np.repeat(x, 2, axis=0), [(2, 3)], "real"),
+    ("repeat-axis-neg", lambda x: np.repeat(x, 2, axis=-1), [(2, 3, 2)], "real"),
+    ("repeat-counts", lambda x: np.repeat(x, COUNTS, axis=1), [(2, 3)], "real"),
+    ("method-repeat", lambda x: x.repeat(2, axis=1) * 2.0, [(2, 3)], "real"),
     ("sort", lambda x: np.sort(x) * x, [(4,)], "real"),
     ("sort-2d", lambda x: np.sort(x) * x, [(2, 3)], "real"),
     ("sort-axis0", lambda x: np.sort(x, axis=0) * x, [(3, 2)], "real"),
@@ -674,8 +681,13 @@ def _taken(x):
     return np.sum(np.take(x, GRID, axis=1) ** 2) + np.sum(np.take(x, IDX) * x[0, 0])
 
 
+def _repeated(x):
+    return np.sum(np.repeat(x, 2, axis=1) ** 2) + np.sum(np.repeat(x, COUNTS, axis=1) * x[0, 0])
+
+
 BOTH_MODES = [
     ("take", _taken, [(2, 3)]),
+    ("repeat", _repeated, [(2, 3)]),
 ]
 
 

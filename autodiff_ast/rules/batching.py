@@ -293,42 +293,49 @@ def _add_along_axis(bc):
                    values=bc.full("values"), axis=to_expr(axis if axis < 0 else axis + 1))
 
 
-def _take_axis(bc, axis):
-    """The axis of a batched np.take: past the batch axis, or of the flattened examples."""
+def _moved_axis(axis):
+    """The axis of a batched gather or repeat: past the batch axis, or along the flattened
+    examples (axis=None)."""
     if axis is None:
         return 1
     return axis if axis < 0 else axis + 1
 
 
-def _take(bc):
-    """np.take with the same indices for every example: along the shifted axis, or along the
-    flattened examples for axis=None."""
-    if bc.is_batched("indices"):
-        raise NoBatchingRule("indices that differ per example")
+def _flat_or_int_axis(bc, param):
+    """The call's axis (None or a constant integer), with `param` the same for every example."""
+    if bc.is_batched(param):
+        raise NoBatchingRule(f"{param} that differ per example")
     axis = bc.call.const("axis")
     if axis is not None and not isinstance(axis, int):
         raise NoBatchingRule("an axis that is not a constant integer")
-    a = bc.arg("a")
-    if axis is None:
-        a = fill("np.reshape(a, (n, -1))", a=a, n=bc.n_batch)
-    return bc.emit(keywords=("axis",), a=a, axis=to_expr(_take_axis(bc, axis)))
+    return axis
 
 
-def _add_taken(bc):
-    """The add_taken helper (take's adjoint): `like` and `values` with the batch axis; for
-    axis=None each example's values go back into that example's flattened array."""
-    if bc.is_batched("indices"):
-        raise NoBatchingRule("indices that differ per example")
-    axis = bc.call.const("axis")
-    if axis is not None and not isinstance(axis, int):
-        raise NoBatchingRule("an axis that is not a constant integer")
-    like, values = bc.full("like"), bc.full("values")
-    if axis is not None:
-        return bc.emit(like=like, values=values, axis=to_expr(_take_axis(bc, axis)))
-    flat = fill("np.reshape(v, (n, -1))", v=like, n=bc.n_batch)
-    spread = fill("np.reshape(v, (n, -1))", v=values, n=bc.n_batch)
-    summed = bc.emit(like=flat, values=spread, axis=to_expr(1))
-    return fill("np.reshape(s, np.shape(v))", s=summed, v=like)
+def _gather_like(param):
+    """np.take/np.repeat with the same `param` (indices, repeats) for every example: along
+    the shifted axis, or along each example flattened for axis=None."""
+    def rule(bc):
+        axis = _flat_or_int_axis(bc, param)
+        a = bc.arg("a")
+        if axis is None:
+            a = fill("np.reshape(a, (n, -1))", a=a, n=bc.n_batch)
+        return bc.emit(keywords=("axis",), a=a, axis=to_expr(_moved_axis(axis)))
+    return rule
+
+
+def _added_back(param):
+    """The adjoint helpers add_taken/add_repeated: `like` and `values` with the batch axis;
+    for axis=None each example's values go back into that example's flattened array."""
+    def rule(bc):
+        axis = _flat_or_int_axis(bc, param)
+        like, values = bc.full("like"), bc.full("values")
+        if axis is not None:
+            return bc.emit(like=like, values=values, axis=to_expr(_moved_axis(axis)))
+        flat = fill("np.reshape(v, (n, -1))", v=like, n=bc.n_batch)
+        spread = fill("np.reshape(v, (n, -1))", v=values, n=bc.n_batch)
+        summed = bc.emit(like=flat, values=spread, axis=to_expr(1))
+        return fill("np.reshape(s, np.shape(v))", s=summed, v=like)
+    return rule
 
 
 def _along_axis(bc):
@@ -814,8 +821,10 @@ _register(("sum", "mean", "prod", "max", "min", "var", "std"), reduction)
 _register(("argmax", "argmin", "argsort", "argpartition", "sort"), _index_reduction)
 _register(("take_along_axis",), _take_along_axis)
 _register(("add_along_axis",), _add_along_axis)
-_register(("take",), _take)
-_register(("add_taken",), _add_taken)
+_register(("take",), _gather_like("indices"))
+_register(("add_taken",), _added_back("indices"))
+_register(("repeat",), _gather_like("repeats"))
+_register(("add_repeated",), _added_back("repeats"))
 _register(("cumsum",), _cumsum)
 _register(("diff",), _along_axis)
 _register(("all",), _whole_reduction(("np.all(x, axis=axes)", "a == b", None)))

@@ -845,6 +845,47 @@ register_helper(Rule("add_taken", "add_taken", ("like", "indices", "values", "ax
                 "add_taken")
 
 
+
+# repeat(a, repeats, axis): each entry copied `repeats` times (one count, or a count per entry
+# along the axis), linear in `a`; its adjoint sums each entry's copies (the add_repeated
+# helper), along the flattened array for axis=None.
+def _infer_repeat(call):
+    a = call.types["a"]
+    dtype = a.dtype or "float64"
+    axis = call.const("axis")
+    if axis is None:
+        return T.array((T.N,), dtype)
+    if a.dims is None:
+        return T.AType("array", dtype, None)
+    dims = list(a.dims)
+    dims[axis % len(dims)] = T.N
+    return T.array(tuple(dims), dtype)
+
+
+def _repeat_vjp(call, g):
+    axis = call.const("axis")
+    if axis is not None and not isinstance(axis, int):
+        return None
+    bar = fill("add_repeated(a, g, repeats, axis)", a=call.args["a"], g=g,
+               repeats=call.args["repeats"], axis=axis)
+    return {"a": (bar, call.types["a"])}
+
+
+register(Rule("repeat", "np.repeat", ("a", "repeats", "axis"), {"axis": None}, ("a",),
+              _infer_repeat, _repeat_vjp, lambda call, dots: _relinear(call, dots, "a"),
+              linear=True), np.repeat)
+# add_repeated(like, values, repeats, axis): the helper the rule above emits, linear in values;
+# its transpose is np.repeat again.
+register_helper(Rule("add_repeated", "add_repeated", ("like", "values", "repeats", "axis"), {},
+                     ("values",),
+                     lambda call: T.array(call.types["like"].dims,
+                                          call.types["values"].dtype or "float64"),
+                     lambda call, g: {"values": (fill(
+                         "np.repeat(g, repeats, axis=a)", g=g, repeats=call.args["repeats"],
+                         a=call.const("axis")), call.types["values"])},
+                     lambda call, dots: _relinear(call, dots, "values"), linear=True),
+                "add_repeated")
+
 # The index helpers of code whose small vectors are scalars (autodiff_ast/scalarize.py), and the
 # length check of vector arithmetic written as loops (autodiff_ast/vector_loops.py): integer
 # results, no derivative; the element they pick is an ordinary read x[index].
