@@ -4,6 +4,7 @@ Generated modules are plain NumPy. Numba compiles most of it as written, but not
 (``numba-notes.md``): ``keepdims=``, ``mean/max/min/prod/var/std`` with an axis, ``np.einsum``,
 ``np.add.at`` (scatter-add with repeated indices), ``np.flip``/``np.roll`` with an axis,
 ``np.take`` along an axis with indices that are not a vector, ``np.repeat`` along an axis,
+``np.atleast_1d``/``2d``/``3d`` of a number,
 ``np.squeeze``, ``np.matmul``, ``abs`` of an array, ``np.sort``/``np.argsort`` with an axis or
 of more than one axis (stable argsort), ``math.cbrt``, ``reshape`` of a non-contiguous array, an
 integer raised to a negative integer (0 under Numba), and module-level arrays (Numba freezes
@@ -505,6 +506,15 @@ class _Lower(gast.NodeTransformer):
         if args is None or "axis" not in args or _const(args["axis"]) is None:
             return None
         return _call(self.helper("repeat_axis"), [args["a"], args["repeats"], args["axis"]])
+
+    def call_np_atleast_1d(self, node):
+        # Numba's atleast_2d/3d refuse a number (0-d arrays are fine)
+        if len(node.args) != 1 or node.keywords or _is_array_call(node.args[0]):
+            return None
+        node.args[0] = _call("np.asarray", node.args)
+        return node
+
+    call_np_atleast_2d = call_np_atleast_3d = call_np_atleast_1d
 
     def call_np_squeeze(self, node):
         args = _bind(node, ("a", "axis"))

@@ -82,6 +82,7 @@ REDUCTIONS = [
     ("np.take(x, 2, axis=-1)", "take_axis"),
     ("np.repeat(x, np.array([1, 0, 2]), axis=1)", "repeat_axis"),
     ("np.repeat(x, 2, axis=-1)", "repeat_axis"),
+    ("np.atleast_3d(x[0, 0, 0])", "np.atleast_3d(np.asarray("),
     ("np.squeeze(x, axis=1)", "reshape"),
     ("np.expand_dims(x, (0, 2))", "np.expand_dims"),
     ("np.matmul(x[0], x[1].T)", "@"),

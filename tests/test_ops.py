@@ -398,6 +398,15 @@ STRUCTURAL = [
     ("repeat-axis-neg", lambda x: np.repeat(x, 2, axis=-1), [(2, 3, 2)], "real"),
     ("repeat-counts", lambda x: np.repeat(x, COUNTS, axis=1), [(2, 3)], "real"),
     ("method-repeat", lambda x: x.repeat(2, axis=1) * 2.0, [(2, 3)], "real"),
+    ("atleast_1d-number", lambda x: np.atleast_1d(x) * 2.0, [()], "real"),
+    ("atleast_1d-matrix", lambda x: np.atleast_1d(x) * x, [(2, 3)], "real"),
+    ("atleast_2d-number", lambda x: np.atleast_2d(x), [()], "real"),
+    ("atleast_2d-vector", lambda x: np.atleast_2d(x) * x[:, None], [(3,)], "real"),
+    ("atleast_2d-matrix", lambda x: np.atleast_2d(x), [(2, 3)], "real"),
+    ("atleast_3d-number", lambda x: np.atleast_3d(x), [()], "real"),
+    ("atleast_3d-vector", lambda x: np.atleast_3d(x), [(3,)], "real"),
+    ("atleast_3d-matrix", lambda x: np.atleast_3d(x) * x[:, :, None], [(2, 3)], "real"),
+    ("atleast_3d-rank-3", lambda x: np.atleast_3d(x), [(2, 1, 2)], "real"),
     ("sort", lambda x: np.sort(x) * x, [(4,)], "real"),
     ("sort-2d", lambda x: np.sort(x) * x, [(2, 3)], "real"),
     ("sort-axis0", lambda x: np.sort(x, axis=0) * x, [(3, 2)], "real"),
@@ -685,7 +694,12 @@ def _repeated(x):
     return np.sum(np.repeat(x, 2, axis=1) ** 2) + np.sum(np.repeat(x, COUNTS, axis=1) * x[0, 0])
 
 
+def _atleast(x, s):
+    return np.sum(np.atleast_3d(x) ** 2) + np.sum(np.atleast_2d(x[0]) * np.atleast_1d(s) * s)
+
+
 BOTH_MODES = [
+    ("atleast", _atleast, [(2, 3), ()]),
     ("take", _taken, [(2, 3)]),
     ("repeat", _repeated, [(2, 3)]),
 ]

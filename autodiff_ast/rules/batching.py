@@ -491,6 +491,19 @@ def _tile(bc):
     return fill("np.tile(x, r)", x=bc.aligned("x", out), r=(1,) + full)
 
 
+#: np.atleast_Nd as an index of a batch, by N and the per-example rank: ":" keeps an axis,
+#: "None" adds one (the batch axis is the first ":").
+_ATLEAST_INDEX = {(1, 0): "x[:, None]", (2, 0): "x[:, None, None]", (2, 1): "x[:, None, :]",
+                  (3, 0): "x[:, None, None, None]", (3, 1): "x[:, None, :, None]",
+                  (3, 2): "x[:, :, :, None]"}
+
+
+def _atleast(bc):
+    rank = _rank_or_fail(bc, "x")
+    template = _ATLEAST_INDEX.get((int(bc.rule.name[len("atleast_")]), rank), "x")
+    return fill(template, x=bc.arg("x"))
+
+
 def _identity(bc):
     return elementwise(bc) if bc.out_rank is not None else bc.value
 
@@ -845,6 +858,7 @@ _register(("roll",), _roll)
 _register(("tril", "triu"), _triangle)
 _register(("broadcast_to",), _broadcast_to)
 _register(("tile",), _tile)
+_register(("atleast_1d", "atleast_2d", "atleast_3d"), _atleast)
 _register(("concatenate", "stack", "hstack", "vstack", "array"), join)
 _register(("zeros", "ones", "empty", "full", "arange", "linspace", "eye", "identity"), creator)
 _register(("full_like",), _full_like)

@@ -488,6 +488,45 @@ register(Rule("tile", "np.tile", ("x", "reps"), {}, ("x",), _infer_tile, _tile_v
               linear=True), np.tile)
 
 
+
+# atleast_1d/2d/3d(x): x with size-one axes added up to the rank (a number becomes
+# (1,)/(1, 1)/(1, 1, 1), a vector a row (1, n) or (1, n, 1), a matrix (m, n, 1)); the cotangent
+# is reshaped back (summed to a number for a number).
+_ATLEAST_DIMS = {
+    1: {0: lambda d: (1,)},
+    2: {0: lambda d: (1, 1), 1: lambda d: (1,) + d},
+    3: {0: lambda d: (1, 1, 1), 1: lambda d: (1,) + d + (1,), 2: lambda d: d + (1,)},
+}
+
+
+def _atleast_rank(rule):
+    return int(rule.name[len("atleast_")])
+
+
+def _infer_atleast(call):
+    x = call.types["x"]
+    dtype = x.dtype or "float64"
+    grows = _ATLEAST_DIMS[_atleast_rank(call.rule)]
+    if x.kind in ("float", "int", "bool"):
+        return T.array(grows[0](()), dtype)
+    if x.dims is None:
+        return T.AType("array", dtype, None)
+    grow = grows.get(len(x.dims))
+    return T.array(grow(tuple(x.dims)) if grow else tuple(x.dims), dtype)
+
+
+def _atleast_vjp(call, g):
+    x = call.types["x"]
+    if x.kind in ("float", "int", "bool"):
+        return {"x": (fill("np.sum(g)", g=g), x)}
+    return {"x": (fill("np.reshape(g, np.shape(x))", g=g, x=call.args["x"]), x)}
+
+
+for _fn in (np.atleast_1d, np.atleast_2d, np.atleast_3d):
+    register(Rule(_fn.__name__, f"np.{_fn.__name__}", ("x",), {}, ("x",), _infer_atleast,
+                  _atleast_vjp, _relinear, linear=True), _fn)
+
+
 def _identity_vjp(call, g):
     return {"x": (to_expr(g), None)}  # None: the cotangent's own type (it may be lazy)
 
