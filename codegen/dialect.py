@@ -4,7 +4,7 @@ Generated modules are plain NumPy. Numba compiles most of it as written, but not
 (``numba-notes.md``): ``keepdims=``, ``mean/max/min/prod/var/std`` with an axis, ``np.einsum``,
 ``np.add.at`` (scatter-add with repeated indices), ``np.flip``/``np.roll`` with an axis,
 ``np.take`` along an axis with indices that are not a vector, ``np.repeat`` along an axis,
-``np.atleast_1d``/``2d``/``3d`` of a number,
+``np.atleast_1d``/``2d``/``3d`` of a number, ``np.rot90`` with axes,
 ``np.squeeze``, ``np.matmul``, ``abs`` of an array, ``np.sort``/``np.argsort`` with an axis or
 of more than one axis (stable argsort), ``math.cbrt``, ``reshape`` of a non-contiguous array, an
 integer raised to a negative integer (0 under Numba), and module-level arrays (Numba freezes
@@ -515,6 +515,28 @@ class _Lower(gast.NodeTransformer):
         return node
 
     call_np_atleast_2d = call_np_atleast_3d = call_np_atleast_1d
+
+    def call_np_rot90(self, node):
+        # Numba's rot90 takes no axes: quarter turns are flips and a swap of the two axes
+        args = _bind(node, ("m", "k", "axes"))
+        if args is None or "axes" not in args:
+            return None
+        k, axes = _const(args.get("k", _num(1))), _const(args["axes"])
+        if not isinstance(k, int) or not isinstance(axes, tuple) or len(axes) != 2:
+            return None
+        a, b = axes
+        value = args["m"]
+        turns = k % 4
+        if turns == 0:
+            return _call("np.copy", [value])
+        if turns == 1:
+            return _call("np.swapaxes", [self.flipped(value, b), _num(a), _num(b)])
+        if turns == 2:
+            return self.flipped(self.flipped(value, a), b)
+        return self.flipped(_call("np.swapaxes", [value, _num(a), _num(b)]), b)
+
+    def flipped(self, value, axis):
+        return _call(self.helper("flip_axis"), [value, _num(axis)])
 
     def call_np_squeeze(self, node):
         args = _bind(node, ("a", "axis"))

@@ -379,6 +379,16 @@ STRUCTURAL = [
     ("flip", lambda x: np.flip(x), [(2, 3)], "real"),
     ("flip-axis", lambda x: np.flip(x, 1), [(2, 3)], "real"),
     ("roll", lambda x: np.roll(x, 1), [(4,)], "real"),
+    ("fliplr", lambda x: np.fliplr(x) * x, [(2, 3)], "real"),
+    ("fliplr-3d", lambda x: np.fliplr(x), [(2, 3, 2)], "real"),
+    ("flipud", lambda x: np.flipud(x) * x, [(3,)], "real"),
+    ("flipud-2d", lambda x: np.flipud(x), [(3, 2)], "real"),
+    ("rot90", lambda x: np.rot90(x), [(2, 3)], "real"),
+    ("rot90-k2", lambda x: np.rot90(x, 2) * x, [(2, 3)], "real"),
+    ("rot90-k-neg", lambda x: np.rot90(x, k=-1), [(2, 3)], "real"),
+    ("rot90-axes", lambda x: np.rot90(x, 1, axes=(1, 2)), [(2, 3, 2)], "real"),
+    ("rot90-k3-axes-neg", lambda x: np.rot90(x, 3, (-1, 0)), [(2, 3, 2)], "real"),
+    ("rot90-k2-axes", lambda x: np.rot90(x, 2, (0, 2)) * x, [(2, 3, 2)], "real"),
     ("tril", lambda x: np.tril(x) * x, [(3, 3)], "real"),
     ("triu-k", lambda x: np.triu(x, 1) * x + np.tril(x, k=-1), [(3, 4)], "real"),
     ("tril-of-vector", lambda x: np.tril(x) * 2.0, [(3,)], "real"),
@@ -698,7 +708,12 @@ def _atleast(x, s):
     return np.sum(np.atleast_3d(x) ** 2) + np.sum(np.atleast_2d(x[0]) * np.atleast_1d(s) * s)
 
 
+def _turned(x):
+    return np.sum(np.rot90(x, 1, (0, 2)) ** 2) + np.sum(np.fliplr(x) * np.flipud(x) * x)
+
+
 BOTH_MODES = [
+    ("flips-and-rot90", _turned, [(2, 3, 2)]),
     ("atleast", _atleast, [(2, 3), ()]),
     ("take", _taken, [(2, 3)]),
     ("repeat", _repeated, [(2, 3)]),

@@ -447,6 +447,21 @@ def _flip(bc):
     return fill("np.flip(x, a)", x=bc.arg("x"), a=_single(_shift(axes)))
 
 
+def _flip_one_axis(bc):
+    """np.fliplr/np.flipud: the example's axis 1 or 0, past the batch axis."""
+    axis = 2 if bc.rule.name == "fliplr" else 1
+    return fill("np.flip(x, a)", x=bc.arg("x"), a=axis)
+
+
+def _rot90(bc):
+    rank = _rank_or_fail(bc, "x")
+    k, axes = bc.call.const("k", 1), bc.call.const("axes", (0, 1))
+    if bc.is_batched("k") or not isinstance(k, int):
+        raise NoBatchingRule("rot90 with a number of turns that is not a constant")
+    return fill("np.rot90(x, k, a)", x=bc.arg("x"), k=k,
+                a=tuple(axis % rank + 1 for axis in axes))
+
+
 def _triangle(bc):
     if bc.is_batched("k"):
         raise NoBatchingRule("a diagonal offset that differs per example")
@@ -854,6 +869,8 @@ _register(("transpose", "T"), _transpose)
 _register(("swapaxes",), _swapaxes)
 _register(("moveaxis",), _moveaxis)
 _register(("flip",), _flip)
+_register(("fliplr", "flipud"), _flip_one_axis)
+_register(("rot90",), _rot90)
 _register(("roll",), _roll)
 _register(("tril", "triu"), _triangle)
 _register(("broadcast_to",), _broadcast_to)

@@ -397,6 +397,45 @@ register(Rule("roll", "np.roll", ("x", "shift", "axis"), {"axis": None}, ("x",),
               _relinear, linear=True), np.roll)
 
 
+
+# fliplr/flipud reverse one axis (1 and 0): each is its own adjoint.
+def _flip_one_axis_vjp(call, g):
+    return {"x": (_relinear(call, {"x": g}), call.types["x"])}
+
+
+for _fn in (np.fliplr, np.flipud):
+    register(Rule(_fn.__name__, f"np.{_fn.__name__}", ("x",), {}, ("x",), _infer_flip,
+                  _flip_one_axis_vjp, _relinear, linear=True), _fn)
+
+
+# rot90(x, k, axes) turns the plane of two axes by k quarter turns; the adjoint turns back.
+def _rot90_turns(call):
+    k = call.const("k", 1)
+    return k % 4 if isinstance(k, int) and not isinstance(k, bool) else None
+
+
+def _infer_rot90(call):
+    x = call.types["x"]
+    if x.dims is None or _rot90_turns(call) is None or _rot90_turns(call) % 2 == 0:
+        return x
+    a, b = (axis % len(x.dims) for axis in call.const("axes", (0, 1)))
+    dims = list(x.dims)
+    dims[a], dims[b] = dims[b], dims[a]
+    return T.array(tuple(dims), x.dtype)
+
+
+def _rot90_vjp(call, g):
+    turns = _rot90_turns(call)
+    if turns is None:
+        return None
+    back = fill("np.rot90(g, k, a)", g=g, k=(4 - turns) % 4, a=call.const("axes", (0, 1)))
+    return {"x": (back, call.types["x"])}
+
+
+register(Rule("rot90", "np.rot90", ("x", "k", "axes"), {"k": 1, "axes": (0, 1)}, ("x",),
+              _infer_rot90, _rot90_vjp, lambda call, dots: _relinear(call, dots)
+              if _rot90_turns(call) is not None else None, linear=True), np.rot90)
+
 # tril/triu keep a triangle of a matrix and zero the rest: their adjoint keeps the same
 # triangle of the cotangent (summed over the rows for a vector, which they repeat as rows).
 def _infer_triangle(call):
