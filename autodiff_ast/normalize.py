@@ -1296,7 +1296,7 @@ class Normalizer:
                 rule.name in ("stack", "array", "len", "getitem") or \
                 rule.name.endswith("_like"):  # (generated code's zero of a list's shape)
             return atom
-        if rule.name in ("concatenate", "hstack", "vstack"):
+        if rule.name in ("concatenate", "hstack", "vstack", "column_stack", "dstack"):
             raise self.unsupported(f"np.{rule.name} of a list built at run time is not "
                                    "supported (its pieces may differ in length)", node,
                                    "stack pieces of one shape with np.stack(xs), or pass a "

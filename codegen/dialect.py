@@ -5,6 +5,7 @@ Generated modules are plain NumPy. Numba compiles most of it as written, but not
 ``np.add.at`` (scatter-add with repeated indices), ``np.flip``/``np.roll`` with an axis,
 ``np.take`` along an axis with indices that are not a vector, ``np.repeat`` along an axis,
 ``np.atleast_1d``/``2d``/``3d`` of a number, ``np.rot90`` with axes,
+``np.vstack``/``np.dstack`` of pieces of different ranks,
 ``np.squeeze``, ``np.matmul``, ``abs`` of an array, ``np.sort``/``np.argsort`` with an axis or
 of more than one axis (stable argsort), ``math.cbrt``, ``reshape`` of a non-contiguous array, an
 integer raised to a negative integer (0 under Numba), and module-level arrays (Numba freezes
@@ -721,7 +722,22 @@ class _Lower(gast.NodeTransformer):
             return node
         return None
 
-    call_np_concatenate = call_np_hstack = call_np_vstack = joined
+    call_np_concatenate = call_np_hstack = call_np_column_stack = joined
+
+    def laid_and_joined(self, node, lay, axis):
+        """np.vstack/np.dstack of a display as NumPy defines them: the pieces made at least
+        2-D/3-D, then concatenated (Numba's own take pieces of one rank only)."""
+        if len(node.args) != 1 or node.keywords or \
+                not isinstance(node.args[0], (gast.List, gast.Tuple)):
+            return self.joined(node)
+        pieces = gast.Tuple(elts=[_call(lay, [p]) for p in node.args[0].elts], ctx=gast.Load())
+        return _call("np.concatenate", [pieces], [gast.keyword(arg="axis", value=_num(axis))])
+
+    def call_np_vstack(self, node):
+        return self.laid_and_joined(node, "np.atleast_2d", 0)
+
+    def call_np_dstack(self, node):
+        return self.laid_and_joined(node, "np.atleast_3d", 2)
 
     def call_np_outer(self, node):
         if len(node.args) != 2 or node.keywords:

@@ -370,7 +370,16 @@ STRUCTURAL = [
     ("hstack-2d", lambda a, b: np.hstack([a, b]), [(2, 3), (2, 2)], "real"),
     ("vstack", lambda a, b: np.vstack([a, b]), [(3,), (3,)], "real"),
     ("vstack-2d", lambda a, b: np.vstack([a, b]), [(2, 3), (1, 3)], "real"),
+    ("vstack-vector-and-matrix", lambda a, b: np.vstack((a, b)), [(3,), (2, 3)], "real"),
     ("array-of-scalars", lambda a, b: np.array([a, b, a * b]), [(), ()], "real"),
+    ("column_stack", lambda a, b: np.column_stack([a, b]), [(3,), (3,)], "real"),
+    ("column_stack-mixed", lambda a, b: np.column_stack((a, b, a * a)), [(2,), (2, 3)],
+     "real"),
+    ("dstack", lambda a, b: np.dstack([a, b]), [(3,), (3,)], "real"),
+    ("dstack-mixed", lambda a, b, c: np.dstack((a, b, c)), [(2, 3), (2, 3, 2), (2, 3)],
+     "real"),
+    ("dstack-row", lambda a, b: np.dstack((a, b)) * 2.0, [(3,), (1, 3)], "real"),
+    ("row_stack", lambda a, b: np.row_stack([a, b]), [(3,), (2, 3)], "real"),
     ("broadcast_to", lambda x: np.broadcast_to(x, (2, 3)), [(3,)], "real"),
     ("broadcast_to-col", lambda x: np.broadcast_to(x, (2, 3)), [(2, 1)], "real"),
     ("tile", lambda x: np.tile(x, 2), [(3,)], "real"),
@@ -591,7 +600,8 @@ def test_rule_coverage_of_numpy():
 # Without argument types (the command line without a signature), every argument is a float64
 # array of unknown rank: the same table must still be right, or ask for the rank.
 NEEDS_RANK = {"inner", "hstack", "hstack-2d", "vstack", "vstack-2d", "tile", "tile-2d",
-              "tile-rank-up", "diff-last-axis"}
+              "tile-rank-up", "diff-last-axis", "column_stack", "column_stack-mixed", "dstack",
+              "dstack-mixed", "dstack-row", "row_stack", "vstack-vector-and-matrix"}
 
 
 def _all_cases():
@@ -712,7 +722,13 @@ def _turned(x):
     return np.sum(np.rot90(x, 1, (0, 2)) ** 2) + np.sum(np.fliplr(x) * np.flipud(x) * x)
 
 
+def _side_by_side(a, b):
+    stacked = np.dstack([a, a * b[:2, :1]])
+    return np.sum(np.column_stack((a[0], b)) ** 2) + np.sum(stacked * a[:, :, None])
+
+
 BOTH_MODES = [
+    ("column_stack-dstack", _side_by_side, [(2, 3), (3, 2)]),
     ("flips-and-rot90", _turned, [(2, 3, 2)]),
     ("atleast", _atleast, [(2, 3), ()]),
     ("take", _taken, [(2, 3)]),

@@ -227,6 +227,11 @@ TABLE = [
     ("hstack", lambda x, y: np.hstack([x, y]), [V, V]),
     ("vstack", lambda x, y: np.vstack([x, y]), [V, V]),
     ("array_of_scalars", lambda x, y: np.array([x, y, x * y]), [(), ()]),
+    ("column_stack", lambda x, y: np.column_stack((x, y)), [V, (5, 2)]),
+    ("column_stack_scalars", lambda x, y: np.column_stack((x, y)), [(), ()]),
+    ("dstack", lambda x, y: np.dstack((x, y)), [V, (1, 5)]),
+    ("dstack_3d", lambda x, y, z: np.dstack([x, y, z]), [(3, 5, 2), M, M]),
+    ("row_stack", lambda x, y: np.row_stack((x, y)), [V, M]),
     # creators
     ("zeros_like", lambda x: np.zeros_like(x) + 1.0, [V]),
     ("ones_like", lambda x: np.ones_like(x) * x, [M]),

@@ -538,7 +538,7 @@ def _pieces(bc):
 
 
 def join(bc):
-    """concatenate/stack/hstack/vstack/np.array of a display: along the shifted axis."""
+    """concatenate/stack/hstack/np.array of a display: along the shifted axis."""
     if bc.type("arrays").kind == "array":  # np.array(x) of an array: a copy
         return _identity(bc)
     axis, stacked = _join_axis(bc.call)
@@ -546,13 +546,33 @@ def join(bc):
         func = "np.stack" if stacked else "np.concatenate"
         return fill(f"{func}(p, axis=a)", p=bc.arg("arrays"), a=axis + 1)
     first = (bc.type("arrays").elts or (T.UNKNOWN,))[0]
-    if bc.rule.name in ("hstack", "vstack") and first.ndim == 0:
+    if bc.rule.name == "hstack" and first.ndim == 0:
         axis, stacked = 0, True  # scalars are laid side by side
     if bc.rule.name == "array" and bc.call.const("dtype") is not None:
         raise NoBatchingRule("np.array with a dtype")
     pieces = gast.Tuple(elts=_pieces(bc), ctx=gast.Load())
     func = "np.stack" if stacked else "np.concatenate"
     return fill(f"{func}(p, axis=a)", p=pieces, a=axis + 1)
+
+
+#: column_stack/dstack: a batched piece of each per-example rank laid as the join lays it
+_LAID_AS = {"vstack": {0: "x[:, None, None]", 1: "x[:, None, :]"},
+            "column_stack": {0: "x[:, None, None]", 1: "x[:, :, None]"},
+            "dstack": {k: v for (n, k), v in _ATLEAST_INDEX.items() if n == 3}}
+
+
+def side_by_side(bc):
+    """vstack/column_stack/dstack of a display: every piece with the batch axis and laid out
+    as the join lays it, then joined along the shifted axis."""
+    name = bc.rule.name
+    if bc.type("arrays").kind == "list":
+        raise NoBatchingRule(f"np.{name} of a list built at run time")
+    types = bc.type("arrays").elts or ()
+    if any(t.ndim is None for t in types):
+        raise NoBatchingRule(f"np.{name} of pieces of unknown rank")
+    laid = [fill(_LAID_AS[name].get(t.ndim, "x"), x=p) for p, t in zip(_pieces(bc), types)]
+    axis = {"vstack": 1, "column_stack": 2, "dstack": 3}[name]
+    return fill("np.concatenate(p, axis=a)", p=gast.Tuple(elts=laid, ctx=gast.Load()), a=axis)
 
 
 # ---------------------------------------------------------------- creators
@@ -876,7 +896,8 @@ _register(("tril", "triu"), _triangle)
 _register(("broadcast_to",), _broadcast_to)
 _register(("tile",), _tile)
 _register(("atleast_1d", "atleast_2d", "atleast_3d"), _atleast)
-_register(("concatenate", "stack", "hstack", "vstack", "array"), join)
+_register(("concatenate", "stack", "hstack", "array"), join)
+_register(("vstack", "column_stack", "dstack"), side_by_side)
 _register(("zeros", "ones", "empty", "full", "arange", "linspace", "eye", "identity"), creator)
 _register(("full_like",), _full_like)
 _register(SHAPE_QUERIES, _shape_query)

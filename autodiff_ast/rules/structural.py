@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import types as T
 from ..templates import fill, to_expr
-from . import Rule, register, register_helper
+from . import Rule, all_rules, register, register_helper
 
 
 def _dims_without(dims, axis, keepdims):
@@ -599,8 +599,6 @@ def _join_axis(call):
         return 0, True
     if name == "hstack":
         return (0 if first.ndim == 1 else 1), False
-    if name == "vstack":
-        return 0, first.ndim == 1
     axis = call.const("axis", 0)
     if name == "stack":
         return axis % ((first.ndim or 0) + 1), True
@@ -662,11 +660,71 @@ def _join_jvp(call, dots):
     return emit_call(call.rule, args, call.keywords)
 
 
-for _name, _fn in (("concatenate", np.concatenate), ("stack", np.stack), ("hstack", np.hstack),
-                   ("vstack", np.vstack)):
+for _name, _fn in (("concatenate", np.concatenate), ("stack", np.stack), ("hstack", np.hstack)):
     register(Rule(_name, f"np.{_name}", ("arrays", "axis"), {"axis": 0}, ("arrays",),
                   _infer_join, _join_vjp, _join_jvp, linear=True), _fn)
 
+
+# vstack lays its pieces one above the other along axis 0 (vectors as rows), column_stack side
+# by side along axis 1 (vectors as columns), dstack along axis 2 (vectors as (1, n, 1),
+# matrices as (m, n, 1)). A piece without that axis of its own takes one position of it (its
+# cotangent is the result's cotangent there), any other piece a slice as wide as its own axis.
+_SIDE_BY_SIDE = {"vstack": 0, "column_stack": 1, "dstack": 2}
+#: the cotangent of a piece of each rank that takes one position `o` of the axis
+_ONE_POSITION = {"vstack": {0: "g[o, 0]", 1: "g[o]"},
+                 "column_stack": {0: "g[0, o]", 1: "g[:, o]"},
+                 "dstack": {0: "g[0, 0, o]", 1: "g[0, :, o]", 2: "g[:, :, o]"}}
+
+
+def _laid_dims(name, dims):
+    """The axes of a piece as its join lays it out."""
+    if name == "dstack":
+        grow = _ATLEAST_DIMS[3].get(len(dims))
+        return grow(dims) if grow else dims
+    if name == "vstack":
+        return {0: (1, 1), 1: (1,) + dims}.get(len(dims), dims)
+    return {0: (1, 1), 1: dims + (1,)}.get(len(dims), dims)
+
+
+def _infer_side_by_side(call):
+    elts = call.types["arrays"].elts or ()
+    if not elts or any(e.ndim is None for e in elts):
+        return T.AType("array", "float64", None)
+    name = call.rule.name
+    laid = [T.array(_laid_dims(name, tuple(e.dims or ())), e.dtype or "float64")
+            for e in elts]
+    dims = list(T.broadcast(*laid).dims)
+    dims[_SIDE_BY_SIDE[name]] = T.N
+    return T.array(tuple(dims), T.result_dtype(*elts))
+
+
+def _side_by_side_vjp(call, g):
+    import gast
+    name = call.rule.name
+    axis = _SIDE_BY_SIDE[name]
+    types = call.types["arrays"].elts or ()
+    if any(t.ndim is None for t in types):
+        return None  # where a piece lies depends on its rank
+    out, offset = {}, to_expr(0)
+    for i, (piece, typ) in enumerate(zip(call.args["arrays"].elts, types)):
+        if typ.ndim <= axis or (name == "vstack" and typ.ndim == 1):
+            part = fill(_ONE_POSITION[name][typ.ndim], g=g, o=offset)
+            offset = fill("o + 1", o=offset)
+        else:
+            upper = fill("o + p.shape[a]", o=offset, p=piece, a=axis)
+            key = gast.Slice(lower=offset, upper=upper, step=None)
+            part = gast.Subscript(value=to_expr(g), slice=_index_at(axis, key),
+                                  ctx=gast.Load())
+            offset = upper
+        out[("arrays", i)] = (part, typ)
+    return out
+
+
+for _name in _SIDE_BY_SIDE:
+    register(Rule(_name, f"np.{_name}", ("arrays",), {}, ("arrays",), _infer_side_by_side,
+                  _side_by_side_vjp, _join_jvp, linear=True), getattr(np, _name))
+if hasattr(np, "row_stack"):  # vstack's old name: the same rule, emitted as np.vstack
+    register(all_rules()["vstack"], np.row_stack)
 
 def _infer_array(call):
     if call.types["arrays"].kind == "array":  # np.array(x) of an array: a copy
