@@ -335,6 +335,11 @@ STRUCTURAL = [
     ("diag-1d", lambda x: np.diag(x), [(3,)], "real"),
     ("diag-2d", lambda x: np.diag(x), [(3, 3)], "real"),
     ("diagonal", lambda x: np.diagonal(x), [(3, 3)], "real"),
+    ("diagflat", lambda x: np.diagflat(x), [(3,)], "real"),
+    ("diagflat-matrix", lambda x: np.diagflat(x) * 2.0, [(2, 2)], "real"),
+    ("diagflat-k", lambda x: np.diagflat(x, 1), [(3,)], "real"),
+    ("diagflat-k-neg", lambda x: np.diagflat(x, k=-2) * 3.0, [(2, 1)], "real"),
+    ("diagflat-number", lambda x: np.diagflat(x, 1), [()], "real"),
     ("norm", lambda x: np.linalg.norm(x), [(2, 3)], "real"),
     ("norm-vector", lambda x: np.linalg.norm(x), [(4,)], "real"),
     ("norm-axis1", lambda x: np.linalg.norm(x, axis=1), [(2, 3)], "real"),
@@ -727,7 +732,12 @@ def _side_by_side(a, b):
     return np.sum(np.column_stack((a[0], b)) ** 2) + np.sum(stacked * a[:, :, None])
 
 
+def _on_diagonals(x):
+    return np.sum(np.diagflat(x) ** 2) + np.sum(np.diagflat(x * x, -1) * np.diagflat(x, k=-1))
+
+
 BOTH_MODES = [
+    ("diagflat", _on_diagonals, [(2, 2)]),
     ("column_stack-dstack", _side_by_side, [(2, 3), (3, 2)]),
     ("flips-and-rot90", _turned, [(2, 3, 2)]),
     ("atleast", _atleast, [(2, 3), ()]),

@@ -742,6 +742,21 @@ def _diag(bc):
     return fill("np.diagonal(x, axis1=1, axis2=2)", x=x)
 
 
+def _diagflat(bc):
+    """Each example flattened onto the k-th diagonal: the vector padded with |k| zeros (after
+    it for k > 0, before it for k < 0) times np.eye(m, m, k) puts entry i at column i + k."""
+    k = bc.call.const("k", 0)
+    if bc.is_batched("k") or not isinstance(k, int):
+        raise NoBatchingRule("a diagonal offset that is not a constant")
+    flat = fill("np.reshape(v, (n, -1))", v=bc.arg("x"), n=bc.n_batch)
+    if k > 0:
+        flat = fill("np.concatenate((f, np.zeros((n, k))), axis=1)", f=flat, n=bc.n_batch, k=k)
+    elif k < 0:
+        flat = fill("np.concatenate((np.zeros((n, k)), f), axis=1)", f=flat, n=bc.n_batch,
+                    k=-k)
+    return fill("f[:, :, None] * np.eye(f.shape[1], f.shape[1], k)", f=flat, k=k)
+
+
 def _norm(bc):
     if bc.call.const("ord") is not None:
         raise NoBatchingRule("norm with an ord")
@@ -908,6 +923,7 @@ _register(("outer",), _outer)
 _register(("einsum",), _einsum)
 _register(("trace",), _trace)
 _register(("diag", "diagonal"), _diag)
+_register(("diagflat",), _diagflat)
 _register(("norm",), _norm)
 _register(("solve",), _solve)
 _register(("inv", "det", "slogdet", "cholesky"), _stacked)

@@ -455,6 +455,26 @@ for _fn in (np.tril, np.triu):
                   _infer_triangle, _triangle_vjp, _relinear, linear=True), _fn)
 
 
+
+# diagflat(v, k) puts v, flattened, on the k-th diagonal of a square matrix of size n + |k|;
+# the cotangent is that diagonal of g (the main diagonal of the square block g[:-k, k:], or
+# g[-k:, :k] for k < 0), shaped like v (summed to a number for a number).
+def _diagflat_vjp(call, g):
+    k = call.const("k", 0)
+    if not isinstance(k, int):
+        return None
+    block = g if k == 0 else fill("g[:-k, k:]" if k > 0 else "g[-k:, :k]", g=g, k=k)
+    diagonal = fill("np.diag(b)", b=block)
+    v = call.types["x"]
+    if v.kind in ("float", "int", "bool"):
+        return {"x": (fill("np.sum(d)", d=diagonal), v)}
+    return {"x": (fill("np.reshape(d, np.shape(x))", d=diagonal, x=call.args["x"]), v)}
+
+
+register(Rule("diagflat", "np.diagflat", ("x", "k"), {"k": 0}, ("x",),
+              lambda call: T.array((T.N, T.N), call.types["x"].dtype or "float64"),
+              _diagflat_vjp, _relinear, linear=True), np.diagflat)
+
 # diff(x) along the last axis: y[i] = x[i + 1] - x[i], so x[j] receives g[j - 1] - g[j]
 # (only the first term at the end, only the second at the start).
 def _infer_diff(call):
