@@ -4,15 +4,15 @@ Generated modules are plain NumPy. Numba compiles most of it as written, but not
 (``numba-notes.md``): ``keepdims=``, ``mean/max/min/prod/var/std`` with an axis, ``np.einsum``,
 ``np.add.at`` (scatter-add with repeated indices), ``np.flip``/``np.roll`` with an axis,
 ``np.take`` along an axis with indices that are not a vector, ``np.repeat`` along an axis,
-``np.atleast_1d``/``2d``/``3d`` of a number, ``np.rot90`` with axes,
-``np.vstack``/``np.dstack`` of pieces of different ranks,
-``np.squeeze``, ``np.matmul``, ``abs`` of an array, ``np.sort``/``np.argsort`` with an axis or
-of more than one axis (stable argsort), ``math.cbrt``, ``reshape`` of a non-contiguous array, an
-integer raised to a negative integer (0 under Numba), and module-level arrays (Numba freezes
-them into the compiled code). :func:`lower_source` rewrites those into small helper functions
-emitted into the module (:data:`codegen.helpers.DIALECT_HELPERS`, or written here for one einsum
-subscript or one index pattern) or into equivalent NumPy that Numba supports. Every rewrite
-computes the same values in plain Python, so the lowered module also runs without Numba.
+``np.atleast_1d``/``2d``/``3d`` of a number, ``np.rot90`` with axes, ``np.vstack``/``np.dstack``
+of pieces of different ranks, ``np.kron`` of a vector that is not contiguous, ``np.squeeze``,
+``np.matmul``, ``abs`` of an array, ``np.sort``/``np.argsort`` with an axis or of more than one
+axis (stable argsort), ``math.cbrt``, ``reshape`` of a non-contiguous array, an integer raised
+to a negative integer (0 under Numba), and module-level arrays (Numba freezes them into the
+compiled code). :func:`lower_source` rewrites those into small helper functions emitted into the
+module (:data:`codegen.helpers.DIALECT_HELPERS`, or written here for one einsum subscript or one
+index pattern) or into equivalent NumPy that Numba supports. Every rewrite computes the same
+values in plain Python, so the lowered module also runs without Numba.
 
 The pass reads source text (comment lines survive as markers, so the ``# <user line>`` comments
 stay in place for error messages) and returns gast functions for a target to render.
@@ -538,6 +538,14 @@ class _Lower(gast.NodeTransformer):
 
     def flipped(self, value, axis):
         return _call(self.helper("flip_axis"), [value, _num(axis)])
+
+    def call_np_kron(self, node):
+        # Numba's kron refuses a vector that is not contiguous (a column of a matrix)
+        if len(node.args) != 2 or node.keywords:
+            return None
+        node.args = [a if _is_contiguous_call(a) else _call("np.ascontiguousarray", [a])
+                     for a in node.args]
+        return node
 
     def call_np_squeeze(self, node):
         args = _bind(node, ("a", "axis"))

@@ -89,6 +89,7 @@ REDUCTIONS = [
     ("np.vstack([x[0, 0], x[1]])", "np.concatenate((np.atleast_2d(x[0, 0]), np.atleast_2d"),
     ("np.dstack((x[0, 0], x[1, :1]))", "np.atleast_3d(x[0, 0]), np.atleast_3d(x[1, :1])"),
     ("np.column_stack([x[0, 0], x[1].T])", "np.column_stack((x[0, 0], x[1].T))"),
+    ("np.kron(x[0], x[1, :, 2])", "np.kron(np.ascontiguousarray(x[0]), np.ascontiguousarray("),
     ("np.squeeze(x, axis=1)", "reshape"),
     ("np.expand_dims(x, (0, 2))", "np.expand_dims"),
     ("np.matmul(x[0], x[1].T)", "@"),

@@ -317,6 +317,11 @@ STRUCTURAL = [
     ("matmul-batched-vector", lambda a, b: a @ b, [(3,), (2, 3, 4)], "real"),
     ("matmul-batched-by-vector", lambda a, b: a @ b, [(2, 2, 3), (3,)], "real"),
     ("outer", lambda a, b: np.outer(a, b), [(2,), (3,)], "real"),
+    ("kron", lambda a, b: np.kron(a, b), [(2,), (3,)], "real"),
+    ("kron-2d", lambda a, b: np.kron(a, b), [(2, 3), (3, 2)], "real"),
+    ("kron-vector-matrix", lambda a, b: np.kron(a, b), [(2,), (3, 2)], "real"),
+    ("kron-matrix-vector", lambda a, b: np.kron(a, b) * 2.0, [(2, 2), (3,)], "real"),
+    ("kron-same", lambda a: np.kron(a, a), [(2, 2)], "real"),
     ("inner", lambda a, b: np.inner(a, b), [(3,), (3,)], "real"),
     ("vdot", lambda a, b: np.vdot(a, b), [(3,), (3,)], "real"),
     ("einsum-matmul", lambda a, b: np.einsum("ij,jk->ik", a, b), [(2, 3), (3, 4)], "real"),
@@ -606,7 +611,8 @@ def test_rule_coverage_of_numpy():
 # array of unknown rank: the same table must still be right, or ask for the rank.
 NEEDS_RANK = {"inner", "hstack", "hstack-2d", "vstack", "vstack-2d", "tile", "tile-2d",
               "tile-rank-up", "diff-last-axis", "column_stack", "column_stack-mixed", "dstack",
-              "dstack-mixed", "dstack-row", "row_stack", "vstack-vector-and-matrix"}
+              "dstack-mixed", "dstack-row", "row_stack", "vstack-vector-and-matrix", "kron",
+              "kron-2d", "kron-vector-matrix", "kron-matrix-vector", "kron-same"}
 
 
 def _all_cases():
@@ -736,7 +742,13 @@ def _on_diagonals(x):
     return np.sum(np.diagflat(x) ** 2) + np.sum(np.diagflat(x * x, -1) * np.diagflat(x, k=-1))
 
 
+def _kron_products(a, b):
+    mixed = np.kron(b[0], a) * np.kron(a, b[:2, 1])  # a vector beside a matrix, both ways
+    return np.sum(np.kron(a, b) ** 2) + np.sum(np.kron(a[0], b[:, 0]) ** 3) + np.sum(mixed)
+
+
 BOTH_MODES = [
+    ("kron", _kron_products, [(2, 3), (3, 2)]),
     ("diagflat", _on_diagonals, [(2, 2)]),
     ("column_stack-dstack", _side_by_side, [(2, 3), (3, 2)]),
     ("flips-and-rot90", _turned, [(2, 3, 2)]),

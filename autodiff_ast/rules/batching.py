@@ -711,6 +711,21 @@ def _outer(bc):
     return fill("a * b", a=a, b=b)
 
 
+def _kron(bc):
+    """kron of vectors or of matrices per example: each pair of entries multiplied with the
+    batch axis shared, then laid out as the example's kron lays them."""
+    ra, rb = _rank_or_fail(bc, "a"), _rank_or_fail(bc, "b")
+    a, b = bc.full("a"), bc.full("b")
+    if ra == rb == 1:
+        return fill("np.reshape(a[:, :, None] * b[:, None, :], (n, -1))", a=a, b=b,
+                    n=bc.n_batch)
+    if ra == rb == 2:
+        pairs = fill("a[:, :, None, :, None] * b[:, None, :, None, :]", a=a, b=b)
+        return fill("np.reshape(p, (n, a.shape[1] * b.shape[1], -1))", p=pairs, a=a, b=b,
+                    n=bc.n_batch)
+    raise NoBatchingRule(f"kron of ranks {ra} and {rb}")
+
+
 def _einsum(bc):
     from .linalg import parse_subscripts
     spec = bc.call.const("subscripts")
@@ -920,6 +935,7 @@ _register(("deepcopy",), lambda bc: bc.value)  # a copy of the batched value, as
 _register(("dot", "matmul", "inner"), product)
 _register(("vdot",), _vdot)
 _register(("outer",), _outer)
+_register(("kron",), _kron)
 _register(("einsum",), _einsum)
 _register(("trace",), _trace)
 _register(("diag", "diagonal"), _diag)
