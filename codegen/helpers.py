@@ -367,6 +367,8 @@ def take_axis(a, indices, axis):
     """np.take(a, indices, axis=axis) for one integer axis and indices of any rank (Numba's
     np.take along an axis takes a vector of indices): the taken entries along the axis, their
     index axes then moved where the axis stood."""
+    if a.ndim == 1:  # (a number for one index, as np.take gives)
+        return np.take(a, indices)
     index = np.asarray(indices)
     at = axis + a.ndim if axis < 0 else axis
     picked = np.moveaxis(np.take(a, np.ravel(index), axis=at), at, 0)
