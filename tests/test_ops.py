@@ -773,3 +773,23 @@ def test_new_rules_in_both_modes_at_order_2_and_batched(entry, rng):
     got = ad.vmap(ad.grad(f, argnums=tuple(range(len(args)))))(*batch)
     for k in range(len(args)):
         np.testing.assert_allclose(got[k], np.stack([w[k] for w in want]), rtol=1e-12)
+
+
+@pytest.mark.parametrize("entry", [pytest.param(e, id=e[0]) for e in BOTH_MODES])
+def test_new_rules_hessians_match_differences_of_the_gradient(entry, rng):
+    """ad.hessian (vmap over the forward derivative of the gradient: every rule's batching
+    rule differentiated) against central differences of the gradient along a direction."""
+    name, f, shapes = entry
+    args = tuple(draw("real", s, rng) for s in shapes)
+    argnums = tuple(range(len(args)))
+    hess = ad.hessian(f, argnums=argnums)(*args)
+    step = [rng.standard_normal(np.shape(a)) for a in args]
+    grad = ad.grad(f, argnums=argnums)
+    eps = 1e-6
+    up = grad(*[a + eps * d for a, d in zip(args, step)])
+    down = grad(*[a - eps * d for a, d in zip(args, step)])
+    for i in range(len(args)):
+        want = (np.asarray(up[i]) - np.asarray(down[i])) / (2 * eps)
+        got = sum(np.tensordot(hess[i][j], step[j], axes=np.ndim(step[j]))
+                  for j in range(len(args)))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -458,13 +458,15 @@ for _fn in (np.tril, np.triu):
 
 # diagflat(v, k) puts v, flattened, on the k-th diagonal of a square matrix of size n + |k|;
 # the cotangent is that diagonal of g (the main diagonal of the square block g[:-k, k:], or
-# g[-k:, :k] for k < 0), shaped like v (summed to a number for a number).
+# g[-k:, :k] for k < 0), shaped like v (summed to a number for a number). The diagonal is
+# read as a masked row sum, not np.diag: vmap batches np.diag of a matrix into np.diagonal
+# with axes, which has no derivative rule, so a Hessian would stop there.
 def _diagflat_vjp(call, g):
     k = call.const("k", 0)
     if not isinstance(k, int):
         return None
     block = g if k == 0 else fill("g[:-k, k:]" if k > 0 else "g[-k:, :k]", g=g, k=k)
-    diagonal = fill("np.diag(b)", b=block)
+    diagonal = fill("np.sum(b * np.eye(b.shape[0]), axis=1)", b=block)
     v = call.types["x"]
     if v.kind in ("float", "int", "bool"):
         return {"x": (fill("np.sum(d)", d=diagonal), v)}
