@@ -34,7 +34,7 @@ from .. import types as T
 from ..templates import fill, to_expr
 from . import PrimCall  # noqa: F401  (the per-example call a BatchCall wraps)
 from .elementwise import PARTIALS, PIECEWISE_CONSTANT
-from .structural import _join_axis, _shape_dims, emit_call
+from .structural import _join_axis, _shape_dims, constant_axis, emit_call
 
 
 class NoBatchingRule(Exception):
@@ -305,10 +305,9 @@ def _flat_or_int_axis(bc, param):
     """The call's axis (None or a constant integer), with `param` the same for every example."""
     if bc.is_batched(param):
         raise NoBatchingRule(f"{param} that differ per example")
-    axis = bc.call.const("axis")
-    if axis is not None and not isinstance(axis, int):
+    if not constant_axis(bc.call):
         raise NoBatchingRule("an axis that is not a constant integer")
-    return axis
+    return bc.call.const("axis")
 
 
 def _gather_like(param):
@@ -456,8 +455,8 @@ def _flip_one_axis(bc):
 def _rot90(bc):
     rank = _rank_or_fail(bc, "x")
     k, axes = bc.call.const("k", 1), bc.call.const("axes", (0, 1))
-    if bc.is_batched("k") or not isinstance(k, int):
-        raise NoBatchingRule("rot90 with a number of turns that is not a constant")
+    if not isinstance(k, int) or not isinstance(axes, tuple):
+        raise NoBatchingRule("rot90 with turns or axes that are not constants")
     return fill("np.rot90(x, k, a)", x=bc.arg("x"), k=k,
                 a=tuple(axis % rank + 1 for axis in axes))
 

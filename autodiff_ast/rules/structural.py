@@ -409,32 +409,40 @@ for _fn in (np.fliplr, np.flipud):
 
 
 # rot90(x, k, axes) turns the plane of two axes by k quarter turns; the adjoint turns back.
-def _rot90_turns(call):
-    k = call.const("k", 1)
-    return k % 4 if isinstance(k, int) and not isinstance(k, bool) else None
+def _rot90_plane(call):
+    """(quarter turns in 0..3, the two axes), or None unless both are constants."""
+    k, axes = call.const("k", 1), call.const("axes", (0, 1))
+    if not isinstance(k, int) or isinstance(k, bool) or not isinstance(axes, tuple) or \
+            not all(isinstance(a, int) for a in axes):
+        return None
+    return k % 4, axes
 
 
 def _infer_rot90(call):
-    x = call.types["x"]
-    if x.dims is None or _rot90_turns(call) is None or _rot90_turns(call) % 2 == 0:
+    x, plane = call.types["x"], _rot90_plane(call)
+    if x.dims is None:
         return x
-    a, b = (axis % len(x.dims) for axis in call.const("axes", (0, 1)))
+    if plane is None:  # which axes trade places is not known: neither is known to be one
+        return T.array((T.N,) * len(x.dims), x.dtype)
+    turns, axes = plane
     dims = list(x.dims)
-    dims[a], dims[b] = dims[b], dims[a]
+    if turns % 2:
+        a, b = (axis % len(dims) for axis in axes)
+        dims[a], dims[b] = dims[b], dims[a]
     return T.array(tuple(dims), x.dtype)
 
 
 def _rot90_vjp(call, g):
-    turns = _rot90_turns(call)
-    if turns is None:
+    plane = _rot90_plane(call)
+    if plane is None:
         return None
-    back = fill("np.rot90(g, k, a)", g=g, k=(4 - turns) % 4, a=call.const("axes", (0, 1)))
-    return {"x": (back, call.types["x"])}
+    turns, axes = plane
+    return {"x": (fill("np.rot90(g, k, a)", g=g, k=(4 - turns) % 4, a=axes), call.types["x"])}
 
 
 register(Rule("rot90", "np.rot90", ("x", "k", "axes"), {"k": 1, "axes": (0, 1)}, ("x",),
               _infer_rot90, _rot90_vjp, lambda call, dots: _relinear(call, dots)
-              if _rot90_turns(call) is not None else None, linear=True), np.rot90)
+              if _rot90_plane(call) is not None else None, linear=True), np.rot90)
 
 # tril/triu keep a triangle of a matrix and zero the rest: their adjoint keeps the same
 # triangle of the cotangent (summed over the rows for a vector, which they repeat as rows).
@@ -953,6 +961,13 @@ register_helper(Rule("add_along_axis", "add_along_axis", ("like", "indices", "va
                 "add_along_axis")
 
 
+def constant_axis(call):
+    """Whether the call's axis is absent, None or a constant integer (not a value held in a
+    name, which call.const reads as None)."""
+    t = call.types.get("axis")
+    return t is None or t.kind == "none" or (t.kind == "int" and t.value is not None)
+
+
 # take(a, indices, axis): a gather, linear in `a`. Its adjoint adds the cotangent back at the
 # indices (the add_taken helper; repeated indices add up), along the flattened array for
 # axis=None. Only NumPy's default mode ("raise") is handled.
@@ -961,7 +976,7 @@ def _infer_take(call):
     dtype = a.dtype or "float64"
     picked = () if indices.kind == "int" else indices.dims
     axis = call.const("axis")
-    if picked is None or (axis is not None and a.dims is None):
+    if picked is None or not constant_axis(call) or (axis is not None and a.dims is None):
         return T.AType("array", dtype, None)
     if axis is None:
         return T.array(picked, dtype) if picked else T.FLOAT
@@ -971,9 +986,7 @@ def _infer_take(call):
 
 
 def _take_handled(call):
-    axis = call.const("axis")
-    return "mode" not in call.args and "out" not in call.args and (
-        axis is None or isinstance(axis, int))
+    return "mode" not in call.args and "out" not in call.args and constant_axis(call)
 
 
 def _take_vjp(call, g):
@@ -1011,21 +1024,20 @@ def _infer_repeat(call):
     a = call.types["a"]
     dtype = a.dtype or "float64"
     axis = call.const("axis")
+    if not constant_axis(call) or (axis is not None and a.dims is None):
+        return T.AType("array", dtype, None)
     if axis is None:
         return T.array((T.N,), dtype)
-    if a.dims is None:
-        return T.AType("array", dtype, None)
     dims = list(a.dims)
     dims[axis % len(dims)] = T.N
     return T.array(tuple(dims), dtype)
 
 
 def _repeat_vjp(call, g):
-    axis = call.const("axis")
-    if axis is not None and not isinstance(axis, int):
+    if not constant_axis(call):
         return None
     bar = fill("add_repeated(a, g, repeats, axis)", a=call.args["a"], g=g,
-               repeats=call.args["repeats"], axis=axis)
+               repeats=call.args["repeats"], axis=call.const("axis"))
     return {"a": (bar, call.types["a"])}
 
 
