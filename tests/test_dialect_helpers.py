@@ -629,6 +629,14 @@ def broadcast_loss(x, y):
     return np.sum(np.tanh(x + y) * y)
 
 
+def gathers_and_joins(x, idx):
+    taken = np.take(x, idx.reshape(1, -1), axis=1) + np.take(x[0], 2, axis=0)
+    repeated = np.repeat(x, np.array([1, 0, 2]), axis=0) + np.repeat(x[:1], 3, axis=-1)[:, :4]
+    turned = np.rot90(x.reshape(3, 2, 2), 3, (2, 0))
+    joined = np.vstack((x[0], x)) + np.dstack((x[0], x[:1]))[0, :, :1] + np.atleast_2d(x[0, 0])
+    return taken, repeated, turned, joined, np.kron(x[:, 1], x[0])
+
+
 INDEX = np.array([0, 2, 2, -1, 0])
 CASES = {
     "reductions": (reductions, [(3, 4, 2)]),
@@ -638,6 +646,7 @@ CASES = {
     "scatter": (scatter, [(5, 3), INDEX, (3,)]),
     "accumulate": (accumulate, [(3, 4)]),
     "grad_unbroadcast": (ad.grad(broadcast_loss), [(1, 3), (2, 3)]),
+    "gathers_and_joins": (gathers_and_joins, [(3, 4), np.array([0, 3, -1, 3])]),
 }
 
 
@@ -700,8 +709,8 @@ def test_every_dialect_helper_is_covered():
               "argsort_axis", "scatter_add", "dot_nd", "matmul_nd", "unbroadcast", "max_axis",
               "min_axis", "prod_axis", "tanh_fast", "sum_of_products", "sum_axis",
               "small_dot", "add_outer_at", "subtract_at", "batched_outer",
-              "zeros_like_reusing", "whole_max", "whole_min"}  # (zeros_like_reusing:
-    # tests/test_hoisting.py)
+              "zeros_like_reusing", "whole_max", "whole_min", "take_axis",
+              "repeat_axis"}  # (zeros_like_reusing: tests/test_hoisting.py)
     assert set(DIALECT_HELPERS) == tested
 
 
