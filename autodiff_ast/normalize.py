@@ -65,7 +65,8 @@ METHODS = {"sum": np.sum, "mean": np.mean, "prod": np.prod, "max": np.max, "min"
            "flatten": np.ravel, "squeeze": np.squeeze, "clip": np.clip,
            "swapaxes": np.swapaxes, "argmax": np.argmax, "argmin": np.argmin,
            "round": np.round, "trace": np.trace, "diagonal": np.diagonal, "any": np.any,
-           "all": np.all, "argsort": np.argsort}
+           "all": np.all, "argsort": np.argsort, "take": np.take,
+           "repeat": np.repeat}
 VARARG_METHODS = {"reshape": "shape", "transpose": "axes"}
 
 
@@ -1295,7 +1296,7 @@ class Normalizer:
                 rule.name in ("stack", "array", "len", "getitem") or \
                 rule.name.endswith("_like"):  # (generated code's zero of a list's shape)
             return atom
-        if rule.name in ("concatenate", "hstack", "vstack"):
+        if rule.name in ("concatenate", "hstack", "vstack", "column_stack", "dstack"):
             raise self.unsupported(f"np.{rule.name} of a list built at run time is not "
                                    "supported (its pieces may differ in length)", node,
                                    "stack pieces of one shape with np.stack(xs), or pass a "

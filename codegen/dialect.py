@@ -3,13 +3,16 @@
 Generated modules are plain NumPy. Numba compiles most of it as written, but not everything
 (``numba-notes.md``): ``keepdims=``, ``mean/max/min/prod/var/std`` with an axis, ``np.einsum``,
 ``np.add.at`` (scatter-add with repeated indices), ``np.flip``/``np.roll`` with an axis,
-``np.squeeze``, ``np.matmul``, ``abs`` of an array, ``np.sort``/``np.argsort`` with an axis or
-of more than one axis (stable argsort), ``math.cbrt``, ``reshape`` of a non-contiguous array, an
-integer raised to a negative integer (0 under Numba), and module-level arrays (Numba freezes
-them into the compiled code). :func:`lower_source` rewrites those into small helper functions
-emitted into the module (:data:`codegen.helpers.DIALECT_HELPERS`, or written here for one einsum
-subscript or one index pattern) or into equivalent NumPy that Numba supports. Every rewrite
-computes the same values in plain Python, so the lowered module also runs without Numba.
+``np.take`` along an axis with indices that are not a vector, ``np.repeat`` along an axis,
+``np.atleast_1d``/``2d``/``3d`` of a number, ``np.rot90`` with axes, ``np.vstack``/``np.dstack``
+of pieces of different ranks, ``np.kron`` of a vector that is not contiguous, ``np.squeeze``,
+``np.matmul``, ``abs`` of an array, ``np.sort``/``np.argsort`` with an axis or of more than one
+axis (stable argsort), ``math.cbrt``, ``reshape`` of a non-contiguous array, an integer raised
+to a negative integer (0 under Numba), and module-level arrays (Numba freezes them into the
+compiled code). :func:`lower_source` rewrites those into small helper functions emitted into the
+module (:data:`codegen.helpers.DIALECT_HELPERS`, or written here for one einsum subscript or one
+index pattern) or into equivalent NumPy that Numba supports. Every rewrite computes the same
+values in plain Python, so the lowered module also runs without Numba.
 
 The pass reads source text (comment lines survive as markers, so the ``# <user line>`` comments
 stay in place for error messages) and returns gast functions for a target to render.
@@ -501,6 +504,58 @@ class _Lower(gast.NodeTransformer):
             return None
         return _call(self.helper("roll_axis"), [args["a"], args["shift"], args["axis"]])
 
+    def call_np_take(self, node):
+        args = _bind(node, ("a", "indices", "axis", "out", "mode"))
+        if args is None or set(args) != {"a", "indices", "axis"} or \
+                _const(args["axis"]) is None:
+            return None
+        return _call(self.helper("take_axis"), [args["a"], args["indices"], args["axis"]])
+
+    def call_np_repeat(self, node):
+        args = _bind(node, ("a", "repeats", "axis"))
+        if args is None or "axis" not in args or _const(args["axis"]) is None:
+            return None
+        return _call(self.helper("repeat_axis"), [args["a"], args["repeats"], args["axis"]])
+
+    def call_np_atleast_1d(self, node):
+        # Numba's atleast_2d/3d refuse a number (0-d arrays are fine)
+        if len(node.args) != 1 or node.keywords or _is_array_call(node.args[0]):
+            return None
+        node.args[0] = _call("np.asarray", node.args)
+        return node
+
+    call_np_atleast_2d = call_np_atleast_3d = call_np_atleast_1d
+
+    def call_np_rot90(self, node):
+        # Numba's rot90 takes no axes: quarter turns are flips and a swap of the two axes
+        args = _bind(node, ("m", "k", "axes"))
+        if args is None or "axes" not in args:
+            return None
+        k, axes = _const(args.get("k", _num(1))), _const(args["axes"])
+        if not isinstance(k, int) or not isinstance(axes, tuple) or len(axes) != 2:
+            return None
+        a, b = axes
+        value = args["m"]
+        turns = k % 4
+        if turns == 0:
+            return _call("np.copy", [value])
+        if turns == 1:
+            return _call("np.swapaxes", [self.flipped(value, b), _num(a), _num(b)])
+        if turns == 2:
+            return self.flipped(self.flipped(value, a), b)
+        return self.flipped(_call("np.swapaxes", [value, _num(a), _num(b)]), b)
+
+    def flipped(self, value, axis):
+        return _call(self.helper("flip_axis"), [value, _num(axis)])
+
+    def call_np_kron(self, node):
+        # Numba's kron refuses a vector that is not contiguous (a column of a matrix)
+        if len(node.args) != 2 or node.keywords:
+            return None
+        node.args = [a if _is_contiguous_call(a) else _call("np.ascontiguousarray", [a])
+                     for a in node.args]
+        return node
+
     def call_np_squeeze(self, node):
         args = _bind(node, ("a", "axis"))
         if args is None or not isinstance(args["a"], gast.Name):
@@ -802,7 +857,22 @@ class _Lower(gast.NodeTransformer):
             return node
         return None
 
-    call_np_concatenate = call_np_hstack = call_np_vstack = joined
+    call_np_concatenate = call_np_hstack = call_np_column_stack = joined
+
+    def laid_and_joined(self, node, lay, axis):
+        """np.vstack/np.dstack of a display as NumPy defines them: the pieces made at least
+        2-D/3-D, then concatenated (Numba's own take pieces of one rank only)."""
+        if len(node.args) != 1 or node.keywords or \
+                not isinstance(node.args[0], (gast.List, gast.Tuple)):
+            return self.joined(node)
+        pieces = gast.Tuple(elts=[_call(lay, [p]) for p in node.args[0].elts], ctx=gast.Load())
+        return _call("np.concatenate", [pieces], [gast.keyword(arg="axis", value=_num(axis))])
+
+    def call_np_vstack(self, node):
+        return self.laid_and_joined(node, "np.atleast_2d", 0)
+
+    def call_np_dstack(self, node):
+        return self.laid_and_joined(node, "np.atleast_3d", 2)
 
     def call_np_outer(self, node):
         if len(node.args) != 2 or node.keywords:

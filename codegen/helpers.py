@@ -88,6 +88,67 @@ def add_along_axis(like, indices, values, axis):
     return out
 '''
 
+HELPERS["add_taken"] = '''\
+def add_taken(like, indices, values, axis):
+    """The adjoint of np.take(like, indices, axis): zeros shaped like `like`, with `values`
+    added at `indices` along `axis` (along the flattened array when `axis` is None); repeated
+    indices add up, negative ones count from the end."""
+    shape = np.shape(like)
+    out = np.zeros(shape)
+    if axis is None:
+        before, length, after = 1, out.size, 1
+    else:
+        at = axis + len(shape) if axis < 0 else axis
+        before, length, after = 1, shape[at], 1
+        for d in range(len(shape)):
+            if d < at:
+                before *= shape[d]
+            elif d > at:
+                after *= shape[d]
+    flat_index = np.ravel(np.asarray(indices))
+    count = flat_index.size
+    blocks = out.reshape((before, length, after))
+    g = np.ascontiguousarray(np.asarray(values)).reshape((before, count, after))
+    for p in range(before):
+        for k in range(count):
+            i = flat_index[k]
+            if i < 0:
+                i += length
+            for q in range(after):
+                blocks[p, i, q] += g[p, k, q]
+    return out
+'''
+
+HELPERS["add_repeated"] = '''\
+def add_repeated(like, values, repeats, axis):
+    """The adjoint of np.repeat(like, repeats, axis): zeros shaped like `like`, each entry
+    receiving the sum of its repeated copies in `values` (along the flattened array when `axis`
+    is None; `repeats` one count, or a count per entry along the axis)."""
+    shape = np.shape(like)
+    out = np.zeros(shape)
+    if axis is None:
+        before, length, after = 1, out.size, 1
+    else:
+        at = axis + len(shape) if axis < 0 else axis
+        before, length, after = 1, shape[at], 1
+        for d in range(len(shape)):
+            if d < at:
+                before *= shape[d]
+            elif d > at:
+                after *= shape[d]
+    counts = np.broadcast_to(np.ravel(np.asarray(repeats)), (length,))
+    blocks = out.reshape((before, length, after))
+    g = np.ascontiguousarray(np.asarray(values)).reshape((before, np.sum(counts), after))
+    for p in range(before):
+        k = 0
+        for i in range(length):
+            for _ in range(counts[i]):
+                for q in range(after):
+                    blocks[p, i, q] += g[p, k, q]
+                k += 1
+    return out
+'''
+
 # Index helpers of code whose small vectors are kept as scalars (autodiff_ast/scalarize.py):
 # element j of a vector of unknown length, read where NumPy would broadcast it or slice it.
 HELPERS["broadcast_index"] = '''\
@@ -386,6 +447,39 @@ def argsort_axis(x, axis):
     for i in range(rows.shape[0]):
         out[i] = np.argsort(rows[i], kind="mergesort")
     return np.ascontiguousarray(np.moveaxis(out.reshape(moved.shape), -1, axis))
+''',
+    "take_axis": '''\
+def take_axis(a, indices, axis):
+    """np.take(a, indices, axis=axis) for one integer axis and indices of any rank (Numba's
+    np.take along an axis takes a vector of indices): the taken entries along the axis, their
+    index axes then moved where the axis stood."""
+    if a.ndim == 1:  # (a number for one index, as np.take gives)
+        return np.take(a, indices)
+    index = np.asarray(indices)
+    at = axis + a.ndim if axis < 0 else axis
+    picked = np.moveaxis(np.take(a, np.ravel(index), axis=at), at, 0)
+    out = np.ascontiguousarray(picked).reshape(index.shape + picked.shape[1:])
+    for _ in range(index.ndim):
+        out = np.moveaxis(out, 0, at + index.ndim - 1)
+    return np.ascontiguousarray(out)
+''',
+    "repeat_axis": '''\
+def repeat_axis(a, repeats, axis):
+    """np.repeat(a, repeats, axis=axis) for one integer axis (Numba's np.repeat flattens):
+    `repeats` one count, or a count per entry along the axis."""
+    at = axis + a.ndim if axis < 0 else axis
+    moved = np.ascontiguousarray(np.moveaxis(a, at, 0))
+    length = moved.shape[0]
+    counts = np.broadcast_to(np.ravel(np.asarray(repeats)), (length,))
+    rows = moved.reshape((length, moved.size // max(length, 1)))
+    out = np.empty((np.sum(counts), rows.shape[1]), dtype=rows.dtype)
+    k = 0
+    for i in range(length):
+        for _ in range(counts[i]):
+            out[k] = rows[i]
+            k += 1
+    picked = out.reshape((out.shape[0],) + moved.shape[1:])
+    return np.ascontiguousarray(np.moveaxis(picked, 0, at))
 ''',
     "scatter_add": '''\
 def scatter_add(b, index, g):

@@ -30,8 +30,9 @@ __all__ = ["dotted_name", "keep_params_unwritten"]
 
 # Calls whose result may share memory with an argument.
 _VIEWS = {"np.asarray", "np.reshape", "np.ravel", "np.transpose", "np.broadcast_to",
-          "np.squeeze", "np.expand_dims", "np.atleast_1d", "np.atleast_2d", "np.moveaxis",
-          "np.swapaxes", "np.diagonal", "np.real", "np.ascontiguousarray"}
+          "np.squeeze", "np.expand_dims", "np.atleast_1d", "np.atleast_2d", "np.atleast_3d",
+          "np.moveaxis", "np.swapaxes", "np.diagonal", "np.real", "np.ascontiguousarray",
+          "np.flip", "np.fliplr", "np.flipud", "np.rot90"}
 _VIEW_METHODS = {"reshape", "ravel", "view", "transpose", "squeeze", "swapaxes", "T"}
 
 

@@ -156,6 +156,76 @@ def test_sort_and_stable_argsort_along_one_axis(case, ties):
     same(ns["argsort_axis"](x, axis), np.argsort(x, axis=axis, kind="stable"))
 
 
+# ---------------------------------------------------------------- gathers and repeats
+@st.composite
+def taken(draw):
+    """An array, an axis (or None), and indices of rank 0 to 2 valid along it (negative ones
+    included)."""
+    x, axis = draw(array_and_axis())
+    flat = draw(st.booleans())
+    length = x.size if flat else x.shape[axis]
+    index_shape = draw(shapes(min_dims=0, max_dims=2))
+    seed = draw(st.integers(0, 99))
+    indices = np.random.default_rng(seed).integers(-length, length, index_shape)
+    return x, indices if index_shape else int(indices), None if flat else axis
+
+
+@st.composite
+def repeated(draw):
+    """An array, an axis (or None), and one count or a count per entry along it."""
+    x, axis = draw(array_and_axis(min_side=0))
+    flat = draw(st.booleans())
+    length = x.size if flat else x.shape[axis]
+    seed = draw(st.integers(0, 99))
+    per_entry = draw(st.booleans())
+    counts = np.random.default_rng(seed).integers(0, 3, length) if per_entry else \
+        draw(st.integers(0, 3))
+    return x, counts, None if flat else axis
+
+
+@QUICK
+@given(taken())
+def test_take_along_an_axis_is_np_take(case):
+    x, indices, axis = case
+    if axis is not None:
+        same(helpers("take_axis")["take_axis"](x, indices, axis), np.take(x, indices, axis=axis))
+
+
+@QUICK
+@given(repeated())
+def test_repeat_along_an_axis_is_np_repeat(case):
+    x, counts, axis = case
+    if axis is not None:
+        same(helpers("repeat_axis")["repeat_axis"](x, counts, axis),
+             np.repeat(x, counts, axis=axis))
+
+
+def _adjoint_pair(name, forward, x, arg, axis):
+    """<forward(v), g> against <v, helper(x, ..., g)> for random v and g: the helper is the
+    adjoint (transpose) of the NumPy gather or repeat."""
+    ns = {"np": np}
+    exec(HELPERS[name], ns)
+    rng = np.random.default_rng(3)
+    v = rng.standard_normal(x.shape)
+    g = rng.standard_normal(np.shape(forward(v, arg, axis=axis)))
+    back = ns[name](x, arg, g, axis) if name == "add_taken" else ns[name](x, g, arg, axis)
+    assert np.shape(back) == x.shape
+    np.testing.assert_allclose(np.sum(v * back), np.sum(forward(v, arg, axis=axis) * g),
+                               rtol=1e-10, atol=1e-10)
+
+
+@QUICK
+@given(taken())
+def test_add_taken_is_the_adjoint_of_take(case):
+    _adjoint_pair("add_taken", np.take, *case)
+
+
+@QUICK
+@given(repeated())
+def test_add_repeated_is_the_adjoint_of_repeat(case):
+    _adjoint_pair("add_repeated", np.repeat, *case)
+
+
 # ---------------------------------------------------------------- products
 @st.composite
 def matmul_operands(draw):
@@ -564,6 +634,14 @@ def broadcast_loss(x, y):
     return np.sum(np.tanh(x + y) * y)
 
 
+def gathers_and_joins(x, idx):
+    taken = np.take(x, idx.reshape(1, -1), axis=1) + np.take(x[0], 2, axis=0)
+    repeated = np.repeat(x, np.array([1, 0, 2]), axis=0) + np.repeat(x[:1], 3, axis=-1)[:, :4]
+    turned = np.rot90(x.reshape(3, 2, 2), 3, (2, 0))
+    joined = np.vstack((x[0], x)) + np.dstack((x[0], x[:1]))[0, :, :1] + np.atleast_2d(x[0, 0])
+    return taken, repeated, turned, joined, np.kron(x[:, 1], x[0])
+
+
 INDEX = np.array([0, 2, 2, -1, 0])
 CASES = {
     "reductions": (reductions, [(3, 4, 2)]),
@@ -573,6 +651,7 @@ CASES = {
     "scatter": (scatter, [(5, 3), INDEX, (3,)]),
     "accumulate": (accumulate, [(3, 4)]),
     "grad_unbroadcast": (ad.grad(broadcast_loss), [(1, 3), (2, 3)]),
+    "gathers_and_joins": (gathers_and_joins, [(3, 4), np.array([0, 3, -1, 3])]),
 }
 
 
@@ -636,8 +715,8 @@ def test_every_dialect_helper_is_covered():
               "scatter_add", "dot_nd", "matmul_nd",
               "unbroadcast", "max_axis", "min_axis", "prod_axis", "tanh_fast",
               "sum_of_products", "sum_axis", "small_dot", "add_outer_at", "subtract_at",
-              "batched_outer", "zeros_like_reusing", "whole_max",
-              "whole_min"}  # (zeros_like_reusing: tests/test_hoisting.py)
+              "batched_outer", "zeros_like_reusing", "whole_max", "whole_min", "take_axis",
+              "repeat_axis"}  # (zeros_like_reusing: tests/test_hoisting.py)
     assert set(DIALECT_HELPERS) == tested
 
 

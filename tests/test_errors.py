@@ -216,6 +216,44 @@ def test_refused_options_of_new_rules(fn, line_text, shape):
     assert "these argument ranks or options" in err.message
 
 
+def take_clipped(x, k):
+    return np.sum(np.take(x, np.array([0, 7]), mode="clip") ** 2)
+
+
+def take_along_a_named_axis(x, k):
+    return np.sum(np.take(x, 0, axis=k) ** 2)
+
+
+def repeat_along_a_named_axis(x, k):
+    return np.sum(np.repeat(x, 2, axis=k) ** 2)
+
+
+def rot90_by_named_turns(x, k):
+    return np.sum(np.rot90(x, k) * x.T)
+
+
+def diagflat_at_a_named_offset(x, k):
+    return np.sum(np.diagflat(x, k) ** 2)
+
+
+def kron_of_a_number(x, k):
+    return np.sum(np.kron(2.0, x) ** 2)
+
+
+@pytest.mark.parametrize("fn,line_text", [
+    (take_clipped, "np.take"), (take_along_a_named_axis, "np.take"),
+    (repeat_along_a_named_axis, "np.repeat"), (rot90_by_named_turns, "np.rot90"),
+    (diagflat_at_a_named_offset, "np.diagflat"), (kron_of_a_number, "np.kron"),
+], ids=["take-mode", "take-axis-name", "repeat-axis-name", "rot90-k-name", "diagflat-k-name",
+        "kron-number"])
+def test_refused_options_of_the_newer_rules(fn, line_text):
+    """Options with no template (a mode, an axis/turns/offset held in a name, a number in
+    kron) are refused at the user's line, not differentiated wrongly."""
+    err = raised(MissingRuleError, fn, np.ones((2, 2)), 1)
+    assert_located(err, fn, line_text)
+    assert "these argument ranks or options" in err.message
+
+
 def test_missing_rule_for_an_unsupported_norm():
     def norm_ord(x):
         return np.linalg.norm(x, ord="nuc")

@@ -247,6 +247,8 @@ def test_clip_wrt_bounds(shape, rng):
 # (name, function, argument shapes, domain). These carry their own shapes.
 IDX = np.array([0, 2, 0, 1, 2])  # repeated indices: adjoints must accumulate
 ROWS = np.array([1, 1, 0])
+GRID = np.array([[0, 1], [1, -1]])  # a 2-D index array (a negative entry too)
+COUNTS = np.array([2, 0, 1])  # a count per entry (one dropped)
 
 STRUCTURAL = [
     # reductions, with axis and keepdims
@@ -339,6 +341,11 @@ STRUCTURAL = [
     ("matmul-batched-vector", lambda a, b: a @ b, [(3,), (2, 3, 4)], "real"),
     ("matmul-batched-by-vector", lambda a, b: a @ b, [(2, 2, 3), (3,)], "real"),
     ("outer", lambda a, b: np.outer(a, b), [(2,), (3,)], "real"),
+    ("kron", lambda a, b: np.kron(a, b), [(2,), (3,)], "real"),
+    ("kron-2d", lambda a, b: np.kron(a, b), [(2, 3), (3, 2)], "real"),
+    ("kron-vector-matrix", lambda a, b: np.kron(a, b), [(2,), (3, 2)], "real"),
+    ("kron-matrix-vector", lambda a, b: np.kron(a, b) * 2.0, [(2, 2), (3,)], "real"),
+    ("kron-same", lambda a: np.kron(a, a), [(2, 2)], "real"),
     ("inner", lambda a, b: np.inner(a, b), [(3,), (3,)], "real"),
     ("vdot", lambda a, b: np.vdot(a, b), [(3,), (3,)], "real"),
     ("einsum-matmul", lambda a, b: np.einsum("ij,jk->ik", a, b), [(2, 3), (3, 4)], "real"),
@@ -368,6 +375,11 @@ STRUCTURAL = [
     ("diag-1d", lambda x: np.diag(x), [(3,)], "real"),
     ("diag-2d", lambda x: np.diag(x), [(3, 3)], "real"),
     ("diagonal", lambda x: np.diagonal(x), [(3, 3)], "real"),
+    ("diagflat", lambda x: np.diagflat(x), [(3,)], "real"),
+    ("diagflat-matrix", lambda x: np.diagflat(x) * 2.0, [(2, 2)], "real"),
+    ("diagflat-k", lambda x: np.diagflat(x, 1), [(3,)], "real"),
+    ("diagflat-k-neg", lambda x: np.diagflat(x, k=-2) * 3.0, [(2, 1)], "real"),
+    ("diagflat-number", lambda x: np.diagflat(x, 1), [()], "real"),
     ("norm", lambda x: np.linalg.norm(x), [(2, 3)], "real"),
     ("norm-vector", lambda x: np.linalg.norm(x), [(4,)], "real"),
     ("norm-axis1", lambda x: np.linalg.norm(x, axis=1), [(2, 3)], "real"),
@@ -411,7 +423,16 @@ STRUCTURAL = [
     ("hstack-2d", lambda a, b: np.hstack([a, b]), [(2, 3), (2, 2)], "real"),
     ("vstack", lambda a, b: np.vstack([a, b]), [(3,), (3,)], "real"),
     ("vstack-2d", lambda a, b: np.vstack([a, b]), [(2, 3), (1, 3)], "real"),
+    ("vstack-vector-and-matrix", lambda a, b: np.vstack((a, b)), [(3,), (2, 3)], "real"),
     ("array-of-scalars", lambda a, b: np.array([a, b, a * b]), [(), ()], "real"),
+    ("column_stack", lambda a, b: np.column_stack([a, b]), [(3,), (3,)], "real"),
+    ("column_stack-mixed", lambda a, b: np.column_stack((a, b, a * a)), [(2,), (2, 3)],
+     "real"),
+    ("dstack", lambda a, b: np.dstack([a, b]), [(3,), (3,)], "real"),
+    ("dstack-mixed", lambda a, b, c: np.dstack((a, b, c)), [(2, 3), (2, 3, 2), (2, 3)],
+     "real"),
+    ("dstack-row", lambda a, b: np.dstack((a, b)) * 2.0, [(3,), (1, 3)], "real"),
+    ("row_stack", lambda a, b: np.row_stack([a, b]), [(3,), (2, 3)], "real"),
     ("broadcast_to", lambda x: np.broadcast_to(x, (2, 3)), [(3,)], "real"),
     ("broadcast_to-col", lambda x: np.broadcast_to(x, (2, 3)), [(2, 1)], "real"),
     ("tile", lambda x: np.tile(x, 2), [(3,)], "real"),
@@ -420,12 +441,47 @@ STRUCTURAL = [
     ("flip", lambda x: np.flip(x), [(2, 3)], "real"),
     ("flip-axis", lambda x: np.flip(x, 1), [(2, 3)], "real"),
     ("roll", lambda x: np.roll(x, 1), [(4,)], "real"),
+    ("fliplr", lambda x: np.fliplr(x) * x, [(2, 3)], "real"),
+    ("fliplr-3d", lambda x: np.fliplr(x), [(2, 3, 2)], "real"),
+    ("flipud", lambda x: np.flipud(x) * x, [(3,)], "real"),
+    ("flipud-2d", lambda x: np.flipud(x), [(3, 2)], "real"),
+    ("rot90", lambda x: np.rot90(x), [(2, 3)], "real"),
+    ("rot90-k2", lambda x: np.rot90(x, 2) * x, [(2, 3)], "real"),
+    ("rot90-k-neg", lambda x: np.rot90(x, k=-1), [(2, 3)], "real"),
+    ("rot90-axes", lambda x: np.rot90(x, 1, axes=(1, 2)), [(2, 3, 2)], "real"),
+    ("rot90-k3-axes-neg", lambda x: np.rot90(x, 3, (-1, 0)), [(2, 3, 2)], "real"),
+    ("rot90-k2-axes", lambda x: np.rot90(x, 2, (0, 2)) * x, [(2, 3, 2)], "real"),
     ("tril", lambda x: np.tril(x) * x, [(3, 3)], "real"),
     ("triu-k", lambda x: np.triu(x, 1) * x + np.tril(x, k=-1), [(3, 4)], "real"),
     ("tril-of-vector", lambda x: np.tril(x) * 2.0, [(3,)], "real"),
     ("diff", lambda x: np.diff(x), [(4,)], "real"),
     ("diff-2d", lambda x: np.diff(x) * x[:, 1:], [(2, 4)], "real"),
     ("diff-last-axis", lambda x: np.diff(x, axis=1), [(2, 4)], "real"),
+    ("take", lambda x: np.take(x, IDX), [(3,)], "real"),
+    ("take-flat-2d", lambda x: np.take(x, ROWS) * 2.0, [(2, 3)], "real"),
+    ("take-int", lambda x: np.take(x, 4) * x, [(2, 3)], "real"),
+    ("take-axis1", lambda x: np.take(x, IDX, axis=1), [(2, 3)], "real"),
+    ("take-axis0-2d-indices", lambda x: np.take(x, GRID, axis=0), [(2, 3)], "real"),
+    ("take-axis-neg-int", lambda x: np.take(x, -1, axis=-1), [(2, 3, 2)], "real"),
+    ("method-take", lambda x: x.take(IDX, axis=0) * 2.0, [(3, 2)], "real"),
+    ("take-vector-axis-int", lambda x: np.take(x, 1, axis=0) * x, [(3,)], "real"),
+    ("take-axis-2d-indices-times", lambda x: np.take(x, GRID, axis=1) * x[:, :1, None], [(2, 3)],
+     "real"),
+    ("repeat", lambda x: np.repeat(x, 3), [(2,)], "real"),
+    ("repeat-flat-2d", lambda x: np.repeat(x, 2) * 2.0, [(2, 3)], "real"),
+    ("repeat-axis0", lambda x: np.repeat(x, 2, axis=0), [(2, 3)], "real"),
+    ("repeat-axis-neg", lambda x: np.repeat(x, 2, axis=-1), [(2, 3, 2)], "real"),
+    ("repeat-counts", lambda x: np.repeat(x, COUNTS, axis=1), [(2, 3)], "real"),
+    ("method-repeat", lambda x: x.repeat(2, axis=1) * 2.0, [(2, 3)], "real"),
+    ("atleast_1d-number", lambda x: np.atleast_1d(x) * 2.0, [()], "real"),
+    ("atleast_1d-matrix", lambda x: np.atleast_1d(x) * x, [(2, 3)], "real"),
+    ("atleast_2d-number", lambda x: np.atleast_2d(x), [()], "real"),
+    ("atleast_2d-vector", lambda x: np.atleast_2d(x) * x[:, None], [(3,)], "real"),
+    ("atleast_2d-matrix", lambda x: np.atleast_2d(x), [(2, 3)], "real"),
+    ("atleast_3d-number", lambda x: np.atleast_3d(x), [()], "real"),
+    ("atleast_3d-vector", lambda x: np.atleast_3d(x), [(3,)], "real"),
+    ("atleast_3d-matrix", lambda x: np.atleast_3d(x) * x[:, :, None], [(2, 3)], "real"),
+    ("atleast_3d-rank-3", lambda x: np.atleast_3d(x), [(2, 1, 2)], "real"),
     ("sort", lambda x: np.sort(x) * x, [(4,)], "real"),
     ("sort-2d", lambda x: np.sort(x) * x, [(2, 3)], "real"),
     ("sort-axis0", lambda x: np.sort(x, axis=0) * x, [(3, 2)], "real"),
@@ -603,7 +659,9 @@ NEEDS_RANK = {"inner", "hstack", "hstack-2d", "vstack", "vstack-2d", "tile", "ti
               "tile-rank-up", "diff-last-axis", "average-weights-axis0-keepdims",
               "average-vector-weights", "norm-fro", "norm-2", "norm-1", "norm-inf",
               "norm-minus-inf", "multi_dot", "multi_dot-vectors", "tensordot", "tensordot-1",
-              "tensordot-pairs"}
+              "tensordot-pairs", "column_stack", "column_stack-mixed", "dstack",
+              "dstack-mixed", "dstack-row", "row_stack", "vstack-vector-and-matrix", "kron",
+              "kron-2d", "kron-vector-matrix", "kron-matrix-vector", "kron-same"}
 
 
 def _all_cases():
@@ -808,3 +866,80 @@ def test_cross_in_both_modes_and_under_jit(rng):
     for got, want in zip(jit(ad.grad(_cross_loss, (0, 1)))(a, b),
                          ad.grad(_cross_loss, (0, 1))(a, b)):
         np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+# Rules added after the table: both modes at order 2 (the forward rule, and the reverse rule's
+# own derivative), for at least one call of each function.
+def _taken(x):
+    return np.sum(np.take(x, GRID, axis=1) ** 2) + np.sum(np.take(x, IDX) * x[0, 0])
+
+
+def _repeated(x):
+    return np.sum(np.repeat(x, 2, axis=1) ** 2) + np.sum(np.repeat(x, COUNTS, axis=1) * x[0, 0])
+
+
+def _atleast(x, s):
+    return np.sum(np.atleast_3d(x) ** 2) + np.sum(np.atleast_2d(x[0]) * np.atleast_1d(s) * s)
+
+
+def _turned(x):
+    return np.sum(np.rot90(x, 1, (0, 2)) ** 2) + np.sum(np.fliplr(x) * np.flipud(x) * x)
+
+
+def _side_by_side(a, b):
+    stacked = np.dstack([a, a * b[:2, :1]])
+    return np.sum(np.column_stack((a[0], b)) ** 2) + np.sum(stacked * a[:, :, None])
+
+
+def _on_diagonals(x):
+    return np.sum(np.diagflat(x) ** 2) + np.sum(np.diagflat(x * x, -1) * np.diagflat(x, k=-1))
+
+
+def _kron_products(a, b):
+    mixed = np.kron(b[0], a) * np.kron(a, b[:2, 1])  # a vector beside a matrix, both ways
+    return np.sum(np.kron(a, b) ** 2) + np.sum(np.kron(a[0], b[:, 0]) ** 3) + np.sum(mixed)
+
+
+BOTH_MODES = [
+    ("kron", _kron_products, [(2, 3), (3, 2)]),
+    ("diagflat", _on_diagonals, [(2, 2)]),
+    ("column_stack-dstack", _side_by_side, [(2, 3), (3, 2)]),
+    ("flips-and-rot90", _turned, [(2, 3, 2)]),
+    ("atleast", _atleast, [(2, 3), ()]),
+    ("take", _taken, [(2, 3)]),
+    ("repeat", _repeated, [(2, 3)]),
+]
+
+
+@pytest.mark.parametrize("entry", [pytest.param(e, id=e[0]) for e in BOTH_MODES])
+def test_new_rules_in_both_modes_at_order_2_and_batched(entry, rng):
+    """check_grads in both modes at order 2; vmap(grad) against the gradient per example."""
+    name, f, shapes = entry
+    args = tuple(draw("real", s, rng) for s in shapes)
+    ad.check_grads(f, args, order=2, modes=("rev", "fwd"))
+    batch = [np.stack([a, 0.5 * a - 0.25]) for a in args]
+    want = [ad.grad(f, argnums=tuple(range(len(args))))(*[b[i] for b in batch])
+            for i in range(2)]
+    got = ad.vmap(ad.grad(f, argnums=tuple(range(len(args)))))(*batch)
+    for k in range(len(args)):
+        np.testing.assert_allclose(got[k], np.stack([w[k] for w in want]), rtol=1e-12)
+
+
+@pytest.mark.parametrize("entry", [pytest.param(e, id=e[0]) for e in BOTH_MODES])
+def test_new_rules_hessians_match_differences_of_the_gradient(entry, rng):
+    """ad.hessian (vmap over the forward derivative of the gradient: every rule's batching
+    rule differentiated) against central differences of the gradient along a direction."""
+    name, f, shapes = entry
+    args = tuple(draw("real", s, rng) for s in shapes)
+    argnums = tuple(range(len(args)))
+    hess = ad.hessian(f, argnums=argnums)(*args)
+    step = [rng.standard_normal(np.shape(a)) for a in args]
+    grad = ad.grad(f, argnums=argnums)
+    eps = 1e-6
+    up = grad(*[a + eps * d for a, d in zip(args, step)])
+    down = grad(*[a - eps * d for a, d in zip(args, step)])
+    for i in range(len(args)):
+        want = (np.asarray(up[i]) - np.asarray(down[i])) / (2 * eps)
+        got = sum(np.tensordot(hess[i][j], step[j], axes=np.ndim(step[j]))
+                  for j in range(len(args)))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -284,6 +284,50 @@ def test_generated_functions_never_change_the_callers_arrays(label):
         assert np.array_equal(a, b)
 
 
+def _through_flip(x):
+    y = np.flip(x)
+    y[0, 0] = y[0, 0] * 2.0
+    return np.sum(y * y)
+
+
+def _through_fliplr(x):
+    y = np.fliplr(x)
+    y[0, 0] = y[0, 0] * 2.0
+    return np.sum(y * y)
+
+
+def _through_flipud(x):
+    y = np.flipud(x)
+    y[0, 0] = y[0, 0] * 2.0
+    return np.sum(y * y)
+
+
+def _through_rot90(x):
+    y = np.rot90(x)
+    y[0, 0] = y[0, 0] * 2.0
+    return np.sum(y * y)
+
+
+def _through_atleast_3d(x):
+    y = np.atleast_3d(x)
+    y[0, 0] = y[0, 0] * 2.0
+    return np.sum(y * y)
+
+
+@pytest.mark.parametrize("f", [_through_flip, _through_fliplr, _through_flipud,
+                               _through_rot90, _through_atleast_3d],
+                         ids=["flip", "fliplr", "flipud", "rot90", "atleast_3d"])
+def test_writes_through_a_view_of_an_argument_leave_it_unchanged(f):
+    """NumPy returns views from these: a write through one must copy first in generated code
+    (the caller's array changed, and the gradient with it, from one call to the next)."""
+    x = np.arange(1.0, 7.0).reshape(2, 3)
+    before = x.copy()
+    g = ad.grad(f)
+    first, second = g(x), g(x)
+    np.testing.assert_array_equal(x, before)
+    np.testing.assert_array_equal(first, second)
+
+
 def test_results_do_not_depend_on_earlier_calls():
     x = np.array([0.5, 0.7, 0.9])
     g = ad.grad(writes_its_argument)

@@ -34,7 +34,7 @@ from .. import types as T
 from ..templates import fill, to_expr
 from . import PrimCall  # noqa: F401  (the per-example call a BatchCall wraps)
 from .elementwise import PARTIALS, PIECEWISE_CONSTANT
-from .structural import _join_axis, _shape_dims, emit_call
+from .structural import _join_axis, _shape_dims, constant_axis, emit_call
 
 
 class NoBatchingRule(Exception):
@@ -293,6 +293,50 @@ def _add_along_axis(bc):
                    values=bc.full("values"), axis=to_expr(axis if axis < 0 else axis + 1))
 
 
+def _moved_axis(axis):
+    """The axis of a batched gather or repeat: past the batch axis, or along the flattened
+    examples (axis=None)."""
+    if axis is None:
+        return 1
+    return axis if axis < 0 else axis + 1
+
+
+def _flat_or_int_axis(bc, param):
+    """The call's axis (None or a constant integer), with `param` the same for every example."""
+    if bc.is_batched(param):
+        raise NoBatchingRule(f"{param} that differ per example")
+    if not constant_axis(bc.call):
+        raise NoBatchingRule("an axis that is not a constant integer")
+    return bc.call.const("axis")
+
+
+def _gather_like(param):
+    """np.take/np.repeat with the same `param` (indices, repeats) for every example: along
+    the shifted axis, or along each example flattened for axis=None."""
+    def rule(bc):
+        axis = _flat_or_int_axis(bc, param)
+        a = bc.arg("a")
+        if axis is None:
+            a = fill("np.reshape(a, (n, -1))", a=a, n=bc.n_batch)
+        return bc.emit(keywords=("axis",), a=a, axis=to_expr(_moved_axis(axis)))
+    return rule
+
+
+def _added_back(param):
+    """The adjoint helpers add_taken/add_repeated: `like` and `values` with the batch axis;
+    for axis=None each example's values go back into that example's flattened array."""
+    def rule(bc):
+        axis = _flat_or_int_axis(bc, param)
+        like, values = bc.full("like"), bc.full("values")
+        if axis is not None:
+            return bc.emit(like=like, values=values, axis=to_expr(_moved_axis(axis)))
+        flat = fill("np.reshape(v, (n, -1))", v=like, n=bc.n_batch)
+        spread = fill("np.reshape(v, (n, -1))", v=values, n=bc.n_batch)
+        summed = bc.emit(like=flat, values=spread, axis=to_expr(1))
+        return fill("np.reshape(s, np.shape(v))", s=summed, v=like)
+    return rule
+
+
 def _along_axis(bc):
     """A function working along one axis (np.diff): a negative axis counts from the end in
     both worlds; a non-negative one moves past the batch axis."""
@@ -419,6 +463,21 @@ def _flip(bc):
     return fill("np.flip(x, a)", x=bc.arg("x"), a=_single(_shift(axes)))
 
 
+def _flip_one_axis(bc):
+    """np.fliplr/np.flipud: the example's axis 1 or 0, past the batch axis."""
+    axis = 2 if bc.rule.name == "fliplr" else 1
+    return fill("np.flip(x, a)", x=bc.arg("x"), a=axis)
+
+
+def _rot90(bc):
+    rank = _rank_or_fail(bc, "x")
+    k, axes = bc.call.const("k", 1), bc.call.const("axes", (0, 1))
+    if not isinstance(k, int) or not isinstance(axes, tuple):
+        raise NoBatchingRule("rot90 with turns or axes that are not constants")
+    return fill("np.rot90(x, k, a)", x=bc.arg("x"), k=k,
+                a=tuple(axis % rank + 1 for axis in axes))
+
+
 def _triangle(bc):
     if bc.is_batched("k"):
         raise NoBatchingRule("a diagonal offset that differs per example")
@@ -463,6 +522,19 @@ def _tile(bc):
     return fill("np.tile(x, r)", x=bc.aligned("x", out), r=(1,) + full)
 
 
+#: np.atleast_Nd as an index of a batch, by N and the per-example rank: ":" keeps an axis,
+#: "None" adds one (the batch axis is the first ":").
+_ATLEAST_INDEX = {(1, 0): "x[:, None]", (2, 0): "x[:, None, None]", (2, 1): "x[:, None, :]",
+                  (3, 0): "x[:, None, None, None]", (3, 1): "x[:, None, :, None]",
+                  (3, 2): "x[:, :, :, None]"}
+
+
+def _atleast(bc):
+    rank = _rank_or_fail(bc, "x")
+    template = _ATLEAST_INDEX.get((int(bc.rule.name[len("atleast_")]), rank), "x")
+    return fill(template, x=bc.arg("x"))
+
+
 def _identity(bc):
     return elementwise(bc) if bc.out_rank is not None else bc.value
 
@@ -482,7 +554,7 @@ def _pieces(bc):
 
 
 def join(bc):
-    """concatenate/stack/hstack/vstack/np.array of a display: along the shifted axis."""
+    """concatenate/stack/hstack/np.array of a display: along the shifted axis."""
     if bc.type("arrays").kind == "array":  # np.array(x) of an array: a copy
         return _identity(bc)
     axis, stacked = _join_axis(bc.call)
@@ -490,13 +562,33 @@ def join(bc):
         func = "np.stack" if stacked else "np.concatenate"
         return fill(f"{func}(p, axis=a)", p=bc.arg("arrays"), a=axis + 1)
     first = (bc.type("arrays").elts or (T.UNKNOWN,))[0]
-    if bc.rule.name in ("hstack", "vstack") and first.ndim == 0:
+    if bc.rule.name == "hstack" and first.ndim == 0:
         axis, stacked = 0, True  # scalars are laid side by side
     if bc.rule.name == "array" and bc.call.const("dtype") is not None:
         raise NoBatchingRule("np.array with a dtype")
     pieces = gast.Tuple(elts=_pieces(bc), ctx=gast.Load())
     func = "np.stack" if stacked else "np.concatenate"
     return fill(f"{func}(p, axis=a)", p=pieces, a=axis + 1)
+
+
+#: column_stack/dstack: a batched piece of each per-example rank laid as the join lays it
+_LAID_AS = {"vstack": {0: "x[:, None, None]", 1: "x[:, None, :]"},
+            "column_stack": {0: "x[:, None, None]", 1: "x[:, :, None]"},
+            "dstack": {k: v for (n, k), v in _ATLEAST_INDEX.items() if n == 3}}
+
+
+def side_by_side(bc):
+    """vstack/column_stack/dstack of a display: every piece with the batch axis and laid out
+    as the join lays it, then joined along the shifted axis."""
+    name = bc.rule.name
+    if bc.type("arrays").kind == "list":
+        raise NoBatchingRule(f"np.{name} of a list built at run time")
+    types = bc.type("arrays").elts or ()
+    if any(t.ndim is None for t in types):
+        raise NoBatchingRule(f"np.{name} of pieces of unknown rank")
+    laid = [fill(_LAID_AS[name].get(t.ndim, "x"), x=p) for p, t in zip(_pieces(bc), types)]
+    axis = {"vstack": 1, "column_stack": 2, "dstack": 3}[name]
+    return fill("np.concatenate(p, axis=a)", p=gast.Tuple(elts=laid, ctx=gast.Load()), a=axis)
 
 
 # ---------------------------------------------------------------- creators
@@ -635,6 +727,21 @@ def _outer(bc):
     return fill("a * b", a=a, b=b)
 
 
+def _kron(bc):
+    """kron of vectors or of matrices per example: each pair of entries multiplied with the
+    batch axis shared, then laid out as the example's kron lays them."""
+    ra, rb = _rank_or_fail(bc, "a"), _rank_or_fail(bc, "b")
+    a, b = bc.full("a"), bc.full("b")
+    if ra == rb == 1:
+        return fill("np.reshape(a[:, :, None] * b[:, None, :], (n, -1))", a=a, b=b,
+                    n=bc.n_batch)
+    if ra == rb == 2:
+        pairs = fill("a[:, :, None, :, None] * b[:, None, :, None, :]", a=a, b=b)
+        return fill("np.reshape(p, (n, a.shape[1] * b.shape[1], -1))", p=pairs, a=a, b=b,
+                    n=bc.n_batch)
+    raise NoBatchingRule(f"kron of ranks {ra} and {rb}")
+
+
 def _einsum(bc):
     from .linalg import parse_subscripts
     spec = bc.call.const("subscripts")
@@ -697,6 +804,21 @@ def _diag(bc):
     if rank == 1:
         return fill("x[:, :, None] * np.eye(x.shape[1])", x=x)
     return fill("np.diagonal(x, axis1=1, axis2=2)", x=x)
+
+
+def _diagflat(bc):
+    """Each example flattened onto the k-th diagonal: the vector padded with |k| zeros (after
+    it for k > 0, before it for k < 0) times np.eye(m, m, k) puts entry i at column i + k."""
+    k = bc.call.const("k", 0)
+    if bc.is_batched("k") or not isinstance(k, int):
+        raise NoBatchingRule("a diagonal offset that is not a constant")
+    flat = fill("np.reshape(v, (n, -1))", v=bc.arg("x"), n=bc.n_batch)
+    if k > 0:
+        flat = fill("np.concatenate((f, np.zeros((n, k))), axis=1)", f=flat, n=bc.n_batch, k=k)
+    elif k < 0:
+        flat = fill("np.concatenate((np.zeros((n, k)), f), axis=1)", f=flat, n=bc.n_batch,
+                    k=-k)
+    return fill("f[:, :, None] * np.eye(f.shape[1], f.shape[1], k)", f=flat, k=k)
 
 
 def _norm(bc):
@@ -830,6 +952,10 @@ _register(("take_along_axis",), _take_along_axis)
 _register(("add_along_axis",), _add_along_axis)
 _register(("cumsum", "cumprod"), _cumsum)
 _register(("average",), _average)
+_register(("take",), _gather_like("indices"))
+_register(("add_taken",), _added_back("indices"))
+_register(("repeat",), _gather_like("repeats"))
+_register(("add_repeated",), _added_back("repeats"))
 _register(("diff",), _along_axis)
 _register(("all",), _whole_reduction(("np.all(x, axis=axes)", "a == b", None)))
 _register(("any",), _whole_reduction(("np.any(x, axis=axes)", "a == b", None)))
@@ -845,11 +971,15 @@ _register(("transpose", "T"), _transpose)
 _register(("swapaxes",), _swapaxes)
 _register(("moveaxis",), _moveaxis)
 _register(("flip",), _flip)
+_register(("fliplr", "flipud"), _flip_one_axis)
+_register(("rot90",), _rot90)
 _register(("roll",), _roll)
 _register(("tril", "triu"), _triangle)
 _register(("broadcast_to",), _broadcast_to)
 _register(("tile",), _tile)
-_register(("concatenate", "stack", "hstack", "vstack", "array"), join)
+_register(("atleast_1d", "atleast_2d", "atleast_3d"), _atleast)
+_register(("concatenate", "stack", "hstack", "array"), join)
+_register(("vstack", "column_stack", "dstack"), side_by_side)
 _register(("zeros", "ones", "empty", "full", "arange", "linspace", "eye", "identity"), creator)
 _register(("full_like",), _full_like)
 _register(SHAPE_QUERIES, _shape_query)
@@ -857,12 +987,14 @@ _register(("deepcopy",), lambda bc: bc.value)  # a copy of the batched value, as
 _register(("dot", "matmul", "inner"), product)
 _register(("vdot",), _vdot)
 _register(("outer",), _outer)
+_register(("kron",), _kron)
 _register(("einsum",), _einsum)
 _register(("multi_dot",), _multi_dot)
 _register(("tensordot",), _tensordot)
 _register(("cross",), _cross)
 _register(("trace",), _trace)
 _register(("diag", "diagonal"), _diag)
+_register(("diagflat",), _diagflat)
 _register(("norm",), _norm)
 _register(("solve",), _solve)
 _register(("inv", "det", "slogdet", "cholesky"), _stacked)

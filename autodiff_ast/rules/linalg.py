@@ -1,5 +1,5 @@
-"""Linear algebra primitives: products (dot, matmul, outer, inner, einsum), trace, diag, and
-``np.linalg`` (norm, solve, inv, det, slogdet).
+"""Linear algebra primitives: products (dot, matmul, outer, inner, kron, einsum), trace, diag,
+and ``np.linalg`` (norm, solve, inv, det, slogdet).
 
 Products are bilinear: the forward rule is ``f(a_dot, b) + f(a, b_dot)``; the reverse rules
 depend on the operands' ranks, which static inference knows.
@@ -115,6 +115,44 @@ register(Rule("outer", "np.outer", ("a", "b"), {}, ("a", "b"),
                                      call.types["b"])},
               _bilinear_jvp), np.outer)
 
+
+
+# kron(a, b) of vectors is the outer product laid flat; of matrices, block (i, j) is
+# a[i, j] * b, so g reshaped to (rows of a, rows of b, columns of a, columns of b) pairs each
+# entry of a with the block it scales. A vector beside a matrix is a row (NumPy's rule).
+def _infer_kron(call):
+    a, b = call.types["a"], call.types["b"]
+    dtype = T.result_dtype(a, b)
+    if a.ndim is None or b.ndim is None:
+        return T.AType("array", dtype, None)
+    return T.array((T.N,) * max(a.ndim, b.ndim, 1), dtype)
+
+
+def _as_matrix(expr, rank):
+    return expr if rank == 2 else fill("np.reshape(v, (1, -1))", v=expr)
+
+
+def _kron_vjp(call, g):
+    a, b = call.args["a"], call.args["b"]
+    ra, rb = call.ndim("a"), call.ndim("b")
+    if ra not in (1, 2) or rb not in (1, 2):
+        return None  # numbers and stacks of matrices: no template
+    ta, tb = call.types["a"], call.types["b"]
+    if ra == rb == 1:
+        blocks = fill("np.reshape(g, (a.shape[0], b.shape[0]))", g=g, a=a, b=b)
+        return {"a": (fill("np.dot(q, b)", q=blocks, b=b), ta),
+                "b": (fill("np.dot(a, q)", q=blocks, a=a), tb)}
+    a2, b2 = _as_matrix(a, ra), _as_matrix(b, rb)
+    blocks = fill("np.reshape(g, (a.shape[0], b.shape[0], a.shape[1], b.shape[1]))", g=g,
+                  a=a2, b=b2)
+    a_bar = fill("np.sum(q * b[None, :, None, :], axis=(1, 3))", q=blocks, b=b2)
+    b_bar = fill("np.sum(q * a[:, None, :, None], axis=(0, 2))", q=blocks, a=a2)
+    return {"a": (a_bar if ra == 2 else fill("v[0]", v=a_bar), ta),
+            "b": (b_bar if rb == 2 else fill("v[0]", v=b_bar), tb)}
+
+
+register(Rule("kron", "np.kron", ("a", "b"), {}, ("a", "b"), _infer_kron, _kron_vjp,
+              _bilinear_jvp), np.kron)
 
 # ---------------------------------------------------------------- einsum
 def _infer_einsum(call):

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import types as T
 from ..templates import fill, to_expr
-from . import Rule, register, register_helper
+from . import Rule, all_rules, register, register_helper
 
 
 def _dims_without(dims, axis, keepdims):
@@ -608,6 +608,53 @@ register(Rule("roll", "np.roll", ("x", "shift", "axis"), {"axis": None}, ("x",),
               _relinear, linear=True), np.roll)
 
 
+
+# fliplr/flipud reverse one axis (1 and 0): each is its own adjoint.
+def _flip_one_axis_vjp(call, g):
+    return {"x": (_relinear(call, {"x": g}), call.types["x"])}
+
+
+for _fn in (np.fliplr, np.flipud):
+    register(Rule(_fn.__name__, f"np.{_fn.__name__}", ("x",), {}, ("x",), _infer_flip,
+                  _flip_one_axis_vjp, _relinear, linear=True), _fn)
+
+
+# rot90(x, k, axes) turns the plane of two axes by k quarter turns; the adjoint turns back.
+def _rot90_plane(call):
+    """(quarter turns in 0..3, the two axes), or None unless both are constants."""
+    k, axes = call.const("k", 1), call.const("axes", (0, 1))
+    if not isinstance(k, int) or isinstance(k, bool) or not isinstance(axes, tuple) or \
+            not all(isinstance(a, int) for a in axes):
+        return None
+    return k % 4, axes
+
+
+def _infer_rot90(call):
+    x, plane = call.types["x"], _rot90_plane(call)
+    if x.dims is None:
+        return x
+    if plane is None:  # which axes trade places is not known: neither is known to be one
+        return T.array((T.N,) * len(x.dims), x.dtype)
+    turns, axes = plane
+    dims = list(x.dims)
+    if turns % 2:
+        a, b = (axis % len(dims) for axis in axes)
+        dims[a], dims[b] = dims[b], dims[a]
+    return T.array(tuple(dims), x.dtype)
+
+
+def _rot90_vjp(call, g):
+    plane = _rot90_plane(call)
+    if plane is None:
+        return None
+    turns, axes = plane
+    return {"x": (fill("np.rot90(g, k, a)", g=g, k=(4 - turns) % 4, a=axes), call.types["x"])}
+
+
+register(Rule("rot90", "np.rot90", ("x", "k", "axes"), {"k": 1, "axes": (0, 1)}, ("x",),
+              _infer_rot90, _rot90_vjp, lambda call, dots: _relinear(call, dots)
+              if _rot90_plane(call) is not None else None, linear=True), np.rot90)
+
 # tril/triu keep a triangle of a matrix and zero the rest: their adjoint keeps the same
 # triangle of the cotangent (summed over the rows for a vector, which they repeat as rows).
 def _infer_triangle(call):
@@ -626,6 +673,28 @@ for _fn in (np.tril, np.triu):
     register(Rule(_fn.__name__, f"np.{_fn.__name__}", ("x", "k"), {"k": 0}, ("x",),
                   _infer_triangle, _triangle_vjp, _relinear, linear=True), _fn)
 
+
+
+# diagflat(v, k) puts v, flattened, on the k-th diagonal of a square matrix of size n + |k|;
+# the cotangent is that diagonal of g (the main diagonal of the square block g[:-k, k:], or
+# g[-k:, :k] for k < 0), shaped like v (summed to a number for a number). The diagonal is
+# read as a masked row sum, not np.diag: vmap batches np.diag of a matrix into np.diagonal
+# with axes, which has no derivative rule, so a Hessian would stop there.
+def _diagflat_vjp(call, g):
+    k = call.const("k", 0)
+    if not isinstance(k, int):
+        return None
+    block = g if k == 0 else fill("g[:-k, k:]" if k > 0 else "g[-k:, :k]", g=g, k=k)
+    diagonal = fill("np.sum(b * np.eye(b.shape[0]), axis=1)", b=block)
+    v = call.types["x"]
+    if v.kind in ("float", "int", "bool"):
+        return {"x": (fill("np.sum(d)", d=diagonal), v)}
+    return {"x": (fill("np.reshape(d, np.shape(x))", d=diagonal, x=call.args["x"]), v)}
+
+
+register(Rule("diagflat", "np.diagflat", ("x", "k"), {"k": 0}, ("x",),
+              lambda call: T.array((T.N, T.N), call.types["x"].dtype or "float64"),
+              _diagflat_vjp, _relinear, linear=True), np.diagflat)
 
 # diff(x) along the last axis: y[i] = x[i + 1] - x[i], so x[j] receives g[j - 1] - g[j]
 # (only the first term at the end, only the second at the start).
@@ -699,6 +768,45 @@ register(Rule("tile", "np.tile", ("x", "reps"), {}, ("x",), _infer_tile, _tile_v
               linear=True), np.tile)
 
 
+
+# atleast_1d/2d/3d(x): x with size-one axes added up to the rank (a number becomes
+# (1,)/(1, 1)/(1, 1, 1), a vector a row (1, n) or (1, n, 1), a matrix (m, n, 1)); the cotangent
+# is reshaped back (summed to a number for a number).
+_ATLEAST_DIMS = {
+    1: {0: lambda d: (1,)},
+    2: {0: lambda d: (1, 1), 1: lambda d: (1,) + d},
+    3: {0: lambda d: (1, 1, 1), 1: lambda d: (1,) + d + (1,), 2: lambda d: d + (1,)},
+}
+
+
+def _atleast_rank(rule):
+    return int(rule.name[len("atleast_")])
+
+
+def _infer_atleast(call):
+    x = call.types["x"]
+    dtype = x.dtype or "float64"
+    grows = _ATLEAST_DIMS[_atleast_rank(call.rule)]
+    if x.kind in ("float", "int", "bool"):
+        return T.array(grows[0](()), dtype)
+    if x.dims is None:
+        return T.AType("array", dtype, None)
+    grow = grows.get(len(x.dims))
+    return T.array(grow(tuple(x.dims)) if grow else tuple(x.dims), dtype)
+
+
+def _atleast_vjp(call, g):
+    x = call.types["x"]
+    if x.kind in ("float", "int", "bool"):
+        return {"x": (fill("np.sum(g)", g=g), x)}
+    return {"x": (fill("np.reshape(g, np.shape(x))", g=g, x=call.args["x"]), x)}
+
+
+for _fn in (np.atleast_1d, np.atleast_2d, np.atleast_3d):
+    register(Rule(_fn.__name__, f"np.{_fn.__name__}", ("x",), {}, ("x",), _infer_atleast,
+                  _atleast_vjp, _relinear, linear=True), _fn)
+
+
 def _identity_vjp(call, g):
     return {"x": (to_expr(g), None)}  # None: the cotangent's own type (it may be lazy)
 
@@ -732,8 +840,6 @@ def _join_axis(call):
         return 0, True
     if name == "hstack":
         return (0 if first.ndim == 1 else 1), False
-    if name == "vstack":
-        return 0, first.ndim == 1
     axis = call.const("axis", 0)
     if name == "stack":
         return axis % ((first.ndim or 0) + 1), True
@@ -795,11 +901,71 @@ def _join_jvp(call, dots):
     return emit_call(call.rule, args, call.keywords)
 
 
-for _name, _fn in (("concatenate", np.concatenate), ("stack", np.stack), ("hstack", np.hstack),
-                   ("vstack", np.vstack)):
+for _name, _fn in (("concatenate", np.concatenate), ("stack", np.stack), ("hstack", np.hstack)):
     register(Rule(_name, f"np.{_name}", ("arrays", "axis"), {"axis": 0}, ("arrays",),
                   _infer_join, _join_vjp, _join_jvp, linear=True), _fn)
 
+
+# vstack lays its pieces one above the other along axis 0 (vectors as rows), column_stack side
+# by side along axis 1 (vectors as columns), dstack along axis 2 (vectors as (1, n, 1),
+# matrices as (m, n, 1)). A piece without that axis of its own takes one position of it (its
+# cotangent is the result's cotangent there), any other piece a slice as wide as its own axis.
+_SIDE_BY_SIDE = {"vstack": 0, "column_stack": 1, "dstack": 2}
+#: the cotangent of a piece of each rank that takes one position `o` of the axis
+_ONE_POSITION = {"vstack": {0: "g[o, 0]", 1: "g[o]"},
+                 "column_stack": {0: "g[0, o]", 1: "g[:, o]"},
+                 "dstack": {0: "g[0, 0, o]", 1: "g[0, :, o]", 2: "g[:, :, o]"}}
+
+
+def _laid_dims(name, dims):
+    """The axes of a piece as its join lays it out."""
+    if name == "dstack":
+        grow = _ATLEAST_DIMS[3].get(len(dims))
+        return grow(dims) if grow else dims
+    if name == "vstack":
+        return {0: (1, 1), 1: (1,) + dims}.get(len(dims), dims)
+    return {0: (1, 1), 1: dims + (1,)}.get(len(dims), dims)
+
+
+def _infer_side_by_side(call):
+    elts = call.types["arrays"].elts or ()
+    if not elts or any(e.ndim is None for e in elts):
+        return T.AType("array", "float64", None)
+    name = call.rule.name
+    laid = [T.array(_laid_dims(name, tuple(e.dims or ())), e.dtype or "float64")
+            for e in elts]
+    dims = list(T.broadcast(*laid).dims)
+    dims[_SIDE_BY_SIDE[name]] = T.N
+    return T.array(tuple(dims), T.result_dtype(*elts))
+
+
+def _side_by_side_vjp(call, g):
+    import gast
+    name = call.rule.name
+    axis = _SIDE_BY_SIDE[name]
+    types = call.types["arrays"].elts or ()
+    if any(t.ndim is None for t in types):
+        return None  # where a piece lies depends on its rank
+    out, offset = {}, to_expr(0)
+    for i, (piece, typ) in enumerate(zip(call.args["arrays"].elts, types)):
+        if typ.ndim <= axis or (name == "vstack" and typ.ndim == 1):
+            part = fill(_ONE_POSITION[name][typ.ndim], g=g, o=offset)
+            offset = fill("o + 1", o=offset)
+        else:
+            upper = fill("o + p.shape[a]", o=offset, p=piece, a=axis)
+            key = gast.Slice(lower=offset, upper=upper, step=None)
+            part = gast.Subscript(value=to_expr(g), slice=_index_at(axis, key),
+                                  ctx=gast.Load())
+            offset = upper
+        out[("arrays", i)] = (part, typ)
+    return out
+
+
+for _name in _SIDE_BY_SIDE:
+    register(Rule(_name, f"np.{_name}", ("arrays",), {}, ("arrays",), _infer_side_by_side,
+                  _side_by_side_vjp, _join_jvp, linear=True), getattr(np, _name))
+if hasattr(np, "row_stack"):  # vstack's old name: the same rule, emitted as np.vstack
+    register(all_rules()["vstack"], np.row_stack)
 
 def _infer_array(call):
     if call.types["arrays"].kind == "array":  # np.array(x) of an array: a copy
@@ -1004,6 +1170,103 @@ register_helper(Rule("add_along_axis", "add_along_axis", ("like", "indices", "va
                      else None,
                      lambda call, dots: _relinear(call, dots, "values"), linear=True),
                 "add_along_axis")
+
+
+def constant_axis(call):
+    """Whether the call's axis is absent, None or a constant integer (not a value held in a
+    name, which call.const reads as None)."""
+    t = call.types.get("axis")
+    return t is None or t.kind == "none" or (t.kind == "int" and t.value is not None)
+
+
+# take(a, indices, axis): a gather, linear in `a`. Its adjoint adds the cotangent back at the
+# indices (the add_taken helper; repeated indices add up), along the flattened array for
+# axis=None. Only NumPy's default mode ("raise") is handled.
+def _infer_take(call):
+    a, indices = call.types["a"], call.types["indices"]
+    dtype = a.dtype or "float64"
+    picked = () if indices.kind == "int" else indices.dims
+    axis = call.const("axis")
+    if picked is None or not constant_axis(call) or (axis is not None and a.dims is None):
+        return T.AType("array", dtype, None)
+    if axis is None:
+        return T.array(picked, dtype) if picked else T.FLOAT
+    at = axis % len(a.dims)
+    dims = tuple(a.dims[:at]) + tuple(picked) + tuple(a.dims[at + 1:])
+    return T.array(dims, dtype) if dims else T.FLOAT
+
+
+def _take_handled(call):
+    return "mode" not in call.args and "out" not in call.args and constant_axis(call)
+
+
+def _take_vjp(call, g):
+    if not _take_handled(call):
+        return None
+    bar = fill("add_taken(a, indices, g, axis)", a=call.args["a"],
+               indices=call.args["indices"], g=g, axis=call.const("axis"))
+    return {"a": (bar, call.types["a"])}
+
+
+def _take_jvp(call, dots):
+    return _relinear(call, dots, "a") if _take_handled(call) else None
+
+
+register(Rule("take", "np.take", ("a", "indices", "axis", "out", "mode"), {"axis": None},
+              ("a",), _infer_take, _take_vjp, _take_jvp, linear=True), np.take)
+# add_taken(like, indices, values, axis): the helper the rule above emits, linear in values;
+# its transpose is np.take again (used when a gradient is differentiated).
+register_helper(Rule("add_taken", "add_taken", ("like", "indices", "values", "axis"), {},
+                     ("values",),
+                     lambda call: T.array(call.types["like"].dims,
+                                          call.types["values"].dtype or "float64"),
+                     lambda call, g: {"values": (fill(
+                         "np.take(g, indices, axis=a)", g=g, indices=call.args["indices"],
+                         a=call.const("axis")), call.types["values"])},
+                     lambda call, dots: _relinear(call, dots, "values"), linear=True),
+                "add_taken")
+
+
+
+# repeat(a, repeats, axis): each entry copied `repeats` times (one count, or a count per entry
+# along the axis), linear in `a`; its adjoint sums each entry's copies (the add_repeated
+# helper), along the flattened array for axis=None.
+def _infer_repeat(call):
+    a = call.types["a"]
+    dtype = a.dtype or "float64"
+    axis = call.const("axis")
+    if not constant_axis(call) or (axis is not None and a.dims is None):
+        return T.AType("array", dtype, None)
+    if axis is None:
+        return T.array((T.N,), dtype)
+    dims = list(a.dims)
+    dims[axis % len(dims)] = T.N
+    return T.array(tuple(dims), dtype)
+
+
+def _repeat_vjp(call, g):
+    if not constant_axis(call):
+        return None
+    bar = fill("add_repeated(a, g, repeats, axis)", a=call.args["a"], g=g,
+               repeats=call.args["repeats"], axis=call.const("axis"))
+    return {"a": (bar, call.types["a"])}
+
+
+register(Rule("repeat", "np.repeat", ("a", "repeats", "axis"), {"axis": None}, ("a",),
+              _infer_repeat, _repeat_vjp, lambda call, dots: _relinear(call, dots, "a"),
+              linear=True), np.repeat)
+# add_repeated(like, values, repeats, axis): the helper the rule above emits, linear in values;
+# its transpose is np.repeat again.
+register_helper(Rule("add_repeated", "add_repeated", ("like", "values", "repeats", "axis"), {},
+                     ("values",),
+                     lambda call: T.array(call.types["like"].dims,
+                                          call.types["values"].dtype or "float64"),
+                     lambda call, g: {"values": (fill(
+                         "np.repeat(g, repeats, axis=a)", g=g, repeats=call.args["repeats"],
+                         a=call.const("axis")), call.types["values"])},
+                     lambda call, dots: _relinear(call, dots, "values"), linear=True),
+                "add_repeated")
+
 # The index helpers of code whose small vectors are scalars (autodiff_ast/scalarize.py), and the
 # length check of vector arithmetic written as loops (autodiff_ast/vector_loops.py): integer
 # results, no derivative; the element they pick is an ordinary read x[index].
