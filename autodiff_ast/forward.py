@@ -40,6 +40,7 @@ from .reverse import (
     _stmt_targets,
     activity,
     refuse_dict_output,
+    runtime_option_error,
     walk_statements,
 )
 from .rules import PrimCall
@@ -918,6 +919,8 @@ def _forward_rule(stmt, tan, core):
     if rule.jvp is None:
         raise missing_rule(stmt, core, rule)
     expr = rule.jvp(call, dots)
+    if call.unknown_option() is not None:
+        raise runtime_option_error(stmt, core, rule, call.unknown_option())
     if expr is None:
         raise missing_rule(stmt, core, rule, "for these argument ranks or options")
     tan.helpers |= _helpers_called(expr)

@@ -2128,9 +2128,20 @@ def _is_dtype(atom):
         issubclass(atom.value, np.generic)))
 
 
+def _constant_value(value):
+    """Whether `value` is a number, string, None or a tuple of them (a constant in code)."""
+    if isinstance(value, tuple):
+        return all(_constant_value(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str, np.generic))
+
+
 def _dtype_atom(atom, node, normalizer):
+    """A Static passed to a NumPy call: a dtype as its name, a constant (a static argument
+    under jit: `axis=k`) as itself."""
     if isinstance(atom, Static):
         value = atom.value
+        if _constant_value(value) and not isinstance(value, type):
+            return to_expr(value.item() if isinstance(value, np.generic) else value)
         if value in (float, int, bool):
             return gast.Name(id=value.__name__, ctx=gast.Load(), annotation=None,
                              type_comment=None)

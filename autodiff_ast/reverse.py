@@ -3228,6 +3228,8 @@ def _reverse_rule(stmt, adj, active, core):
     if rule.vjp is None:
         raise _missing(stmt, core, rule)
     result = rule.vjp(call, g)
+    if call.unknown_option() is not None:
+        raise runtime_option_error(stmt, core, rule, call.unknown_option())
     if result is None:
         raise _missing(stmt, core, rule, "for these argument ranks or options")
     if rule.name in _ELEMENTWISE_OK and _lazy_undercounts(adj, call, target[0], result, active):
@@ -3321,6 +3323,16 @@ def _helpers_called(exprs):
     return {node.func.id for e in exprs if isinstance(e, gast.AST) for node in gast.walk(e)
             if isinstance(node, gast.Call) and isinstance(node.func, gast.Name)
             and node.func.id in HELPERS}
+
+
+def runtime_option_error(stmt, core, rule, param):
+    """The error for a template that needs `param` (an axis, a count) where the code is
+    generated, given a value only known at run time."""
+    return core.info.error(
+        MissingRuleError, f"{rule.emit or rule.name}'s {param} is only known at run time: its "
+        "derivative is written for one value of it", stmt.origin,
+        "write the value in the code (axis=1), or make the argument static: "
+        "jit(grad(f), static_argnums=...)")
 
 
 def _missing(stmt, core, rule, detail=""):

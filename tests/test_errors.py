@@ -391,3 +391,22 @@ def test_function_without_source():
     with pytest.raises(ad.SourceUnavailableError) as info:
         ad.grad(namespace["hidden"])(1.0)
     assert "linecache" in info.value.hint
+
+
+def sum_along(x, k):
+    return np.sum(np.sum(x, axis=k) ** 2)
+
+
+def test_an_option_known_only_at_run_time_is_refused_not_read_as_the_default():
+    """`np.sum(x, axis=k)` with k an int argument: the reverse template needs the axis where
+    the code is generated; it read None (the default) and the gradient failed inside the
+    generated code. Refused at the user's line now; a static argument under jit is a
+    constant, and works (it was refused as "only dtypes and constants")."""
+    x = np.arange(1.0, 7.0).reshape(2, 3)
+    err = raised(MissingRuleError, sum_along, x, 1)
+    assert_located(err, sum_along, "np.sum")
+    assert "np.sum's axis is only known at run time" in err.message
+    from autodiff_ast.jit import jit
+    np.testing.assert_allclose(jit(ad.grad(sum_along), static_argnums=1)(x, 1),
+                               2.0 * np.sum(x, axis=1, keepdims=True) * np.ones_like(x))
+    np.testing.assert_allclose(ad.grad(lambda v, n: np.sum(v ** n))(x, 3), 3.0 * x ** 2)

@@ -48,6 +48,14 @@ class Rule:
         return bool(self.diff) and not self.nondiff_output
 
 
+# Parameters that choose a template (an axis, a count of turns, an order) rather than carry a
+# value into it: a template reading one needs its value where the code is generated. (A
+# template may ask for other parameters' values and fall back on the expression: the
+# exponent of `x ** n`.)
+OPTIONS = frozenset({"axis", "axes", "axis1", "axis2", "source", "destination", "keepdims",
+                     "k", "ord", "ddof", "n", "reps", "returned", "subscripts"})
+
+
 class PrimCall:
     """One call site of a primitive as a rule sees it: arguments bound to parameter names."""
 
@@ -58,15 +66,26 @@ class PrimCall:
         self.types = types  # param -> AType
         self.out = out  # the output's name (str), or an expression
         self.out_type = out_type
+        # parameters a template asked the value of that are only known at run time (an int
+        # argument passed as axis=k): const gives None, which the template would read as the
+        # default; whoever applies the template refuses instead (see unknown_option)
+        self.runtime_consts = []
 
     def const(self, param, default=None):
         """The compile-time value of a parameter (a constant or a constant tuple)."""
         t = self.types.get(param)
         if t is None:
             return self.rule.defaults.get(param, default)
+        if t.value is None and t.kind in ("bool", "int", "str", "tuple") and \
+                param in OPTIONS and param not in self.runtime_consts:
+            self.runtime_consts.append(param)
         if t.value is not None or t.kind in ("none", "bool", "int", "str", "tuple"):
             return t.value
         return default
+
+    def unknown_option(self):
+        """The first parameter a template read that is only known at run time, or None."""
+        return self.runtime_consts[0] if self.runtime_consts else None
 
     def ndim(self, param):
         t = self.types.get(param)
