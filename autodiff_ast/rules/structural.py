@@ -131,22 +131,28 @@ def _prod_vjp(call, g):
     return {"x": (fill("ge * ye / x", ge=ge, ye=ye, x=call.args["x"]), call.types["x"])}
 
 
-def _tie_shares(call, ye):
-    """Where x equals the chosen value `ye` (expanded like x), 1 / the number of such ties."""
+def _ties(call, ye):
+    """(where x equals the chosen value `ye`, expanded like x; the number of such ties)."""
     mask = fill("x == ye", x=call.args["x"], ye=ye)
     axis = call.axis()
     if axis is None:
-        count = fill("np.sum(m)", m=mask)
-    else:
-        count = _unreduced(call, fill("np.sum(m, axis=a)", m=mask, a=axis))
+        return mask, fill("np.sum(m)", m=mask)
+    return mask, _unreduced(call, fill("np.sum(m, axis=a)", m=mask, a=axis))
+
+
+def _tie_shares(call, ye):
+    """Where x equals the chosen value `ye` (expanded like x), 1 / the number of such ties."""
+    mask, count = _ties(call, ye)
     return fill("m / c", m=mask, c=count)
 
 
 def _chooser_vjp(call, g):
-    """max/min: the cotangent is shared equally between the tied winners (JAX's rule)."""
+    """max/min: the cotangent is shared equally between the tied winners (JAX's rule).
+    Written `g * m / c`, the form codegen/tie_shares.py adds in place."""
     ge, _ = expand_like_input(call, g)
     ye, _ = expand_like_input(call, call.out)
-    return {"x": (fill("ge * s", ge=ge, s=_tie_shares(call, ye)), call.types["x"])}
+    mask, count = _ties(call, ye)
+    return {"x": (fill("ge * m / c", ge=ge, m=mask, c=count), call.types["x"])}
 
 
 def reduce_sum(call, expr):
