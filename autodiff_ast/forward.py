@@ -37,6 +37,7 @@ from .reverse import (
     _ELEMENTWISE_OK,
     CONTROL,
     _element_zero,
+    _helpers_called,
     _stmt_targets,
     activity,
     refuse_dict_output,
@@ -923,7 +924,7 @@ def _forward_rule(stmt, tan, core):
         raise runtime_option_error(stmt, core, rule, call.unknown_option())
     if expr is None:
         raise missing_rule(stmt, core, rule, "for these argument ranks or options")
-    tan.helpers |= _helpers_called(expr)
+    tan.helpers |= _helpers_called(expr if isinstance(expr, (list, tuple)) else [expr])
     out_t = tan.type_of(targets[0])
     if out_t.kind == "tuple" and len(targets) == 1:
         if not isinstance(expr, (list, tuple)):  # one expression: a tuple of tangents
@@ -936,15 +937,6 @@ def _forward_rule(stmt, tan, core):
     expr = _like_terms(to_expr(expr))
     typ = tan.expr_type(expr) if elementwise else out_t
     tan.bind(targets[0], expr, typ)
-
-
-def _helpers_called(expr):
-    """Names of emitted helpers (codegen.helpers) a tangent rule's expression calls."""
-    from codegen.helpers import HELPERS
-    exprs = expr if isinstance(expr, (list, tuple)) else [expr]
-    return {node.func.id for e in exprs if isinstance(e, gast.AST) for node in gast.walk(e)
-            if isinstance(node, gast.Call) and isinstance(node.func, gast.Name)
-            and node.func.id in HELPERS}
 
 
 class _LikeTerms(gast.NodeTransformer):

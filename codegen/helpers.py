@@ -88,23 +88,32 @@ def add_along_axis(like, indices, values, axis):
     return out
 '''
 
+HELPERS["around_axis"] = '''\
+def around_axis(shape, axis):
+    """(size before `axis`, its length, size after it) of an array of `shape`: the array seen
+    as blocks of shape (before, length, after); the whole array flattened when axis is None."""
+    if axis is None:
+        size = 1
+        for d in shape:
+            size *= d
+        return 1, size, 1
+    at = axis + len(shape) if axis < 0 else axis
+    before, after = 1, 1
+    for d in range(len(shape)):
+        if d < at:
+            before *= shape[d]
+        elif d > at:
+            after *= shape[d]
+    return before, shape[at], after
+'''
+
 HELPERS["add_taken"] = '''\
 def add_taken(like, indices, values, axis):
     """The adjoint of np.take(like, indices, axis): zeros shaped like `like`, with `values`
     added at `indices` along `axis` (along the flattened array when `axis` is None); repeated
     indices add up, negative ones count from the end."""
-    shape = np.shape(like)
-    out = np.zeros(shape)
-    if axis is None:
-        before, length, after = 1, out.size, 1
-    else:
-        at = axis + len(shape) if axis < 0 else axis
-        before, length, after = 1, shape[at], 1
-        for d in range(len(shape)):
-            if d < at:
-                before *= shape[d]
-            elif d > at:
-                after *= shape[d]
+    out = np.zeros(np.shape(like))
+    before, length, after = around_axis(np.shape(like), axis)
     flat_index = np.ravel(np.asarray(indices))
     count = flat_index.size
     blocks = out.reshape((before, length, after))
@@ -124,18 +133,8 @@ def add_repeated(like, values, repeats, axis):
     """The adjoint of np.repeat(like, repeats, axis): zeros shaped like `like`, each entry
     receiving the sum of its repeated copies in `values` (along the flattened array when `axis`
     is None; `repeats` one count, or a count per entry along the axis)."""
-    shape = np.shape(like)
-    out = np.zeros(shape)
-    if axis is None:
-        before, length, after = 1, out.size, 1
-    else:
-        at = axis + len(shape) if axis < 0 else axis
-        before, length, after = 1, shape[at], 1
-        for d in range(len(shape)):
-            if d < at:
-                before *= shape[d]
-            elif d > at:
-                after *= shape[d]
+    out = np.zeros(np.shape(like))
+    before, length, after = around_axis(np.shape(like), axis)
     counts = np.broadcast_to(np.ravel(np.asarray(repeats)), (length,))
     blocks = out.reshape((before, length, after))
     g = np.ascontiguousarray(np.asarray(values)).reshape((before, np.sum(counts), after))
@@ -264,7 +263,8 @@ def median_weights(x, axis):
 
 #: Helpers that a helper calls (emitted with it).
 HELPER_DEPENDS = {"slice_length": ("slice_start",), "dot_adjoints": ("unbroadcast",),
-                  "matmul_adjoints": ("dot_adjoints", "unbroadcast")}
+                  "matmul_adjoints": ("dot_adjoints", "unbroadcast"),
+                  "add_taken": ("around_axis",), "add_repeated": ("around_axis",)}
 
 
 def helper_source(names):

@@ -25,7 +25,7 @@ from autodiff_ast.errors import CompileError
 from autodiff_ast.jit import jit
 from autodiff_ast.templates import unparse
 from codegen import dialect
-from codegen.helpers import DIALECT_HELPERS, HELPERS, dialect_helper_source
+from codegen.helpers import DIALECT_HELPERS, HELPERS, dialect_helper_source, helper_source
 
 pytestmark = pytest.mark.filterwarnings("ignore:Cannot cache compiled function",
                                         "ignore:invalid value", "ignore:Mean of empty",
@@ -204,7 +204,8 @@ def _adjoint_pair(name, forward, x, arg, axis):
     """<forward(v), g> against <v, helper(x, ..., g)> for random v and g: the helper is the
     adjoint (transpose) of the NumPy gather or repeat."""
     ns = {"np": np}
-    exec(HELPERS[name], ns)
+    for text in helper_source({name}):  # with the helpers it calls
+        exec(text, ns)
     rng = np.random.default_rng(3)
     v = rng.standard_normal(x.shape)
     g = rng.standard_normal(np.shape(forward(v, arg, axis=axis)))
