@@ -1220,17 +1220,24 @@ def _take_jvp(call, dots):
 
 register(Rule("take", "np.take", ("a", "indices", "axis", "out", "mode"), {"axis": None},
               ("a",), _infer_take, _take_vjp, _take_jvp, linear=True), np.take)
-# add_taken(like, indices, values, axis): the helper the rule above emits, linear in values;
-# its transpose is np.take again (used when a gradient is differentiated).
-register_helper(Rule("add_taken", "add_taken", ("like", "indices", "values", "axis"), {},
-                     ("values",),
-                     lambda call: T.array(call.types["like"].dims,
-                                          call.types["values"].dtype or "float64"),
-                     lambda call, g: {"values": (fill(
-                         "np.take(g, indices, axis=a)", g=g, indices=call.args["indices"],
-                         a=call.const("axis")), call.types["values"])},
-                     lambda call, dots: _relinear(call, dots, "values"), linear=True),
-                "add_taken")
+
+
+def _added_back(name, params, gather, index):
+    """The rule of helper `name` (add_taken, add_repeated), which adds values back where the
+    NumPy call `gather` took them: linear in `values`, its transpose is `gather` again (used
+    when a gradient is differentiated); `index` names the indices or counts parameter."""
+    def transpose(call, g):
+        return {"values": (fill(f"{gather}(g, i, axis=a)", g=g, i=call.args[index],
+                                a=call.const("axis")), call.types["values"])}
+    register_helper(Rule(name, name, params, {}, ("values",),
+                         lambda call: T.array(call.types["like"].dims,
+                                              call.types["values"].dtype or "float64"),
+                         transpose, lambda call, dots: _relinear(call, dots, "values"),
+                         linear=True), name)
+
+
+# add_taken(like, indices, values, axis): the helper the rule above emits
+_added_back("add_taken", ("like", "indices", "values", "axis"), "np.take", "indices")
 
 
 
@@ -1261,17 +1268,8 @@ def _repeat_vjp(call, g):
 register(Rule("repeat", "np.repeat", ("a", "repeats", "axis"), {"axis": None}, ("a",),
               _infer_repeat, _repeat_vjp, lambda call, dots: _relinear(call, dots, "a"),
               linear=True), np.repeat)
-# add_repeated(like, values, repeats, axis): the helper the rule above emits, linear in values;
-# its transpose is np.repeat again.
-register_helper(Rule("add_repeated", "add_repeated", ("like", "values", "repeats", "axis"), {},
-                     ("values",),
-                     lambda call: T.array(call.types["like"].dims,
-                                          call.types["values"].dtype or "float64"),
-                     lambda call, g: {"values": (fill(
-                         "np.repeat(g, repeats, axis=a)", g=g, repeats=call.args["repeats"],
-                         a=call.const("axis")), call.types["values"])},
-                     lambda call, dots: _relinear(call, dots, "values"), linear=True),
-                "add_repeated")
+# add_repeated(like, values, repeats, axis): the helper the rule above emits
+_added_back("add_repeated", ("like", "values", "repeats", "axis"), "np.repeat", "repeats")
 
 # The index helpers of code whose small vectors are scalars (autodiff_ast/scalarize.py), and the
 # length check of vector arithmetic written as loops (autodiff_ast/vector_loops.py): integer
