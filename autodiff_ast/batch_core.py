@@ -555,11 +555,18 @@ class FunctionBatcher:
     def rule_value(self, stmt, call=None, value=None):
         bc = self.batch_call(stmt, call, value)
         try:
-            return R.batch(bc)
+            batched = R.batch(bc)
         except R.ValueDependentShape as exc:
             raise BatchShapeError(str(exc), stmt.origin) from None
         except R.NoBatchingRule as exc:
             return self.statement_loop(stmt, str(exc))
+        option = bc.call.unknown_option() if bc.call is not None else None
+        if option is not None:
+            # the rule (and the type rule before it) read an option, an axis say, that is
+            # only known at run time as its default: refused, as the sweeps refuse it
+            from .reverse import runtime_option_error
+            raise runtime_option_error(stmt, self.core, stmt.prim.rule, option)
+        return batched
 
     def nondiff_value(self, stmt):
         value = stmt.value

@@ -3329,8 +3329,8 @@ def runtime_option_error(stmt, core, rule, param):
     """The error for a template that needs `param` (an axis, a count) where the code is
     generated, given a value only known at run time."""
     return core.info.error(
-        MissingRuleError, f"{rule.emit or rule.name}'s {param} is only known at run time: its "
-        "derivative is written for one value of it", stmt.origin,
+        MissingRuleError, f"{rule.emit or rule.name}'s {param} is only known at run time: the "
+        "generated code is written for one value of it", stmt.origin,
         "write the value in the code (axis=1), or make the argument static: "
         "jit(grad(f), static_argnums=...)")
 

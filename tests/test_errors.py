@@ -411,3 +411,18 @@ def test_an_option_known_only_at_run_time_is_refused_not_read_as_the_default():
     np.testing.assert_allclose(jit(ad.grad(sum_along), static_argnums=1)(x, 1),
                                2.0 * np.sum(x, axis=1, keepdims=True) * np.ones_like(x))
     np.testing.assert_allclose(ad.grad(lambda v, n: np.sum(v ** n))(x, 3), 3.0 * x ** 2)
+
+
+def doubled_sum_along(x, k):
+    return np.sum(x, axis=k) * 2.0
+
+
+def test_vmap_refuses_an_axis_known_only_at_run_time():
+    """vmap of np.sum(x, axis=k) with k an argument summed every axis (a batch of numbers
+    where NumPy gives a batch of rows): refused at the line now."""
+    xs = np.arange(24.0).reshape(2, 3, 4)
+    with pytest.raises(MissingRuleError) as info:
+        ad.vmap(doubled_sum_along, in_axes=(0, None))(xs, 1)
+    err = info.value
+    assert_located(err, doubled_sum_along, "np.sum")
+    assert "axis is only known at run time" in err.message
