@@ -511,45 +511,39 @@ class Normalizer:
             count = self.dict_counts.get(user_name, 0) + 1
             self.dict_counts[user_name] = count
             made = LocalDict({}, user_name if count == 1 else f"{user_name}_{count}")
-        values = {}
-        for key, value in zip(display.keys, display.values):
-            values[key.value] = value
+        values = {key.value: value for key, value in zip(display.keys, display.values)}
         kept = {}
         for key, value in values.items():
-            local = made.local_name(key, self.taken_names)
-            self.assign_to(gast.copy_location(gast.Name(id=local, ctx=gast.Store(),
-                                                        annotation=None, type_comment=None),
-                                              value), value)
-            kept[key] = local
-        made.entries = kept
+            kept[key] = made.local_name(key, self.taken_names)
+            self.assign_to(gast.copy_location(name(kept[key], store=True), value), value)
+        made.entries = kept  # (the keys of this display only)
         self.env[user_name] = made
+
+    def dict_key(self, key, subscript, message, hint):
+        """The constant string `key` (an atom) of `subscript` on a LocalDict, or the error."""
+        if not (isinstance(key, gast.Constant) and isinstance(key.value, str)):
+            raise self.unsupported(message, subscript, hint)
+        return key.value
 
     def dict_store(self, local_dict, target, value):
         """`d["k"] = v` on a LocalDict: binds (or rebinds) the entry's name."""
-        key = self.expr(target.slice)
-        if not (isinstance(key, gast.Constant) and isinstance(key.value, str)):
-            raise self.unsupported("a dict built in the function takes constant string keys",
-                                   target, "write d['name'] = value")
-        local = local_dict.local_name(key.value, self.taken_names)
-        self.assign_to(gast.copy_location(gast.Name(id=local, ctx=gast.Store(),
-                                                    annotation=None, type_comment=None),
-                                          target), value)
+        key = self.dict_key(self.expr(target.slice), target, "a dict built in the function "
+                            "takes constant string keys", "write d['name'] = value")
+        local = local_dict.local_name(key, self.taken_names)
+        self.assign_to(gast.copy_location(name(local, store=True), target), value)
 
     def dict_read(self, local_dict, node):
         """`d["k"]` on a LocalDict: the entry's name."""
         key = self.expr(node.slice)
         if isinstance(key, Static) and isinstance(key.value, str):
             key = gast.Constant(value=key.value, kind=None)  # a loop's constant key
-        if not (isinstance(key, gast.Constant) and isinstance(key.value, str)):
-            raise self.unsupported("a dict built in the function is read with constant "
-                                   "string keys", node, "write d['name'], not d[name]")
-        if key.value not in local_dict.entries:
-            raise self.unsupported(f"{unparse(node)}: the dict has no key {key.value!r} here "
+        key = self.dict_key(key, node, "a dict built in the function is read with constant "
+                            "string keys", "write d['name'], not d[name]")
+        if key not in local_dict.entries:
+            raise self.unsupported(f"{unparse(node)}: the dict has no key {key!r} here "
                                    f"(its keys: {', '.join(map(repr, local_dict.entries))})",
                                    node, "set the entry before reading it")
-        return self.expr_Name(gast.copy_location(gast.Name(
-            id=local_dict.entries[key.value], ctx=gast.Load(), annotation=None,
-            type_comment=None), node), None)
+        return self.expr_Name(gast.copy_location(name(local_dict.entries[key]), node), None)
 
     def dict_as_tree(self, local_dict, node):
         """A LocalDict passed to a function of the user's: (its TreeSpec, its flat leaves),
@@ -557,34 +551,38 @@ class Normalizer:
         children, flat = [], []
         for key in sorted(local_dict.entries):
             bound = self.env.get(local_dict.entries[key])
-            if isinstance(bound, LocalDict):  # a dict in the dict
-                spec, leaves = self.dict_as_tree(bound, node)
-                children.append((key, spec))
-                flat.extend(leaves)
-            elif isinstance(bound, TreeRef):
-                children.append((key, bound.spec))
-                flat.extend(name(f) for f, _ in bound.spec.leaves(bound.base))
-            elif isinstance(bound, Static):
-                children.append((key, bound))
-            elif isinstance(bound, str):
-                typ = self.types.get(bound, T.UNKNOWN)
-                if typ.kind in ("tuple", "list", "dict"):
+            if isinstance(bound, str):
+                if self.types.get(bound, T.UNKNOWN).kind in ("tuple", "list", "dict"):
                     raise self.unsupported(f"entry {key!r} of a dict built in the function "
                                            "holds a container: it cannot be passed on", node,
                                            "pass its entries as separate arguments")
-                children.append((key, typ))
-                flat.append(name(bound))
-            else:
+                bound = name(bound)
+            elif not isinstance(bound, (LocalDict, TreeRef, Static)):
                 raise self.unsupported(f"entry {key!r} of a dict built in the function cannot "
                                        "be passed on", node, "pass the value itself")
+            spec, leaves = self.passed(bound, node)
+            children.append((key, spec))
+            flat.extend(leaves)
         return TreeSpec("dict", tuple(children)), flat
+
+    def passed(self, value, node):
+        """(spec, flat arguments) of `value` passed to a function of the user's: a pytree's
+        (a LocalDict's, an argument's subtree) spec and leaves, a Static alone, a value's type
+        and the value."""
+        if isinstance(value, LocalDict):
+            return self.dict_as_tree(value, node)
+        if isinstance(value, TreeRef):
+            return value.spec, [name(flat) for flat, _ in value.spec.leaves(value.base)]
+        if isinstance(value, Static):
+            return value, []
+        value = self.runtime(value, node)
+        return atom_type(value, self.types), [value]
 
     def dict_value(self, local_dict, node):
         """A LocalDict used as a value: a dict display of its entries (a value with no
         derivative: returned as an aux output, say)."""
         keys = [gast.Constant(value=k, kind=None) for k in local_dict.entries]
-        values = [gast.Name(id=v, ctx=gast.Load(), annotation=None, type_comment=None)
-                  for v in local_dict.entries.values()]
+        values = [name(v) for v in local_dict.entries.values()]
         if not keys:
             raise self.unsupported("an empty dict built in the function cannot be used as a "
                                    "value", node, "return or pass its entries instead")
@@ -1378,19 +1376,8 @@ class Normalizer:
                             module_name=self.info.module_name)
         specs, flat_args = {}, []
         for pname in params + free:
-            value = bound[pname]
-            if isinstance(value, LocalDict):
-                specs[pname], leaves = self.dict_as_tree(value, node)
-                flat_args.extend(leaves)
-            elif isinstance(value, TreeRef):
-                specs[pname] = value.spec
-                flat_args.extend(name(flat) for flat, _ in value.spec.leaves(value.base))
-            elif isinstance(value, Static):
-                specs[pname] = value
-            else:
-                value = self.runtime(value, node)
-                specs[pname] = atom_type(value, self.types)
-                flat_args.append(value)
+            specs[pname], leaves = self.passed(bound[pname], node)
+            flat_args.extend(leaves)
         callee = normalize_into(self.program, info, specs)
         value = gast.Call(func=name(callee.name), args=flat_args, keywords=[])
         prim = Prim("user", callee=callee, args=flat_args)
@@ -1434,24 +1421,10 @@ class Normalizer:
             param = sig.parameters[pname]
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 raise self.unsupported(f"{fn.__name__} takes *args/**kwargs", node)
-            if isinstance(value, LocalDict):
-                specs[pname], leaves = self.dict_as_tree(value, node)
-                flat_args.extend(leaves)
-            elif isinstance(value, TreeRef):
-                specs[pname] = value.spec
-                flat_args.extend(name(flat) for flat, _ in value.spec.leaves(value.base))
-            elif isinstance(value, Static):
-                specs[pname] = value
-            elif isinstance(value, gast.AST):
-                specs[pname] = atom_type(value, self.types)
-                flat_args.append(value)
-            else:  # a default value
-                atom = self.static(value, node, pname)
-                if isinstance(atom, Static):
-                    specs[pname] = atom
-                else:
-                    specs[pname] = atom_type(atom, self.types)
-                    flat_args.append(atom)
+            if not isinstance(value, (LocalDict, TreeRef, Static, gast.AST)):
+                value = self.static(value, node, pname)  # a default value
+            specs[pname], leaves = self.passed(value, node)
+            flat_args.extend(leaves)
         checkpointed = bool(getattr(fn, "__autodiff_checkpoint__", False))
         if checkpointed:
             fn = fn.__wrapped__
@@ -2140,7 +2113,7 @@ def _dtype_atom(atom, node, normalizer):
     under jit: `axis=k`) as itself."""
     if isinstance(atom, Static):
         value = atom.value
-        if _constant_value(value) and not isinstance(value, type):
+        if _constant_value(value):
             return to_expr(value.item() if isinstance(value, np.generic) else value)
         if value in (float, int, bool):
             return gast.Name(id=value.__name__, ctx=gast.Load(), annotation=None,

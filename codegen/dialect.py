@@ -334,6 +334,11 @@ def _axes_unambiguous(axes):
     return True
 
 
+def _axis_keywords(args):
+    """New `axis=` and `keepdims=` keywords of a bound call, those it was given."""
+    return [gast.keyword(arg=k, value=args[k]) for k in ("axis", "keepdims") if k in args]
+
+
 def _lists_as_tuples(node):
     """A copy of a display with its list displays written as tuples (for _const)."""
     class _Tuples(gast.NodeTransformer):
@@ -626,8 +631,7 @@ class _Lower(gast.NodeTransformer):
         if "axis" not in args or not isinstance(args["x"], gast.Name):
             return None
         x = args["x"].id
-        keywords = [gast.keyword(arg=k, value=args[k]) for k in ("axis", "keepdims")
-                    if k in args]
+        keywords = _axis_keywords(args)
         if order is None or order == 2:
             total = _expr(f"np.sum({x} * {x})")
             total.keywords = keywords
@@ -714,11 +718,8 @@ class _Lower(gast.NodeTransformer):
         args = _bind(node, ("a", "axis", "out", "keepdims"))
         if args is None or "out" in args or set(args) == {"a"}:
             return None
-        ends = []
-        for func in ("np.max", "np.min"):
-            keywords = [gast.keyword(arg=k, value=args[k]) for k in ("axis", "keepdims")
-                        if k in args]
-            ends.append(self.reduction(_call(func, [args["a"]], keywords), func))
+        ends = [self.reduction(_call(func, [args["a"]], _axis_keywords(args)), func)
+                for func in ("np.max", "np.min")]
         return gast.BinOp(left=ends[0], op=gast.Sub(), right=ends[1])
 
     def call_np_average(self, node):
@@ -728,9 +729,7 @@ class _Lower(gast.NodeTransformer):
             return None
         weights = args.get("weights")
         if weights is None or _const(weights) is None:
-            keywords = [gast.keyword(arg=k, value=args[k]) for k in ("axis", "keepdims")
-                        if k in args]
-            return self.reduction(_call("np.mean", [args["a"]], keywords), "np.mean")
+            return self.reduction(_call("np.mean", [args["a"]], _axis_keywords(args)), "np.mean")
         keep = _const(args.get("keepdims", gast.Constant(value=False, kind=None)))
         axis = _const(args.get("axis", gast.Constant(value=None, kind=None)))
         if keep is _NOPE or isinstance(axis, tuple):
@@ -752,12 +751,12 @@ class _Lower(gast.NodeTransformer):
                 or not isinstance(args["a"], gast.Name):
             return None
         x = args["a"].id
-        keywords = [gast.keyword(arg=k, value=args[k]) for k in ("axis", "keepdims") if k in args]
         total = self.reduction(_call("np.sum", [_expr(f"np.where(np.isnan({x}), 0.0, {x})")],
-                                     keywords), "np.sum")
+                                     _axis_keywords(args)), "np.sum")
         if not mean:
             return total
-        count = self.reduction(_call("np.sum", [_expr(f"~np.isnan({x})")], keywords), "np.sum")
+        count = self.reduction(_call("np.sum", [_expr(f"~np.isnan({x})")],
+                                     _axis_keywords(args)), "np.sum")
         return gast.BinOp(left=total, op=gast.Div(), right=count)
 
     def call_np_nanmean(self, node):
@@ -773,7 +772,6 @@ class _Lower(gast.NodeTransformer):
             return None
         if axis is None:
             value = _call("np.median", [args["a"]])
-            axis = None
         else:
             value = _call(self.helper("median_axis"), [args["a"], args["axis"]])
             axis = args["axis"] if axis is _NOPE else axis
@@ -1206,30 +1204,23 @@ def _einsum_source(name, ins, out):
     product = " * ".join(f"op{k}[{', '.join(sub)}]" if sub else f"op{k}"
                          for k, sub in enumerate(ins))
     target = f"out[{', '.join(out)}]"
-    indent = "    "
-    if out and not summed_any:  # a transposition, a diagonal, an outer product
-        for letter in order:
+
+    def loops(letters, indent):  # opens a loop per letter; the indent inside them
+        for letter in letters:
             lines.append(f"{indent}for {letter} in range(n_{letter}):")
             indent += "    "
-        lines.append(f"{indent}{target} = {product}")
+        return indent
+    if out and not summed_any:  # a transposition, a diagonal, an outer product
+        lines.append(f"{loops(order, '    ')}{target} = {product}")
     elif not out or sums_inside:
         # the output letters outside, the sums inside: a running total per output element
         outer = [c for c in order if c in out]
-        for letter in outer:
-            lines.append(f"{indent}for {letter} in range(n_{letter}):")
-            indent += "    "
+        indent = loops(outer, "    ")
         lines.append(f"{indent}total = 0.0")
-        inner = indent
-        for letter in order[len(outer):]:
-            lines.append(f"{inner}for {letter} in range(n_{letter}):")
-            inner += "    "
-        lines.append(f"{inner}total += {product}")
+        lines.append(f"{loops(order[len(outer):], indent)}total += {product}")
         lines.append(f"{indent}{target} = total" if out else "    return total")
     else:
-        for letter in order:
-            lines.append(f"{indent}for {letter} in range(n_{letter}):")
-            indent += "    "
-        lines.append(f"{indent}{target} += {product}")
+        lines.append(f"{loops(order, '    ')}{target} += {product}")
     if out:
         lines.append("    return out")
     return "\n".join(lines) + "\n"

@@ -34,7 +34,7 @@ from .. import types as T
 from ..templates import fill, to_expr
 from . import PrimCall  # noqa: F401  (the per-example call a BatchCall wraps)
 from .elementwise import PARTIALS, PIECEWISE_CONSTANT
-from .structural import _join_axis, _shape_dims, constant_axis, emit_call
+from .structural import _join_axis, _rot90_plane, _shape_dims, constant_axis, emit_call
 
 
 class NoBatchingRule(Exception):
@@ -471,11 +471,10 @@ def _flip_one_axis(bc):
 
 def _rot90(bc):
     rank = _rank_or_fail(bc, "x")
-    k, axes = bc.call.const("k", 1), bc.call.const("axes", (0, 1))
-    if not isinstance(k, int) or not isinstance(axes, tuple):
+    if _rot90_plane(bc.call) is None:
         raise NoBatchingRule("rot90 with turns or axes that are not constants")
-    return fill("np.rot90(x, k, a)", x=bc.arg("x"), k=k,
-                a=tuple(axis % rank + 1 for axis in axes))
+    return fill("np.rot90(x, k, a)", x=bc.arg("x"), k=bc.call.const("k", 1),
+                a=tuple(axis % rank + 1 for axis in bc.call.const("axes", (0, 1))))
 
 
 def _triangle(bc):

@@ -189,6 +189,7 @@ def _einsum_vjp(call, g):
     pieces = call.args["operands"].elts
     types = call.types["operands"].elts
     ins, out = parse_subscripts(spec, len(pieces))
+    sizes = _letter_sizes(ins, types)
     result = {}
     for k, sub in enumerate(ins):
         diagonal = len(sub) == 2 and sub[0] == sub[1]  # `ii`: a matrix's diagonal is read
@@ -209,7 +210,6 @@ def _einsum_vjp(call, g):
         if not diagonal and getattr(ctype, "dims", None) is not None:
             # an operand's axis of size one was broadcast: its cotangent has the letter's
             # full size there, and is summed back down to the operand's shape
-            sizes = _letter_sizes(ins, types)
             ctype = T.array(tuple(sizes.get(c, T.N) for c in sub), ctype.dtype)
         result[("operands", k)] = (contribution, ctype)
     return result

@@ -77,6 +77,15 @@ def _unreduced(call, value):
     return value
 
 
+def _reduced_like_x(call, func, value):
+    """`func(value)` (np.sum, np.max...) over the call's axes, those axes put back as size 1
+    so that it broadcasts against x (a number when the call reduces the whole array)."""
+    axis = call.axis()
+    if axis is None:
+        return fill(f"{func}(v)", v=value)
+    return _unreduced(call, fill(f"{func}(v, axis=a)", v=value, a=axis))
+
+
 def _count(call):
     x = call.args["x"]
     axis = call.axis()
@@ -134,10 +143,7 @@ def _prod_vjp(call, g):
 def _ties(call, ye):
     """(where x equals the chosen value `ye`, expanded like x; the number of such ties)."""
     mask = fill("x == ye", x=call.args["x"], ye=ye)
-    axis = call.axis()
-    if axis is None:
-        return mask, fill("np.sum(m)", m=mask)
-    return mask, _unreduced(call, fill("np.sum(m, axis=a)", m=mask, a=axis))
+    return mask, _reduced_like_x(call, "np.sum", mask)
 
 
 def _tie_shares(call, ye):
@@ -174,11 +180,7 @@ def _chooser_jvp(call, dots):
 
 def _centered(call):
     x = call.args["x"]
-    axis = call.axis()
-    if axis is None:
-        return fill("x - np.mean(x)", x=x)
-    mean = _unreduced(call, fill("np.mean(x, axis=a)", x=x, a=axis))
-    return fill("x - m", x=x, m=mean)
+    return fill("x - m", x=x, m=_reduced_like_x(call, "np.mean", x))
 
 
 def _var_vjp(call, g):
@@ -238,19 +240,10 @@ register(Rule("min", "np.min", _CHOOSER, {"axis": None, "keepdims": False}, ("x"
 
 # ptp(x) = max(x) - min(x): each end shares its part of the cotangent between its ties, as
 # np.max and np.min do (jnp.ptp is max - min).
-def _extreme(call, func):
-    """np.max or np.min of x over the call's axes, expanded like x."""
-    axis = call.axis()
-    x = call.args["x"]
-    value = fill(f"{func}(x)", x=x) if axis is None else fill(f"{func}(x, axis=a)", x=x, a=axis)
-    if axis is None:
-        return value
-    return _unreduced(call, value)
-
-
 def _ptp_weights(call):
-    return fill("h - l", h=_tie_shares(call, _extreme(call, "np.max")),
-                l=_tie_shares(call, _extreme(call, "np.min")))
+    x = call.args["x"]
+    return fill("h - l", h=_tie_shares(call, _reduced_like_x(call, "np.max", x)),
+                l=_tie_shares(call, _reduced_like_x(call, "np.min", x)))
 
 
 def _ptp_vjp(call, g):
@@ -285,10 +278,7 @@ def _weight_totals(call, others):
     if others is not None:
         total = fill("np.sum(w)", w=w)
         return total, total
-    if call.axis() is None:
-        total = fill("np.sum(w)", w=w)
-        return reduce_sum(call, w), total
-    return reduce_sum(call, w), _unreduced(call, fill("np.sum(w, axis=a)", w=w, a=call.axis()))
+    return reduce_sum(call, w), _reduced_like_x(call, "np.sum", w)
 
 
 def _average_form(call):
@@ -354,9 +344,7 @@ def _present_count(call, reduced):
     present = fill("~np.isnan(x)", x=call.args["x"])
     if reduced:
         return reduce_sum(call, present)
-    if call.axis() is None:
-        return fill("np.sum(p)", p=present)
-    return _unreduced(call, fill("np.sum(p, axis=a)", p=present, a=call.axis()))
+    return _reduced_like_x(call, "np.sum", present)
 
 
 def _nansum_vjp(call, g):
