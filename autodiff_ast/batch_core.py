@@ -282,6 +282,8 @@ class FunctionBatcher:
                 if flag_any(self.flag(prim.args[0], flags)) or \
                         flag_any(self.flag(prim.rule, flags)) or control:
                     flags[prim.base] = True
+            elif kind == "raise":
+                continue  # binds and writes nothing (a batched test raises for any example)
             elif isinstance(stmt, gast.Assign) and prim is not None:
                 value = self._value_flag(stmt, prim, flags)
                 for target in stmt.targets:
@@ -322,8 +324,8 @@ class FunctionBatcher:
         """Whether both branches may run for every example (straight-line, no writes)."""
         for block in (stmt.body, stmt.orelse):
             for inner in block:
-                if is_marker(inner) or isinstance(inner, gast.Pass):
-                    continue
+                if is_marker(inner) or isinstance(inner, (gast.Pass, gast.Raise)):
+                    continue  # (select raises where any example's branch would)
                 prim = getattr(inner, "prim", None)
                 if not isinstance(inner, gast.Assign) or prim is None or \
                         prim.kind not in _PURE_KINDS:
@@ -461,6 +463,8 @@ class FunctionBatcher:
             if not flag_any(self.flags.get(prim.base, False)):
                 return [_tag(clone(stmt), stmt)]
             return [_tag(s, stmt) for s in self.add_at(stmt)]
+        if prim.kind == "raise":
+            return [_tag(clone(stmt), stmt)]
         target = stmt.targets[0]
         target_flag = self.flag(target)
         reads_batched = any(flag_any(self.flags.get(n, False)) for n in loads(stmt.value))
@@ -757,7 +761,8 @@ class FunctionBatcher:
         stored = {}
         blocks = {}
         for label, block in (("then", stmt.body), ("else", stmt.orelse)):
-            emitted = self._emit_branch(block, defined)
+            emitted = self._raising_where_any(self._emit_branch(block, defined), test,
+                                              label == "then")
             names = [n for inner in block for n in _stores(inner)]
             merged = [n for n in dict.fromkeys(names) if n in outside]
             blocks[label], stored[label] = self._rename(emitted, merged, label)
@@ -806,6 +811,14 @@ class FunctionBatcher:
             cond = R.expand_after_batch(test, typ.ndim) if flag_any(self.flag(test)) else test
             out.append(assign(n, fill("np.where(c, a, b)", c=cond, a=picks[0], b=picks[1])))
         return out
+
+    @staticmethod
+    def _raising_where_any(emitted, test, holds):
+        """A branch's raise, run on the whole batch: it raises when the branch is any
+        example's (the other statements run for every example and np.where picks)."""
+        which = "np.any(c)" if holds else "not np.all(c)"
+        return [_tag(gast.If(test=fill(which, c=clone(test)), body=[s], orelse=[]), s)
+                if isinstance(s, gast.Raise) else s for s in emitted]
 
     def _emit_branch(self, block, defined):
         """A branch of a select, with the flags its own new names have inside it (a value the

@@ -334,6 +334,10 @@ class _FunctionLowering:
                 self._analyze_simple(stmt, trips)
             elif isinstance(stmt, gast.Pass):
                 continue
+            elif isinstance(stmt, gast.Raise):
+                self.fail("a raise statement", getattr(stmt, "origin", None),
+                          "a CUDA kernel cannot raise: check the inputs before the call, or "
+                          "run this function on the CPU target")
             else:
                 self.fail(f"a {type(stmt).__name__} statement", getattr(stmt, "origin", None))
 

@@ -48,7 +48,7 @@ from .rules import PrimCall
 from .templates import append_loop, assign, const_value, fill, name, to_expr, unparse
 
 _KINDS = ("copy", "unpack", "tuple", "tuple_get", "user", "rule", "nondiff", "setitem",
-          "append", "list_new", "counter", "add_at", "pop", "opaque")
+          "append", "list_new", "counter", "add_at", "pop", "opaque", "raise")
 
 
 @dataclass
@@ -722,7 +722,10 @@ def _fresh(stmt):
     out = copy.copy(stmt)
     if isinstance(stmt, gast.Assign):
         out.targets = copy.deepcopy(stmt.targets)
-    out.value = copy.deepcopy(stmt.value)
+    if isinstance(stmt, gast.Raise):
+        out.exc = copy.deepcopy(stmt.exc)
+    else:
+        out.value = copy.deepcopy(stmt.value)
     return out
 
 

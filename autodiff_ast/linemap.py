@@ -9,7 +9,8 @@ line, in order of preference:
 1. the line itself, as written in the user's function (a primal statement kept as it was);
 2. the right-hand side of an assignment found inside one of the user's lines (a primal
    expression given a temporary name: ``tanh = np.tanh(W @ x)``);
-3. the user's only line assigning the same name (``z = ...``);
+3. the user's only line assigning the same name (``z = ...``), or the function's only line
+   raising the same exception class (a message the generated code spells differently);
 4. the nearest ``# <user line>`` comment above it in the same generated function;
 5. the ``def`` line of the user's function (setup code, returns).
 
@@ -120,6 +121,7 @@ class _UserLines:
         first, last = function_lines or (1, len(self.lines))
         self.first = max(1, first)
         inside = list(range(self.first, min(last, len(self.lines)) + 1))
+        self.inside = set(inside)
         self.order = inside + [r for r in range(1, len(self.lines) + 1) if r not in inside]
         self.normed = {r: _norm(self.lines[r - 1]) for r in self.order}
 
@@ -151,6 +153,17 @@ class _UserLines:
             return None
         pattern = re.compile(re.escape(target) + r"\s*(\[.*\])?\s*[-+*/@]?=[^=]")
         rows = [r for r in self.order if pattern.match(self.normed[r])]
+        return self.origin(rows[0]) if len(rows) == 1 else None
+
+    def raising(self, text):
+        """The user's line raising the same exception class (``raise ValueError(``), when
+        exactly one in the function does: generated code rewrites an f-string message."""
+        match = re.match(r"raise\s+([\w.]+)", text)
+        if match is None:
+            return None
+        pattern = re.compile(r"raise\s+" + re.escape(match.group(1)) + r"\b")
+        rows = [r for r in self.order if r >= self.first and pattern.match(self.normed[r])]
+        rows = [r for r in rows if r in self.inside]
         return self.origin(rows[0]) if len(rows) == 1 else None
 
     def definition(self):
@@ -200,6 +213,8 @@ def line_map(source, user_filename, function_lines=None):
             found = user.containing(match.group("rhs"))
         if found is None and match is not None:
             found = user.assigning(text.split("=")[0].strip())
+        if found is None and text.startswith("raise "):
+            found = user.raising(text)
         if found is None and text.startswith("return "):
             found = user.containing(text[len("return "):])
         found = found or comment or user.definition()

@@ -26,6 +26,7 @@ import copy
 import dataclasses
 import inspect
 import math
+import operator
 import sys
 import types as pytypes
 from dataclasses import dataclass, field
@@ -431,6 +432,8 @@ class Normalizer:
             raise self.unsupported("expression statements (calls kept for their side effects, "
                                    "such as print) are not supported", stmt,
                                    "remove the statement, or move it outside the function")
+        elif isinstance(stmt, gast.Raise):
+            self.visit_Raise(stmt)
         elif isinstance(stmt, (gast.Pass, gast.Assert)):
             return
         elif isinstance(stmt, gast.Delete) and all(isinstance(t, gast.Name)
@@ -442,7 +445,7 @@ class Normalizer:
             what = type(stmt).__name__
             readable = {"If": "if statements", "For": "for loops", "While": "while loops",
                         "With": "with blocks", "Try": "try/except", "TryStar": "try/except*",
-                        "Raise": "raise statements", "Global": "global declarations",
+                        "Global": "global declarations",
                         "Nonlocal": "nonlocal statements", "ClassDef": "class definitions",
                         "FunctionDef": "nested function definitions", "Import": "imports",
                         "ImportFrom": "imports", "Delete": "del of an element or attribute",
@@ -991,6 +994,8 @@ class Normalizer:
             value = gast.UnaryOp(op=gast.USub(), operand=operand)
             return self.apply_rule(rules.by_name("negative"), {"x": operand}, node, target,
                                    value=value)
+        if isinstance(node.op, gast.Not) and _plain_constant(operand):
+            return gast.Constant(value=not operand.value, kind=None)
         value = gast.UnaryOp(op=node.op, operand=operand)
         typ = T.BOOL if isinstance(node.op, gast.Not) else atom_type(operand, self.types)
         return self.emit(value, typ, Prim("nondiff", args=[operand]), target, "flag")
@@ -1002,6 +1007,11 @@ class Normalizer:
             right = self.atom(comparator)
             parts.append(gast.Compare(left=left, ops=[op], comparators=[right]))
             left = right
+        if all(_plain_constant(a) for p in parts for a in (p.left, p.comparators[0])) and \
+                all(type(p.ops[0]) in _COMPARE for p in parts):
+            # `x.ndim == 2`: decided where the code is generated (a static branch)
+            return gast.Constant(value=all(_COMPARE[type(p.ops[0])](
+                p.left.value, p.comparators[0].value) for p in parts), kind=None)
         value = parts[0] if len(parts) == 1 else gast.BoolOp(op=gast.And(), values=parts)
         types_ = [atom_type(a, self.types) for p in parts for a in (p.left, p.comparators[0])]
         typ = T.broadcast(*types_)
@@ -1010,6 +1020,12 @@ class Normalizer:
 
     def expr_BoolOp(self, node, target):
         values = [self.atom(v) for v in node.values]
+        if all(_plain_constant(v) for v in values):
+            last = values[-1]
+            for v in values[:-1]:  # Python's value of `a and b` / `a or b`
+                if bool(v.value) != isinstance(node.op, gast.And):
+                    return v
+            return last
         return self.emit(gast.BoolOp(op=node.op, values=values), T.BOOL, Prim("nondiff"),
                          target, "cond")
 
@@ -1188,7 +1204,7 @@ class Normalizer:
             return None
         if (module == "math" or fn in vars(math).values()) and getattr(math, name_, None) is fn:
             return fill(f"math.{name_}")
-        if getattr(np, name_, None) is fn:
+        if vars(np).get(name_) is fn:  # (not getattr: np.object warns)
             return fill(f"np.{name_}")
         imported = sys.modules.get(module)
         if imported is not None and getattr(imported, name_, None) is fn and \
@@ -1490,6 +1506,8 @@ class Normalizer:
                                            "set a flag, stop the loop, and return after it")
                 self.visit_stmt(stmt)
                 self.origin = outer
+                if isinstance(stmt, gast.Raise):
+                    break  # the rest of the block never runs
         finally:
             self.depth -= 1
             self.block_locals.pop()
@@ -1523,6 +1541,80 @@ class Normalizer:
         self.env.update({k: v for k, v in after_body.items() if k not in self.env})
         node = gast.If(test=test, body=body or [self.empty_block()], orelse=orelse)
         self.append(node, Prim("if", args=[test]))
+
+    def visit_Raise(self, stmt):
+        """`raise E(message)`: kept in the generated code where a run-time condition guards
+        it; raised here, while the code is generated, where nothing does (the condition was
+        decided by the arguments' kinds: `if x.ndim != 2: raise ...`)."""
+        if stmt.exc is None:
+            raise self.unsupported("a bare raise (re-raising) is not supported: there is no "
+                                   "exception to re-raise", stmt, "raise an exception: "
+                                   "raise ValueError('...')")
+        exc, args = stmt.exc, []
+        if isinstance(exc, gast.Call):
+            if exc.keywords or len(exc.args) > 1 or any(isinstance(a, gast.Starred)
+                                                         for a in exc.args):
+                raise self.unsupported("an exception raised here takes at most one argument, "
+                                       "its message", stmt, "build one message: "
+                                       "raise ValueError(f'... {n} ...')")
+            exc, args = exc.func, exc.args
+        cls = self.expr(exc) if isinstance(exc, (gast.Name, gast.Attribute)) else None
+        if not (isinstance(cls, Static) and isinstance(cls.value, type) and
+                issubclass(cls.value, Exception)):
+            raise self.unsupported("raise takes an exception class here (ValueError, or a "
+                                   "class of your own defined at module level)", stmt)
+        pieces = _message_pieces(args[0]) if args else []
+        if self.depth == 0:
+            raise self.static_raise(cls.value, pieces, stmt)
+        parts = [gast.Constant(value=p, kind=None) if isinstance(p, str) else
+                 _str_call(self.atom(p)) for p in pieces]
+        message = parts[0] if parts else None
+        for part in parts[1:]:
+            message = gast.BinOp(left=message, op=gast.Add(), right=part)
+        call = gast.Call(func=self.exception_class(cls.value, stmt),
+                         args=[message] if message is not None else [], keywords=[])
+        atoms = [a for p in parts if isinstance(p, gast.Call) for a in p.args]
+        self.append(gast.Raise(exc=call, cause=None), Prim("raise", args=atoms))
+
+    def exception_class(self, cls, node):
+        """The expression naming exception class `cls` in generated code."""
+        import builtins
+        if getattr(builtins, cls.__name__, None) is cls:
+            return name(cls.__name__)
+        module = getattr(cls, "__module__", None) or ""
+        imported = sys.modules.get(module)
+        if imported is None or getattr(imported, cls.__qualname__, None) is not cls or \
+                module == "__main__":
+            raise self.unsupported(f"the exception class {cls.__name__} must be importable: "
+                                   "defined at the top level of a module", node,
+                                   "define the class at module level, or raise a built-in "
+                                   "exception such as ValueError")
+        return name(self.program.data_name(cls, cls.__name__, module))
+
+    def static_raise(self, cls, pieces, stmt):
+        """The user's exception, raised while the code is generated: the raise runs for
+        every argument of these kinds. Values known only at run time stay as source text."""
+        text = []
+        for piece in pieces:
+            if isinstance(piece, str):
+                text.append(piece)
+                continue
+            try:
+                value = self.expr(piece)
+            except UnsupportedSyntaxError:
+                value = None
+            if isinstance(value, gast.Constant):
+                text.append(str(value.value))
+            elif isinstance(value, Static):
+                text.append(str(value.value))
+            else:
+                text.append("{" + unparse(piece) + "}")
+        error = cls("".join(text)) if pieces else cls()
+        where = f"{self.info.filename}:{self.info.file_line(stmt)}"
+        error.add_note(f"raised at {where} while its derivative code was being generated: "
+                       "for arguments of these kinds (ranks, dtypes, static values) the "
+                       "function always reaches this raise")
+        return error
 
     def loop_body(self, make_body):
         """Normalize a loop body; again if a loop-carried name changed type on the way."""
@@ -2056,8 +2148,6 @@ class Normalizer:
 
 _HINTS = {
     "Try": "move error handling outside the differentiated function",
-    "Raise": "check the arguments before the call, outside the differentiated function (an "
-             "assert is allowed: the derivative code skips it)",
     "Global": "pass the value as an argument instead",
     "Nonlocal": "pass the value as an argument and return the new one",
     "ClassDef": "define classes outside the function",
@@ -2075,6 +2165,46 @@ _HINTS = {
     "Import": "import at module level",
     "ImportFrom": "import at module level",
 }
+
+
+_COMPARE = {gast.Eq: operator.eq, gast.NotEq: operator.ne, gast.Lt: operator.lt,
+            gast.LtE: operator.le, gast.Gt: operator.gt, gast.GtE: operator.ge}
+
+
+def _plain_constant(atom):
+    """A constant of Python's own number, bool, str or None types."""
+    return isinstance(atom, gast.Constant) and (
+        atom.value is None or type(atom.value) in (bool, int, float, str))
+
+
+def _message_pieces(node):
+    """An exception's message as constant text and expressions: an f-string's parts, the
+    parts of `'text ' + str(v)` (as generated code writes it), or one value shown with str()."""
+    if isinstance(node, gast.Constant):
+        return [str(node.value)]
+    if isinstance(node, gast.BinOp) and isinstance(node.op, gast.Add):
+        left, right = _message_pieces(node.left), _message_pieces(node.right)
+        if any(isinstance(p, str) for p in left + right):
+            return left + right
+    if isinstance(node, gast.Call) and isinstance(node.func, gast.Name) and \
+            node.func.id == "str" and len(node.args) == 1 and not node.keywords:
+        return [node.args[0]]
+    if isinstance(node, gast.JoinedStr):
+        pieces = []
+        for part in node.values:
+            if isinstance(part, gast.Constant):
+                pieces.append(str(part.value))
+            else:  # a FormattedValue: its value as str() shows it (no format spec)
+                pieces.append(part.value)
+        return pieces
+    return [node]
+
+
+def _str_call(atom):
+    """`str(atom)` (a constant is made text at once)."""
+    if isinstance(atom, gast.Constant):
+        return gast.Constant(value=str(atom.value), kind=None)
+    return gast.Call(func=name("str"), args=[atom], keywords=[])
 
 
 def _describe(node):
@@ -2153,7 +2283,8 @@ def _is_append(call):
 
 
 def _ends_with_return(stmts):
-    return bool(stmts) and isinstance(stmts[-1], gast.Return)
+    """Whether a block ends by leaving the function (return, or raise)."""
+    return bool(stmts) and isinstance(stmts[-1], (gast.Return, gast.Raise))
 
 
 def _contains_return(stmt):
@@ -2213,7 +2344,7 @@ def lower_returns(stmts, normalizer):
 
 def _structure_returns(stmts):
     for i, s in enumerate(stmts):
-        if isinstance(s, gast.Return):
+        if isinstance(s, (gast.Return, gast.Raise)):
             return stmts[:i + 1]
         if isinstance(s, gast.If) and _contains_return(s) and not any(
                 isinstance(n, (gast.For, gast.While)) and _contains_return(n)

@@ -489,6 +489,13 @@ class _Lower(gast.NodeTransformer):
                                                      else _num(a)])
         return value
 
+    def call_str(self, node):
+        """`str(v)` (generated code writes one only into an exception's message): a helper
+        that writes floats, shapes and arrays as Numba's str() does not."""
+        if len(node.args) != 1 or node.keywords:
+            return None
+        return _call(self.helper("message_text"), node.args)
+
     def call_np_flip(self, node):
         args = _bind(node, ("m", "axis"))
         if args is None or "axis" not in args or _const(args["axis"]) is None:
@@ -1482,7 +1489,10 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
     names = [fn.name for fn in helper_defs + functions
              if fn.name not in DIALECT_NOT_COMPILED and fn.name not in overloaded and
              fn.name not in module.uncompiled]
-    data = _data_names(header, injected)
+    # (an exception class stays a global: Numba raises only a class it knows when compiling)
+    raised = {_raised_class(node) for fn in functions for node in gast.walk(fn)
+              if isinstance(node, gast.Raise)}
+    data = [d for d in _data_names(header, injected) if d not in raised]
     all_functions = helper_defs + functions
     # dicts an entry returns: Numba cannot box one whose values differ in type
     dict_outputs = {}
@@ -1530,6 +1540,12 @@ def _data_names(header, injected):
         if isinstance(stmt, gast.ImportFrom) and stmt.module not in ("numpy", "math", "numba"):
             names += [alias.asname or alias.name for alias in stmt.names]
     return names + [n for n in injected if n not in names]
+
+
+def _raised_class(node):
+    """The name of the class a `raise` statement raises (None if not a plain name)."""
+    exc = node.exc.func if isinstance(node.exc, gast.Call) else node.exc
+    return exc.id if isinstance(exc, gast.Name) else None
 
 
 def _free_loads(fn):

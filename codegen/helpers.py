@@ -1128,6 +1128,74 @@ def stack_list_numba(arrays):
 '''
 
 
+OVERLOAD_FORMS["message_text"] = '''\
+def message_text(v):
+    """str(v), for an exception's message."""
+    return str(v)
+
+
+@numba.extending.overload(message_text)
+def message_text_numba(v):
+    """How Numba writes a value into a message (its own str() of a float, a tuple or an
+    array names the type only): integers, booleans and strings as str() does, floats with
+    six significant digits, tuples of integers as (2, 3), arrays by dtype and shape."""
+    @numba.njit
+    def digits(a):
+        # a > 0 finite: six significant digits, as '%g' writes them
+        e = int(np.floor(np.log10(a)))
+        m = int(np.round(a / 10.0 ** (e - 5)))
+        if m >= 1000000:
+            m, e = m // 10, e + 1
+        text = str(m)
+        while len(text) > 1 and text[-1] == "0":
+            text = text[:-1]
+        if -5 <= e < 6:
+            if e < 0:
+                return "0." + "0" * (-e - 1) + text
+            if len(text) <= e + 1:
+                return text + "0" * (e + 1 - len(text)) + ".0"
+            return text[:e + 1] + "." + text[e + 1:]
+        mantissa = text[0] + ("." + text[1:] if len(text) > 1 else "")
+        return mantissa + ("e-" if e < 0 else "e+") + ("0" if abs(e) < 10 else "") + str(abs(e))
+
+    @numba.njit
+    def float_text(v):
+        if v != v:
+            return "nan"
+        if v == 0:
+            return "0.0"
+        a = abs(v)
+        sign = "-" if v < 0 else ""
+        if a == np.inf:
+            return sign + "inf"
+        return sign + digits(a)
+
+    @numba.njit
+    def shape_text(shape):
+        text = "("
+        for i in range(len(shape)):
+            text += str(shape[i]) + (", " if i < len(shape) - 1 else "")
+        return text + ("," if len(shape) == 1 else "") + ")"
+
+    if isinstance(v, numba.types.Float):
+        return lambda v: float_text(v)
+    if isinstance(v, numba.types.UniTuple) and isinstance(v.dtype, numba.types.Integer):
+        return lambda v: shape_text(v)
+    if isinstance(v, numba.types.Array):
+        what = "array of " + str(v.dtype) + ", shape "
+        return lambda v: what + shape_text(v.shape)
+    if isinstance(v, (numba.types.Integer, numba.types.Boolean, numba.types.UnicodeType,
+                      numba.types.StringLiteral)):
+        return lambda v: str(v)
+    return None
+'''
+DIALECT_HELPERS["message_text"] = '''\
+def message_text(v):
+    """str(v), for an exception's message."""
+    return str(v)
+'''
+
+
 #: Dialect helpers Numba does not compile as they stand: plain Python functions compiled code
 #: calls through a ``numba.extending.overload`` (which carries its own decorator).
 DIALECT_NOT_COMPILED = frozenset({"batched_outer", "batched_outer_numba", "tanh_fast",
@@ -1136,7 +1204,8 @@ DIALECT_NOT_COMPILED = frozenset({"batched_outer", "batched_outer_numba", "tanh_
                                   "small_dot", "small_dot_numba", "zeros_like_reusing",
                                   "zeros_like_reusing_numba", "add_at_numba",
                                   "subtract_at_numba", "stack_list_numba",
-                                  "whole_max_numba", "whole_min_numba"})
+                                  "whole_max_numba", "whole_min_numba",
+                                  "message_text_numba"})
 
 #: Numba options a dialect helper is compiled with besides the module's own.
 DIALECT_JIT_OPTIONS = {"reassociated_sum": "fastmath={'reassoc'}",

@@ -165,7 +165,7 @@ def imports(x):
 
 def raises(x):
     if x > 0:
-        raise ValueError("bad")  # HERE
+        raise ValueError("bad", x)  # HERE
     return x
 
 
