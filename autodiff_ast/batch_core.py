@@ -159,6 +159,13 @@ def clone(node):
     return gast.copy_location(new, node)
 
 
+def _effect(stmt):
+    """A raise or a print: a statement run for what it does, binding nothing."""
+    return isinstance(stmt, gast.Raise) or (
+        isinstance(stmt, gast.Expr) and isinstance(stmt.value, gast.Call) and
+        isinstance(stmt.value.func, gast.Name) and stmt.value.func.id == "print")
+
+
 def _tag(new, old):
     new.origin = getattr(old, "origin", None)
     return gast.copy_location(new, old) if hasattr(old, "lineno") else new
@@ -282,8 +289,8 @@ class FunctionBatcher:
                 if flag_any(self.flag(prim.args[0], flags)) or \
                         flag_any(self.flag(prim.rule, flags)) or control:
                     flags[prim.base] = True
-            elif kind == "raise":
-                continue  # binds and writes nothing (a batched test raises for any example)
+            elif kind in ("raise", "print"):
+                continue  # binds and writes nothing (under a batched test: for any example)
             elif isinstance(stmt, gast.Assign) and prim is not None:
                 value = self._value_flag(stmt, prim, flags)
                 for target in stmt.targets:
@@ -324,8 +331,8 @@ class FunctionBatcher:
         """Whether both branches may run for every example (straight-line, no writes)."""
         for block in (stmt.body, stmt.orelse):
             for inner in block:
-                if is_marker(inner) or isinstance(inner, (gast.Pass, gast.Raise)):
-                    continue  # (select raises where any example's branch would)
+                if is_marker(inner) or isinstance(inner, gast.Pass) or _effect(inner):
+                    continue  # (select raises or prints where any example's branch would)
                 prim = getattr(inner, "prim", None)
                 if not isinstance(inner, gast.Assign) or prim is None or \
                         prim.kind not in _PURE_KINDS:
@@ -463,7 +470,7 @@ class FunctionBatcher:
             if not flag_any(self.flags.get(prim.base, False)):
                 return [_tag(clone(stmt), stmt)]
             return [_tag(s, stmt) for s in self.add_at(stmt)]
-        if prim.kind == "raise":
+        if prim.kind in ("raise", "print"):
             return [_tag(clone(stmt), stmt)]
         target = stmt.targets[0]
         target_flag = self.flag(target)
@@ -814,11 +821,11 @@ class FunctionBatcher:
 
     @staticmethod
     def _raising_where_any(emitted, test, holds):
-        """A branch's raise, run on the whole batch: it raises when the branch is any
+        """A branch's raise or print, run on the whole batch: it runs when the branch is any
         example's (the other statements run for every example and np.where picks)."""
         which = "np.any(c)" if holds else "not np.all(c)"
         return [_tag(gast.If(test=fill(which, c=clone(test)), body=[s], orelse=[]), s)
-                if isinstance(s, gast.Raise) else s for s in emitted]
+                if _effect(s) else s for s in emitted]
 
     def _emit_branch(self, block, defined):
         """A branch of a select, with the flags its own new names have inside it (a value the

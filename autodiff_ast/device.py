@@ -347,6 +347,9 @@ class _FunctionLowering:
         if isinstance(stmt, gast.Expr):
             if kind == "append":
                 self._analyze_append(stmt, prim, trips)
+            elif kind == "print":
+                self.fail("print", getattr(stmt, "origin", None), "print on the CPU target "
+                          "(jit without target='cuda'), or remove the print")
             elif not _is_marker(stmt):
                 self.fail(f"the statement `{unparse(stmt).strip()}`")
             return

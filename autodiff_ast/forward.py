@@ -48,7 +48,7 @@ from .rules import PrimCall
 from .templates import append_loop, assign, const_value, fill, name, to_expr, unparse
 
 _KINDS = ("copy", "unpack", "tuple", "tuple_get", "user", "rule", "nondiff", "setitem",
-          "append", "list_new", "counter", "add_at", "pop", "opaque", "raise")
+          "append", "list_new", "counter", "add_at", "pop", "opaque", "raise", "print")
 
 
 @dataclass

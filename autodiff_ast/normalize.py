@@ -429,8 +429,12 @@ class Normalizer:
             if self.is_add_at(stmt.value):
                 self.add_at(stmt.value)
                 return
-            raise self.unsupported("expression statements (calls kept for their side effects, "
-                                   "such as print) are not supported", stmt,
+            if isinstance(stmt.value, gast.Call) and isinstance(stmt.value.func, gast.Name) \
+                    and self.expr(stmt.value.func) == Static(print):
+                self.print_call(stmt.value)
+                return
+            raise self.unsupported("expression statements (calls kept for their side effects) "
+                                   "are not supported, print aside", stmt,
                                    "remove the statement, or move it outside the function")
         elif isinstance(stmt, gast.Raise):
             self.visit_Raise(stmt)
@@ -1566,15 +1570,49 @@ class Normalizer:
         pieces = _message_pieces(args[0]) if args else []
         if self.depth == 0:
             raise self.static_raise(cls.value, pieces, stmt)
-        parts = [gast.Constant(value=p, kind=None) if isinstance(p, str) else
-                 _str_call(self.atom(p)) for p in pieces]
-        message = parts[0] if parts else None
-        for part in parts[1:]:
-            message = gast.BinOp(left=message, op=gast.Add(), right=part)
+        atoms = []
+        message = self.text(pieces, atoms) if pieces else None
         call = gast.Call(func=self.exception_class(cls.value, stmt),
                          args=[message] if message is not None else [], keywords=[])
-        atoms = [a for p in parts if isinstance(p, gast.Call) for a in p.args]
         self.append(gast.Raise(exc=call, cause=None), Prim("raise", args=atoms))
+
+    def text(self, pieces, atoms):
+        """The string `pieces` (constant text and expressions) make: `'x = ' + str(x)`, each
+        expression normalized to an atom (appended to `atoms`)."""
+        parts = []
+        for piece in pieces:
+            if isinstance(piece, str):
+                parts.append(gast.Constant(value=piece, kind=None))
+                continue
+            atom = self.atom(piece)
+            parts.append(_str_call(atom))
+            if not isinstance(parts[-1], gast.Constant):
+                atoms.append(atom)
+        out = parts[0]
+        for part in parts[1:]:
+            out = gast.BinOp(left=out, op=gast.Add(), right=part)
+        return out
+
+    def print_call(self, call):
+        """`print(a, f"... {b}")`: kept in every generated function that runs the primal
+        code, so it prints each time the derivative's primal part runs."""
+        if any(k.arg != "flush" for k in call.keywords) or \
+                any(isinstance(a, gast.Starred) for a in call.args):
+            raise self.unsupported("print takes its values here, without sep=, end= or file= "
+                                   "(nor *args)", call, "build the line as one f-string: "
+                                   "print(f'{a} {b}')")
+        atoms, args = [], []
+        for arg in call.args:
+            pieces = _message_pieces(arg)
+            if isinstance(arg, gast.Constant) or any(isinstance(p, str) for p in pieces):
+                args.append(self.text(pieces, atoms))  # a string: text and str() of values
+            else:
+                atom = self.atom(arg)
+                if isinstance(atom, gast.Name):
+                    atoms.append(atom)
+                args.append(atom)
+        self.append(gast.Expr(value=gast.Call(func=name("print"), args=args, keywords=[])),
+                    Prim("print", args=atoms))
 
     def exception_class(self, cls, node):
         """The expression naming exception class `cls` in generated code."""

@@ -211,8 +211,8 @@ def sorts_in_place(x):
     return np.sum(y * x)
 
 
-def print_call(x):
-    print(x)  # HERE
+def effect_call(x):
+    np.random.seed(0)  # HERE
     return x * 2.0
 
 
@@ -329,7 +329,7 @@ SOURCE_ERRORS = [
     ("dict_comprehension", 0.4, E.UnsupportedSyntaxError, "a dict comprehension"),
     ("generator_to_stack", 0.4, E.UnsupportedSyntaxError, "a generator expression"),
     ("sorts_in_place", X, E.UnsupportedSyntaxError, "expression statements"),
-    ("print_call", 0.4, E.UnsupportedSyntaxError, "expression statements"),
+    ("effect_call", 0.4, E.UnsupportedSyntaxError, "expression statements"),
     ("f_string", 0.4, E.UnsupportedSyntaxError, "an f-string"),
     ("match_statement", 0.4, E.UnsupportedSyntaxError, "match statements"),
     ("walrus", 0.4, E.UnsupportedSyntaxError, "the walrus operator"),

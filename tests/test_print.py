@@ -1,0 +1,114 @@
+"""`print` in differentiated code: kept in every generated function that runs the primal code,
+so a gradient prints what the function prints, once per call (nothing is traced). Gradients
+are checked against explicit values; printed lines against what the function itself prints
+(capfd: compiled code prints from C, past Python's sys.stdout)."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+import autodiff_ast as ad
+from autodiff_ast.errors import UnsupportedSyntaxError
+from autodiff_ast.jit import jit
+
+
+def logged(x):
+    y = np.tanh(x)
+    print("y is", y)
+    s = 0.0
+    for i in range(x.shape[0]):
+        if x[i] > 1.0:
+            print(f"step {i}: x = {x[i]}")
+        s = s + y[i] * x[i]
+    print(f"loss {s}")
+    return s
+
+
+def expected_grad(x):
+    y = np.tanh(x)
+    return y + x * (1.0 - y * y)
+
+
+X = np.array([0.5, 1.5, 2.0])
+
+
+def test_grad_prints_what_the_function_prints(capfd):
+    logged(X)
+    by_function = capfd.readouterr().out
+    for g in (ad.grad(logged), ad.value_and_grad(logged)):
+        out = g(X)
+        assert capfd.readouterr().out == by_function
+    np.testing.assert_allclose(out[1], expected_grad(X), rtol=1e-12)
+    np.testing.assert_allclose(ad.grad(logged)(X), expected_grad(X), rtol=1e-12)
+    assert by_function.count("step") == 2
+
+
+def test_print_is_kept_once_in_the_forward_code():
+    g = ad.grad(logged)
+    g(X)
+    assert g.source.count("print(") == 3
+    assert "print('step ' + str(i) + ': x = ' + str(x[i]))" in g.source
+
+
+def test_second_order_prints_once_per_call(capfd):
+    h = ad.grad(lambda v: ad.grad(logged)(v)[0])
+    capfd.readouterr()
+    got = h(X)
+    assert capfd.readouterr().out.count("loss") == 1
+    # d/dx0 of (tanh(x0) + x0 (1 - tanh(x0)^2)): 2 sech^2 - 2 x0 tanh sech^2
+    t = np.tanh(X[0])
+    np.testing.assert_allclose(got[0], 2 * (1 - t * t) - 2 * X[0] * t * (1 - t * t),
+                               rtol=1e-10)
+    np.testing.assert_allclose(got[1:], 0.0, atol=1e-14)
+
+
+def test_jit_prints_with_six_significant_digits(capfd):
+    compiled = jit(ad.grad(logged))
+    capfd.readouterr()
+    np.testing.assert_allclose(compiled(X), expected_grad(X), rtol=1e-12)
+    out = capfd.readouterr().out.splitlines()
+    assert out[1:] == ["step 1: x = 1.5", "step 2: x = 2.0", "loss 3.51684"]
+    assert out[0].startswith("y is [0.46211716")
+
+
+def test_vmap_prints_the_batch_and_a_batched_branch_when_any_example_takes_it(capfd):
+    batch = np.stack([X, -X])
+    got = ad.vmap(ad.grad(logged))(batch)
+    out = capfd.readouterr().out
+    np.testing.assert_allclose(got, np.stack([expected_grad(X), expected_grad(-X)]),
+                               rtol=1e-12)
+    assert "step 1: x = [ 1.5 -1.5]" in out
+    got = ad.vmap(ad.grad(logged))(-np.abs(batch))
+    assert "step" not in capfd.readouterr().out  # no example takes the branch
+
+
+def test_jvp_prints(capfd):
+    _, tangent = ad.jvp(logged, (X,), (np.ones(3),))
+    assert capfd.readouterr().out.count("loss") == 1
+    np.testing.assert_allclose(tangent, np.sum(expected_grad(X)), rtol=1e-12)
+
+
+def with_separator(x):
+    print(x, x, sep=", ")
+    return np.sum(x)
+
+
+def to_a_file(x):
+    print(x, file=sys.stderr)
+    return np.sum(x)
+
+
+@pytest.mark.parametrize("fn", [with_separator, to_a_file])
+def test_print_options_are_refused_at_the_line(fn):
+    with pytest.raises(UnsupportedSyntaxError, match="without sep=, end= or file=") as info:
+        ad.grad(fn)(X)
+    assert "test_print.py" in str(info.value)
+
+
+def test_print_stays_out_of_cuda_kernels():
+    from autodiff_ast.device import DeviceCodeError
+    with pytest.raises(DeviceCodeError, match="print cannot become CUDA"):
+        jit(ad.vmap(ad.grad(logged)), target="cuda")(np.stack([X, X]))
