@@ -516,6 +516,19 @@ class _Lower(gast.NodeTransformer):
             return None
         return _call(self.helper("roll_axis"), [args["a"], args["shift"], args["axis"]])
 
+    def call_np_diagonal(self, node):
+        """np.diagonal (Numba has none): a matrix's is np.diag's; over the last two axes of a
+        stack with offset 0, a helper."""
+        if len(node.args) == 1 and not node.keywords:
+            return _call("np.diag", node.args)
+        args = _bind(node, ("a", "offset", "axis1", "axis2"))
+        if args is None or _const(args.get("offset", _num(0))) != 0:
+            return None
+        axis1, axis2 = args.get("axis1", _num(0)), args.get("axis2", _num(1))
+        if not isinstance(_const(axis1), int) or not isinstance(_const(axis2), int):
+            return None
+        return _call(self.helper("diagonal_of"), [args["a"], axis1, axis2])
+
     def call_np_take(self, node):
         args = _bind(node, ("a", "indices", "axis", "out", "mode"))
         if args is None or set(args) != {"a", "indices", "axis"} or \
@@ -696,11 +709,6 @@ class _Lower(gast.NodeTransformer):
         if len(node.args) != 1 or node.keywords:
             return None
         return _call("np.abs", node.args)
-
-    def call_np_diagonal(self, node):
-        if len(node.args) != 1 or node.keywords:
-            return None
-        return _call("np.diag", node.args)
 
     def call_np_sort(self, node):
         # Numba's np.sort takes no options (it sorts along the last axis); `kind` does not

@@ -262,6 +262,20 @@ def median_weights(x, axis):
 '''
 
 #: Helpers that a helper calls (emitted with it).
+HELPERS["diagonal_adjoint"] = '''\
+def diagonal_adjoint(g, like):
+    """The adjoint of np.diagonal over the last two axes (np.diag of a matrix): `g` on each
+    matrix's diagonal, zeros elsewhere, shaped like `like` (a rectangular matrix too: g runs
+    down the shorter side). For a vector `like` (np.diag made it a matrix), g's diagonal.
+    (No writes in place: higher derivatives differentiate this code too.)"""
+    if like.ndim == 1:
+        return np.diag(g)
+    rows, cols = like.shape[-2], like.shape[-1]
+    if rows <= cols:
+        return g[..., :, None] * np.eye(rows, cols)
+    return g[..., None, :] * np.eye(rows, cols)
+'''
+
 HELPER_DEPENDS = {"slice_length": ("slice_start",), "dot_adjoints": ("unbroadcast",),
                   "matmul_adjoints": ("dot_adjoints", "unbroadcast"),
                   "add_taken": ("around_axis",), "add_repeated": ("around_axis",)}
@@ -1189,6 +1203,22 @@ def message_text_numba(v):
         return lambda v: str(v)
     return None
 '''
+DIALECT_HELPERS["diagonal_of"] = '''\
+def diagonal_of(x, axis1, axis2):
+    """np.diagonal(x, 0, axis1, axis2) over the last two axes (Numba has no np.diagonal)."""
+    if axis1 % x.ndim != x.ndim - 2 or axis2 % x.ndim != x.ndim - 1:
+        raise ValueError("diagonal_of reads the diagonals of the last two axes")
+    rows, cols = x.shape[-2], x.shape[-1]
+    n = min(rows, cols)
+    flat = np.ascontiguousarray(x).reshape(-1, rows * cols)
+    out = np.empty((flat.shape[0], n), dtype=x.dtype)
+    for b in range(flat.shape[0]):
+        for i in range(n):
+            out[b, i] = flat[b, i * (cols + 1)]
+    return out.reshape(x.shape[:-2] + (n,))
+'''
+
+
 DIALECT_HELPERS["message_text"] = '''\
 def message_text(v):
     """str(v), for an exception's message."""

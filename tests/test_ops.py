@@ -375,6 +375,10 @@ STRUCTURAL = [
     ("diag-1d", lambda x: np.diag(x), [(3,)], "real"),
     ("diag-2d", lambda x: np.diag(x), [(3, 3)], "real"),
     ("diagonal", lambda x: np.diagonal(x), [(3, 3)], "real"),
+    ("diag-2d-wide", lambda x: np.diag(x), [(3, 4)], "real"),
+    ("diagonal-tall", lambda x: np.diagonal(x), [(4, 3)], "real"),
+    ("diagonal-stack", lambda x: np.diagonal(x, axis1=1, axis2=2), [(2, 3, 4)], "real"),
+    ("diagonal-last-axes", lambda x: np.diagonal(x, 0, -2, -1), [(2, 3, 3)], "real"),
     ("diagflat", lambda x: np.diagflat(x), [(3,)], "real"),
     ("diagflat-matrix", lambda x: np.diagflat(x) * 2.0, [(2, 2)], "real"),
     ("diagflat-k", lambda x: np.diagflat(x, 1), [(3,)], "real"),
@@ -661,7 +665,8 @@ NEEDS_RANK = {"inner", "hstack", "hstack-2d", "vstack", "vstack-2d", "tile", "ti
               "norm-minus-inf", "multi_dot", "multi_dot-vectors", "tensordot", "tensordot-1",
               "tensordot-pairs", "column_stack", "column_stack-mixed", "dstack",
               "dstack-mixed", "dstack-row", "row_stack", "vstack-vector-and-matrix", "kron",
-              "kron-2d", "kron-vector-matrix", "kron-matrix-vector", "kron-same"}
+              "kron-2d", "kron-vector-matrix", "kron-matrix-vector", "kron-same",
+              "diagonal", "diagonal-tall", "diagonal-stack", "diagonal-last-axes"}
 
 
 def _all_cases():

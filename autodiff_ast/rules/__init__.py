@@ -53,7 +53,7 @@ class Rule:
 # template may ask for other parameters' values and fall back on the expression: the
 # exponent of `x ** n`.)
 OPTIONS = frozenset({"axis", "axes", "axis1", "axis2", "source", "destination", "keepdims",
-                     "k", "ord", "ddof", "n", "reps", "returned", "subscripts"})
+                     "k", "ord", "ddof", "n", "reps", "returned", "subscripts", "offset"})
 
 
 class PrimCall:

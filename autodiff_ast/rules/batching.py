@@ -800,6 +800,12 @@ def _trace(bc):
 def _diag(bc):
     rank = _rank_or_fail(bc, "x")
     x = bc.arg("x")
+    if bc.call.rule.name == "diagonal":
+        from .linalg import diagonal_axes
+        if diagonal_axes(bc.call) is None:
+            raise NoBatchingRule("np.diagonal with an offset, or of axes other than the last "
+                                 "two")
+        return fill(f"np.diagonal(x, axis1={rank - 1}, axis2={rank})", x=x)
     if rank == 1:
         return fill("x[:, :, None] * np.eye(x.shape[1])", x=x)
     return fill("np.diagonal(x, axis1=1, axis2=2)", x=x)

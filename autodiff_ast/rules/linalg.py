@@ -391,13 +391,56 @@ def _infer_diag(call):
     return T.array((T.N, T.N) if x.ndim == 1 else (T.N,), x.dtype or "float64")
 
 
-register(Rule("diag", "np.diag", ("x",), {}, ("x",), _infer_diag,
-              lambda call, g: {"x": (fill("np.diag(g)", g=g), call.types["x"])},
+def _diag_vjp(call, g):
+    x = call.args["x"]
+    if call.ndim("x") == 1:
+        return {"x": (fill("np.diag(g)", g=g), call.types["x"])}
+    # a matrix's diagonal: back on the diagonal of zeros of the matrix's shape (np.diag(g)
+    # would be square: wrong for a rectangular matrix); of unknown rank, the helper decides
+    return {"x": (fill("diagonal_adjoint(g, x)", g=g, x=x), call.types["x"])}
+
+
+register(Rule("diag", "np.diag", ("x",), {}, ("x",), _infer_diag, _diag_vjp,
               lambda call, dots: fill("np.diag(d)", d=dots["x"]), linear=True), np.diag)
-register(Rule("diagonal", "np.diagonal", ("x",), {}, ("x",), lambda call: T.array((T.N,)),
-              lambda call, g: {"x": (fill("np.diag(g)", g=g), call.types["x"])},
-              lambda call, dots: fill("np.diagonal(d)", d=dots["x"]), linear=True),
-         np.diagonal)
+
+
+def diagonal_axes(call):
+    """np.diagonal's (axis1, axis2) made non-negative; None unless its templates cover the
+    call: offset 0, the last two axes in order (as np.diag of a matrix, and vmap's batched
+    form of it, read them)."""
+    rank = call.ndim("x")
+    axis1, axis2 = call.const("axis1", 0), call.const("axis2", 1)
+    if rank is None or rank < 2 or call.const("offset", 0) != 0 or \
+            not isinstance(axis1, int) or not isinstance(axis2, int):
+        return None
+    axes = (axis1 % rank, axis2 % rank)
+    return axes if axes == (rank - 2, rank - 1) else None
+
+
+def _infer_diagonal(call):
+    x = call.types["x"]
+    axes = diagonal_axes(call)
+    if x.dims is None or axes is None:
+        return T.array(None if x.dims is None else (T.N,) * (len(x.dims) - 1),
+                       x.dtype or "float64")
+    return T.array(tuple(x.dims[:-2]) + (T.N,), x.dtype or "float64")
+
+
+def _diagonal_vjp(call, g):
+    if diagonal_axes(call) is None:
+        return None
+    return {"x": (fill("diagonal_adjoint(g, x)", g=g, x=call.args["x"]), call.types["x"])}
+
+
+def _diagonal_jvp(call, dots):
+    if diagonal_axes(call) is None:
+        return None
+    return emit_call(call.rule, {**call.args, "x": dots["x"]}, call.keywords)
+
+
+register(Rule("diagonal", "np.diagonal", ("x", "offset", "axis1", "axis2"),
+              {"offset": 0, "axis1": 0, "axis2": 1}, ("x",), _infer_diagonal, _diagonal_vjp,
+              _diagonal_jvp, linear=True), np.diagonal)
 
 
 # ---------------------------------------------------------------- np.linalg
