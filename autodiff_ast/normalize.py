@@ -230,6 +230,9 @@ class CoreFunction:
     # the function writes in place (it writes into a copy; autodiff_ast/shared_memory.py
     # refuses a caller that reads the argument after the call)
     written_params: dict = field(default_factory=dict)
+    # the keys of the dict a function called by another one returns (it returns their values
+    # as a tuple: the caller reads the dict's entries as names, normalize.LocalDict)
+    dict_keys: tuple | None = None
 
     @property
     def return_type(self):
@@ -290,8 +293,12 @@ def names_in(node):
 
 # ---------------------------------------------------------------- the normalizer
 class Normalizer:
-    def __init__(self, info, arg_specs, program, core_name):
+    def __init__(self, info, arg_specs, program, core_name, called=False):
         self.info = info
+        # normalized for a call from another function: a dict it returns is a tuple of the
+        # dict's values (dict_keys), which the caller reads entry by entry
+        self.called = called
+        self.dict_keys = None
         self.program = program
         self.body = []
         self.types = {}
@@ -371,6 +378,7 @@ class Normalizer:
                             returns, return_node, self.namer, self.arg_specs)
         core.merged_axes = self.merged_axes
         core.written_params = self.written_params
+        core.dict_keys = self.dict_keys
         return core
 
     # -- statements
@@ -527,7 +535,10 @@ class Normalizer:
         self.env[user_name] = made
 
     def dict_key(self, key, subscript, message, hint):
-        """The constant string `key` (an atom) of `subscript` on a LocalDict, or the error."""
+        """The constant string `key` (an atom, or a loop's constant key) of `subscript` on a
+        LocalDict, or the error."""
+        if isinstance(key, Static) and isinstance(key.value, str):
+            return key.value  # `for k in ("w", "b"): d[k]`
         if not (isinstance(key, gast.Constant) and isinstance(key.value, str)):
             raise self.unsupported(message, subscript, hint)
         return key.value
@@ -541,11 +552,8 @@ class Normalizer:
 
     def dict_read(self, local_dict, node):
         """`d["k"]` on a LocalDict: the entry's name."""
-        key = self.expr(node.slice)
-        if isinstance(key, Static) and isinstance(key.value, str):
-            key = gast.Constant(value=key.value, kind=None)  # a loop's constant key
-        key = self.dict_key(key, node, "a dict built in the function is read with constant "
-                            "string keys", "write d['name'], not d[name]")
+        key = self.dict_key(self.expr(node.slice), node, "a dict built in the function is "
+                            "read with constant string keys", "write d['name'], not d[name]")
         if key not in local_dict.entries:
             raise self.unsupported(f"{unparse(node)}: the dict has no key {key!r} here "
                                    f"(its keys: {', '.join(map(repr, local_dict.entries))})",
@@ -638,10 +646,50 @@ class Normalizer:
     def visit_return(self, stmt):
         if stmt.value is None:
             return gast.Constant(value=None, kind=None)
+        if self.called and _string_keyed(stmt.value):
+            held = self.namer.temp("returned")
+            self.local_dict(held, stmt.value)
+            return self.returned_dict(self.env[held], stmt)
+        if self.called and isinstance(stmt.value, gast.Name) and \
+                isinstance(self.env.get(stmt.value.id), LocalDict):
+            return self.returned_dict(self.env[stmt.value.id], stmt)
         if isinstance(stmt.value, (gast.Tuple, gast.List)):
             entries = [self.runtime(self.expr(e), e) for e in stmt.value.elts]
             return gast.Tuple(elts=[self.output_entries(e) for e in entries], ctx=gast.Load())
         return self.output_entries(self.runtime(self.expr(stmt.value), stmt.value))
+
+    def returned_dict(self, local_dict, stmt):
+        """A dict a called function returns: the tuple of its entries' values, its keys kept
+        in dict_keys for the caller (call_core)."""
+        values = []
+        for key, local in local_dict.entries.items():
+            value = self.expr(gast.copy_location(name(local), stmt))
+            if isinstance(value, (LocalDict, TreeRef)):
+                raise self.unsupported(f"the entry {key!r} of a returned dict holds a dict "
+                                       "or a pytree argument: return arrays and numbers",
+                                       stmt, "return the inner dict's entries themselves")
+            values.append(self.output_entries(self.runtime(value, stmt)))
+        self.dict_keys = tuple(local_dict.entries)
+        return gast.Tuple(elts=values, ctx=gast.Load())
+
+    def call_core(self, callee, flat_args, target, base):
+        """The call of a function of the user's normalized as `callee`; a dict it returns is
+        read entry by entry (a LocalDict whose entries the call's tuple binds)."""
+        value = gast.Call(func=name(callee.name), args=flat_args, keywords=[])
+        prim = Prim("user", callee=callee, args=flat_args)
+        if callee.dict_keys is None:
+            return self.emit(value, callee.return_type, prim, target, base)
+        held = self.emit(value, callee.return_type, prim, None, base)
+        made = LocalDict({}, target or base)
+        types_ = callee.return_type.elts
+        cores = []
+        for key, typ in zip(callee.dict_keys, types_):
+            local = made.local_name(key, self.taken_names)
+            core = self.define(local, typ)
+            self.types[core] = self.join(core, typ) if self.depth > 0 else typ
+            cores.append(core)
+        self.append(assign(cores, held), Prim("unpack", args=[held]))
+        return made
 
     def output_entries(self, atom):
         """A returned value as the (nested) tuple of its entries: each entry of a display
@@ -1398,10 +1446,8 @@ class Normalizer:
         for pname in params + free:
             specs[pname], leaves = self.passed(bound[pname], node)
             flat_args.extend(leaves)
-        callee = normalize_into(self.program, info, specs)
-        value = gast.Call(func=name(callee.name), args=flat_args, keywords=[])
-        prim = Prim("user", callee=callee, args=flat_args)
-        return self.emit(value, callee.return_type, prim, target, f"{local.name}_out")
+        callee = normalize_into(self.program, info, specs, called=True)
+        return self.call_core(callee, flat_args, target, f"{local.name}_out")
 
     def call_transformed(self, fn, node, target):
         """A call to grad(f)/jvp(f)/... inside differentiated code: the transformed function's
@@ -1449,11 +1495,9 @@ class Normalizer:
         if checkpointed:
             fn = fn.__wrapped__
         callee = normalize_into(self.program, parse_callee(fn), specs,
-                                checkpointed=checkpointed)
-        value = gast.Call(func=name(callee.name), args=flat_args, keywords=[])
-        prim = Prim("user", callee=callee, args=flat_args)
+                                checkpointed=checkpointed, called=True)
         base = f"{fn.__name__}_out" if fn.__name__ != "<lambda>" else "out"
-        return self.emit(value, callee.return_type, prim, target, base)
+        return self.call_core(callee, flat_args, target, base)
 
     # -- control flow
     def join(self, core_name, typ):
@@ -2215,6 +2259,12 @@ def _plain_constant(atom):
         atom.value is None or type(atom.value) in (bool, int, float, str))
 
 
+def _string_keyed(node):
+    """A dict display with constant string keys."""
+    return isinstance(node, gast.Dict) and all(
+        isinstance(k, gast.Constant) and isinstance(k.value, str) for k in node.keys)
+
+
 def _message_pieces(node):
     """An exception's message as constant text and expressions: an f-string's parts, the
     parts of `'text ' + str(v)` (as generated code writes it), or one value shown with str()."""
@@ -2548,8 +2598,10 @@ def _makes_new_array(value):
     return False
 
 
-def normalize_into(program, info, specs, core_name=None, checkpointed=False):
-    """Normalize `info` for these argument specs into `program` (memoized per signature)."""
+def normalize_into(program, info, specs, core_name=None, checkpointed=False, called=False):
+    """Normalize `info` for these argument specs into `program` (memoized per signature).
+    `called`: for a call from another function (a dict it returns is a tuple there; the
+    entry function called again, recursively, is the same core function as the entry)."""
     key = (info.fn, _spec_key(specs), checkpointed)
     if key in program.functions:
         return program.functions[key]
@@ -2557,13 +2609,13 @@ def normalize_into(program, info, specs, core_name=None, checkpointed=False):
     emitted = program.module_names.fresh(base)
     placeholder = CoreFunction(info, emitted, [], None, {}, None, None, None, specs)
     program.functions[key] = placeholder  # recursion guard: a recursive call sees this
-    core = Normalizer(info, specs, program, emitted).run()
+    core = Normalizer(info, specs, program, emitted, called).run()
     calls = placeholder.recursive_calls
     # Recursive calls hold the placeholder: it becomes the function itself.
     placeholder.__dict__.update(core.__dict__)
     if calls:
         # The recursive calls were typed before the return type was known: once more.
-        core = Normalizer(info, specs, program, emitted).run()
+        core = Normalizer(info, specs, program, emitted, called).run()
         placeholder.__dict__.update(core.__dict__)
     placeholder.checkpointed = checkpointed
     program.order.append(key)

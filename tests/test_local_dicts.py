@@ -140,3 +140,100 @@ def test_unsupported_uses_name_the_line(f, message):
     with pytest.raises(UnsupportedSyntaxError, match=re.escape(message)) as info:
         ad.grad(f)(W)
     assert "test_local_dicts.py" in str(info.value)
+
+
+# ---------------------------------------------------------------- dicts returned by calls
+def _layer(x, w):
+    h = np.tanh(x @ w)
+    return {"out": h, "energy": np.sum(h * h)}
+
+
+def _built_up(x, w):
+    state = {}
+    state["pre"] = x @ w
+    if np.sum(x) > 0:
+        state["act"] = np.tanh(state["pre"])
+    else:
+        state["act"] = np.sin(state["pre"])
+    return state
+
+
+def returned_display(w, x):
+    r = _layer(x, w)
+    return np.sum(r["out"] ** 2) + 0.5 * r["energy"]
+
+
+def returned_built(w, x):
+    s = _built_up(x, w)
+    return np.sum(s["act"] * s["pre"])
+
+
+def read_at_once(w, x):
+    return np.sum(_layer(x, w)["out"])
+
+
+def chained(w, x):
+    first = _layer(x, w)
+    second = _layer(first["out"], w[:2])
+    return second["energy"] + first["energy"]
+
+
+def in_a_loop(w, x):
+    total = 0.0
+    for i in range(x.shape[0]):
+        r = _layer(x[i:i + 1], w)
+        total = total + r["energy"]
+    return total
+
+
+def returned_as_aux(w, x):
+    r = _layer(x, w)
+    return r["energy"], r
+
+
+WM = np.array([[0.3, -0.2], [0.5, 0.1], [-0.4, 0.2]])
+RETURNED = [(returned_display, (WM, X)), (returned_built, (WM, X)), (returned_built, (WM, -X)),
+            (read_at_once, (WM, X)), (chained, (WM, X)), (in_a_loop, (WM, X))]
+
+
+@pytest.mark.parametrize("f,args", RETURNED, ids=[f"{c[0].__name__}-{k}"
+                                                  for k, c in enumerate(RETURNED)])
+def test_a_dict_returned_by_a_call_is_read_entry_by_entry(f, args):
+    """It was refused ("reading a dict returned by a call is not supported")."""
+    ad.check_grads(f, args, modes=("rev", "fwd"), order=1)
+
+
+@pytest.mark.numba
+def test_jit_and_vmap_through_a_returned_dict(quick_llvm):
+    for f, args in RETURNED[:3]:
+        np.testing.assert_allclose(jit(ad.grad(f))(*args), ad.grad(f)(*args), rtol=1e-12)
+    batch = ad.vmap(ad.grad(returned_display), in_axes=(None, 0))(WM, np.stack([X, -X]))
+    np.testing.assert_allclose(batch[1], ad.grad(returned_display)(WM, -X), rtol=1e-12)
+
+
+def test_a_returned_dict_passed_on_as_the_aux_output():
+    (value, aux), g = ad.value_and_grad(returned_as_aux, has_aux=True)(WM, X)
+    h = np.tanh(X @ WM)
+    assert value == pytest.approx(np.sum(h * h))
+    assert set(aux) == {"out", "energy"}
+    np.testing.assert_allclose(aux["out"], h)
+    np.testing.assert_allclose(g, X.T @ (2.0 * h * (1.0 - h * h)), rtol=1e-12)
+
+
+def written_with_loop_keys(w, b, x):
+    p = {"w": w, "b": b}
+    for k in ("w", "b"):
+        p[k] = p[k] * 2.0
+    for k in ("w", "b"):
+        p[k] += 1.0
+    return np.sum(np.tanh(x @ p["w"] + p["b"]))
+
+
+def test_entries_written_with_a_loops_constant_key():
+    """`for k in ("w", "b"): p[k] = ...` was refused (reads with such a key were accepted)."""
+    w, b, x = np.array([0.1, -0.2]), 0.3, np.ones((3, 2))
+    ad.check_grads(written_with_loop_keys, (w, b, x), modes=("rev", "fwd"), order=1)
+    s = 1.0 - np.tanh(x @ (2.0 * w + 1.0) + 2.0 * b + 1.0) ** 2
+    g_w, g_b = ad.grad(written_with_loop_keys, argnums=(0, 1))(w, b, x)
+    np.testing.assert_allclose(g_w, 2.0 * x.T @ s, rtol=1e-12)
+    assert g_b == pytest.approx(2.0 * np.sum(s))
