@@ -1628,8 +1628,9 @@ class Normalizer:
             if isinstance(piece, str):
                 parts.append(gast.Constant(value=piece, kind=None))
                 continue
+            piece, spec = piece if isinstance(piece, tuple) else (piece, None)
             atom = self.atom(piece)
-            parts.append(_str_call(atom))
+            parts.append(_str_call(atom, spec))
             if not isinstance(parts[-1], gast.Constant):
                 atoms.append(atom)
         out = parts[0]
@@ -1681,16 +1682,15 @@ class Normalizer:
             if isinstance(piece, str):
                 text.append(piece)
                 continue
+            piece, spec = piece if isinstance(piece, tuple) else (piece, "")
             try:
                 value = self.expr(piece)
             except UnsupportedSyntaxError:
                 value = None
-            if isinstance(value, gast.Constant):
-                text.append(str(value.value))
-            elif isinstance(value, Static):
-                text.append(str(value.value))
+            if isinstance(value, (gast.Constant, Static)):
+                text.append(format(value.value, spec))
             else:
-                text.append("{" + unparse(piece) + "}")
+                text.append("{" + unparse(piece) + (":" + spec if spec else "") + "}")
         error = cls("".join(text)) if pieces else cls()
         where = f"{self.info.filename}:{self.info.file_line(stmt)}"
         error.add_note(f"raised at {where} while its derivative code was being generated: "
@@ -2266,10 +2266,11 @@ def _string_keyed(node):
 
 
 def _message_pieces(node):
-    """An exception's message as constant text and expressions: an f-string's parts, the
-    parts of `'text ' + str(v)` (as generated code writes it), or one value shown with str()."""
-    if isinstance(node, gast.Constant):
-        return [str(node.value)]
+    """An exception's message (or a printed string) as constant text and expressions: an
+    f-string's parts, the parts of `'text ' + str(v)` (as generated code writes it), or one
+    value shown with str(). A value with a format spec (`{v:.3f}`) is the pair (v, spec)."""
+    if isinstance(node, gast.Constant) and isinstance(node.value, str):
+        return [node.value]
     if isinstance(node, gast.BinOp) and isinstance(node.op, gast.Add):
         left, right = _message_pieces(node.left), _message_pieces(node.right)
         if any(isinstance(p, str) for p in left + right):
@@ -2277,21 +2278,32 @@ def _message_pieces(node):
     if isinstance(node, gast.Call) and isinstance(node.func, gast.Name) and \
             node.func.id == "str" and len(node.args) == 1 and not node.keywords:
         return [node.args[0]]
+    if isinstance(node, gast.Call) and isinstance(node.func, gast.Name) and \
+            node.func.id == "format" and len(node.args) == 2 and not node.keywords and \
+            isinstance(node.args[1], gast.Constant) and isinstance(node.args[1].value, str):
+        return [(node.args[0], node.args[1].value)]
     if isinstance(node, gast.JoinedStr):
         pieces = []
         for part in node.values:
             if isinstance(part, gast.Constant):
                 pieces.append(str(part.value))
-            else:  # a FormattedValue: its value as str() shows it (no format spec)
+                continue
+            spec = part.format_spec  # a FormattedValue: str() shows it, or format(v, spec)
+            if spec is not None and all(isinstance(v, gast.Constant) for v in spec.values):
+                pieces.append((part.value, "".join(str(v.value) for v in spec.values)))
+            else:
                 pieces.append(part.value)
         return pieces
     return [node]
 
 
-def _str_call(atom):
-    """`str(atom)` (a constant is made text at once)."""
+def _str_call(atom, spec=None):
+    """`str(atom)`, or `format(atom, spec)` (a constant is made text at once)."""
     if isinstance(atom, gast.Constant):
-        return gast.Constant(value=str(atom.value), kind=None)
+        return gast.Constant(value=format(atom.value, spec or ""), kind=None)
+    if spec:
+        return gast.Call(func=name("format"), args=[atom, gast.Constant(value=spec, kind=None)],
+                         keywords=[])
     return gast.Call(func=name("str"), args=[atom], keywords=[])
 
 

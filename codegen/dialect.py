@@ -489,6 +489,13 @@ class _Lower(gast.NodeTransformer):
                                                      else _num(a)])
         return value
 
+    def call_format(self, node):
+        """`format(v, spec)` in a message: Numba has no format(); the value is written as
+        message_text writes it (the spec is not applied)."""
+        if len(node.args) != 2 or node.keywords:
+            return None
+        return _call(self.helper("message_text"), node.args[:1])
+
     def call_str(self, node):
         """`str(v)` (generated code writes one only into an exception's message): a helper
         that writes floats, shapes and arrays as Numba's str() does not."""
