@@ -3176,6 +3176,12 @@ def _reverse_setitem(stmt, adj, active, core):
                                    type_comment=None))
         return
     if isinstance(value, gast.Name) and value.id in active:
+        index_t = atom_type(index, core.types) if isinstance(index, gast.Name) else None
+        if index_t is not None and index_t.kind == "array" and index_t.ndim == 1 and \
+                index_t.dtype not in ("bool", None) and base_type.kind == "array":
+            # an integer vector may repeat a position: only its last write reaches y
+            part = fill("written_last(p, i, b.shape[0])", p=part, i=index, b=name(bar))
+            adj.helpers.add("written_last")
         adj.add(value.id, part, part_type, view=part_type.kind == "array")
     adj.out.append(gast.Assign(targets=[zero], value=fill("0.0"), type_comment=None))
 

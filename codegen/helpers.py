@@ -276,6 +276,23 @@ def diagonal_adjoint(g, like):
     return g[..., None, :] * np.eye(rows, cols)
 '''
 
+HELPERS["written_last"] = '''\
+def written_last(part, index, n):
+    """`part` (y_bar[index]: the cotangent of the values `y[index] = v` wrote, index an
+    integer vector into an axis of length n) with zeros where a later entry of `index` names
+    the same position: of repeated writes NumPy keeps the last, so only that one reaches y."""
+    if index.shape[0] < 2:
+        return part
+    flat = np.where(index < 0, index + n, index)
+    order = np.argsort(flat, kind="mergesort")
+    ranked = flat[order]
+    last = np.ones(flat.shape[0], dtype=np.bool_)
+    last[:-1] = ranked[1:] != ranked[:-1]
+    keep = np.empty(flat.shape[0], dtype=np.bool_)
+    keep[order] = last
+    return (part.T * keep).T
+'''
+
 HELPER_DEPENDS = {"slice_length": ("slice_start",), "dot_adjoints": ("unbroadcast",),
                   "matmul_adjoints": ("dot_adjoints", "unbroadcast"),
                   "add_taken": ("around_axis",), "add_repeated": ("around_axis",)}

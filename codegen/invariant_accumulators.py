@@ -302,7 +302,10 @@ def _rewrite(loop, plan, taken):
 ACCUMULATOR_HELPERS = {"zero_entry": '''\
 def zero_entry(a, index):
     """What adding into `a[index]` starts from: 0.0 for an element, a zero array shaped like
-    `a[index]` for a row (index an integer or a tuple of integers; a[index] is not read)."""
+    `a[index]` for a row or for an array index (integers or a mask: a[index] is a copy of
+    the entries it picks, so its values are not read)."""
+    if isinstance(index, np.ndarray):
+        return np.zeros_like(a[index])
     taken = len(index) if isinstance(index, tuple) else 1
     return 0.0 if a.ndim == taken else np.zeros(a.shape[taken:], a.dtype)
 
@@ -310,6 +313,8 @@ def zero_entry(a, index):
 @numba.extending.overload(zero_entry, inline='always', jit_options={'error_model': 'numpy'})
 def zero_entry_numba(a, index):
     """How Numba compiles zero_entry: the number 0.0 when the index takes every axis."""
+    if isinstance(index, numba.types.Array):
+        return lambda a, index: np.zeros_like(a[index])
     taken = len(index) if isinstance(index, numba.types.BaseTuple) else 1
     if a.ndim == taken:
         return lambda a, index: 0.0
