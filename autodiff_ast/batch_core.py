@@ -918,6 +918,11 @@ class FunctionBatcher:
         for out, first, one, flag, typ in zip(outs, firsts, each, out_flags, types):
             if typ.kind == "tuple":
                 raise PerExampleLoop("a loop over examples cannot return a tuple value", node)
+            if typ.kind == "list" and flag_any(flag):
+                # (each example's list, a tape, has a length of its own: no batched list
+                # holds them; the caller runs per example instead)
+                raise PerExampleLoop("a loop over examples cannot return a list that differs "
+                                     "between examples", node)
             if not flag_any(flag):
                 result.append(name(first))
                 continue

@@ -911,3 +911,27 @@ def test_grad_through_moved_axes(rng):
         return np.sum(batched(v, x) ** 2)
     want = numeric_grad(lambda v: total(v, xs), w)
     np.testing.assert_allclose(ad.grad(total)(w, xs), want, rtol=1e-6, atol=1e-8)
+
+
+def _newton_sqrt(a):
+    x = a * 1.0
+    it = 0
+    while it < 20 and np.abs(x * x - a) > 1e-12:
+        x = 0.5 * (x + a / x)
+        it += 1
+    return x
+
+
+def _calls_newton(a):
+    return _newton_sqrt(a)
+
+
+def test_a_helper_whose_tapes_differ_in_length_between_examples():
+    """The helper's while loop runs a different number of steps per example, so its tapes
+    (lists) differ in length: its per-example loop returned them into np.empty (an
+    AttributeError in generated code); the caller runs per example now."""
+    from autodiff_ast.jit import jit
+    a = np.array([2.0, 1.8, 9.0])
+    expected = 0.5 / np.sqrt(a)
+    np.testing.assert_allclose(ad.vmap(ad.grad(_calls_newton))(a), expected, rtol=1e-10)
+    np.testing.assert_allclose(jit(ad.vmap(ad.grad(_calls_newton)))(a), expected, rtol=1e-10)
