@@ -38,6 +38,7 @@ with its primitive's batching rule (:mod:`autodiff_ast.rules.batching`), batch a
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass
 
 import gast
@@ -63,14 +64,6 @@ class PerExampleLoop(Exception):
     def __init__(self, reason, node=None):
         super().__init__(reason)
         self.reason = reason
-        self.node = node
-
-
-class BatchShapeError(Exception):
-    """A result whose per-example shape depends on a batched value (raised with the line)."""
-
-    def __init__(self, message, node):
-        super().__init__(message)
         self.node = node
 
 
@@ -240,6 +233,9 @@ class FunctionBatcher:
         self.n_batch, self.index = module.names_for(core)
         self.flags = {}
         self.loop_reasons = []
+        # (reason, user node) of a value whose shape differs between examples: the function
+        # runs per example, and its outputs' shapes are checked as they are stacked
+        self.dynamic_shape = None
 
     # -- analysis
     def analyze(self):
@@ -568,7 +564,11 @@ class FunctionBatcher:
         try:
             batched = R.batch(bc)
         except R.ValueDependentShape as exc:
-            raise BatchShapeError(str(exc), stmt.origin) from None
+            # (an intermediate of a shape of its own per example, `x[x > 0]` summed: each
+            # example runs on its own; an output of such a shape is refused as it is stacked)
+            self.dynamic_shape = (str(exc), stmt.origin)
+            raise PerExampleLoop(f"{exc}, a shape that differs between examples",
+                                 stmt.origin) from None
         except R.NoBatchingRule as exc:
             return self.statement_loop(stmt, str(exc))
         option = bc.call.unknown_option() if bc.call is not None else None
@@ -874,6 +874,14 @@ class FunctionBatcher:
         return out, current
 
     # -- the per-example loop variant
+    def same_shape_check(self, one, first):
+        """`if one.shape != first.shape: raise ValueError(...)`, naming the user's line."""
+        message = _same_shape_message(self.core, self.dynamic_shape)
+        test = fill("a.shape != b.shape", a=name(one), b=name(first))
+        error = gast.Raise(exc=gast.Call(func=name("ValueError"), args=[
+            gast.Constant(value=message, kind=None)], keywords=[]), cause=None)
+        return gast.If(test=test, body=[error], orelse=[])
+
     def loop_variant(self, out_flags, reason, node):
         """``for i in range(n_batch)``: the per-example function on each example."""
         core = self.core
@@ -930,6 +938,8 @@ class FunctionBatcher:
             body.append(gast.Assign(targets=[gast.Subscript(value=name(out), slice=to_expr(0),
                                                             ctx=gast.Store())],
                                     value=name(first), type_comment=None))
+            if self.dynamic_shape is not None and typ.kind == "array":
+                loop_body.append(self.same_shape_check(one, first))
             loop_body.append(gast.Assign(targets=[gast.Subscript(
                 value=name(out), slice=name(i), ctx=gast.Store())], value=name(one),
                 type_comment=None))
@@ -938,6 +948,14 @@ class FunctionBatcher:
                              body=loop_body, orelse=[], type_comment=None))
         return BatchedBody(body, result, tuple(bool(flag_any(f)) for f in out_flags), "loop",
                            reason, uses_n_batch=True)
+
+
+def _same_shape_message(core, dynamic_shape):
+    reason, node = dynamic_shape
+    where = f"{os.path.basename(core.info.filename)}:{core.info.file_line(node)}"
+    return (f"vmap: an output of {core.info.name} has a different shape for different examples "
+            f"({reason} at {where}: `{core.info.source_line(node)}`); keep shapes "
+            "independent of the mapped values (use masks, np.where, or pad to a fixed size)")
 
 
 def _written_params(core):
@@ -1071,5 +1089,5 @@ def after_comments(body):
 
 
 __all__ = ["FunctionBatcher", "ModuleBatcher", "BatchedBody", "PerExampleLoop",
-           "BatchShapeError", "flag_any", "inline_returns", "after_comments", "wrap",
+           "flag_any", "inline_returns", "after_comments", "wrap",
            "clone", "loads"]

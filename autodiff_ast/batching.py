@@ -43,7 +43,6 @@ from . import pytrees
 from . import types as T
 from .api import _bind, _prepare_leaf, _ReverseTransform, _Transformed
 from .batch_core import (
-    BatchShapeError,
     FunctionBatcher,
     ModuleBatcher,
     after_comments,
@@ -208,13 +207,7 @@ def build_vmap(target, leaf_axes, out_axes, axis_size_param=False, options=""):
     pattern = tuple(axes[p] is not None for p in core.params)
     module = ModuleBatcher(program, quote_lines=not target.label)
     fb = FunctionBatcher(module, core, pattern)
-    try:
-        result = fb.run()
-    except BatchShapeError as exc:
-        raise info.error(BatchingError, f"vmap cannot batch this line: {exc}, so each example "
-                         "would need a result of a different shape", exc.node,
-                         "keep shapes independent of the mapped values (use masks, np.where, "
-                         "or pad to a fixed size)") from None
+    result = fb.run()
     n_batch = fb.n_batch
     exprs, types, flags, shape = _flat_returns(result.returns, result.out_flags, core.types)
     tuple_out = isinstance(core.returns, gast.Tuple) or not isinstance(shape[0], int)

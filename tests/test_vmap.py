@@ -634,10 +634,39 @@ def ranged(x, n):
 
 
 def test_value_dependent_shape_names_the_line():
-    with pytest.raises(BatchingError) as info:
+    """An output whose shape depends on the mapped values: each example runs on its own, and
+    stacking their outputs raises, naming the line (in generated code: the batch's values
+    decide it)."""
+    with pytest.raises(ValueError) as info:
         vmap(ranged)(np.ones(3), np.array([2, 3, 4]))
     text = str(info.value)
     assert "test_vmap.py" in text and "np.arange(n) * x" in text and "different shape" in text
+    np.testing.assert_allclose(vmap(ranged)(np.ones(3), np.array([2, 2, 2])),
+                               np.tile(np.arange(2.0), (3, 1)))
+
+
+def _positive_part_energy(x):
+    return np.sum(x[x > 0] ** 2)
+
+
+def _masked_update(x):
+    y = x * 1.0
+    y[x > 0.5] *= 3.0
+    return np.sum(y ** 2)
+
+
+@pytest.mark.parametrize("fn, expected", [
+    (_positive_part_energy, lambda x: 2.0 * np.maximum(x, 0.0)),
+    (_masked_update, lambda x: 2.0 * x * np.where(x > 0.5, 9.0, 1.0))])
+def test_an_intermediate_of_per_example_shape_runs_each_example_on_its_own(fn, expected):
+    """`x[x > 0]` has a shape of its own per example: vmap refused the function ("vmap cannot
+    batch this line"); it runs per example now (its outputs keep one shape)."""
+    from autodiff_ast.jit import jit
+    xs = np.array([[1.0, -2.0, 3.0], [-1.0, 0.7, 0.2]])
+    for batched in (vmap(ad.grad(fn)), jit(vmap(ad.grad(fn)))):
+        np.testing.assert_allclose(batched(xs), np.stack([expected(x) for x in xs]),
+                                   rtol=1e-12)
+    np.testing.assert_allclose(vmap(fn)(xs), [fn(x) for x in xs], rtol=1e-12)
 
 
 # ---------------------------------------------------------------- the seed tutorials' examples
