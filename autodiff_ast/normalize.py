@@ -1309,7 +1309,8 @@ class Normalizer:
                 raise self.unsupported("a dict built in the function cannot be passed to "
                                        f"{rule.emit or rule.name}", src or node,
                                        "pass its entries, d['name']")
-            if isinstance(a, (TreeRef, Static)) and not _is_dtype(a):
+            if isinstance(a, TreeRef) or isinstance(a, Static) and not _is_dtype(a) and \
+                    not _constant_value(a.value):  # (a static argument under jit: a constant)
                 raise self.unsupported("a pytree or Python object cannot be passed to "
                                        f"{rule.emit or rule.name}", src or node)
         if rule.name in ("array", "stack") and atoms and isinstance(atoms[0], gast.Name) and \
@@ -1382,6 +1383,12 @@ class Normalizer:
             raise self.unsupported(f"cannot infer the type of {unparse(node)} ({exc})",
                                    node) from None
         call.out_type = out
+        option = call.unknown_option()
+        if out.kind == "tuple" and out.elts is None and option is not None:
+            # as many values as an option known only at run time says (np.split(x, k)):
+            # nothing after this line could be written for them
+            message, hint = rules.runtime_option_message(rule, option)
+            raise self.info.error(MissingRuleError, message, node, hint)
         kind = "nondiff" if rule.nondiff_output or not rule.diff else "rule"
         reads = [a for p, a in bound.items() if p in rule.diff]
         base = TEMP_BASE.get(rule.name.split("@")[0], rule.name.split("@")[0])

@@ -30,7 +30,7 @@ from .errors import MissingRuleError, NonScalarOutputError, UnsupportedError, Un
 from .loop_shapes import varying_shapes
 from .nesting import writing_code_to_transform
 from .normalize import CoreFunction, atom_type
-from .rules import PrimCall
+from .rules import PrimCall, runtime_option_message
 from .templates import append_loop, assign, fill, name, to_expr, unparse
 
 # Calls whose result is a new array (safe to update in place afterwards).
@@ -3334,11 +3334,8 @@ def _helpers_called(exprs):
 def runtime_option_error(stmt, core, rule, param):
     """The error for a template that needs `param` (an axis, a count) where the code is
     generated, given a value only known at run time."""
-    return core.info.error(
-        MissingRuleError, f"{rule.emit or rule.name}'s {param} is only known at run time: the "
-        "generated code is written for one value of it", stmt.origin,
-        "write the value in the code (axis=1), or make the argument static: "
-        "jit(grad(f), static_argnums=...)")
+    message, hint = runtime_option_message(rule, param)
+    return core.info.error(MissingRuleError, message, stmt.origin, hint)
 
 
 def _missing(stmt, core, rule, detail=""):

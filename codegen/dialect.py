@@ -8,8 +8,9 @@ Generated modules are plain NumPy. Numba compiles most of it as written, but not
 of pieces of different ranks, ``np.kron`` of a vector that is not contiguous, ``np.squeeze``,
 ``np.matmul``, ``abs`` of an array, ``np.sort``/``np.argsort`` with an axis or of more than one
 axis (stable argsort), ``math.cbrt``, ``reshape`` of a non-contiguous array, an integer raised
-to a negative integer (0 under Numba), and module-level arrays (Numba freezes them into the
-compiled code). :func:`lower_source` rewrites those into small helper functions emitted into the
+to a negative integer (0 under Numba), module-level arrays (Numba freezes them into the
+compiled code), and ``np.split``'s pieces bound to a name (a list under Numba, a tuple in
+generated code). :func:`lower_source` rewrites those into small helper functions emitted into the
 module (:data:`codegen.helpers.DIALECT_HELPERS`, or written here for one einsum subscript or one
 index pattern) or into equivalent NumPy that Numba supports. Every rewrite computes the same
 values in plain Python, so the lowered module also runs without Numba.
@@ -346,6 +347,37 @@ def _lists_as_tuples(node):
             self.generic_visit(lst)
             return gast.Tuple(elts=lst.elts, ctx=gast.Load())
     return _Tuples().visit(copy.deepcopy(node))
+
+
+#: NumPy's splitting functions, by dotted name: their parameters
+_SPLITS = {"np.split": ("ary", "indices_or_sections", "axis"),
+           "np.array_split": ("ary", "indices_or_sections", "axis"),
+           "np.hsplit": ("ary", "indices_or_sections"),
+           "np.vsplit": ("ary", "indices_or_sections"),
+           "np.dsplit": ("ary", "indices_or_sections")}
+
+
+def _split_cuts(node):
+    """The sections (an int) or indices (a tuple) of a call of np.split and its kin, written
+    as constants; else _NOPE (not such a call, or cuts held in a name)."""
+    args = _bind(node, _SPLITS[dotted_name(node.func)]) if isinstance(node, gast.Call) and \
+        dotted_name(node.func) in _SPLITS else None
+    if args is None or "indices_or_sections" not in args:
+        return _NOPE
+    return _const(_lists_as_tuples(args["indices_or_sections"]))
+
+
+def _split_count(node):
+    """The number of pieces a call of np.split and its kin gives, or None when `node` is no
+    such call or its cuts are not written as constants.
+
+    >>> _split_count(_expr("np.array_split(x, [1, 4], axis=1)")), _split_count(_expr("x"))
+    (3, None)
+    """
+    cuts = _split_cuts(node)
+    if isinstance(cuts, int) and not isinstance(cuts, bool) and cuts > 0:
+        return cuts
+    return len(cuts) + 1 if isinstance(cuts, tuple) else None
 
 
 # ---------------------------------------------------------------- the lowering pass
@@ -899,7 +931,47 @@ class _Lower(gast.NodeTransformer):
             return None
         return _call(self.helper("outer_product"), node.args)
 
+    def split(self, node):
+        """A split at no index (`np.split(x, ())`: one piece) as a split into one section:
+        Numba's takes no empty tuple of indices."""
+        if _split_cuts(node) != ():
+            return None
+        if len(node.args) > 1:
+            node.args[1] = _num(1)
+        for keyword in node.keywords:
+            if keyword.arg == "indices_or_sections":
+                keyword.value = _num(1)
+        return node
+
+    call_np_split = call_np_array_split = call_np_hsplit = call_np_vsplit = \
+        call_np_dsplit = split
+
     # -- statements and operators
+    def visit_Assign(self, node):
+        """``t = np.split(x, 3)`` as ``t_pieces = np.split(x, 3)`` then ``t = (t_pieces[0],
+        t_pieces[1], t_pieces[2])``: generated code holds the pieces as a tuple (so does a
+        loop's placeholder for them), where Numba's split gives a list."""
+        self.generic_visit(node)
+        count = _split_count(node.value)
+        if count is None or len(node.targets) != 1 or not isinstance(node.targets[0], gast.Name):
+            return node
+        pieces = fresh_name(f"{node.targets[0].id}_pieces", self.module.taken)
+        listed = gast.Assign(targets=[gast.Name(id=pieces, ctx=gast.Store(), annotation=None,
+                                                type_comment=None)],
+                             value=node.value, type_comment=None)
+        node.value = gast.Tuple(elts=[gast.Subscript(value=_name(pieces), slice=_num(k),
+                                                     ctx=gast.Load()) for k in range(count)],
+                                ctx=gast.Load())
+        return [listed, node]
+
+    def visit_block(self, stmts):
+        """The statements of a block, each visited (a statement may become several)."""
+        out = []
+        for stmt in stmts:
+            visited = self.visit(stmt)
+            out.extend(visited if isinstance(visited, list) else [visited])
+        return out
+
     def visit_Subscript(self, node):
         self.generic_visit(node)
         if isinstance(node.slice, gast.List):  # x[[0, 0, 2]]: an index array
@@ -946,10 +1018,10 @@ class _Lower(gast.NodeTransformer):
         node.iter = self.visit(node.iter)
         if counter:
             self.ints.add(target.id)
-        node.body = [self.visit(stmt) for stmt in node.body]
+        node.body = self.visit_block(node.body)
         if counter:
             self.ints.discard(target.id)
-        node.orelse = [self.visit(stmt) for stmt in node.orelse]
+        node.orelse = self.visit_block(node.orelse)
         return node
 
     def is_int(self, node):

@@ -572,6 +572,28 @@ def test_compiled_updates_reading_their_own_array_match_numpy():
     np.testing.assert_allclose(ns["f"](x), plain["f"](x))
 
 
+SPLITS = ("import numpy as np\n\n\ndef f(x):\n    t = np.array_split(x, [1, 3], axis=1)\n"
+          "    a, b = np.split(x, 2)\n    whole = np.split(x, ())\n"
+          "    return t[0] * t[2], a * b, np.hsplit(x, [1])[1], whole[0]\n")
+
+
+def test_split_bound_to_a_name_is_a_tuple_of_its_pieces():
+    """Generated code holds np.split's pieces as a tuple (a loop's placeholder for them is
+    one), Numba's split gives a list: a name bound to the pieces gets them as a tuple; a split
+    at no index (one piece) is a split into one section, which Numba takes."""
+    text = dialect.render(dialect.lower_source(SPLITS, entries=["f"]))
+    assert "t_pieces = np.array_split(x, [1, 3], axis=1)" in text
+    assert "t = (t_pieces[0], t_pieces[1], t_pieces[2])" in text
+    assert "a, b = np.split(x, 2)" in text  # unpacked at once: a list unpacks too
+    assert "whole_pieces = np.split(x, 1)" in text
+    ns = {}
+    exec(compile(text, "<lowered>", "exec"), ns)
+    x = array((4, 4), 3)
+    expected = (x[:, :1] * x[:, 3:], x[:2] * x[2:], x[:, 1:], x)
+    for got, want in zip(ns["f"](x), expected, strict=True):
+        same(got, want)
+
+
 def test_lowered_heaviside_keeps_nan():
     x = np.array([-1.0, 0.0, -0.0, 2.0, np.nan])
     f = lowered("np.heaviside(x, 0.5)")
@@ -623,6 +645,13 @@ def accumulate(x):
     return np.stack(rows), out
 
 
+def splits(x):
+    halves = np.split(x, 2, axis=1)
+    a, b, c = np.array_split(x, [1, 3])
+    whole = np.split(x, ())
+    return halves[0] * halves[1], a * c, np.hsplit(x, [1])[1], np.vsplit(x, 3)[2], whole[0]
+
+
 def ambiguous_sum(x):
     return np.sum(x, axis=(2, -3))
 
@@ -653,6 +682,7 @@ CASES = {
     "accumulate": (accumulate, [(3, 4)]),
     "grad_unbroadcast": (ad.grad(broadcast_loss), [(1, 3), (2, 3)]),
     "gathers_and_joins": (gathers_and_joins, [(3, 4), np.array([0, 3, -1, 3])]),
+    "splits": (splits, [(3, 4)]),
 }
 
 

@@ -437,6 +437,18 @@ STRUCTURAL = [
      "real"),
     ("dstack-row", lambda a, b: np.dstack((a, b)) * 2.0, [(3,), (1, 3)], "real"),
     ("row_stack", lambda a, b: np.row_stack([a, b]), [(3,), (2, 3)], "real"),
+    # splits: tuples of pieces (the pieces combined into one output)
+    ("split", lambda x: _split_halves(x), [(4,)], "real"),
+    ("split-middle-piece", lambda x: np.split(x, 3)[1] * 2.0, [(6,)], "real"),
+    ("split-indices-axis1", lambda x: _split_columns_at(x), [(2, 4)], "real"),
+    ("split-axis-neg", lambda x: _split_last_axis(x), [(2, 3, 4)], "real"),
+    ("array_split-unequal", lambda x: _array_split_unequal(x), [(7,)], "real"),
+    ("array_split-axis1", lambda x: np.array_split(x, 2, axis=1)[1] * x[:, :1], [(2, 3)],
+     "real"),
+    ("hsplit", lambda x: _hsplit_halves(x), [(2, 4)], "real"),
+    ("hsplit-vector", lambda x: _hsplit_halves(x, [1]), [(4,)], "real"),
+    ("vsplit", lambda x: _vsplit_first_row(x), [(3, 3)], "real"),
+    ("dsplit", lambda x: _dsplit_halves(x), [(2, 3, 4)], "real"),
     ("broadcast_to", lambda x: np.broadcast_to(x, (2, 3)), [(3,)], "real"),
     ("broadcast_to-col", lambda x: np.broadcast_to(x, (2, 3)), [(2, 1)], "real"),
     ("tile", lambda x: np.tile(x, 2), [(3,)], "real"),
@@ -532,6 +544,41 @@ STRUCTURAL = [
      "nonzero"),
     ("builtin-max-min", lambda x, y: max(x, y) - 2.0 * min(x, y), [(), ()], "real"),
 ]
+
+
+def _split_halves(x):
+    a, b = np.split(x, 2)
+    return a * b
+
+
+def _split_columns_at(x):
+    a, b, c = np.split(x, [1, 2], axis=1)
+    return a * c + b  # columns a and b have size one: broadcast, their cotangents summed
+
+
+def _split_last_axis(x):
+    a, b = np.split(x, 2, axis=-1)
+    return a * b
+
+
+def _array_split_unequal(x):
+    a, b, c = np.array_split(x, 3)  # 7 entries: 3, 2 and 2
+    return a[1:] * b * c
+
+
+def _hsplit_halves(x, cuts=2):
+    a, b = np.hsplit(x, cuts)
+    return a * b
+
+
+def _vsplit_first_row(x):
+    top, rest = np.vsplit(x, [1])
+    return top * rest
+
+
+def _dsplit_halves(x):
+    a, b = np.dsplit(x, 2)
+    return a * b
 
 
 def _logabsdet(a):
@@ -666,7 +713,8 @@ NEEDS_RANK = {"inner", "hstack", "hstack-2d", "vstack", "vstack-2d", "tile", "ti
               "tensordot-pairs", "column_stack", "column_stack-mixed", "dstack",
               "dstack-mixed", "dstack-row", "row_stack", "vstack-vector-and-matrix", "kron",
               "kron-2d", "kron-vector-matrix", "kron-matrix-vector", "kron-same",
-              "diagonal", "diagonal-tall", "diagonal-stack", "diagonal-last-axes"}
+              "diagonal", "diagonal-tall", "diagonal-stack", "diagonal-last-axes", "hsplit",
+              "hsplit-vector"}
 
 
 def _all_cases():
@@ -905,6 +953,15 @@ def _kron_products(a, b):
     return np.sum(np.kron(a, b) ** 2) + np.sum(np.kron(a[0], b[:, 0]) ** 3) + np.sum(mixed)
 
 
+def _split_pieces(x):
+    a, b = np.split(x, 2, axis=1)
+    top, bottom = np.vsplit(x, [1])
+    p, q, r = np.array_split(x, 3, axis=1)  # 4 columns: 2, 1 and 1
+    u, w = np.hsplit(x, [3])
+    return (np.sum(a * b ** 2) + np.sum(top * bottom) + np.sum(p) * np.sum(q * r) +
+            np.sum(u ** 3) * w[0, 0])
+
+
 BOTH_MODES = [
     ("kron", _kron_products, [(2, 3), (3, 2)]),
     ("diagflat", _on_diagonals, [(2, 2)]),
@@ -913,6 +970,7 @@ BOTH_MODES = [
     ("atleast", _atleast, [(2, 3), ()]),
     ("take", _taken, [(2, 3)]),
     ("repeat", _repeated, [(2, 3)]),
+    ("splits", _split_pieces, [(2, 4)]),
 ]
 
 

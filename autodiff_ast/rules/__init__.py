@@ -53,7 +53,17 @@ class Rule:
 # template may ask for other parameters' values and fall back on the expression: the
 # exponent of `x ** n`.)
 OPTIONS = frozenset({"axis", "axes", "axis1", "axis2", "source", "destination", "keepdims",
-                     "k", "ord", "ddof", "n", "reps", "returned", "subscripts", "offset"})
+                     "k", "ord", "ddof", "n", "reps", "returned", "subscripts", "offset",
+                     "indices_or_sections"})
+
+
+def runtime_option_message(rule, param):
+    """(message, hint) refusing a call whose template needs `param` (an axis, a count) where
+    the code is generated, given a value only known at run time."""
+    return (f"{rule.emit or rule.name}'s {param} is only known at run time: the generated code "
+            "is written for one value of it",
+            "write the value in the code (axis=1), or make the argument static: "
+            "jit(grad(f), static_argnums=...)")
 
 
 class PrimCall:
@@ -76,12 +86,17 @@ class PrimCall:
         t = self.types.get(param)
         if t is None:
             return self.rule.defaults.get(param, default)
-        if t.value is None and t.kind in ("bool", "int", "str", "tuple") and \
-                param in OPTIONS and param not in self.runtime_consts:
-            self.runtime_consts.append(param)
+        if t.value is None and t.kind in ("bool", "int", "str", "tuple") and param in OPTIONS:
+            self.known_at_run_time(param)
         if t.value is not None or t.kind in ("none", "bool", "int", "str", "tuple"):
             return t.value
         return default
+
+    def known_at_run_time(self, param):
+        """Record that a template needs the value of `param`, which is only known at run time
+        (an int held in a name, an array of indices): whoever applies it refuses the call."""
+        if param not in self.runtime_consts:
+            self.runtime_consts.append(param)
 
     def unknown_option(self):
         """The first parameter a template read that is only known at run time, or None."""
@@ -164,4 +179,5 @@ def covered_callables():
 # Importing the rule modules fills the registry.
 from . import elementwise, linalg, structural  # noqa: E402,F401
 
-__all__ = ["Rule", "PrimCall", "register", "lookup", "by_name", "all_rules", "T"]
+__all__ = ["Rule", "PrimCall", "runtime_option_message", "register", "lookup", "by_name",
+           "all_rules", "T"]

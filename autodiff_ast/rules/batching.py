@@ -34,7 +34,15 @@ from .. import types as T
 from ..templates import fill, to_expr
 from . import PrimCall  # noqa: F401  (the per-example call a BatchCall wraps)
 from .elementwise import PARTIALS, PIECEWISE_CONSTANT
-from .structural import _join_axis, _rot90_plane, _shape_dims, constant_axis, emit_call
+from .structural import (
+    _join_axis,
+    _rot90_plane,
+    _shape_dims,
+    constant_axis,
+    emit_call,
+    split_axis,
+    split_cuts,
+)
 
 
 class NoBatchingRule(Exception):
@@ -590,6 +598,20 @@ def side_by_side(bc):
     return fill("np.concatenate(p, axis=a)", p=gast.Tuple(elts=laid, ctx=gast.Load()), a=axis)
 
 
+def split(bc):
+    """np.split/array_split and hsplit/vsplit/dsplit: each example cut along the same axis,
+    moved past the batch axis (a negative axis counts from the end in both worlds); the
+    implied axis of hsplit/vsplit/dsplit is written out, as np.split takes it."""
+    if bc.is_batched("indices_or_sections"):
+        raise ValueDependentShape("the pieces' sizes depend on a batched value")
+    axis = split_axis(bc.call)
+    if axis is None or split_cuts(bc.call) is None:
+        raise NoBatchingRule("a split whose axis or cuts are not known statically")
+    func = "np.array_split" if bc.rule.name == "array_split" else "np.split"
+    return fill(f"{func}(x, s, axis=a)", x=bc.arg("ary"), s=bc.arg("indices_or_sections"),
+                a=axis if axis < 0 else axis + 1)
+
+
 # ---------------------------------------------------------------- creators
 def _no_batched_shape(bc):
     for param in ("shape", "start", "stop", "step", "num", "N", "M", "k", "n"):
@@ -985,6 +1007,7 @@ _register(("tile",), _tile)
 _register(("atleast_1d", "atleast_2d", "atleast_3d"), _atleast)
 _register(("concatenate", "stack", "hstack", "array"), join)
 _register(("vstack", "column_stack", "dstack"), side_by_side)
+_register(("split", "array_split", "hsplit", "vsplit", "dsplit"), split)
 _register(("zeros", "ones", "empty", "full", "arange", "linspace", "eye", "identity"), creator)
 _register(("full_like",), _full_like)
 _register(SHAPE_QUERIES, _shape_query)

@@ -984,6 +984,119 @@ register(Rule("array", "np.array", ("arrays", "dtype"), {"axis": 0}, ("arrays",)
          np.array)
 
 
+# ---------------------------------------------------------------- splitting arrays
+# np.split(ary, indices_or_sections, axis) cuts an array along one axis into equal sections or
+# at the given indices; np.array_split allows unequal sections; vsplit, hsplit and dsplit are
+# np.split along the axis they imply (None: the axis is an argument). The pieces are a tuple
+# whose length is known where the code is generated (NumPy gives a list), so the count or the
+# indices must be constants there. Linear: the array's cotangent is the pieces' cotangents
+# joined along the axis (zeros shaped like a piece that got none), its tangent is the tangent
+# split the same way.
+_SPLITS = {"split": None, "array_split": None, "vsplit": 0, "hsplit": 1, "dsplit": 2}
+#: the fewest axes an array split by each takes (NumPy raises below)
+_SPLIT_MIN_RANK = {"vsplit": 2, "dsplit": 3}
+
+
+def split_axis(call):
+    """The axis a split cuts along: non-negative where the array's rank is known, as written
+    where it is not; None where the code is generated cannot say (an axis held in a name, one
+    the array does not have, hsplit of unknown rank)."""
+    rank = call.ndim("ary")
+    implied = _SPLITS[call.rule.name]
+    if call.rule.name == "hsplit":
+        implied = None if rank is None else (0 if rank == 1 else 1)
+    elif implied is None:
+        implied = call.const("axis", 0)
+        if not isinstance(implied, int):
+            return None
+    if rank is None:
+        return implied
+    return implied % rank if -rank <= implied < rank else None
+
+
+def split_cuts(call):
+    """("sections", n) for a count of pieces, ("indices", (i, j, ...)) for the indices cut at,
+    or None. A count or indices only known at run time are recorded on `call`, which is then
+    refused at the user's line."""
+    param = "indices_or_sections"
+    value, given = call.const(param), call.types.get(param, T.AType("none"))
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return ("sections", int(value)) if value > 0 else None
+    if isinstance(value, tuple) and all(isinstance(v, (int, np.integer)) and
+                                        not isinstance(v, bool) for v in value):
+        return "indices", tuple(int(v) for v in value)
+    if value is None and given.kind != "none":
+        call.known_at_run_time(param)  # an array of indices, say
+    return None
+
+
+def _one_apart(lower, upper):
+    """Whether ``a[lower:upper]`` takes one element whatever the length of a (as a slice's
+    type says: 0:1, k:k + 1, -1:); None bounds are the ends."""
+    if upper is None:
+        return lower == -1
+    lower = 0 if lower is None else lower
+    return upper - lower == 1 and (lower >= 0) == (upper > 0) and upper != 0
+
+
+def _pieces_along(cuts, size):
+    """The size (1 or N) of each piece along the cut axis, whose own size is `size`."""
+    kind, value = cuts
+    if kind == "sections":
+        return [size if value == 1 else T.N] * value
+    bounds = (None,) + value + (None,)
+    return [1 if _one_apart(lo, hi) else T.N for lo, hi in zip(bounds, bounds[1:])]
+
+
+def _infer_split(call):
+    ary, least = call.types["ary"], _SPLIT_MIN_RANK.get(call.rule.name, 1)
+    if ary.ndim is not None and ary.ndim < least:
+        raise ValueError(f"{call.rule.emit} needs an array of rank {least} or more")
+    cuts = split_cuts(call)
+    if cuts is None:
+        return T.AType("tuple")  # as many pieces as a run-time value says
+    axis = split_axis(call)
+    dtype = ary.dtype or "float64"
+    count = cuts[1] if cuts[0] == "sections" else len(cuts[1]) + 1
+    if ary.kind != "array" or ary.dims is None or axis is None or axis < 0:
+        return T.AType("tuple", elts=(T.AType("array", dtype, None),) * count)
+    dims = ary.dims
+    return T.AType("tuple", elts=tuple(
+        T.array(dims[:axis] + (along,) + dims[axis + 1:], dtype)
+        for along in _pieces_along(cuts, dims[axis])))
+
+
+def _split_handled(call):
+    """Whether the templates below apply: an array, cut into a known number of pieces along
+    an axis known where the code is generated."""
+    cuts, axis = split_cuts(call), split_axis(call)
+    return cuts is not None and axis is not None and call.types["ary"].kind == "array"
+
+
+def _split_vjp(call, g):
+    import gast
+    if not _split_handled(call):
+        return None
+    parts = [to_expr(part) if part is not None else fill("np.zeros_like(y[k])", y=call.out, k=k)
+             for k, part in enumerate(g)]
+    if len(parts) == 1:
+        return {"ary": (parts[0], call.types["ary"])}
+    joined = fill("np.concatenate(p, axis=a)", p=gast.Tuple(elts=parts, ctx=gast.Load()),
+                  a=split_axis(call))
+    return {"ary": (joined, call.types["ary"])}
+
+
+def _split_jvp(call, dots):
+    return _relinear(call, dots, "ary") if _split_handled(call) else None
+
+
+for _name, _implied in _SPLITS.items():
+    register(Rule(_name, f"np.{_name}", ("ary", "indices_or_sections") +
+                  (("axis",) if _implied is None else ()), {"axis": 0} if _implied is None
+                  else {}, ("ary",), _infer_split, _split_vjp, _split_jvp, linear=True),
+             getattr(np, _name))
+
+
 # ---------------------------------------------------------------- creators and non-differentiable
 def _dtype_of(call, default="float64"):
     dtype = call.const("dtype")
