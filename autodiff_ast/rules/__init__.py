@@ -53,7 +53,8 @@ class Rule:
 # template may ask for other parameters' values and fall back on the expression: the
 # exponent of `x ** n`.)
 OPTIONS = frozenset({"axis", "axes", "axis1", "axis2", "source", "destination", "keepdims",
-                     "k", "ord", "ddof", "n", "reps", "returned", "subscripts", "offset"})
+                     "k", "ord", "ddof", "n", "reps", "returned", "subscripts", "offset",
+                     "rowvar", "bias"})
 
 
 class PrimCall:
@@ -162,6 +163,6 @@ def covered_callables():
 
 
 # Importing the rule modules fills the registry.
-from . import elementwise, linalg, structural  # noqa: E402,F401
+from . import elementwise, linalg, numerical, structural  # noqa: E402,F401
 
 __all__ = ["Rule", "PrimCall", "register", "lookup", "by_name", "all_rules", "T"]
