@@ -911,6 +911,22 @@ def _along_points(*tables):
     return rule
 
 
+def _bincount(bc):
+    """np.bincount with batched weights and unbatched bins: every example has the same length
+    L = max(max(x) + 1, minlength), so example b counts into bins b * L + x of one long
+    bincount. Batched bins (lengths that may differ per example) run per example."""
+    if bc.is_batched("x") or bc.is_batched("minlength") or bc.rank("x") != 1:
+        raise NoBatchingRule("np.bincount with batched bins: run per example")
+    x, n = bc.arg("x"), bc.n_batch
+    length = fill("np.max(x) + 1", x=x)
+    if "minlength" in bc.call.args:
+        length = fill("np.maximum(l, m)", l=length, m=bc.arg("minlength"))
+    bins = fill("np.ravel(x + l * np.arange(n)[:, None])", x=x, l=length, n=n)
+    counted = fill("np.bincount(b, weights=np.ravel(w), minlength=n * l)", b=bins,
+                   w=bc.full("weights"), n=n, l=length)
+    return fill("np.reshape(c, (n, l))", c=counted, n=n, l=length)
+
+
 # ---------------------------------------------------------------- indexing
 def _is_array_index(typ):
     return typ.kind == "array"
@@ -1068,6 +1084,7 @@ _register(("cov",), _cov)
 _register(("corrcoef",), _corrcoef)
 _register(("interp",), _along_points("xp", "fp"))
 _register(("searchsorted",), _along_points("a", "sorter"))
+_register(("bincount",), _bincount)
 _register(("getitem",), getitem)
 
 
