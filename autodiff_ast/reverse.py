@@ -3244,7 +3244,9 @@ def _reverse_rule(stmt, adj, active, core):
     _merge_twin_contributions(result, call)
     adj.helpers |= _helpers_called([e for _, e in lets] + [c[0] for c in result.values()])
     renames = {}
-    for local, expr in lets:
+    for local, expr in lets:  # (a let may read the lets before it)
+        if renames:
+            expr = fill(unparse(expr), **renames)
         fresh = core.namer.temp(local)
         renames[local] = fresh
         adj.out.append(assign(fresh, expr))

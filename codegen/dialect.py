@@ -831,6 +831,18 @@ class _Lower(gast.NodeTransformer):
             axis = args["axis"] if axis is _NOPE else axis
         return self.keep(value, args["a"], axis) if keep else value
 
+    def call_np_polyval(self, node):
+        args = _bind(node, ("p", "x"))
+        if args is None or set(args) != {"p", "x"}:
+            return None
+        return _call(self.helper("polyval_horner"), [args["p"], args["x"]])
+
+    def call_np_cov(self, node):
+        args = _bind(node, ("m", "y", "rowvar", "bias", "ddof", "fweights", "aweights"))
+        if args is None or not isinstance(args.get("m"), gast.Name):
+            return None
+        return _call(self.helper("number_if_vector"), [node, args["m"]])
+
     def call_np_argsort(self, node):
         # Numba's argsort takes 1-D arrays; the helper is stable (ties keep their order).
         args = _bind(node, ("a", "axis", "kind", "order"))

@@ -261,6 +261,14 @@ def median_weights(x, axis):
     return np.moveaxis(out.reshape(moved.shape), -1, axis)
 '''
 
+HELPERS["eigvalsh_tangent"] = '''\
+def eigvalsh_tangent(a, d):
+    """The tangent of np.linalg.eigvalsh(a), a symmetric, for the input tangent d: entry k is
+    v_k . d v_k, v_k the k-th unit eigenvector (the same for d and its transpose)."""
+    v = np.linalg.eigh(a)[1]
+    return np.sum(v * np.dot(d, v), axis=0)
+'''
+
 #: Helpers that a helper calls (emitted with it).
 HELPERS["diagonal_adjoint"] = '''\
 def diagonal_adjoint(g, like):
@@ -444,6 +452,22 @@ def weighted_average(a, axis, w):
     if w.ndim == 1 and a.ndim > 1:
         return np.sum(np.moveaxis(a, axis, -1) * w, axis=-1) / np.sum(w)
     return np.sum(a * w, axis=axis) / np.sum(w, axis=axis)
+''',
+    "number_if_vector": '''\
+def number_if_vector(c, m):
+    """np.cov(m) as a number when m is a vector (Numba gives a 0-d array, where the code
+    around it reads a number, as NumPy's 0-d result is)."""
+    if m.ndim == 1:
+        return c.sum()
+    return c
+''',
+    "polyval_horner": '''\
+def polyval_horner(p, x):
+    """np.polyval(p, x) by Horner's rule, highest power first (Numba has no polyval)."""
+    y = x * 0.0
+    for k in range(len(p)):
+        y = y * x + p[k]
+    return y
 ''',
     "median_axis": '''\
 def median_axis(x, axis):

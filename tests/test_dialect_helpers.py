@@ -600,6 +600,27 @@ def test_lowered_heaviside_keeps_nan():
     np.testing.assert_array_equal(f(x), np.heaviside(x, 0.5))
 
 
+@QUICK
+@given(shapes(min_dims=0, max_dims=3), st.integers(0, 5), st.integers(0, 99))
+def test_polyval_horner_matches_numpy(shape, degree, seed):
+    ns = helpers("polyval_horner")
+    p, x = array((degree,), seed), array(shape, seed + 1)
+    x = float(x) if shape == () else x
+    np.testing.assert_allclose(ns["polyval_horner"](p, x), np.polyval(p, x), rtol=1e-12,
+                               atol=1e-12)
+    assert np.shape(ns["polyval_horner"](p, x)) == np.shape(np.polyval(p, x))
+
+
+@QUICK
+@given(shapes(min_dims=1, max_dims=2, min_side=2), st.integers(0, 99))
+def test_number_if_vector_is_the_covariance(shape, seed):
+    ns = helpers("number_if_vector")
+    m = array(shape, seed)
+    got = ns["number_if_vector"](np.cov(m), m)
+    np.testing.assert_allclose(got, np.cov(m), rtol=1e-12)
+    assert isinstance(got, float) == (m.ndim == 1)
+
+
 # ---------------------------------------------------------------- compiled: the lowering
 def reductions(x):
     return (np.mean(x, axis=-2), np.var(x, axis=1, ddof=1, keepdims=True),
@@ -672,8 +693,14 @@ def gathers_and_joins(x, idx):
     return taken, repeated, turned, joined, np.kron(x[:, 1], x[0])
 
 
+def polynomials_and_covariances(p, x):
+    return (np.polyval(p, x), np.polyval(p, x[0, 0]), np.polyval(p[:1], x), np.cov(x[0]),
+            np.cov(x, rowvar=False, ddof=0))
+
+
 INDEX = np.array([0, 2, 2, -1, 0])
 CASES = {
+    "polynomials_and_covariances": (polynomials_and_covariances, [(4,), (3, 4)]),
     "reductions": (reductions, [(3, 4, 2)]),
     "reorderings": (reorderings, [(4, 3)]),
     "products": (products, [(2, 1, 2, 3), (2, 3, 4)]),
@@ -747,7 +774,8 @@ def test_every_dialect_helper_is_covered():
               "unbroadcast", "max_axis", "min_axis", "prod_axis", "tanh_fast",
               "sum_of_products", "sum_axis", "small_dot", "add_outer_at", "subtract_at",
               "batched_outer", "zeros_like_reusing", "whole_max", "whole_min", "take_axis",
-              "repeat_axis", "message_text", "diagonal_of"}
+              "repeat_axis", "message_text", "diagonal_of", "polyval_horner",
+              "number_if_vector"}
     # (zeros_like_reusing: tests/test_hoisting.py; message_text: tests/test_raise.py;
     # diagonal_of: tests/test_ops.py's diagonal-stack row, compiled)
     assert set(DIALECT_HELPERS) == tested

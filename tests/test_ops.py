@@ -249,6 +249,8 @@ IDX = np.array([0, 2, 0, 1, 2])  # repeated indices: adjoints must accumulate
 ROWS = np.array([1, 1, 0])
 GRID = np.array([[0, 1], [1, -1]])  # a 2-D index array (a negative entry too)
 COUNTS = np.array([2, 0, 1])  # a count per entry (one dropped)
+SPREAD = np.diag(np.array([0.0, 3.0, 6.0]))  # symmetric inputs with distinct eigenvalues
+KNOTS = np.array([-1.5, -0.4, 0.3, 1.2])  # np.interp's xp: "real" points fall outside too
 
 STRUCTURAL = [
     # reductions, with axis and keepdims
@@ -405,6 +407,19 @@ STRUCTURAL = [
     ("slogdet-unpack", lambda a: _logabsdet(a), [(3, 3)], "small"),
     ("cholesky", lambda a: np.linalg.cholesky(np.dot(a, a.T) + 3.0 * np.eye(3)), [(3, 2)],
      "small"),
+    ("eigvalsh", lambda a: np.linalg.eigvalsh(a + a.T + SPREAD), [(3, 3)], "small"),
+    ("eigh-vectors", lambda a: np.linalg.eigh(a + a.T + SPREAD)[1] ** 2, [(3, 3)], "small"),
+    ("eigh-both", lambda a: _eigen_pairs(a), [(3, 3)], "small"),
+    # polynomials, statistics, interpolation
+    ("polyval", lambda p, x: np.polyval(p, x), [(4,), (2, 3)], "real"),
+    ("polyval-scalar", lambda p, x: np.polyval(p, x), [(3,), ()], "real"),
+    ("cov", lambda m: np.cov(m), [(3, 5)], "real"),
+    ("cov-rowvar-bias", lambda m: np.cov(m, rowvar=False, bias=True), [(5, 3)], "real"),
+    ("cov-vector-ddof", lambda m: np.cov(m, ddof=2), [(5,)], "real"),
+    ("corrcoef", lambda x: np.corrcoef(x), [(3, 5)], "real"),
+    ("corrcoef-rowvar", lambda x: np.corrcoef(x, rowvar=False), [(5, 3)], "real"),
+    ("interp", lambda x, fp: np.interp(x, KNOTS, fp), [(2, 3), (4,)], "real"),
+    ("interp-scalar", lambda x, fp: np.interp(x, KNOTS, fp), [(), (4,)], "real"),
     # shape functions
     ("reshape", lambda x: np.reshape(x, (3, 2)), [(2, 3)], "real"),
     ("reshape-flat", lambda x: np.reshape(x, -1), [(2, 3)], "real"),
@@ -581,6 +596,12 @@ def _dsplit_halves(x):
     return a * b
 
 
+def _eigen_pairs(a):
+    """Both outputs of eigh; each eigenvector times its first entry, so its sign cancels."""
+    w, v = np.linalg.eigh(a + a.T + SPREAD)
+    return w * v * v[0]
+
+
 def _logabsdet(a):
     sign, logdet = np.linalg.slogdet(a + 3.0 * np.eye(3))
     return logdet * 2.0
@@ -714,7 +735,8 @@ NEEDS_RANK = {"inner", "hstack", "hstack-2d", "vstack", "vstack-2d", "tile", "ti
               "dstack-mixed", "dstack-row", "row_stack", "vstack-vector-and-matrix", "kron",
               "kron-2d", "kron-vector-matrix", "kron-matrix-vector", "kron-same",
               "diagonal", "diagonal-tall", "diagonal-stack", "diagonal-last-axes", "hsplit",
-              "hsplit-vector"}
+              "hsplit-vector", "eigvalsh", "eigh-vectors", "eigh-both", "cov", "cov-rowvar-bias",
+              "cov-vector-ddof", "corrcoef", "corrcoef-rowvar"}
 
 
 def _all_cases():

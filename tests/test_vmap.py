@@ -126,6 +126,8 @@ def _rank(spec):
 
 
 V, M, M2 = (5,), (3, 5), (5, 2)
+KNOTS = np.array([-1.5, -0.5, 0.0, 0.7, 1.5])  # np.interp's xp (normal draws fall outside too)
+BINS = np.array([0, 2, 2, 1, 0])  # np.bincount's bins for a weight vector of length V
 
 # (id, per-example function, argument specs). One line per lambda: the front end reads its
 # source.
@@ -293,6 +295,20 @@ TABLE = [
     ("inv", lambda a: np.linalg.inv(a), [("spd", 3)]),
     ("det", lambda a: np.linalg.det(a), [("spd", 3)]),
     ("slogdet", lambda a: np.linalg.slogdet(a)[1], [("spd", 3)]),
+    ("eigvalsh", lambda a: np.linalg.eigvalsh(a), [("spd", 3)]),
+    ("eigh", lambda a: np.linalg.eigh(a)[0][:, None] * np.linalg.eigh(a)[1] ** 2, [("spd", 3)]),
+    # polynomials, statistics, interpolation
+    ("polyval", lambda p, x: np.polyval(p, x), [(4,), M]),
+    ("polyval_scalar", lambda p, x: np.polyval(p, x), [(3,), ()]),
+    ("cov", lambda m: np.cov(m), [M]),
+    ("cov_rowvar_ddof", lambda m: np.cov(m, rowvar=False, ddof=0), [M]),
+    ("cov_vector_bias", lambda m: np.cov(m, bias=True), [V]),
+    ("corrcoef", lambda m: np.corrcoef(m), [M]),
+    ("corrcoef_rowvar", lambda m: np.corrcoef(m, rowvar=False), [M]),
+    ("interp", lambda x, fp: np.interp(x, KNOTS, fp), [M, V]),
+    ("searchsorted", lambda x: np.searchsorted(KNOTS, x, side="right"), [M]),
+    ("bincount", lambda w: np.bincount(BINS, weights=w, minlength=4), [V]),
+    ("bincount_short", lambda w: np.bincount(BINS, weights=w * 2.0), [V]),
     # indexing
     ("slice", lambda x: x[1:3], [V]),
     ("step_slice", lambda x: x[::2], [M]),

@@ -54,7 +54,7 @@ class Rule:
 # exponent of `x ** n`.)
 OPTIONS = frozenset({"axis", "axes", "axis1", "axis2", "source", "destination", "keepdims",
                      "k", "ord", "ddof", "n", "reps", "returned", "subscripts", "offset",
-                     "indices_or_sections"})
+                     "indices_or_sections", "rowvar", "bias"})
 
 
 def runtime_option_message(rule, param):
@@ -177,7 +177,7 @@ def covered_callables():
 
 
 # Importing the rule modules fills the registry.
-from . import elementwise, linalg, structural  # noqa: E402,F401
+from . import elementwise, linalg, numerical, structural  # noqa: E402,F401
 
 __all__ = ["Rule", "PrimCall", "runtime_option_message", "register", "lookup", "by_name",
            "all_rules", "T"]

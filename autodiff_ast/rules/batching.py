@@ -873,6 +873,82 @@ def _stacked(bc):
     return bc.value
 
 
+def _polyval(bc):
+    """np.polyval is elementwise in x; batched coefficients (one polynomial per example) sum
+    p[b, k] * x ** (n - 1 - k) along a last axis of powers."""
+    if not bc.is_batched("p"):
+        return bc.value
+    rank = bc.out_rank
+    if rank is None or bc.type("p").kind != "array":
+        raise NoBatchingRule("batched coefficients of a polyval of unknown rank")
+    x = bc.arg("x")
+    points = fill("x[..., None]", x=x) if bc.is_batched("x") or bc.type("x").kind == "array" \
+        else x
+    return fill("np.sum(p * x ** np.arange(p.shape[-1] - 1, -1, -1), axis=-1)",
+                p=expand_after_batch(bc.arg("p"), rank), x=points)
+
+
+def _rows_of_examples(bc, param):
+    """A batched cov/corrcoef argument with each example's variables as rows."""
+    if bc.call.const("rowvar", True) is False:
+        return fill("np.swapaxes(m, 1, 2)", m=bc.arg(param))
+    return bc.arg(param)
+
+
+def _cov(bc):
+    """np.cov of each example: centered rows times their transpose, or a number per example
+    for one variable (NumPy squeezes)."""
+    from .numerical import _cov_form, _one_variable
+    form = _cov_form(bc.call)
+    if form is None:
+        raise NoBatchingRule("np.cov with a second array, weights or a dtype")
+    rows = _rows_of_examples(bc, "m")
+    c = fill("a - np.mean(a, axis=-1, keepdims=True)", a=rows)
+    n = fill("a.shape[-1] - d", a=rows, d=form[1])
+    if _one_variable(bc.call):
+        axes = (1,) if bc.rank("m") == 1 else (1, 2)
+        return fill("np.sum(c * c, axis=k) / n", c=c, k=axes, n=n)
+    return fill("np.matmul(c, np.swapaxes(c, 1, 2)) / n", c=c, n=n)
+
+
+def _corrcoef(bc):
+    """np.corrcoef of each example: unit-length centered rows times their transpose, clipped
+    to [-1, 1] as NumPy does."""
+    from .numerical import _corrcoef_handled
+    if not _corrcoef_handled(bc.call):
+        raise NoBatchingRule("np.corrcoef of a vector, or with a second array")
+    rows = _rows_of_examples(bc, "x")
+    c = fill("a - np.mean(a, axis=-1, keepdims=True)", a=rows)
+    z = fill("c / np.sqrt(np.sum(c * c, axis=-1, keepdims=True))", c=c)
+    return fill("np.clip(np.matmul(z, np.swapaxes(z, 1, 2)), -1.0, 1.0)", z=z)
+
+
+def _along_points(*tables):
+    """Functions elementwise in one argument and reading whole tables from the others
+    (np.interp's x, np.searchsorted's v): batched points alone keep the call as written."""
+    def rule(bc):
+        if any(bc.is_batched(p) for p in tables):
+            raise NoBatchingRule(f"batched {'/'.join(tables)}: run per example")
+        return bc.value
+    return rule
+
+
+def _bincount(bc):
+    """np.bincount with batched weights and unbatched bins: every example has the same length
+    L = max(max(x) + 1, minlength), so example b counts into bins b * L + x of one long
+    bincount. Batched bins (lengths that may differ per example) run per example."""
+    if bc.is_batched("x") or bc.is_batched("minlength") or bc.rank("x") != 1:
+        raise NoBatchingRule("np.bincount with batched bins: run per example")
+    x, n = bc.arg("x"), bc.n_batch
+    length = fill("np.max(x) + 1", x=x)
+    if "minlength" in bc.call.args:
+        length = fill("np.maximum(l, m)", l=length, m=bc.arg("minlength"))
+    bins = fill("np.ravel(x + l * np.arange(n)[:, None])", x=x, l=length, n=n)
+    counted = fill("np.bincount(b, weights=np.ravel(w), minlength=n * l)", b=bins,
+                   w=bc.full("weights"), n=n, l=length)
+    return fill("np.reshape(c, (n, l))", c=counted, n=n, l=length)
+
+
 # ---------------------------------------------------------------- indexing
 def _is_array_index(typ):
     return typ.kind == "array"
@@ -1025,7 +1101,13 @@ _register(("diag", "diagonal"), _diag)
 _register(("diagflat",), _diagflat)
 _register(("norm",), _norm)
 _register(("solve",), _solve)
-_register(("inv", "det", "slogdet", "cholesky"), _stacked)
+_register(("inv", "det", "slogdet", "cholesky", "eigh", "eigvalsh"), _stacked)
+_register(("polyval",), _polyval)
+_register(("cov",), _cov)
+_register(("corrcoef",), _corrcoef)
+_register(("interp",), _along_points("xp", "fp"))
+_register(("searchsorted",), _along_points("a", "sorter"))
+_register(("bincount",), _bincount)
 _register(("getitem",), getitem)
 
 

@@ -585,3 +585,76 @@ def _slogdet_jvp(call, dots):
 register(Rule("slogdet", "np.linalg.slogdet", ("a",), {}, ("a",),
               lambda call: T.AType("tuple", elts=(T.FLOAT, T.FLOAT)), _slogdet_vjp,
               _slogdet_jvp), np.linalg.slogdet)
+
+
+# eigh(a) = (w, v) of a symmetric a (eigenvalues ascending, unit eigenvectors as columns).
+# NumPy reads one triangle; as in JAX, the tangent taken is that of a symmetric perturbation,
+# sym(da) = (da + da^T) / 2, so cotangents are symmetric. With p = v^T sym(da) v:
+# dw = diag(p), dv = v (f * p), f[i, j] = 1 / (w[j] - w[i]) off the diagonal, 0 on it
+# (distinct eigenvalues). Transposed: a_bar = sym(v (diag(gw) + f * (v^T gv)) v^T).
+def _eigen_rank_ok(call):
+    """One matrix: stacks of matrices and unknown ranks have no template."""
+    return call.ndim("a") == 2
+
+
+def _infer_eigvalsh(call):
+    """The eigenvalues: a's type without its last axis."""
+    a = call.types["a"]
+    return T.array(None if a.dims is None else tuple(a.dims[:-1]), "float64")
+
+
+def _gaps(w):
+    """f[i, j] = 1 / (w[j] - w[i]) off the diagonal, 0 on it (no division by zero)."""
+    return fill("1.0 / (w - w[:, None] + np.eye(w.shape[0])) - np.eye(w.shape[0])", w=w)
+
+
+def _eigvalsh_vjp(call, g):
+    """a_bar = v diag(g) v^T, the eigenvectors computed again."""
+    if not _eigen_rank_ok(call):
+        return None
+    return {"__let__": [("eigh_vectors", fill("np.linalg.eigh(a)[1]", a=call.args["a"]))],
+            "a": (fill("np.dot(v * g, v.T)", v="eigh_vectors", g=g), call.types["a"])}
+
+
+def _eigvalsh_jvp(call, dots):
+    """w_dot[k] = v_k . d v_k (an emitted helper computes v)."""
+    if not _eigen_rank_ok(call):
+        return None
+    return fill("eigvalsh_tangent(a, d)", a=call.args["a"], d=dots["a"])
+
+
+register(Rule("eigvalsh", "np.linalg.eigvalsh", ("a", "UPLO"), {}, ("a",), _infer_eigvalsh,
+              _eigvalsh_vjp, _eigvalsh_jvp), np.linalg.eigvalsh)
+
+
+def _eigh_vjp(call, g):
+    """a_bar = sym(v (diag(gw) + f * (v^T gv)) v^T), either term absent without its cotangent."""
+    if not _eigen_rank_ok(call):
+        return None
+    w, v = fill("y[0]", y=call.out), fill("y[1]", y=call.out)
+    inner = None
+    if g[0] is not None:
+        inner = fill("np.diag(gw)", gw=g[0])
+    if g[1] is not None:
+        term = fill("f * np.dot(v.T, gv)", f=_gaps(w), v=v, gv=g[1])
+        inner = term if inner is None else fill("a + b", a=inner, b=term)
+    if inner is None:
+        return {}
+    return {"__let__": [("eigh_bar", fill("np.dot(v, np.dot(m, v.T))", v=v, m=inner))],
+            "a": (fill("0.5 * (b + b.T)", b="eigh_bar"), call.types["a"])}
+
+
+def _eigh_jvp(call, dots):
+    """(diag(v^T d v), v (f * (v^T sym(d) v)))."""
+    if not _eigen_rank_ok(call):
+        return None
+    w, v = fill("y[0]", y=call.out), fill("y[1]", y=call.out)
+    d = dots["a"]
+    w_dot = fill("np.sum(v * np.dot(d, v), axis=0)", v=v, d=d)
+    p = fill("np.dot(v.T, np.dot(0.5 * (d + d.T), v))", v=v, d=d)
+    return (w_dot, fill("np.dot(v, f * p)", v=v, f=_gaps(w), p=p))
+
+
+register(Rule("eigh", "np.linalg.eigh", ("a", "UPLO"), {}, ("a",),
+              lambda call: T.AType("tuple", elts=(_infer_eigvalsh(call), call.types["a"])),
+              _eigh_vjp, _eigh_jvp), np.linalg.eigh)
