@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hessian_check import assert_hessian_matches_gradient_differences
 
 import autodiff_ast as ad
 from autodiff_ast.jit import jit
@@ -70,19 +71,7 @@ def test_both_modes_at_order_2(name, rng):
 @pytest.mark.parametrize("name", CASES)
 def test_hessian_matches_differences_of_the_gradient(name, rng):
     """ad.hessian (the batching rules, differentiated) against central differences."""
-    f, args = LOSSES[name], _args(name, rng)
-    argnums = tuple(range(len(args)))
-    hess = ad.hessian(f, argnums=argnums)(*args)
-    step = [rng.standard_normal(np.shape(a)) for a in args]
-    grad = ad.grad(f, argnums=argnums)
-    eps = 1e-6
-    up = grad(*[a + eps * d for a, d in zip(args, step)])
-    down = grad(*[a - eps * d for a, d in zip(args, step)])
-    for i in range(len(args)):
-        want = (np.asarray(up[i]) - np.asarray(down[i])) / (2 * eps)
-        got = sum(np.tensordot(hess[i][j], step[j], axes=np.ndim(step[j]))
-                  for j in range(len(args)))
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert_hessian_matches_gradient_differences(LOSSES[name], _args(name, rng), rng)
 
 
 @pytest.mark.numba
