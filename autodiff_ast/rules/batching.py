@@ -898,13 +898,13 @@ def _rows_of_examples(bc, param):
 def _cov(bc):
     """np.cov of each example: centered rows times their transpose, or a number per example
     for one variable (NumPy squeezes)."""
-    from .numerical import _cov_form, _one_variable
+    from .numerical import _centered, _count, _cov_form, _one_variable
     form = _cov_form(bc.call)
     if form is None:
         raise NoBatchingRule("np.cov with a second array, weights or a dtype")
     rows = _rows_of_examples(bc, "m")
-    c = fill("a - np.mean(a, axis=-1, keepdims=True)", a=rows)
-    n = fill("a.shape[-1] - d", a=rows, d=form[1])
+    c = _centered(rows)
+    n = _count(rows, form[1])
     if _one_variable(bc.call):
         axes = (1,) if bc.rank("m") == 1 else (1, 2)
         return fill("np.sum(c * c, axis=k) / n", c=c, k=axes, n=n)
@@ -914,11 +914,10 @@ def _cov(bc):
 def _corrcoef(bc):
     """np.corrcoef of each example: unit-length centered rows times their transpose, clipped
     to [-1, 1] as NumPy does."""
-    from .numerical import _corrcoef_handled
+    from .numerical import _centered, _corrcoef_handled
     if not _corrcoef_handled(bc.call):
         raise NoBatchingRule("np.corrcoef of a vector, or with a second array")
-    rows = _rows_of_examples(bc, "x")
-    c = fill("a - np.mean(a, axis=-1, keepdims=True)", a=rows)
+    c = _centered(_rows_of_examples(bc, "x"))
     z = fill("c / np.sqrt(np.sum(c * c, axis=-1, keepdims=True))", c=c)
     return fill("np.clip(np.matmul(z, np.swapaxes(z, 1, 2)), -1.0, 1.0)", z=z)
 
