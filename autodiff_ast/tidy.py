@@ -788,6 +788,7 @@ def tidy_block(stmts, keep=(), temps=None, gather=False):
     """
     from .gather_form import gather_loops
     from .known_zeros import forward_known_zeros, rewrite_known_zeros  # (they read this module)
+    from .unread_arrays import drop_unread_arrays
 
     namer = temps if hasattr(temps, "temp") else None
     temps = getattr(temps, "temps", temps) or set()
@@ -795,6 +796,9 @@ def tidy_block(stmts, keep=(), temps=None, gather=False):
     keep = set(keep)
     facts = _Facts()
     while True:
+        stmts, unread = drop_unread_arrays(stmts, keep)
+        if unread:
+            facts = _Facts()
         stmts = _drop_self_copies(eliminate_dead(stmts, keep, facts))
         if not (_inline_once(stmts, keep, temps, facts) or _fuse_accumulation(stmts, facts)):
             _tidy_nested(stmts, keep, namer or temps, facts, gather)

@@ -1,0 +1,95 @@
+"""Writes into arrays whose entries nothing reads are dropped from generated code
+(autodiff_ast/unread_arrays.py): the gradient of a loop filling an array that only a sum reads
+does not fill it. Every gradient is checked against finite differences; the sources are
+checked for the work that went (or stayed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import autodiff_ast as ad
+from autodiff_ast.jit import jit
+
+X = np.array([0.3, -1.2, 0.8, 2.1, -0.4])
+Y = np.array([1.5, 0.2, -0.7, 0.9, 1.1])
+
+
+def filled(x, y):
+    n = x.shape[0]
+    out = np.zeros(n)
+    for i in range(n):
+        out[i] = np.sin(x[i]) * y[i] + x[i] * x[i]
+    return np.sum(out)
+
+
+def filled_and_read(x, y):
+    n = x.shape[0]
+    out = np.zeros(n)
+    for i in range(n):
+        out[i] = np.sin(x[i]) * y[i]
+    return np.sum(out) * out[0]
+
+
+def squares(v):
+    return np.sum(v * v)
+
+
+def filled_and_passed_on(x, y):
+    n = x.shape[0]
+    out = np.zeros(n)
+    for i in range(n):
+        out[i] = np.sin(x[i]) * y[i]
+    return squares(out)
+
+
+def filled_and_printed(x, y):
+    n = x.shape[0]
+    out = np.empty_like(x)
+    for i in range(n):
+        out[i] = np.exp(x[i]) * y[i]
+        print("step", i)
+    return np.sum(out)
+
+
+def test_grad_does_not_fill_an_array_only_a_sum_reads():
+    g = ad.grad(filled)
+    ad.check_grads(filled, (X, Y), modes=("rev",))
+    np.testing.assert_allclose(g(X, Y), np.cos(X) * Y + 2 * X, rtol=1e-14)
+    assert "np.sin(" not in g.source, g.source  # the forward loop's values: not computed
+    assert "np.cos(" in g.source
+
+
+def test_jit_grad_matches_and_does_not_fill_it():
+    g = jit(ad.grad(filled))
+    np.testing.assert_allclose(g(X, Y), np.cos(X) * Y + 2 * X, rtol=1e-14)
+    assert "np.sin(" not in g.source, g.source
+
+
+def test_value_and_grad_still_fills_it():
+    g = ad.value_and_grad(filled)
+    value, grad = g(X, Y)
+    assert value == pytest.approx(filled(X, Y), rel=1e-15)
+    np.testing.assert_allclose(grad, np.cos(X) * Y + 2 * X, rtol=1e-14)
+    assert "np.sin(" in g.source
+
+
+@pytest.mark.parametrize("fn", [filled_and_read, filled_and_passed_on],
+                         ids=["entry read", "passed to a helper"])
+def test_an_array_read_is_kept(fn):
+    g = ad.grad(fn, argnums=(0, 1))
+    ad.check_grads(fn, (X, Y), modes=("rev",))
+    gx, gy = g(X, Y)
+    assert "np.sin(" in g.source, g.source
+    h = 1e-6
+    for k in range(len(X)):
+        e = np.zeros_like(X)
+        e[k] = h
+        assert gx[k] == pytest.approx((fn(X + e, Y) - fn(X - e, Y)) / (2 * h), rel=1e-6,
+                                      abs=1e-8)
+
+
+def test_prints_next_to_dropped_writes_stay(capfd):
+    g = ad.grad(filled_and_printed)
+    np.testing.assert_allclose(g(X, Y), np.exp(X) * Y, rtol=1e-14)
+    assert capfd.readouterr().out == "".join(f"step {i}\n" for i in range(len(X)))
