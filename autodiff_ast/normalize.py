@@ -1559,7 +1559,14 @@ class Normalizer:
                 if isinstance(stmt, gast.Return):
                     raise self.unsupported("return inside a loop is not supported yet", stmt,
                                            "set a flag, stop the loop, and return after it")
-                self.visit_stmt(stmt)
+                try:
+                    self.visit_stmt(stmt)
+                except Exception as error:  # a helper that always raises, called here
+                    if not hasattr(error, "autodiff_static_raise"):
+                        raise
+                    self.raise_reached(error, stmt)
+                    self.origin = outer
+                    break  # the rest of the block never runs
                 self.origin = outer
                 if isinstance(stmt, gast.Raise):
                     break  # the rest of the block never runs
@@ -1703,7 +1710,18 @@ class Normalizer:
         error.add_note(f"raised at {where} while its derivative code was being generated: "
                        "for arguments of these kinds (ranks, dtypes, static values) the "
                        "function always reaches this raise")
+        # (a caller reaching it only under a run-time condition raises it there instead)
+        error.autodiff_static_raise = (cls, "".join(text) if pieces else None, where)
         return error
+
+    def raise_reached(self, error, stmt):
+        """A helper called here raises `error` for arguments of these kinds, and this call
+        runs only under a run-time condition: the raise, with its message, is written here
+        (a comment names the helper's line)."""
+        cls, message, where = error.autodiff_static_raise
+        args = [gast.Constant(value=message, kind=None)] if message is not None else []
+        call = gast.Call(func=self.exception_class(cls, stmt), args=args, keywords=[])
+        self.append(gast.Raise(exc=call, cause=None), Prim("raise", args=[]))
 
     def loop_body(self, make_body):
         """Normalize a loop body; again if a loop-carried name changed type on the way."""
@@ -2628,7 +2646,11 @@ def normalize_into(program, info, specs, core_name=None, checkpointed=False, cal
     emitted = program.module_names.fresh(base)
     placeholder = CoreFunction(info, emitted, [], None, {}, None, None, None, specs)
     program.functions[key] = placeholder  # recursion guard: a recursive call sees this
-    core = Normalizer(info, specs, program, emitted, called).run()
+    try:
+        core = Normalizer(info, specs, program, emitted, called).run()
+    except BaseException:  # (no half-made function left for a later call to find)
+        del program.functions[key]
+        raise
     calls = placeholder.recursive_calls
     # Recursive calls hold the placeholder: it becomes the function itself.
     placeholder.__dict__.update(core.__dict__)

@@ -249,3 +249,59 @@ def test_a_raise_cannot_become_cuda_device_code():
     from autodiff_ast.device import DeviceCodeError
     with pytest.raises(DeviceCodeError, match="a raise statement cannot become CUDA"):
         jit(ad.vmap(ad.grad(first_checked)), target="cuda")(np.stack([X, X]))
+
+
+# ---------------------------------------------------------------- a helper that always raises
+def as_vector(v):
+    if v.ndim != 1:
+        raise ShapeMismatch("as_vector needs a vector")
+    return v * 1.0
+
+
+def flattened_unless_asked(x, mode):
+    """as_vector(x) always raises for a matrix, but only runs when mode > 0."""
+    if mode > 0:
+        y = as_vector(x)
+    else:
+        y = x.ravel()
+    return np.sum(np.sin(y) * y)
+
+
+def helper_raise_mid_branch(x, mode):
+    y = x[0]
+    if mode > 0:
+        y = np.sum(as_vector(x)) * y
+    return np.sum(y * y)
+
+
+M = np.array([[0.3, -1.2, 0.8], [2.1, -0.4, 1.5]])
+
+
+@pytest.mark.parametrize("fn", [flattened_unless_asked, helper_raise_mid_branch])
+def test_a_helper_that_always_raises_raises_only_when_its_branch_runs(fn):
+    ad.check_grads(fn, (M, -1.0), modes=("fwd", "rev"))
+    np.testing.assert_allclose(jit(ad.grad(fn))(M, -1.0), ad.grad(fn)(M, -1.0), rtol=1e-13)
+    for transform in (ad.grad, lambda f: jit(ad.grad(f)), ad.value_and_grad):
+        with pytest.raises(ShapeMismatch, match="as_vector needs a vector"):
+            transform(fn)(M, 1.0)
+    with pytest.raises(ShapeMismatch, match="as_vector needs a vector"):
+        ad.jvp(fn, (M, 1.0), (np.ones_like(M), 0.0))
+
+
+def test_a_helper_that_always_raises_in_a_batch():
+    batched = ad.vmap(ad.grad(flattened_unless_asked), in_axes=(None, 0))
+    np.testing.assert_allclose(batched(M, np.array([-1.0, -2.0]))[1],
+                               ad.grad(flattened_unless_asked)(M, -2.0), rtol=1e-13)
+    with pytest.raises(ShapeMismatch, match="as_vector needs a vector"):
+        batched(M, np.array([-1.0, 2.0]))
+
+
+def test_a_helper_that_always_raises_unconditionally_raises_while_generating():
+    def calls_it(x):
+        return np.sum(as_vector(x))
+    with pytest.raises(ShapeMismatch, match="as_vector needs a vector") as info:
+        ad.grad(calls_it)(M)
+    assert any("while its derivative code was being generated" in n
+               for n in info.value.__notes__)
+    # the failed helper left nothing behind: a vector argument works afterwards
+    assert ad.grad(calls_it)(M[0]) == pytest.approx(np.ones(3))
