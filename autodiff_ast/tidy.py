@@ -808,6 +808,10 @@ def tidy_block(stmts, keep=(), temps=None, gather=False):
             if rewrite_known_zeros(stmts):  # (inlining may have made a term an expression)
                 facts = _Facts()
                 continue
+            stmts, unread = drop_unread_arrays(stmts, keep)  # (nested reads may have gone)
+            if unread:
+                facts = _Facts()
+                continue
             return _tidy_branches(stmts)
 
 

@@ -10,13 +10,16 @@ The gradient of ::
 needs ``out``'s shape (the adjoint of ``np.sum(out)`` is ``np.ones_like(out)``) but none of
 its entries: the forward loop that fills it is work the gradient throws away (half the time
 of ``jit(grad(f))`` here: the sines are as dear as the cosines the adjoint needs). A person
-writing the gradient by hand would not compute them; neither do we.
+writing the gradient by hand would not compute them; neither do we. The same goes for an
+adjoint zeroed entry by entry after its last use (``y_bar[j] = 0.0`` in a loop after the
+last read of ``y_bar``).
 
 An array qualifies when, in the block tidied (a whole generated function, or a block whose
 later readers are named in ``keep``):
 
 - every binding of its name is a fresh allocation (``np.zeros(...)``, ``np.empty_like(x)``,
-  ``np.copy(x)``, ``x.copy()``, ...), so no other name sees the same memory;
+  ``np.copy(x)``, ``x.copy()``, arithmetic such as ``2.0 * y``), so no other name sees the
+  same memory;
 - every other appearance is an element or slice write (``a[i] = e``, ``a[i] += e``) or a
   question about its shape (``a.shape``, ``a.ndim``, ``a.size``, ``a.dtype``, ``len(a)``,
   ``np.zeros_like(a)`` and the other ``*_like`` allocations);
@@ -64,8 +67,8 @@ def _numpy_call(node, names):
 
 
 def _allocation(value):
-    """Whether `value` makes a new array no other name refers to."""
-    if _numpy_call(value, _ALLOCATING):
+    """Whether `value` makes a new array no other name refers to (arithmetic always does)."""
+    if _numpy_call(value, _ALLOCATING) or isinstance(value, (gast.BinOp, gast.UnaryOp)):
         return True
     return isinstance(value, gast.Call) and isinstance(value.func, gast.Attribute) and \
         value.func.attr == "copy" and not value.args and not value.keywords
@@ -173,16 +176,57 @@ def _drop(stmts, doomed):
     return out
 
 
+def _loads(node):
+    return {n.id for n in gast.walk(node) if isinstance(n, gast.Name) and
+            isinstance(n.ctx, gast.Load)}
+
+
+def _only_writes(stmt, arrays):
+    """Whether `stmt` (a loop or branch) does nothing but write entries of `arrays` from
+    values that read none of them and change no list."""
+    header = stmt.iter if isinstance(stmt, gast.For) else stmt.test
+    if _changes_a_list(header) or _loads(header) & arrays:
+        return False
+    for inner in stmt.body + stmt.orelse:
+        if isinstance(inner, (gast.For, gast.If)):
+            if not _only_writes(inner, arrays):
+                return False
+            continue
+        if isinstance(inner, gast.Pass):
+            continue
+        array = _written_array(inner)
+        if array not in arrays or _changes_a_list(inner) or _loads(inner) - {array} & arrays \
+                or isinstance(inner, gast.AugAssign):
+            return False
+        target = inner.targets[0]
+        if array in _loads(target.slice) | _loads(inner.value):
+            return False
+    return True
+
+
 def drop_unread_arrays(stmts, keep=()):
     """`stmts` without the writes into arrays whose entries nothing reads, and the names of
     those arrays (see the module docstring for when an array qualifies). Statements holding
-    the writes are changed in place."""
+    the writes are changed in place.
+
+    Besides arrays never read at all, a loop of `stmts` that only writes entries of arrays
+    that no later statement reads goes whole (an adjoint zeroed after its last use)."""
     survey = _Survey()
     survey.block(stmts)
-    unread = sorted(name for name in survey.written
-                    if name in survey.allocated and name not in survey.rebound and
-                    name not in survey.read and name not in survey.impure and name not in keep)
-    if not unread:
-        return stmts, []
+    fresh = {name for name in survey.written
+             if name in survey.allocated and name not in survey.rebound and
+             name not in survey.impure and name not in keep}
+    unread = sorted(name for name in fresh if name not in survey.read)
     doomed = {id(stmt) for name in unread for _, stmt in survey.written[name]}
+    later = set(keep)
+    for stmt in reversed(stmts):
+        if isinstance(stmt, gast.For) and id(stmt) not in doomed and \
+                _only_writes(stmt, fresh - later):
+            doomed.add(id(stmt))
+            unread += sorted({_written_array(s) for s in gast.walk(stmt)
+                              if isinstance(s, gast.Assign)} - set(unread))
+            continue
+        later |= _loads(stmt)
+    if not doomed:
+        return stmts, []
     return _drop(stmts, doomed), unread

@@ -81,6 +81,7 @@ from .invariant_accumulators import (
     sum_invariant_updates,
 )
 from .invariant_tables import tabulate_invariant_calls
+from .loop_indices import INDEX_HELPERS, INDEX_UNCOMPILED, assume_loop_starts
 from .param_writes import dotted_name
 from .reduction_loops import REASSOCIATED, outline_reductions
 from .row_products import ROW_HELPERS, ROW_UNCOMPILED
@@ -1574,6 +1575,9 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
             if select_small_branches(fn):  # small branches of a loop as selects
                 module.generated.update(SELECT_HELPERS)
                 module.uncompiled |= SELECT_UNCOMPILED
+            if assume_loop_starts(fn):  # range(2, n), range(n - 1, -1, -1): vectorized
+                module.generated.update(INDEX_HELPERS)
+                module.uncompiled |= INDEX_UNCOMPILED
     helper_defs = []
     sources = {name: DIALECT_HELPERS[name] for name in module.needed if name in DIALECT_HELPERS}
     overloaded = set()

@@ -93,3 +93,39 @@ def test_prints_next_to_dropped_writes_stay(capfd):
     g = ad.grad(filled_and_printed)
     np.testing.assert_allclose(g(X, Y), np.exp(X) * Y, rtol=1e-14)
     assert capfd.readouterr().out == "".join(f"step {i}\n" for i in range(len(X)))
+
+
+def from_two(x):
+    n = x.shape[0]
+    y = np.zeros(n)
+    for j in range(2, n):
+        y[j] = x[j] * x[j - 1] + x[j - 2]
+    return np.sum(y * y)
+
+
+def test_an_adjoint_zeroed_after_its_last_read_is_not_zeroed():
+    g = ad.grad(from_two)
+    ad.check_grads(from_two, (X,), modes=("rev",))
+    g(X)
+    assert "y_bar[j] = 0.0" not in g.source, g.source
+
+
+def _after(text, keep):
+    import gast
+
+    from autodiff_ast.templates import unparse
+    from autodiff_ast.unread_arrays import drop_unread_arrays
+    block, _ = drop_unread_arrays(gast.parse(text).body, keep=keep)
+    return "\n".join(unparse(s) for s in block)
+
+
+def test_a_zeroing_loop_read_afterwards_stays():
+    text = "a = 2.0 * y\nfor j in range(n):\n    a[j] = 0.0\n"
+    assert "a[j] = 0.0" in _after(text + "b = a[0]\n", keep={"b"})
+    assert "a[j] = 0.0" in _after(text, keep={"a"})
+    assert "a[j] = 0.0" not in _after(text + "b = a.shape\n", keep={"b"})
+
+
+def test_a_zeroing_loop_of_an_alias_stays():
+    text = ("a = y\nfor j in range(n):\n    a[j] = 0.0\n")
+    assert "a[j] = 0.0" in _after(text, keep={"y"})
