@@ -34,6 +34,7 @@ from . import types as T
 from .errors import (
     ArgnumsError,
     ArgumentError,
+    AutodiffError,
     ShapeMismatchError,
     SourceUnavailableError,
     UnsupportedError,
@@ -153,6 +154,11 @@ def _spec_key(specs):
     for k, v in specs.items():
         items.append((k, ("static", id(v.value)) if _spec_kind(v) == "static" else v))
     return tuple(items)
+
+
+def _static(value):
+    from .normalize import Static
+    return Static(value)
 
 
 def _flat_values(specs, names, values):
@@ -365,6 +371,40 @@ class _Transformed:
         self._last = self._modules[key]
         return self._last
 
+    def _concrete_ints(self, names, values, candidates):
+        """{name: Static(value)} for the arguments named in `candidates` holding a Python int
+        (or a NumPy integer, or a bool). The values are interned (kept alive), so that a
+        cache key built from their identity stays theirs."""
+        interned = self.__dict__.setdefault("_interned_ints", {})
+        out = {}
+        for pname, value in zip(names, values):
+            if pname in candidates and isinstance(value, (int, np.integer)):
+                key = (type(value), int(value))
+                out[pname] = _static(interned.setdefault(key, value))
+        return out
+
+    def _generate_concrete(self, specs, concrete, generate):
+        """`generate(specs)`, with the arguments in `concrete` (from :meth:`_concrete_ints`)
+        written as the values they hold once code for run-time ints cannot be written: JAX
+        runs an argument it neither differentiates nor maps as the Python value itself
+        (``np.sum(x, axis=axis)``). After one such call this function always does."""
+        if concrete and getattr(self, "_needs_concrete", False):
+            specs.update(concrete)
+            return generate(specs)
+        try:
+            return generate(specs)
+        except AutodiffError as error:
+            if not concrete:
+                raise
+            first = error
+        try:
+            out = generate(dict(specs, **concrete))
+        except NotImplementedError:  # (a composition that cannot take static arguments)
+            raise first from None
+        specs.update(concrete)
+        self._needs_concrete = True
+        return out
+
     def _specs(self, args, kwargs):
         target = self.py_fun if self.py_fun is not None else self.fun._signature_function()
         names, values = _bind(target, args, kwargs, getattr(self, "kind", None))
@@ -458,7 +498,10 @@ class _ReverseTransform(_Transformed):
     def __call__(self, *args, **kwargs):
         names, values, specs = self._specs(args, kwargs)
         single, argnums = self._argnums(len(names), specs)
-        generated, module = self._generate(specs, argnums)
+        concrete = self._concrete_ints(
+            names, values, {n for k, n in enumerate(names) if k not in argnums})
+        generated, module = self._generate_concrete(
+            specs, concrete, lambda specs: self._generate(specs, argnums))
         flat = _flat_values(specs, names, values)
         result = getattr(module, generated.entry)(*flat)
         layout = generated.layout

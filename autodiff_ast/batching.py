@@ -417,16 +417,24 @@ class _Vmapped(_Transformed):
         names, values = _bind(self._signature_function(), args, kwargs, "vmap")
         per_arg = self._per_arg_axes(names, len(args), set(kwargs))
         specs = {n: spec_of(v) for n, v in zip(names, values)}
+        concrete = self._concrete_ints(
+            names, values, {n for n, axes in zip(names, per_arg) if axes is None})
         leaf_axes, labels = self._leaf_axes(names, values, specs, per_arg)
-        flat = [_prepare_leaf(v) for v in _flat_leaves(values)]
-        batch = self._batch_size(leaf_axes, labels, flat)
+        batch = self._batch_size(leaf_axes, labels, [_prepare_leaf(v) for v in _flat_leaves(
+            values, dict(specs, **concrete))])
         no_mapped = all(a is None for a in leaf_axes)
-        generated, module = self._generate(names, values, specs, leaf_axes, no_mapped)
+
+        def generate(specs):
+            nonlocal leaf_axes, labels  # (an int written as its value has no leaf)
+            leaf_axes, labels = self._leaf_axes(names, values, specs, per_arg)
+            return self._generate(names, values, specs, leaf_axes, no_mapped)
+        generated, module = self._generate_concrete(specs, concrete, generate)
+        flat = [_prepare_leaf(v) for v in _flat_leaves(values, specs)]
         if no_mapped:
             flat.append(batch)
         result = getattr(module, generated.entry)(*flat)
         self._last_call = None if no_mapped or kwargs else (
-            leaf_axes, labels, tuple(isinstance(spec_of(v), Static) for v in values))
+            leaf_axes, labels, tuple(isinstance(specs[n], Static) for n in names))
         return _assemble(generated.layout, result)
 
     def _batched_plan(self):
@@ -471,10 +479,12 @@ class _Vmapped(_Transformed):
         return entry
 
 
-def _flat_leaves(values):
+def _flat_leaves(values, specs=None):
+    """The array leaves of the arguments the generated entry takes (not the static ones)."""
     flat = []
-    for value in values:
-        if not isinstance(spec_of(value), Static):
+    kinds = list(specs.values()) if specs is not None else [spec_of(v) for v in values]
+    for value, spec in zip(values, kinds):
+        if not isinstance(spec, Static):
             flat.extend(pytrees.tree_leaves(value))
     return flat
 

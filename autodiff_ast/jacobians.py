@@ -351,7 +351,8 @@ class _JacobianTransform(_Transformed):
         if not kwargs and not self.has_aux and FlatView.applies(self.fun, args):
             return self._of_flat_view(args)
         names, values, specs = self._specs(args, kwargs)  # keywords are placed by name
-        generated, module, argnums = self._generate(specs)
+        concrete = self._concrete_ints(names, values, set(names))  # (ints: never argnums)
+        generated, module, argnums = self._generate_concrete(specs, concrete, self._generate)
         flat = _flat_values(specs, names, values)
         raw = getattr(module, generated.entry)(*flat)
         aux = None
