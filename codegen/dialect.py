@@ -523,11 +523,13 @@ class _Lower(gast.NodeTransformer):
         return value
 
     def call_format(self, node):
-        """`format(v, spec)` in a message: Numba has no format(); the value is written as
-        message_text writes it (the spec is not applied)."""
+        """`format(v, spec)` in a message: Numba has no format(); message_format applies a
+        constant spec."""
         if len(node.args) != 2 or node.keywords:
             return None
-        return _call(self.helper("message_text"), node.args[:1])
+        if not (isinstance(node.args[1], gast.Constant) and isinstance(node.args[1].value, str)):
+            return _call(self.helper("message_text"), node.args[:1])
+        return _call(self.helper("message_format"), node.args)
 
     def call_str(self, node):
         """`str(v)` (generated code writes one only into an exception's message): a helper

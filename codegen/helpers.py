@@ -1244,6 +1244,205 @@ def message_text_numba(v):
         return lambda v: str(v)
     return None
 '''
+OVERLOAD_FORMS["message_format"] = '''\
+def message_format(v, spec):
+    \"\"\"format(v, spec), for an exception's message or a print.\"\"\"
+    return format(v, spec)
+
+
+@numba.extending.overload(message_format)
+def message_format_numba(v, spec):
+    \"\"\"How Numba writes format(v, spec) (Numba has no format()): the spec, a constant, is
+    read while compiling; fill, alignment, sign, zero padding, width, precision and the
+    types f, F, e, E, g, G, %, d, s (and none) are applied as Python applies them (the last
+    digit can differ where Python rounds a decimal tie of the exact binary value). A spec
+    with grouping (`,` `_`), `#`, `z` or `=` alignment writes v as message_text does.\"\"\"
+    import re
+    text = getattr(spec, "literal_value", None)
+    if not isinstance(text, str):
+        return None
+    parts = re.fullmatch(r"(?:(.)?([<>^]))?([-+ ])?(0)?(\\d+)?(?:\\.(\\d+))?([fFeEgG%dsn]?)", text)
+    number = isinstance(v, (numba.types.Float, numba.types.Integer, numba.types.Boolean))
+    if parts is None or not (number or isinstance(v, (numba.types.UnicodeType,
+                                                      numba.types.StringLiteral))):
+        return lambda v, spec: message_text(v)
+    fill, align, sign, zero, width, precision, kind = parts.groups()
+    fill = fill or ("0" if zero and not align else " ")
+    align = align or (">" if number else "<")
+    zeros_after_sign = bool(zero) and parts.group(2) is None and number
+    width = int(width or 0)
+    sign = sign or "-"
+    if kind == "n":
+        kind = "g" if isinstance(v, numba.types.Float) else "d"
+    upper = kind in ("F", "E", "G")
+    kind = kind.lower()
+    as_float = kind in ("f", "e", "g", "%") or (
+        kind == "" and isinstance(v, numba.types.Float))
+    if kind == "s" and number or kind == "d" and not isinstance(v, (numba.types.Integer,
+                                                                  numba.types.Boolean)):
+        return None  # (Python raises ValueError for these)
+    p = int(precision) if precision is not None else (6 if kind in ("f", "e", "g", "%")
+                                                      else -1)
+
+    @numba.njit
+    def two_product(a, b):
+        # a * b == hi + lo exactly (Dekker; compiled without contraction)
+        hi = a * b
+        c = 134217729.0 * a
+        a_hi = c - (c - a)
+        a_lo = a - a_hi
+        c = 134217729.0 * b
+        b_hi = c - (c - b)
+        b_lo = b - b_hi
+        return hi, ((a_hi * b_hi - hi) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo
+
+    @numba.njit
+    def scaled_round(a, k):
+        # a * 10**k rounded to an integer as Python rounds the exact binary value (half to
+        # even), for 0 <= k <= 22 and results below 2**52; approximately beyond
+        if k < 0 or k > 22:
+            return int(np.round(a * 10.0 ** k))
+        hi, lo = two_product(a, 10.0 ** k)
+        if hi >= 4503599627370496.0:  # hi is a whole number: round what lo adds
+            low = np.floor(lo)
+            m = int(hi) + int(low)
+            rest = lo - low
+            if rest > 0.5 or (rest == 0.5 and m % 2 == 1):
+                m += 1
+            return m
+        whole = np.round(hi)
+        m = int(whole)
+        half = hi - whole  # exact, within [-0.5, 0.5]: lo decides a tie of hi
+        if half == 0.5 and (lo > 0.0 or (lo == 0.0 and m % 2 == 1)):
+            return m + 1
+        if half == -0.5 and (lo < 0.0 or (lo == 0.0 and m % 2 == 1)):
+            return m - 1
+        return m
+
+    @numba.njit
+    def fixed(a, p):
+        # a >= 0, finite: p digits after the point (beyond 9e18 or 18 digits: as e)
+        if a >= 9.0e18 or p > 18:
+            return scientific(a, 16)
+        step = 10 ** p
+        if a * 10.0 ** p < 9.0e18:
+            m = scaled_round(a, p)
+            whole, part = m // step, m % step
+        else:  # (p >= 1 here) the whole part and the fraction's digits apart
+            low = np.floor(a)
+            whole, part = int(low), scaled_round(a - low, p)
+            if part >= step:
+                whole, part = whole + 1, part - step
+        if p == 0:
+            return str(whole)
+        text = str(part)
+        return str(whole) + "." + "0" * (p - len(text)) + text
+
+    @numba.njit
+    def split(a, p):
+        # a > 0, finite: (p + 1 significant digits as an int, decimal exponent)
+        e = int(np.floor(np.log10(a)))
+        m = scaled_round(a, p - e) if p - e < 300 else \
+            int(np.round((a * 10.0 ** 300) * 10.0 ** (p - e - 300)))
+        if m < 10 ** p:
+            e -= 1
+            m = scaled_round(a, p - e)
+        if m >= 10 ** (p + 1):
+            e += 1
+            m = scaled_round(a, p - e)
+        return m, e
+
+    @numba.njit
+    def scientific(a, p):
+        if a == 0.0:
+            m, e = 0, 0
+        else:
+            m, e = split(a, p)
+        digits = str(m)
+        digits = "0" * (p + 1 - len(digits)) + digits
+        mantissa = digits[0] + ("." + digits[1:] if p > 0 else "")
+        return mantissa + ("e-" if e < 0 else "e+") + ("0" if abs(e) < 10 else "") + str(abs(e))
+
+    @numba.njit
+    def general(a, p, point):
+        p = max(p, 1)
+        e = 0 if a == 0.0 else split(a, p - 1)[1]
+        if -4 <= e < (p - 1 if point else p):  # (no type: scientific from p - 1 on)
+            out = fixed(a, p - 1 - e)
+            if "." in out:
+                while out[-1] == "0":
+                    out = out[:-1]
+                if out[-1] == ".":
+                    out = out + "0" if point else out[:-1]
+            elif point:
+                out = out + ".0"
+            return out
+        out = scientific(a, p - 1)
+        mantissa, exponent = out[:out.index("e")], out[out.index("e"):]
+        if "." in mantissa:
+            while mantissa[-1] == "0":
+                mantissa = mantissa[:-1]
+            if mantissa[-1] == ".":
+                mantissa = mantissa[:-1]
+        return mantissa + exponent
+
+    @numba.njit
+    def body(a):
+        if kind == "f":
+            return fixed(a, p)
+        if kind == "%":
+            return fixed(a * 100.0, p) + "%"
+        if kind == "e":
+            return scientific(a, p)
+        if kind == "g":
+            return general(a, p, False)
+        if p >= 0:  # no type, a precision: as g, with a digit after the point
+            return general(a, p, True)
+        return message_text(a)
+
+    @numba.njit
+    def padded(sign_text, text):
+        out = sign_text + text
+        missing = width - len(out)
+        if missing <= 0:
+            return out
+        if zeros_after_sign:
+            return sign_text + "0" * missing + text
+        if align == "<":
+            return out + fill * missing
+        if align == "^":
+            return fill * (missing // 2) + out + fill * (missing - missing // 2)
+        return fill * missing + out
+
+    @numba.njit
+    def sign_of(negative):
+        if negative:
+            return "-"
+        return "+" if sign == "+" else (" " if sign == " " else "")
+
+    if as_float:
+        def float_format(v, spec):
+            x = float(v)
+            if x != x:
+                text = "nan" + ("%" if kind == "%" else "")
+            elif x == np.inf or x == -np.inf:
+                text = "inf" + ("%" if kind == "%" else "")
+            else:
+                text = body(abs(x))
+            if upper:
+                text = text.upper()
+            return padded(sign_of(x < 0 or (x == 0 and np.signbit(x))), text)
+        return float_format
+    if number:
+        def int_format(v, spec):
+            n = int(v)
+            return padded(sign_of(n < 0), str(abs(n)))
+        return int_format
+
+    def text_format(v, spec):
+        return padded("", v if p < 0 else v[:p])
+    return text_format
+'''
 DIALECT_HELPERS["diagonal_of"] = '''\
 def diagonal_of(x, axis1, axis2):
     """np.diagonal(x, 0, axis1, axis2) over the last two axes (Numba has no np.diagonal)."""
@@ -1265,6 +1464,11 @@ def message_text(v):
     """str(v), for an exception's message."""
     return str(v)
 '''
+DIALECT_HELPERS["message_format"] = '''\
+def message_format(v, spec):
+    """format(v, spec), for an exception's message or a print."""
+    return format(v, spec)
+'''
 
 
 #: Dialect helpers Numba does not compile as they stand: plain Python functions compiled code
@@ -1276,7 +1480,7 @@ DIALECT_NOT_COMPILED = frozenset({"batched_outer", "batched_outer_numba", "tanh_
                                   "zeros_like_reusing_numba", "add_at_numba",
                                   "subtract_at_numba", "stack_list_numba",
                                   "whole_max_numba", "whole_min_numba",
-                                  "message_text_numba"})
+                                  "message_text_numba", "message_format_numba"})
 
 #: Numba options a dialect helper is compiled with besides the module's own.
 DIALECT_JIT_OPTIONS = {"reassociated_sum": "fastmath={'reassoc'}",
@@ -1284,7 +1488,8 @@ DIALECT_JIT_OPTIONS = {"reassociated_sum": "fastmath={'reassoc'}",
 
 #: Helpers a dialect helper calls (emitted with it).
 DIALECT_DEPENDS = {"var_axis": ("keep_axis", "mean_axis"), "matmul_nd": ("dot_nd",),
-                   "add_outer_at": ("add_at", "outer_product")}
+                   "add_outer_at": ("add_at", "outer_product"),
+                   "message_format": ("message_text",)}
 
 
 def dialect_helper_source(names):

@@ -1,0 +1,68 @@
+"""Format specs under jit: codegen/helpers.py's message_format writes format(v, spec) inside
+compiled code (Numba has no format()), checked against Python's own format() over a grid of
+specs and values, decimal ties of the binary value included."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+
+from codegen.helpers import OVERLOAD_FORMS
+
+_NS = {"np": np, "numba": numba}
+exec(OVERLOAD_FORMS["message_text"], _NS)
+exec(OVERLOAD_FORMS["message_format"], _NS)
+
+FLOAT_SPECS = (".3f", ".0f", "8.2f", "<8.2f", "^9.1f", "+.2f", " .2f", "08.3f", ".2e", ".0e",
+               "10.3E", ".3g", "g", ".10g", ".2%", "%", ".4", "f", "e", "G", "x>10.2f",
+               "*^11.3e", ".1g", ".6g", ".5f", "n")
+INT_SPECS = ("d", "5d", "<5d", "+d", "05d", ".2f", "e", "", "^7", "n")
+TEXT_SPECS = ("", "10", ">10", "^10", ".2", "*<8")
+
+
+def _all(specs):
+    """One compiled function writing a value with every spec (one compile per value type)."""
+    body = ", ".join(f"message_format(v, {spec!r})" for spec in specs)
+    exec(f"@numba.njit\ndef formats(v):\n    return ({body},)\n", _NS)
+    return _NS["formats"]
+
+
+@pytest.fixture(scope="module")
+def float_formats():
+    return _all(FLOAT_SPECS)
+
+
+FLOATS = [0.0, -0.0, 1.0, -1.0, 0.5, 2.675, 0.0195, 0.0025, 99999.95, 123.456, -0.000123456,
+          1e-7, 6.02e12, 3.14159265358979, 0.099996, 12345678.9, float("nan"), float("inf"),
+          -float("inf")]
+
+
+@pytest.mark.parametrize("value", FLOATS)
+def test_floats_as_python_writes_them(float_formats, value):
+    assert float_formats(value) == tuple(format(value, spec) for spec in FLOAT_SPECS)
+
+
+def test_random_floats_and_ties(float_formats):
+    rng = np.random.default_rng(1)
+    values = list(10.0 ** rng.uniform(-10, 12, 300) * rng.choice([-1.0, 1.0], 300))
+    values += [k / 8 for k in range(-40, 40)] + [k / 1000 + 0.0005 for k in range(100)]
+    for value in values:
+        assert float_formats(value) == tuple(format(value, spec) for spec in FLOAT_SPECS), value
+
+
+@pytest.mark.parametrize("value", [0, 7, -42, 123456])
+def test_ints_as_python_writes_them(value):
+    assert _all(INT_SPECS)(value) == tuple(format(value, spec) for spec in INT_SPECS)
+
+
+def test_text_as_python_writes_it():
+    formats = _all(TEXT_SPECS)
+    for value in ("abc", "hello world"):
+        assert formats(value) == tuple(format(value, spec) for spec in TEXT_SPECS)
+
+
+def test_grouping_falls_back_to_the_plain_value():
+    """Specs with grouping are not applied under jit: the value as message_text writes it."""
+    exec("@numba.njit\ndef grouped(v):\n    return message_format(v, ',.2f')\n", _NS)
+    assert _NS["grouped"](1234.5) == "1234.5"
