@@ -2533,6 +2533,10 @@ def index_type(base, index, types):
             skip = len(dims) - n_consumed
             out.extend(dims[axis:axis + skip])
             axis += skip
+        elif _int_list(p):
+            # a list of integers indexes as an integer vector does
+            advanced.append((len(out), (T.N if len(p.elts) > 1 else 1,)))
+            axis += 1
         else:
             t = atom_type(p, types)
             if t.kind in ("int", "bool"):
@@ -2551,6 +2555,12 @@ def index_type(base, index, types):
         at = advanced[0][0] if all(pos == advanced[0][0] for pos, _ in advanced) else 0
         out[at:at] = list(adv_dims)
     return T.array(tuple(out), base.dtype or "float64")
+
+
+def _int_list(part):
+    """Whether the index part `part` is a list display of integers (``y[[0, 0, 2]]``)."""
+    return isinstance(part, gast.List) and bool(part.elts) and all(
+        isinstance(e, gast.Constant) and type(e.value) is int for e in part.elts)
 
 
 def _length_one(part, types):
