@@ -52,7 +52,7 @@ from .normalize import atom_type, index_type
 from .rules import PrimCall, Rule, by_name
 from .rules import batching as R
 from .templates import assign, fill, name, to_expr, unparse
-from .tidy import tidy_block
+from .tidy import calls_effects, tidy_block
 
 CONTROL = (gast.If, gast.For, gast.While)
 _PURE_KINDS = ("rule", "copy", "nondiff", "unpack", "tuple", "tuple_get", "user")
@@ -161,6 +161,8 @@ def _effect(stmt):
 
 def _tag(new, old):
     new.origin = getattr(old, "origin", None)
+    if calls_effects(old):
+        new.calls_effects = True  # (tidying must not drop a call that may raise or print)
     return gast.copy_location(new, old) if hasattr(old, "lineno") else new
 
 
@@ -249,6 +251,17 @@ class FunctionBatcher:
                 break
         self.flags = flags
         return flags
+
+    def batch_message(self, stmt):
+        """A raise or print shows the batch's values: ``format(v, '.3f')`` of a batched v
+        (an array here, which takes no such spec) becomes ``str(v)``."""
+        for node in gast.walk(stmt):
+            if isinstance(node, gast.Call) and isinstance(node.func, gast.Name) and \
+                    node.func.id == "format" and len(node.args) == 2 and \
+                    flag_any(self.flag(node.args[0])):
+                node.func.id = "str"
+                node.args = node.args[:1]
+        return stmt
 
     def flag(self, expr, flags=None):
         flags = self.flags if flags is None else flags
@@ -467,7 +480,7 @@ class FunctionBatcher:
                 return [_tag(clone(stmt), stmt)]
             return [_tag(s, stmt) for s in self.add_at(stmt)]
         if prim.kind in ("raise", "print"):
-            return [_tag(clone(stmt), stmt)]
+            return [_tag(self.batch_message(clone(stmt)), stmt)]
         target = stmt.targets[0]
         target_flag = self.flag(target)
         reads_batched = any(flag_any(self.flags.get(n, False)) for n in loads(stmt.value))

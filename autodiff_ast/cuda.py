@@ -304,6 +304,12 @@ def _on_user_line(exc, fun):
         if found:
             lineno, code = first + found[0], lines[found[0]].strip()
             break
+    else:
+        # the line map's other clues (an assert's check maps to the assert line)
+        from .linemap import line_map
+        origin = line_map(text, filename, (first, first + len(lines) - 1)).get(exc.lineno)
+        if origin is not None and origin.filename == filename:
+            lineno, code = origin.lineno, origin.code
     message = f"{exc.message} (generated line {exc.lineno} of {os.path.basename(exc.filename)})"
     return type(exc)(message, filename=filename, lineno=lineno, code=code, hint=exc.hint)
 

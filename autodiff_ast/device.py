@@ -336,8 +336,9 @@ class _FunctionLowering:
                 continue
             elif isinstance(stmt, gast.Raise):
                 self.fail("a raise statement", getattr(stmt, "origin", None),
-                          "a CUDA kernel cannot raise: check the inputs before the call, or "
-                          "run this function on the CPU target")
+                          "a CUDA kernel cannot raise (nor check an assert): check the inputs "
+                          "before the call, or run this function on the CPU target (python -O "
+                          "drops asserts)")
             else:
                 self.fail(f"a {type(stmt).__name__} statement", getattr(stmt, "origin", None))
 

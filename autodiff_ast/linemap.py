@@ -10,7 +10,9 @@ line, in order of preference:
 2. the right-hand side of an assignment found inside one of the user's lines (a primal
    expression given a temporary name: ``tanh = np.tanh(W @ x)``);
 3. the user's only line assigning the same name (``z = ...``), or the function's only line
-   raising the same exception class (a message the generated code spells differently);
+   raising the same exception class (a message the generated code spells differently); an
+   assert's check (``if not test:`` and its ``raise AssertionError``) maps to the assert line
+   holding the test, or to the function's only assert;
 4. the nearest ``# <user line>`` comment above it in the same generated function;
 5. the ``def`` line of the user's function (setup code, returns).
 
@@ -166,6 +168,16 @@ class _UserLines:
         rows = [r for r in rows if r in self.inside]
         return self.origin(rows[0]) if len(rows) == 1 else None
 
+    def asserting(self, test=None):
+        """The user's assert line: the one in the function whose text holds `test` (the
+        test of the generated ``if not test:``), else its only assert line."""
+        rows = [r for r in self.order if r in self.inside and
+                re.match(r"assert\b", self.normed[r])]
+        if test is not None:
+            holding = [r for r in rows if _norm(test) in self.normed[r]]
+            rows = holding if holding else rows
+        return self.origin(rows[0]) if len(rows) == 1 else None
+
     def definition(self):
         if self.first <= len(self.lines):
             return self.origin(self.first)
@@ -182,7 +194,7 @@ def line_map(source, user_filename, function_lines=None):
     if not user.lines:
         return {}
     out = {}
-    comment = None
+    comment = previous = None
     in_function = False
     in_string = False
     for row, raw in enumerate(source.split("\n"), start=1):
@@ -217,7 +229,13 @@ def line_map(source, user_filename, function_lines=None):
             found = user.raising(text)
         if found is None and text.startswith("return "):
             found = user.containing(text[len("return "):])
+        if found is None and text.startswith("if not ") and text.endswith(":"):
+            found = user.asserting(text[len("if not "):-1])  # an assert's check
+        if found is None and text.startswith("raise AssertionError"):
+            found = previous if previous is not None and previous.code.startswith(
+                "assert") else user.asserting()
         found = found or comment or user.definition()
+        previous = found
         if found is not None:
             out[row] = found
     return out

@@ -446,7 +446,9 @@ class Normalizer:
                                    "remove the statement, or move it outside the function")
         elif isinstance(stmt, gast.Raise):
             self.visit_Raise(stmt)
-        elif isinstance(stmt, (gast.Pass, gast.Assert)):
+        elif isinstance(stmt, gast.Assert):
+            self.visit_Assert(stmt)
+        elif isinstance(stmt, gast.Pass):
             return
         elif isinstance(stmt, gast.Delete) and all(isinstance(t, gast.Name)
                                                    for t in stmt.targets):
@@ -1604,6 +1606,25 @@ class Normalizer:
         node = gast.If(test=test, body=body or [self.empty_block()], orelse=orelse)
         self.append(node, Prim("if", args=[test]))
 
+    def visit_Assert(self, stmt):
+        """`assert test, message` as Python runs it: `if not test: raise
+        AssertionError(message)` (kept where the test is known only at run time, raised here
+        where the arguments' kinds decide it false), and nothing at all under ``python -O``,
+        where Python drops asserts (``__debug__`` is False)."""
+        if not __debug__:
+            return
+        error = gast.Name(id="AssertionError", ctx=gast.Load(), annotation=None,
+                          type_comment=None)
+        error.resolved = Static(AssertionError)  # the builtin, whatever the name is bound to
+        call = gast.Call(func=error, args=[stmt.msg] if stmt.msg is not None else [],
+                         keywords=[])
+        raised = gast.Raise(exc=call, cause=None)
+        negated = gast.UnaryOp(op=gast.Not(), operand=stmt.test)
+        check = gast.If(test=negated, body=[raised], orelse=[])
+        for node in (error, call, raised, negated, check):
+            gast.copy_location(node, stmt)  # the user's line, for comments and errors
+        self.visit_If(check)
+
     def visit_Raise(self, stmt):
         """`raise E(message)`: kept in the generated code where a run-time condition guards
         it; raised here, while the code is generated, where nothing does (the condition was
@@ -1620,7 +1641,8 @@ class Normalizer:
                                        "its message", stmt, "build one message: "
                                        "raise ValueError(f'... {n} ...')")
             exc, args = exc.func, exc.args
-        cls = self.expr(exc) if isinstance(exc, (gast.Name, gast.Attribute)) else None
+        cls = getattr(exc, "resolved", None) or (
+            self.expr(exc) if isinstance(exc, (gast.Name, gast.Attribute)) else None)
         if not (isinstance(cls, Static) and isinstance(cls.value, type) and
                 issubclass(cls.value, Exception)):
             raise self.unsupported("raise takes an exception class here (ValueError, or a "
@@ -2551,6 +2573,10 @@ def index_type(base, index, types):
             skip = len(dims) - n_consumed
             out.extend(dims[axis:axis + skip])
             axis += skip
+        elif _int_list(p):
+            # a list of integers indexes as an integer vector does
+            advanced.append((len(out), (T.N if len(p.elts) > 1 else 1,)))
+            axis += 1
         else:
             t = atom_type(p, types)
             if t.kind in ("int", "bool"):
@@ -2569,6 +2595,12 @@ def index_type(base, index, types):
         at = advanced[0][0] if all(pos == advanced[0][0] for pos, _ in advanced) else 0
         out[at:at] = list(adv_dims)
     return T.array(tuple(out), base.dtype or "float64")
+
+
+def _int_list(part):
+    """Whether the index part `part` is a list display of integers (``y[[0, 0, 2]]``)."""
+    return isinstance(part, gast.List) and bool(part.elts) and all(
+        isinstance(e, gast.Constant) and type(e.value) is int for e in part.elts)
 
 
 def _length_one(part, types):

@@ -3176,14 +3176,93 @@ def _reverse_setitem(stmt, adj, active, core):
                                    type_comment=None))
         return
     if isinstance(value, gast.Name) and value.id in active:
-        index_t = atom_type(index, core.types) if isinstance(index, gast.Name) else None
-        if index_t is not None and index_t.kind == "array" and index_t.ndim == 1 and \
-                index_t.dtype not in ("bool", None) and base_type.kind == "array":
-            # an integer vector may repeat a position: only its last write reaches y
-            part = fill("written_last(p, i, b.shape[0])", p=part, i=index, b=name(bar))
-            adj.helpers.add("written_last")
+        if base_type.kind == "array":
+            keep = _last_write_mask(index, base_type, bar, core.types)
+            if keep is not None:
+                # integer arrays may repeat a position: only its last write reaches y
+                part = keep(part)
+                adj.helpers.add("last_writes")
+                if "along_axes" in unparse(part):
+                    adj.helpers.add("along_axes")
         adj.add(value.id, part, part_type, view=part_type.kind == "array")
     adj.out.append(gast.Assign(targets=[zero], value=fill("0.0"), type_comment=None))
+
+
+def _last_write_mask(index, base_type, bar, types):
+    """For ``y[index] = v`` whose index holds integer arrays: a function taking the written
+    values' cotangent ``y_bar[index]`` to that cotangent with zeros where a later write names
+    the same element, or None when the index holds no integer array (no position repeats).
+
+    Of repeated writes NumPy keeps the last (``y[r, c] = v`` and the buffered ``y[r, c] += v``
+    alike), so only that write reaches y. The integer arrays (a list of integers, a boolean
+    mask's ``np.nonzero``) are combined into one number per write, its position in the axes
+    they index (``r % n0 * n1 + c % n1``: negative indices wrapped), and ``last_writes``
+    marks the last write of each number. Integers and slices in the index pick the same
+    elements for every write, so they take no part; the mask gets a new axis for each axis of
+    ``y_bar[index]`` after the block of written positions (counted where the code runs,
+    by ``along_axes``, when y's rank is unknown). None too for an index not understood."""
+    parts = index.elts if isinstance(index, gast.Tuple) else [index]
+    rank = base_type.ndim if base_type.dims is not None else None
+    kinds = []  # (kind, the axes of y it takes, the integer arrays it stands for)
+    for p in parts:
+        if isinstance(p, gast.Slice):
+            kinds.append(("slice", 1, []))
+        elif isinstance(p, gast.Constant) and p.value is None:
+            kinds.append(("new", 0, []))
+        elif isinstance(p, gast.Constant) and p.value is Ellipsis:
+            kinds.append(("ellipsis", None, []))
+        elif isinstance(p, gast.List) and p.elts and all(
+                isinstance(e, gast.Constant) and type(e.value) is int for e in p.elts):
+            kinds.append(("array", 1, [fill("np.array(i)", i=p)]))
+        else:
+            t = atom_type(p, types)
+            if t.kind == "int":
+                kinds.append(("int", 1, []))
+            elif t.kind == "array" and t.dtype is not None and \
+                    t.dtype.startswith(("int", "uint")):
+                kinds.append(("array", 1, [p]))
+            elif t.kind == "array" and t.dtype == "bool" and t.dims is not None:
+                kinds.append(("mask", t.ndim,
+                              [fill(f"np.nonzero(m)[{k}]", m=p) for k in range(t.ndim)]))
+            else:
+                return None
+    if not any(k == "array" for k, _, _ in kinds):
+        return None
+    ellipsis = any(k == "ellipsis" for k, _, _ in kinds)
+    consumed = sum(w for k, w, _ in kinds if k != "ellipsis")
+    skipped = rank - consumed if rank is not None else None
+    if ellipsis and skipped is None:
+        return None
+    # NumPy puts the block of written positions where its indices stand when they are
+    # adjacent, first otherwise: the mask needs a new axis for each output axis after it
+    advanced = [j for j, (k, _, _) in enumerate(kinds) if k in ("array", "int", "mask")]
+    adjacent = advanced == list(range(advanced[0], advanced[-1] + 1))
+    arrays, axis, after = [], 0, 0
+    for j, (k, width, indices) in enumerate(kinds):
+        width = skipped if k == "ellipsis" else width
+        arrays.extend((i, axis + d) for d, i in enumerate(indices))
+        if k in ("slice", "new", "ellipsis") and (not adjacent or j > advanced[-1]):
+            after += 1 if k == "new" else width
+        axis += width
+    trailing = after if ellipsis else after + skipped if skipped is not None else None
+    length = "b.shape[{}]".format
+    positions = None
+    for i, ax in arrays:
+        wrapped = fill(f"i % {length(ax)}", i=i, b=name(bar))
+        positions = wrapped if positions is None else \
+            fill(f"q * {length(ax)} + w", q=positions, w=wrapped, b=name(bar))
+    keep = fill("last_writes(q)", q=positions)
+    if trailing is None:
+        # y's rank is unknown (code written for any rank): its axes the index leaves are
+        # counted where the code runs
+        keep = fill(f"along_axes(k, b.ndim - {consumed - after})", k=keep, b=name(bar))
+        return lambda part: fill("p * k", p=part, k=keep)
+    if trailing:
+        keep = gast.Subscript(value=keep, slice=gast.Tuple(
+            elts=[gast.Constant(value=Ellipsis, kind=None)] +
+            [gast.Constant(value=None, kind=None)] * trailing, ctx=gast.Load()),
+            ctx=gast.Load())
+    return lambda part: fill("p * k", p=part, k=keep)
 
 
 def _reverse_rule(stmt, adj, active, core):

@@ -137,9 +137,44 @@ def _mutates(node):
                n.func.attr in ("pop", "append") for n in _walk(node))
 
 
+def has_effects(core, seen=None):
+    """Whether calling the user's function `core` (a CoreFunction) may raise or print: its
+    body, or a function of the user's it calls, holds a raise or a print."""
+    known = getattr(core, "effects", None)
+    if known is not None:
+        return known
+    seen = set() if seen is None else seen
+    if id(core) in seen:
+        return False  # (a recursive call: the other statements decide)
+    seen.add(id(core))
+    stack, found = list(core.body), False
+    while stack and not found:
+        stmt = stack.pop()
+        if isinstance(stmt, (gast.If, gast.For, gast.While)):
+            stack.extend(stmt.body + stmt.orelse)
+            continue
+        prim = getattr(stmt, "prim", None)
+        found = prim is not None and (prim.kind in ("raise", "print") or (
+            prim.kind == "user" and prim.callee is not None and
+            has_effects(prim.callee, seen)))
+    core.effects = found
+    return found
+
+
+def calls_effects(stmt):
+    """Whether `stmt` calls a function of the user's that may raise or print: never dropped,
+    even when nothing reads what it returns (a check in a helper still runs). A pass that
+    rewrites such a statement marks the new one (``calls_effects = True``)."""
+    if getattr(stmt, "calls_effects", False):
+        return True
+    prim = getattr(stmt, "prim", None)
+    return prim is not None and prim.kind == "user" and prim.callee is not None and \
+        has_effects(prim.callee)
+
+
 def _pure(stmt):
     return isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and \
-        not _mutates(stmt.value) and \
+        not _mutates(stmt.value) and not calls_effects(stmt) and \
         isinstance(stmt.targets[0], (gast.Name, gast.Tuple)) and \
         all(isinstance(e, gast.Name) for e in (
             stmt.targets[0].elts if isinstance(stmt.targets[0], gast.Tuple) else []))
@@ -274,6 +309,7 @@ class _Facts:
             if type(stmt) is gast.Assign:  # as _pure
                 target = stmt.targets[0]
                 entry[3] = len(stmt.targets) == 1 and not self._value_scan(entry)[2] and \
+                    not calls_effects(stmt) and \
                     isinstance(target, (gast.Name, gast.Tuple)) and \
                     all(isinstance(e, gast.Name) for e in (
                         target.elts if isinstance(target, gast.Tuple) else []))

@@ -7,9 +7,10 @@ function of the same file also makes a new key) and that of every function it re
 globals and closures, the values of the constants it reads (numbers, strings, small arrays by
 content, large arrays by dtype and shape), the transformation and its options (argnums,
 has_aux, value), the abstract signature and static argument values, the jit options, the
-versions of Python, NumPy, Numba and llvmlite, and the files of autodiff_ast itself (size and
-modification time). A later process computes the same key, reads the module text back (checked
-against its sha256) and loads it: no parsing, normalization, reverse sweep, tidying or
+versions of Python, NumPy, Numba and llvmlite, the files of autodiff_ast itself (size and
+modification time) and ``__debug__`` (``python -O`` drops asserts from the generated code).
+A later process computes the same key, reads the module text back (checked against its
+sha256) and loads it: no parsing, normalization, reverse sweep, tidying or
 lowering, and none of those passes is even imported.
 
 Anything the key cannot describe exactly (a method, a closure over an object, a global that
@@ -225,7 +226,8 @@ def key_for(jitted, key):
     from codegen.numba_cpu import versions
     parts += [repr(options), repr(sorted(versions().items())), _package_files(),
               f"format={FORMAT}", f"scalarize={os.environ.get('AUTODIFF_AST_SCALARIZE', '')}",
-              f"contract={os.environ.get('AUTODIFF_AST_FP_CONTRACT', '')}"]
+              f"contract={os.environ.get('AUTODIFF_AST_FP_CONTRACT', '')}",
+              f"debug={__debug__}"]  # python -O drops asserts, so their checks too
     return hashlib.sha256("\n\0".join(parts).encode("utf-8")).hexdigest()
 
 

@@ -284,21 +284,27 @@ def diagonal_adjoint(g, like):
     return g[..., None, :] * np.eye(rows, cols)
 '''
 
-HELPERS["written_last"] = '''\
-def written_last(part, index, n):
-    """`part` (y_bar[index]: the cotangent of the values `y[index] = v` wrote, index an
-    integer vector into an axis of length n) with zeros where a later entry of `index` names
-    the same position: of repeated writes NumPy keeps the last, so only that one reaches y."""
-    if index.shape[0] < 2:
-        return part
-    flat = np.where(index < 0, index + n, index)
+HELPERS["last_writes"] = '''\
+def last_writes(positions):
+    """Which writes of `y[index] = v` reach y: `positions` holds, for each write (index
+    integer arrays, broadcast), the number of the element it writes; the result is True
+    where no later write (in C order) names the same element. Of repeated writes NumPy keeps
+    the last, so only that one gets y's cotangent."""
+    flat = positions.ravel()
     order = np.argsort(flat, kind="mergesort")
     ranked = flat[order]
     last = np.ones(flat.shape[0], dtype=np.bool_)
     last[:-1] = ranked[1:] != ranked[:-1]
     keep = np.empty(flat.shape[0], dtype=np.bool_)
     keep[order] = last
-    return (part.T * keep).T
+    return keep.reshape(positions.shape)
+'''
+
+HELPERS["along_axes"] = '''\
+def along_axes(mask, trailing):
+    """`mask` with `trailing` new axes after its own: it multiplies an array whose axes
+    after the mask's are that many (code written for arrays of any rank)."""
+    return np.reshape(mask, np.shape(mask) + (1,) * trailing)
 '''
 
 HELPER_DEPENDS = {"slice_length": ("slice_start",), "dot_adjoints": ("unbroadcast",),

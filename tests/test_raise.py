@@ -305,3 +305,33 @@ def test_a_helper_that_always_raises_unconditionally_raises_while_generating():
                for n in info.value.__notes__)
     # the failed helper left nothing behind: a vector argument works afterwards
     assert ad.grad(calls_it)(M[0]) == pytest.approx(np.ones(3))
+
+
+def validated(v):
+    if v[0] > 5.0:
+        raise ValueError("first entry above 5")
+    return v * 2.0
+
+
+def result_unread(x):
+    checked = validated(x)  # noqa: F841  (called for its check only)
+    return np.sum(x ** 2)
+
+
+@pytest.mark.parametrize("transform", ["grad", "jvp", "jit_grad", "vmap_grad", "jacrev",
+                                       "jacfwd", "hessian"])
+def test_a_helper_that_may_raise_runs_though_nothing_reads_its_result(transform):
+    # tidying dropped the call as a dead store: no check ran in any transformation
+    bad = np.array([9.0, 1.0])
+    run = {
+        "grad": lambda: ad.grad(result_unread)(bad),
+        "jvp": lambda: ad.jvp(result_unread, (bad,), (np.ones(2),)),
+        "jit_grad": lambda: jit(ad.grad(result_unread))(bad),
+        "vmap_grad": lambda: ad.vmap(ad.grad(result_unread))(np.stack([X[:2], bad])),
+        "jacrev": lambda: ad.jacrev(result_unread)(bad),
+        "jacfwd": lambda: ad.jacfwd(result_unread)(bad),
+        "hessian": lambda: ad.hessian(result_unread)(bad),
+    }[transform]
+    with pytest.raises(ValueError, match="first entry above 5"):
+        run()
+    np.testing.assert_allclose(ad.grad(result_unread)(X[:2]), 2 * X[:2], rtol=1e-12)
