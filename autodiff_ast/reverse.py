@@ -662,7 +662,7 @@ def make_split(sweep, program, bwd_name=None, recompute=False):
         block = [assign(n, _placeholder(core.types.get(n, core.types.get(
             primal_of.get(n), T.UNKNOWN)))) for n in _maybe_unbound(
                 block, list(core.params) + list(sweep.seeds or ()))] + block
-        body = [s for s in block if not getattr(s, "backward", False)]
+        body = without_prints([s for s in block if not getattr(s, "backward", False)])
         if body:
             body = [_comment_stmt(f"{core.info.name}: recomputed here, nothing was stored "
                                   "(checkpointed, recursive or called in a loop)")] + body
@@ -873,9 +873,29 @@ def reverse(core, active_params, registry=None, seed="grad", output_index=None):
     _rebind_dead_adjoints(backward, core, set(seeds) | set(active_params))
     _merge_scalar_sums(backward, core)
     _pass_adjoints_through(backward, core)
+    backward[:] = without_prints(backward)  # (a checkpointed loop's forward, run again)
     sweep = Sweep(core, list(active_params), forward, backward, param_bars, seeds,
                   adj.helpers)
     return sweep
+
+
+def without_prints(stmts):
+    """`stmts` without their prints, at any depth: forward code the backward sweep runs again
+    (a checkpointed loop's segment, a helper recomputed for its adjoint) must not print what the
+    forward sweep printed already."""
+    out = []
+    for stmt in stmts:
+        if isinstance(stmt, gast.Expr) and isinstance(stmt.value, gast.Call) and \
+                isinstance(stmt.value.func, gast.Name) and stmt.value.func.id == "print":
+            continue
+        for part in ("body", "orelse"):
+            inner = getattr(stmt, part, None)
+            if isinstance(inner, list) and inner and isinstance(stmt, (gast.If, gast.For,
+                                                                       gast.While)):
+                setattr(stmt, part, without_prints(inner) or (
+                    [gast.Pass()] if part == "body" else []))
+        out.append(stmt)
+    return out
 
 
 def _seed_output(adj, atom, seed, varied, core):

@@ -131,3 +131,46 @@ def test_format_specs_and_arithmetic_in_print(capfd):
     assert capfd.readouterr().out == by_function == "[2. 3.]\nloss 5.000 n=2\n"
     np.testing.assert_allclose(jit(ad.grad(formatted))(x), 2.0 * x)
     assert capfd.readouterr().out == "[2. 3.]\nloss 5.000 n=2\n"
+
+
+# ---------------------------------------------------------------- forward code run again
+def noisy_square(v):
+    print("square of", v)
+    return v * v
+
+
+def squares_in_a_loop(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s = s + noisy_square(x[i])
+    return s
+
+
+def checkpointed_steps(x):
+    s = x
+    for t in ad.checkpoint(range(3)):
+        s = np.sin(s)
+        print("step", t)
+    return np.sum(s)
+
+
+@pytest.mark.parametrize("transform", [ad.grad, ad.value_and_grad,
+                                       lambda f: jit(ad.grad(f))],
+                         ids=["grad", "value_and_grad", "jit(grad)"])
+def test_a_helper_recomputed_for_its_adjoint_prints_once(capfd, transform):
+    x = np.array([0.5, -1.5])
+    squares_in_a_loop(x)
+    by_function = capfd.readouterr().out
+    result = transform(squares_in_a_loop)(x)
+    grad = result[1] if isinstance(result, tuple) else result
+    np.testing.assert_allclose(grad, 2.0 * x, rtol=1e-14)
+    assert capfd.readouterr().out == by_function
+
+
+def test_a_checkpointed_loop_prints_each_step_once(capfd):
+    x = np.array([0.3, 0.4])
+    checkpointed_steps(x)
+    by_function = capfd.readouterr().out
+    expected = np.cos(np.sin(np.sin(x))) * np.cos(np.sin(x)) * np.cos(x)
+    np.testing.assert_allclose(ad.grad(checkpointed_steps)(x), expected, rtol=1e-14)
+    assert capfd.readouterr().out == by_function == "step 0\nstep 1\nstep 2\n"
