@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_loop_indices import from_two
 
 import autodiff_ast as ad
 from autodiff_ast.jit import jit
@@ -93,14 +94,6 @@ def test_prints_next_to_dropped_writes_stay(capfd):
     g = ad.grad(filled_and_printed)
     np.testing.assert_allclose(g(X, Y), np.exp(X) * Y, rtol=1e-14)
     assert capfd.readouterr().out == "".join(f"step {i}\n" for i in range(len(X)))
-
-
-def from_two(x):
-    n = x.shape[0]
-    y = np.zeros(n)
-    for j in range(2, n):
-        y[j] = x[j] * x[j - 1] + x[j - 2]
-    return np.sum(y * y)
 
 
 def test_an_adjoint_zeroed_after_its_last_read_is_not_zeroed():
