@@ -220,8 +220,10 @@ def drop_unread_arrays(stmts, keep=()):
     doomed = {id(stmt) for name in unread for _, stmt in survey.written[name]}
     later = set(keep)
     for stmt in reversed(stmts):
+        targets = {n.id for n in gast.walk(stmt) if isinstance(n, gast.Name) and
+                   isinstance(n.ctx, gast.Store)}  # (a loop's index, read after it, stays)
         if isinstance(stmt, gast.For) and id(stmt) not in doomed and \
-                _only_writes(stmt, fresh - later):
+                not targets & later and _only_writes(stmt, fresh - later):
             doomed.add(id(stmt))
             unread += sorted({_written_array(s) for s in gast.walk(stmt)
                               if isinstance(s, gast.Assign)} - set(unread))

@@ -117,6 +117,7 @@ def test_a_zeroing_loop_read_afterwards_stays():
     assert "a[j] = 0.0" in _after(text + "b = a[0]\n", keep={"b"})
     assert "a[j] = 0.0" in _after(text, keep={"a"})
     assert "a[j] = 0.0" not in _after(text + "b = a.shape\n", keep={"b"})
+    assert "for j in range(n)" in _after(text + "b = j\n", keep={"b"})  # (its last index)
 
 
 def test_a_zeroing_loop_of_an_alias_stays():
