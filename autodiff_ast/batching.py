@@ -421,7 +421,7 @@ class _Vmapped(_Transformed):
             names, values, {n for n, axes in zip(names, per_arg) if axes is None})
         leaf_axes, labels = self._leaf_axes(names, values, specs, per_arg)
         batch = self._batch_size(leaf_axes, labels, [_prepare_leaf(v) for v in _flat_leaves(
-            values, dict(specs, **concrete))])
+            values, specs)])
         no_mapped = all(a is None for a in leaf_axes)
 
         def generate(specs):

@@ -351,7 +351,11 @@ class _JacobianTransform(_Transformed):
         if not kwargs and not self.has_aux and FlatView.applies(self.fun, args):
             return self._of_flat_view(args)
         names, values, specs = self._specs(args, kwargs)  # keywords are placed by name
-        concrete = self._concrete_ints(names, values, set(names))  # (ints: never argnums)
+        nums = (self.argnums,) if isinstance(self.argnums, int) else tuple(self.argnums)
+        differentiated = {i % len(names) for i in nums if isinstance(i, int) and
+                          -len(names) <= i < len(names)}
+        concrete = self._concrete_ints(
+            names, values, {n for k, n in enumerate(names) if k not in differentiated})
         generated, module, argnums = self._generate_concrete(specs, concrete, self._generate)
         flat = _flat_values(specs, names, values)
         raw = getattr(module, generated.entry)(*flat)

@@ -774,9 +774,10 @@ def test_every_dialect_helper_is_covered():
               "unbroadcast", "max_axis", "min_axis", "prod_axis", "tanh_fast",
               "sum_of_products", "sum_axis", "small_dot", "add_outer_at", "subtract_at",
               "batched_outer", "zeros_like_reusing", "whole_max", "whole_min", "take_axis",
-              "repeat_axis", "message_text", "diagonal_of", "polyval_horner",
-              "number_if_vector"}
+              "repeat_axis", "message_text", "message_format", "diagonal_of",
+              "polyval_horner", "number_if_vector"}
     # (zeros_like_reusing: tests/test_hoisting.py; message_text: tests/test_raise.py;
+    # message_format: tests/test_message_format.py;
     # diagonal_of: tests/test_ops.py's diagonal-stack row, compiled)
     assert set(DIALECT_HELPERS) == tested
 

@@ -249,7 +249,7 @@ def kron_of_a_number(x, k):
 def test_refused_options_of_the_newer_rules(fn, line_text):
     """Options with no template (a mode, an axis/turns/offset held in a name, a number in
     kron) are refused at the user's line, not differentiated wrongly."""
-    err = raised(MissingRuleError, fn, np.ones((2, 2)), 1)
+    err = raised(MissingRuleError, fn, np.ones((2, 2)), np.array(1))  # (known at run time)
     assert_located(err, fn, line_text)
     assert "these argument ranks or options" in err.message or \
         "is only known at run time" in err.message
@@ -399,12 +399,13 @@ def sum_along(x, k):
 
 
 def test_an_option_known_only_at_run_time_is_refused_not_read_as_the_default():
-    """`np.sum(x, axis=k)` with k an int argument: the reverse template needs the axis where
-    the code is generated; it read None (the default) and the gradient failed inside the
-    generated code. Refused at the user's line now; a static argument under jit is a
-    constant, and works (it was refused as "only dtypes and constants")."""
+    """`np.sum(x, axis=k)` with k known only at run time (a 0-d array argument): the reverse
+    template needs the axis where the code is generated; it read None (the default) and the
+    gradient failed inside the generated code. Refused at the user's line now; a static
+    argument under jit is a constant, and works (it was refused as "only dtypes and
+    constants"), as is a Python int argument (tests/test_concrete_ints.py)."""
     x = np.arange(1.0, 7.0).reshape(2, 3)
-    err = raised(MissingRuleError, sum_along, x, 1)
+    err = raised(MissingRuleError, sum_along, x, np.array(1))
     assert_located(err, sum_along, "np.sum")
     assert "np.sum's axis is only known at run time" in err.message
     from autodiff_ast.jit import jit
@@ -422,7 +423,7 @@ def test_vmap_refuses_an_axis_known_only_at_run_time():
     where NumPy gives a batch of rows): refused at the line now."""
     xs = np.arange(24.0).reshape(2, 3, 4)
     with pytest.raises(MissingRuleError) as info:
-        ad.vmap(doubled_sum_along, in_axes=(0, None))(xs, 1)
+        ad.vmap(doubled_sum_along, in_axes=(0, None))(xs, np.array(1))
     err = info.value
     assert_located(err, doubled_sum_along, "np.sum")
     assert "axis is only known at run time" in err.message

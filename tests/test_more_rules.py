@@ -219,4 +219,4 @@ def test_rowvar_known_only_at_run_time_is_refused():
     def f(m, flag):
         return np.sum(np.cov(m, rowvar=flag))
     with pytest.raises(ad.MissingRuleError, match="rowvar is only known at run time"):
-        ad.grad(f)(np.ones((2, 3)) + np.eye(2, 3), True)
+        ad.grad(f)(np.ones((2, 3)) + np.eye(2, 3), np.array(True))

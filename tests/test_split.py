@@ -221,9 +221,11 @@ TRANSFORMS = {"grad": ad.grad, "jvp": lambda f: lambda x, k: ad.jvp(f, (x, k), (
 @pytest.mark.parametrize("transform", TRANSFORMS.values(), ids=TRANSFORMS.keys())
 def test_a_count_known_only_at_run_time_is_refused_at_the_users_line(transform):
     """The number of pieces decides how many values the line gives: written for one count,
-    so a count held in an argument is refused by every transformation, naming the line."""
+    so a count known only at run time (here a 0-d array argument) is refused by every
+    transformation, naming the line. (A Python int argument is taken for its value by grad
+    and vmap: tests/test_concrete_ints.py.)"""
     with pytest.raises(MissingRuleError) as info:
-        transform(split_in_k)(draw((2, 6), 14), 2)
+        transform(split_in_k)(draw((2, 6), 14), np.array(2))
     assert_refused_here(info, split_in_k, "np.split", "np.split's indices_or_sections")
 
 
@@ -236,9 +238,11 @@ def test_indices_known_only_at_run_time_are_refused_at_the_users_line():
 def test_an_axis_known_only_at_run_time_is_refused_in_derivatives():
     x = draw((2, 4), 16)
     with pytest.raises(MissingRuleError) as info:
-        ad.grad(split_along)(x, 1)
+        ad.grad(split_along)(x, np.array(1))
     assert_refused_here(info, split_along, "np.split", "np.split's axis")
     assert split_along(x, 1) == pytest.approx(jit(split_along)(x, 1))  # no derivative: fine
+    a, b = np.split(x, 2, axis=1)  # a Python int axis is taken for its value
+    np.testing.assert_allclose(ad.grad(split_along)(x, 1), np.concatenate([b, a], axis=1))
 
 
 @pytest.mark.numba
