@@ -690,7 +690,10 @@ def make_split(sweep, program, bwd_name=None, recompute=False):
     returned = set(_returned_names(core))
     residuals = [n for n in _ordered_defs(forward) if n in needed and (
         n not in core.params or n in rebound) and n not in returned]
-    residuals += [n for n in _returned_names(core) if n in needed and n not in core.params]
+    # (a parameter the function rebinds and returns, `u = new` in a loop then `return s, u`,
+    # is a residual too: its final value is not the one the caller passed)
+    residuals += [n for n in _returned_names(core) if n in needed and (
+        n not in core.params or n in rebound)]
     # A residual set only in a branch not taken, or in a loop that did not run, is still
     # returned: give it a value of its type first (the backward function never reads it then).
     from .tidy import stmt_defs

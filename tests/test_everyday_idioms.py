@@ -1,0 +1,76 @@
+"""Everyday numerical idioms an idiom survey (session 28, survey C) found wrong or crashing:
+each test runs the idiom through the transformation that failed and compares with an
+independent reference (central finite differences through check_grads, a Python loop over
+examples, or values written out).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import autodiff_ast as ad
+
+RNG = np.random.default_rng(28)
+
+
+def fd_grad(f, x, eps=1e-6):
+    """Central differences of a scalar function of one array."""
+    g = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        step = np.zeros_like(x)
+        step[idx] = eps
+        g[idx] = (f(x + step) - f(x - step)) / (2 * eps)
+    return g
+
+
+# ---------------------------------------------------------------- a helper returning its
+# rebound parameter: `u = new` in a loop, then `return s, u`
+def _relax(u, c):
+    for _ in range(2):
+        new = u.copy()
+        new[1:-1] = u[1:-1] + c * (u[2:] + u[:-2] - 2.0 * u[1:-1])
+        u = new
+    return np.sum(u ** 2), u
+
+
+def _relax_energy(u):
+    s, v = _relax(u, 0.1)
+    return s + np.sum(v * np.sin(v))
+
+
+def _relaxed_only_energy(u):
+    s, v = _relax(u, 0.1)
+    return s * 2.0
+
+
+def _heat(u, c):
+    for _ in range(2):
+        new = u.copy()
+        new[1:-1] = u[1:-1] + c * (u[2:] + u[:-2] - 2.0 * u[1:-1])
+        u = new
+    return np.sum(u ** 2)
+
+
+def _heat_at(u):
+    return _heat(u, 0.1)
+
+
+@pytest.mark.parametrize("f", [_relax_energy, _relaxed_only_energy])
+def test_vjp_of_helper_returning_its_rebound_parameter(f):
+    # The helper's backward function read the parameter's final value, which was neither
+    # a residual nor passed again: NameError in generated code.
+    x = RNG.standard_normal(6)
+    ad.check_grads(f, (x,), order=1, modes=("rev",))
+    _, pullback = ad.vjp(f, x)
+    np.testing.assert_allclose(pullback(1.0)[0], fd_grad(f, x), rtol=1e-6, atol=1e-8)
+
+
+def test_second_order_of_a_stencil_loop():
+    # grad(f)'s module has heat_fwd return (sum, u); differentiating it again crashed.
+    x = RNG.standard_normal(6)
+    ad.check_grads(_heat_at, (x,), order=2, modes=("fwd", "rev"))
+    g = ad.grad(_heat_at)
+    hess = np.stack([ad.vjp(g, x)[1](e)[0] for e in np.eye(6)])
+    np.testing.assert_allclose(hess, np.stack([fd_grad(lambda v, k=k: g(v)[k], x)
+                                               for k in range(6)]), rtol=1e-5, atol=1e-7)
