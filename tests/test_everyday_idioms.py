@@ -74,3 +74,36 @@ def test_second_order_of_a_stencil_loop():
     hess = np.stack([ad.vjp(g, x)[1](e)[0] for e in np.eye(6)])
     np.testing.assert_allclose(hess, np.stack([fd_grad(lambda v, k=k: g(v)[k], x)
                                                for k in range(6)]), rtol=1e-5, atol=1e-7)
+
+
+# ---------------------------------------------------------------- jvp/vjp of grad(f) with a
+# pytree argument, after grad(f) was called
+def _loglik(params, zs):
+    q = params["q"]
+    ll = 0.0
+    s = 1.0
+    for z in zs:
+        s = s * 0.5 + q
+        innov = z - s
+        ll = ll - (np.log(s) + innov ** 2 / s)
+    return ll
+
+
+def test_derivatives_of_grad_with_pytree_argument_after_a_call():
+    # The call wrote grad's module with loop tapes as columns of one matrix; jvp and vjp of
+    # grad then read that module and refused the shared memory of its own tapes.
+    zs = np.array([0.3, -0.2, 0.5])
+    p = {"q": 0.4}
+    g = ad.grad(_loglik)
+    g(p, zs)
+
+    def h(q):
+        p = {"q": q}
+        return _loglik(p, zs)
+    eps = 1e-5
+    second = (ad.grad(h)(0.4 + eps) - ad.grad(h)(0.4 - eps)) / (2 * eps)
+    _, tangent = ad.jvp(g, (p, zs), ({"q": 1.0}, np.zeros(3)))
+    np.testing.assert_allclose(tangent["q"], second, rtol=1e-6)
+    _, pullback = ad.vjp(g, p, zs)
+    np.testing.assert_allclose(pullback({"q": 1.0})[0]["q"], second, rtol=1e-6)
+    ad.check_grads(lambda p: _loglik(p, zs), (p,), order=2, modes=("fwd", "rev"))
