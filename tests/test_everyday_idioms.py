@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import autodiff_ast as ad
+from autodiff_ast.jit import jit
 
 RNG = np.random.default_rng(28)
 
@@ -107,3 +108,31 @@ def test_derivatives_of_grad_with_pytree_argument_after_a_call():
     _, pullback = ad.vjp(g, p, zs)
     np.testing.assert_allclose(pullback({"q": 1.0})[0]["q"], second, rtol=1e-6)
     ad.check_grads(lambda p: _loglik(p, zs), (p,), order=2, modes=("fwd", "rev"))
+
+
+# ---------------------------------------------------------------- a product, then an if
+def _dense_act(x, W, act):
+    z = W @ x
+    if act:
+        return np.tanh(z)
+    return z * 2.0
+
+
+def _two_dense(W, x):
+    return np.sum(_dense_act(x, W, True) ** 2) + np.sum(_dense_act(x, W, False))
+
+
+def _product_then_branch(W, x, act):
+    z = W @ x
+    if act:
+        z = np.tanh(z)
+    return np.sum(z ** 2)
+
+
+@pytest.mark.parametrize("f, extra", [(_two_dense, ()), (_product_then_branch, (True,))])
+def test_jit_of_a_product_followed_by_an_if(f, extra):
+    # codegen/fused_regions.py read `.value` of the `if` after a run of products.
+    W, x = RNG.standard_normal((3, 4)), RNG.standard_normal(4)
+    got = jit(ad.grad(f))(W, x, *extra)
+    np.testing.assert_allclose(got, fd_grad(lambda w: f(w, x, *extra), W), rtol=1e-6,
+                               atol=1e-8)
