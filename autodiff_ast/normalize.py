@@ -1064,6 +1064,11 @@ class Normalizer:
             # `x.ndim == 2`: decided where the code is generated (a static branch)
             return gast.Constant(value=all(_COMPARE[type(p.ops[0])](
                 p.left.value, p.comparators[0].value) for p in parts), kind=None)
+        identities = [_none_identity(p, self.types) for p in parts]
+        if all(v is not None for v in identities):
+            # `b is not None` of a parameter defaulting to None (`def dense(x, W, b=None)`):
+            # whether a value is None is its type, so the branch is picked here
+            return gast.Constant(value=all(identities), kind=None)
         value = parts[0] if len(parts) == 1 else gast.BoolOp(op=gast.And(), values=parts)
         types_ = [atom_type(a, self.types) for p in parts for a in (p.left, p.comparators[0])]
         typ = T.broadcast(*types_)
@@ -2258,6 +2263,23 @@ _HINTS = {
 
 _COMPARE = {gast.Eq: operator.eq, gast.NotEq: operator.ne, gast.Lt: operator.lt,
             gast.LtE: operator.le, gast.Gt: operator.gt, gast.GtE: operator.ge}
+
+
+_NEVER_NONE = ("float", "int", "bool", "array", "tuple", "str", "list")
+
+
+def _none_identity(part, types):
+    """The value of `part` (one comparison) when it is `a is b` / `a is not b` with one side
+    None and the other's type saying whether it is None (None, a number, an array...); None
+    when that is not known where the code is generated."""
+    op = type(part.ops[0])
+    if op not in (gast.Is, gast.IsNot):
+        return None
+    kinds = [atom_type(a, types).kind for a in (part.left, part.comparators[0])]
+    if "none" not in kinds or any(k != "none" and k not in _NEVER_NONE for k in kinds):
+        return None
+    same = kinds[0] == kinds[1]
+    return same if op is gast.Is else not same
 
 
 def _plain_constant(atom):

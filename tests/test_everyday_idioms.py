@@ -110,7 +110,40 @@ def test_derivatives_of_grad_with_pytree_argument_after_a_call():
     ad.check_grads(lambda p: _loglik(p, zs), (p,), order=2, modes=("fwd", "rev"))
 
 
-# ---------------------------------------------------------------- a product, then an if
+# ---------------------------------------------------------------- helpers with b=None
+def _leaky(z, alpha=0.1):
+    return np.where(z > 0, z, alpha * z)
+
+
+def _dense(x, W, b=None, act=True, scale=1.0):
+    z = W @ x
+    if b is not None:
+        z = z + b
+    if act:
+        return _leaky(z, alpha=0.2) * scale
+    return z * scale
+
+
+def _two_layer(W1, W2, x):
+    h = _dense(x, W1, b=np.ones(W1.shape[0]), scale=0.5)
+    out = _dense(h, W2, act=False)
+    return np.sum(np.tanh(out))
+
+
+def test_none_default_argument_test_is_decided_where_code_is_generated():
+    W1, W2, x = RNG.standard_normal((4, 3)), RNG.standard_normal((2, 4)), RNG.standard_normal(3)
+    g = ad.grad(_two_layer)
+    np.testing.assert_allclose(g(W1, W2, x), fd_grad(lambda w: _two_layer(w, W2, x), W1),
+                               rtol=1e-6, atol=1e-8)
+    # vmap of the gradient refused its own generated code (`add = z + b` typed float, then
+    # an array, where b is None)
+    batch = np.stack([W1, 1.1 * W1, 0.9 * W1])
+    got = ad.vmap(g, in_axes=(0, None, None))(batch, W2, x)
+    np.testing.assert_allclose(got, np.stack([g(w, W2, x) for w in batch]), rtol=1e-12)
+    assert "is not None" not in ad.source(g, W1, W2, x)
+    np.testing.assert_allclose(jit(g)(W1, W2, x), g(W1, W2, x), rtol=1e-12)
+
+
 def _dense_act(x, W, act):
     z = W @ x
     if act:
