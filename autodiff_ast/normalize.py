@@ -1478,6 +1478,16 @@ class Normalizer:
             raise self.unsupported(str(exc), node) from None
         return self.call_user(entry, node, target, atoms=atoms)
 
+    def argument(self, node):
+        """An argument of a call to a function of the user's: a dict display with string keys
+        (`loss({"w": w, "b": b}, x)`) is a LocalDict, passed as a dict pytree, as one bound
+        to a name first is."""
+        if _string_keyed(node) and node.keys:
+            held = self.namer.temp("passed")
+            self.local_dict(held, node)
+            return self.env[held]
+        return self.expr(node)
+
     def call_user(self, fn, node, target, atoms=None):
         try:
             sig = inspect.signature(fn)
@@ -1485,8 +1495,8 @@ class Normalizer:
             raise self.info.error(MissingRuleError, f"cannot read the signature of "
                                   f"{_callable_name(fn)}", node) from None
         if atoms is None:
-            atoms = [self.expr(a) for a in node.args]
-            kw = {k.arg: self.expr(k.value) for k in node.keywords}
+            atoms = [self.argument(a) for a in node.args]
+            kw = {k.arg: self.argument(k.value) for k in node.keywords}
         else:
             kw = {}
         try:

@@ -263,3 +263,30 @@ def test_vmap_of_a_function_returning_a_dict(wrap):
     xs = RNG.standard_normal((3, 4))
     got = wrap(ad.vmap(_returns_dict))(xs)
     _assert_same_tree(got, {"a": xs * 2.0, "s": xs.sum(axis=1)})
+
+
+# ---------------------------------------------------------------- a dict display passed to a
+# function of the user's
+def _affine_loss(params, x):
+    return np.sum((params["w"] * x + params["b"]) ** 2)
+
+
+def _inline_dict_argument(w, x):
+    return _affine_loss({"w": w, "b": 0.5}, x)
+
+
+def _keyword_dict_argument(w, x):
+    return _affine_loss(x=x, params={"b": np.sin(w), "w": w})
+
+
+@pytest.mark.parametrize("f", [_inline_dict_argument, _keyword_dict_argument])
+def test_dict_display_passed_to_a_helper(f):
+    # was refused at the helper's `params["w"]` ("reading a dict returned by a call")
+    w, x = RNG.standard_normal(3), RNG.standard_normal(3)
+    ad.check_grads(lambda v: f(v, x), (w,), order=2, modes=("fwd", "rev"))
+    g = ad.grad(f)
+    np.testing.assert_allclose(g(w, x), fd_grad(lambda v: f(v, x), w), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(jit(g)(w, x), g(w, x), rtol=1e-12)
+    ws = np.stack([w, 2 * w])
+    np.testing.assert_allclose(ad.vmap(g, in_axes=(0, None))(ws, x),
+                               np.stack([g(v, x) for v in ws]), rtol=1e-12)
