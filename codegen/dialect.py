@@ -687,8 +687,9 @@ class _Lower(gast.NodeTransformer):
         order = _const(args.get("ord", gast.Constant(value=None, kind=None)))
         if order == "fro" and "axis" not in args and "keepdims" not in args:
             return _call("np.linalg.norm", [args["x"]])
-        if "axis" not in args or not isinstance(args["x"], gast.Name):
-            return None
+        if not isinstance(args["x"], gast.Name) or "axis" not in args and not (
+                "keepdims" in args and order in (None, "fro")):
+            return None  # (keepdims without an axis: the 2-norm of every entry, kept)
         x = args["x"].id
         keywords = _axis_keywords(args)
         if order is None or order == 2:

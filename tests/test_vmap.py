@@ -286,6 +286,8 @@ TABLE = [
     ("norm_matrix", lambda a: np.linalg.norm(a), [M]),
     ("norm_axis", lambda a: np.linalg.norm(a, axis=0), [M]),
     ("norm_fro", lambda a: np.linalg.norm(a, "fro"), [M]),
+    ("norm_axis_keepdims", lambda a: np.linalg.norm(a, axis=1, keepdims=True), [M]),
+    ("norm_keepdims", lambda a: np.linalg.norm(a, keepdims=True), [M]),
     ("norm_one", lambda a: np.linalg.norm(a, 1), [V]),
     ("norm_inf_axis", lambda a: np.linalg.norm(a, np.inf, axis=1), [M]),
     ("norm_minus_inf", lambda a: np.linalg.norm(a, ord=-np.inf), [V]),

@@ -856,7 +856,8 @@ def _norm(bc):
     axis = bc.axis()
     if axis is None and rank > 1:  # the Frobenius norm of the whole example
         axes = tuple(range(rank))
-        return fill("np.sqrt(np.sum(x * x, axis=a))", x=bc.arg("x"), a=_shift(axes))
+        keep = ", keepdims=True" if bc.call.const("keepdims", False) else ""
+        return fill(f"np.sqrt(np.sum(x * x, axis=a{keep}))", x=bc.arg("x"), a=_shift(axes))
     return bc.emit(keywords=("axis",), axis=to_expr(_shift(0 if axis is None else axis)))
 
 
