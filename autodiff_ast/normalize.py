@@ -1796,6 +1796,9 @@ class Normalizer:
                         len(value_target.elts) == len(zipped)):
                     raise self.unsupported("enumerate(zip(...)) must be unpacked into (index, "
                                            "(one name per sequence))", stmt)
+                if self.zip_unrolled(stmt, zipped, value_target.elts, index_name):
+                    return
+                zipped = [self.runtime(q, a) for q, a in zip(zipped, it.args[0].args)]
                 n = self.zip_length(zipped)
                 self.range_loop(stmt, [n], index_name, list(zip(value_target.elts, zipped)))
                 return
@@ -1804,10 +1807,13 @@ class Normalizer:
             self.range_loop(stmt, [n], index_name, [(value_target, seq)])
             return
         if fn is zip:
-            seqs = [self.atom(a) for a in it.args]
+            seqs = [self.expr(a) for a in it.args]
             if not (isinstance(stmt.target, gast.Tuple) and len(stmt.target.elts) == len(seqs)):
                 raise self.unsupported("zip() must be unpacked into one name per sequence",
                                        stmt)
+            if self.zip_unrolled(stmt, seqs, stmt.target.elts):
+                return
+            seqs = [self.runtime(q, a) for q, a in zip(seqs, it.args)]
             n = self.zip_length(seqs)
             index = gast.Name(id=self.namer.temp("k"), ctx=gast.Store(), annotation=None,
                               type_comment=None)
@@ -1858,6 +1864,68 @@ class Normalizer:
         index = gast.Name(id=self.namer.temp("k"), ctx=gast.Store(), annotation=None,
                           type_comment=None)
         self.range_loop(stmt, [n], index, [(stmt.target, seq)], raw_index=True)
+
+    def zip_unrolled(self, stmt, seqs, targets, index_target=None):
+        """``for m, y in zip([a, b], ys)`` with a list or tuple of a pytree argument (or a
+        list the function closes over) among the sequences: unrolled, as a loop over the
+        argument's entries is (each entry its own leaves). Every sequence's length must then
+        be known here. False when no sequence is such a list."""
+        if not any(isinstance(q, TreeRef) and q.spec.kind in ("list", "tuple") or
+                   isinstance(q, Static) and isinstance(q.value, (list, tuple)) for q in seqs):
+            return False
+        if any(isinstance(n, (gast.Break, gast.Continue)) for n in gast.walk(stmt)):
+            raise self.unsupported("break/continue in a loop over a pytree's entries is "
+                                   "not supported", stmt, "use a flag")
+
+        def length(seq):
+            if isinstance(seq, TreeRef):
+                return len(seq.spec.children) if seq.spec.kind in ("list", "tuple") else None
+            if isinstance(seq, Static):
+                return len(seq.value) if isinstance(seq.value, (list, tuple)) else None
+            if isinstance(seq, (gast.Tuple, gast.List)):
+                return len(seq.elts)
+            typ = atom_type(seq, self.types)
+            return len(typ.elts) if typ.kind == "tuple" and typ.elts is not None else None
+        lengths = [length(q) for q in seqs]
+        if None in lengths:
+            raise self.unsupported("zip() of a pytree argument's entries with a sequence "
+                                   "whose length is not known where the code is generated",
+                                   stmt, "zip it with a list display, a tuple or another "
+                                   "pytree list, or index the entries in a range loop")
+
+        def entry(seq, k):
+            if isinstance(seq, TreeRef):
+                return self.tree_child(seq, seq.spec.children[k][0], stmt)
+            if isinstance(seq, Static):  # (a string stays a constant: a pytree key)
+                value = seq.value[k]
+                return Static(value) if isinstance(value, str) else self.static(value, stmt,
+                                                                                None)
+            if isinstance(seq, (gast.Tuple, gast.List)):
+                return seq.elts[k]
+            elt = atom_type(seq, self.types).elts[k]
+            kind = "tuple_get" if T.carries_derivative(elt) else "nondiff"
+            index = gast.Constant(value=k, kind=None)
+            return self.emit(gast.Subscript(value=seq, slice=index, ctx=gast.Load()), elt,
+                             Prim(kind, args=[seq], rule=index), None, "item")
+        for k in range(min(lengths)):
+            if index_target is not None:
+                self.bind_value(index_target, gast.Constant(value=k, kind=None))
+            for target, seq in zip(targets, seqs):
+                value = entry(seq, k)
+                if isinstance(target, gast.Tuple) and not isinstance(value, TreeRef):
+                    self.unpack(target, value, stmt)
+                elif isinstance(target, gast.Tuple):
+                    if len(value.spec.children) != len(target.elts):
+                        raise self.unsupported("an entry does not unpack into "
+                                               f"{len(target.elts)} names", stmt)
+                    for j, e in enumerate(target.elts):
+                        self.bind_value(e, self.tree_child(value, value.spec.children[j][0],
+                                                           stmt))
+                else:
+                    self.bind_value(target, value)
+            for inner in stmt.body:
+                self.visit_stmt(inner)
+        return True
 
     def fixed_sequence_loop(self, stmt, seq):
         """``for a, b in [(x, y), (u, v)]`` or over a tuple bound to a name: a sequence of a
@@ -1930,7 +1998,7 @@ class Normalizer:
         callee = self.expr(node.func)
         if not (isinstance(callee, Static) and callee.value is zip) or node.keywords:
             return None
-        return [self.atom(a) for a in node.args]
+        return [self.expr(a) for a in node.args]  # (runtime() of them when not unrolled)
 
     def zip_length(self, seqs):
         """How many steps ``zip(*seqs)`` takes: the shortest sequence's length, as in Python."""
