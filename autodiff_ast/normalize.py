@@ -619,6 +619,10 @@ class Normalizer:
         typ = atom_type(atom, self.types)
         if typ.kind == "unknown":  # e.g. a recursive call, typed on a second pass
             typ = T.AType("tuple", elts=tuple(T.UNKNOWN for _ in names))
+        if typ.kind == "array" and typ.ndim and isinstance(atom, gast.Name) and \
+                all(isinstance(t, gast.Name) for t in names):
+            self.unpack_array(names, atom, node or target)
+            return
         if typ.kind != "tuple" or typ.elts is None or len(typ.elts) != len(names):
             raise self.unsupported("can only unpack tuples whose length is known", target,
                                    "index the values one by one (a = x[0]) instead")
@@ -629,6 +633,33 @@ class Normalizer:
             self.types[n] = t
         stmt = assign(out, atom)
         self.append(stmt, Prim("unpack", args=[atom]))
+
+    def unpack_array(self, names, atom, node):
+        """`x0, y0 = pts[i]`: the array's entries along its first axis, read one by one, after
+        a run-time check of its length (Python raises ValueError for another length)."""
+        held = self.namer.temp("unpacked")
+        self.env[held] = atom.id
+        count = len(names)
+
+        def at(made):
+            return gast.copy_location(made, node)
+        length = at(gast.Subscript(value=at(gast.Attribute(value=at(name(held)), attr="shape",
+                                                           ctx=gast.Load())),
+                                   slice=at(gast.Constant(value=0, kind=None)),
+                                   ctx=gast.Load()))
+        message = f"cannot unpack an array into {count} names: its first axis has another length"
+        check = at(gast.If(
+            test=at(gast.Compare(left=length, ops=[gast.NotEq()],
+                                 comparators=[at(gast.Constant(value=count, kind=None))])),
+            body=[at(gast.Raise(exc=at(gast.Call(func=at(name("ValueError")), args=[
+                at(gast.Constant(value=message, kind=None))], keywords=[])), cause=None))],
+            orelse=[]))
+        self.visit_stmt(check)
+        for k, t in enumerate(names):
+            item = at(gast.Subscript(value=at(name(held)), slice=at(gast.Constant(
+                value=k, kind=None)), ctx=gast.Load()))
+            self.visit_stmt(at(gast.Assign(targets=[at(name(t.id, store=True))], value=item,
+                                           type_comment=None)))
 
     def bind_value(self, target, atom):
         if not isinstance(target, gast.Name):

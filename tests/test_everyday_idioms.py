@@ -349,3 +349,51 @@ def test_zip_of_a_pytree_list_with_an_array_is_refused_at_the_line():
     with pytest.raises(ad.UnsupportedSyntaxError, match="length is not known") as info:
         ad.grad(f)(np.ones(2), [np.ones(3), np.ones(3)])
     assert "for a, y in zip(x, ys):" in str(info.value)
+
+
+# ---------------------------------------------------------------- unpacking an array's entries
+def _shoelace(pts):
+    n = pts.shape[0]
+    area = 0.0
+    for i in range(n):
+        x0, y0 = pts[i]
+        x1, y1 = pts[(i + 1) % n]
+        area = area + x0 * y1 - x1 * y0
+    return 0.5 * area
+
+
+def _rows_unpacked(pts):
+    s = 0.0
+    for x, y in pts:
+        s = s + x * y ** 2
+    return s
+
+
+def _three(v):
+    a, b, c = v
+    return a * b + np.sin(c)
+
+
+def test_unpacking_an_array_row():
+    # was refused: "can only unpack tuples whose length is known"
+    pts = np.array([[0.0, 0.0], [1.2, 0.1], [1.0, 1.1], [-0.1, 0.9]])
+    for f in (_shoelace, _rows_unpacked):
+        ad.check_grads(f, (pts,), order=2, modes=("fwd", "rev"))
+        g = ad.grad(f)
+        np.testing.assert_allclose(jit(g)(pts), g(pts), rtol=1e-12)
+        batch = np.stack([pts, 1.5 * pts])
+        np.testing.assert_allclose(ad.vmap(g)(batch), np.stack([g(p) for p in batch]),
+                                   rtol=1e-12)
+    # d area / d x_i = (y_{i+1} - y_{i-1}) / 2, d area / d y_i = (x_{i-1} - x_{i+1}) / 2
+    expect = 0.5 * np.stack([np.roll(pts[:, 1], -1) - np.roll(pts[:, 1], 1),
+                             np.roll(pts[:, 0], 1) - np.roll(pts[:, 0], -1)], axis=1)
+    np.testing.assert_allclose(ad.grad(_shoelace)(pts), expect, rtol=1e-12, atol=1e-15)
+    v = np.array([0.3, -1.2, 0.7])
+    np.testing.assert_allclose(ad.grad(_three)(v), [v[1], v[0], np.cos(v[2])], rtol=1e-12)
+
+
+def test_unpacking_an_array_of_another_length_raises_as_python_does():
+    with pytest.raises(ValueError, match="cannot unpack an array into 3 names"):
+        ad.grad(_three)(np.ones(4))
+    with pytest.raises(ValueError):
+        _three(np.ones(4))
