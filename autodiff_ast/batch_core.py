@@ -526,8 +526,13 @@ class FunctionBatcher:
         if prim.kind == "user":
             pattern = tuple(flag_any(self.flag(a)) for a in prim.args)
             batched = self.module.batch(prim.callee, pattern)
-            return gast.Call(func=name(batched.name), args=[to_expr(a) for a in prim.args],
-                             keywords=[])
+            # (a tuple some of whose entries are batched is passed with all of them batched:
+            # the batched helper takes each parameter batched or not as a whole, as a has_aux
+            # helper's output cotangents `(np.zeros_like(pred), 0.0)`)
+            return gast.Call(func=name(batched.name), args=[
+                to_expr(self.all_batched(a, atom_type(a, self.types), self.flag(a)))
+                if isinstance(self.flag(a), tuple) and flag_any(self.flag(a)) else to_expr(a)
+                for a in prim.args], keywords=[])
         if isinstance(prim.rule, Rule) and prim.call is not None:
             if prim.rule.name in ("array", "stack") and \
                     prim.call.types["arrays"].kind == "list":

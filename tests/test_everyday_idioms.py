@@ -211,7 +211,9 @@ def _stacked(outs):
 
 
 def _assert_same_tree(got, want):
-    assert type(got) is type(want), (type(got), type(want))
+    """The same tuples and dicts, leaves equal (a number may be a float or np.float64)."""
+    if isinstance(want, (tuple, dict)):
+        assert type(got) is type(want), (type(got), type(want))
     if isinstance(want, tuple):
         assert len(got) == len(want)
         for a, b in zip(got, want):
@@ -397,3 +399,26 @@ def test_unpacking_an_array_of_another_length_raises_as_python_does():
         ad.grad(_three)(np.ones(4))
     with pytest.raises(ValueError):
         _three(np.ones(4))
+
+
+# ---------------------------------------------------------------- vmap: a helper given a tuple
+# only some of whose entries differ between examples
+def _tuple_helper(t):
+    a, b = t
+    return np.sum(a * b) + b
+
+
+def _passes_a_mixed_tuple(x, c):
+    t = (x, c * 2.0)
+    return _tuple_helper(t)
+
+
+def test_vmap_of_a_helper_given_a_partly_batched_tuple():
+    # the batched helper took the whole tuple as batched: b[:, None] of a number crashed
+    xs, c = RNG.standard_normal((3, 4)), 1.5
+    for f in (_passes_a_mixed_tuple, ad.grad(_passes_a_mixed_tuple, argnums=1)):
+        got = ad.vmap(f, in_axes=(0, None))(xs, c)
+        np.testing.assert_allclose(got, [f(x, c) for x in xs], rtol=1e-12)
+    np.testing.assert_allclose(ad.vmap(ad.grad(_passes_a_mixed_tuple, argnums=1),
+                                       in_axes=(0, None))(xs, c),
+                               2.0 * xs.sum(axis=1) + 2.0, rtol=1e-12)
