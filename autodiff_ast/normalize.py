@@ -190,6 +190,15 @@ class LocalDict:
         return self.entries[key]
 
 
+@dataclass(eq=False)
+class HeldTuple:
+    """What a call of a function of the user's returning a tuple that holds a dict gives
+    (``loss, aux = loss_fn(w)`` with ``return loss, {"acc": acc}``): its entries, each an atom
+    or a LocalDict whose entries the call's tuple bound, so ``aux["acc"]`` reads a name."""
+
+    parts: list
+
+
 @dataclass(frozen=True)
 class Static:
     """A compile-time Python object: a module, a callable, a container of constants."""
@@ -233,6 +242,9 @@ class CoreFunction:
     # the keys of the dict a function called by another one returns (it returns their values
     # as a tuple: the caller reads the dict's entries as names, normalize.LocalDict)
     dict_keys: tuple | None = None
+    # the same for each entry of a tuple it returns (None for an entry that is no dict):
+    # `return loss, {"acc": acc}` returns (loss, (acc,)) and the caller gets a HeldTuple
+    tuple_dicts: tuple | None = None
 
     @property
     def return_type(self):
@@ -299,6 +311,7 @@ class Normalizer:
         # dict's values (dict_keys), which the caller reads entry by entry
         self.called = called
         self.dict_keys = None
+        self.tuple_dicts = None
         self.program = program
         self.body = []
         self.types = {}
@@ -379,6 +392,7 @@ class Normalizer:
         core.merged_axes = self.merged_axes
         core.written_params = self.written_params
         core.dict_keys = self.dict_keys
+        core.tuple_dicts = self.tuple_dicts
         return core
 
     # -- statements
@@ -482,7 +496,7 @@ class Normalizer:
             return
         if isinstance(target, gast.Name):
             resolved = self.expr(value, target=target.id)
-            if isinstance(resolved, (TreeRef, Static, LocalDict)):
+            if isinstance(resolved, (TreeRef, Static, LocalDict, HeldTuple)):
                 self.env[target.id] = resolved
             return
         if isinstance(target, gast.Subscript) and isinstance(target.value, gast.Name) and \
@@ -612,6 +626,17 @@ class Normalizer:
             for i, t in enumerate(names):
                 self.bind_value(t, self.tree_child(atom, i, node or target))
             return
+        if isinstance(atom, HeldTuple):
+            if len(atom.parts) != len(names) or not all(isinstance(t, gast.Name)
+                                                        for t in names):
+                raise self.unsupported(f"the call returns {len(atom.parts)} values: unpack "
+                                       "them into as many names", target)
+            for t, part in zip(names, atom.parts):
+                if isinstance(part, LocalDict):
+                    self.env[t.id] = part
+                else:
+                    self.bind_value(t, part)
+            return
         if isinstance(atom, Static):
             for t, v in zip(names, atom.value):
                 self.bind_value(t, self.static(v, node or target, None))
@@ -685,13 +710,42 @@ class Normalizer:
                 isinstance(self.env.get(stmt.value.id), LocalDict):
             return self.returned_dict(self.env[stmt.value.id], stmt)
         if isinstance(stmt.value, (gast.Tuple, gast.List)):
-            entries = [self.runtime(self.expr(e), e) for e in stmt.value.elts]
+            values = [self.returned_entry(e) for e in stmt.value.elts]
+            if self.called and any(isinstance(v, LocalDict) for v in values):
+                # `return loss, {"acc": acc}`: each dict the tuple of its entries' values
+                self.tuple_dicts = tuple(tuple(v.entries) if isinstance(v, LocalDict)
+                                         else None for v in values)
+                return gast.Tuple(elts=[self.returned_dict(v, stmt, keep_keys=False)
+                                        if isinstance(v, LocalDict) else self.output_entries(
+                                            self.runtime(v, stmt)) for v in values],
+                                  ctx=gast.Load())
+            entries = [self.runtime(v, e) for v, e in zip(values, stmt.value.elts)]
             return gast.Tuple(elts=[self.output_entries(e) for e in entries], ctx=gast.Load())
-        return self.output_entries(self.runtime(self.expr(stmt.value), stmt.value))
+        value = self.expr(stmt.value)
+        if self.called and isinstance(value, HeldTuple) and any(
+                isinstance(p, LocalDict) for p in value.parts):
+            # `return loss_fn(w)` of a function returning a tuple holding a dict: passed on
+            self.tuple_dicts = tuple(tuple(p.entries) if isinstance(p, LocalDict) else None
+                                     for p in value.parts)
+            return gast.Tuple(elts=[self.returned_dict(p, stmt, keep_keys=False)
+                                    if isinstance(p, LocalDict) else self.output_entries(
+                                        self.runtime(p, stmt)) for p in value.parts],
+                              ctx=gast.Load())
+        return self.output_entries(self.runtime(value, stmt.value))
 
-    def returned_dict(self, local_dict, stmt):
+    def returned_entry(self, node):
+        """An entry of a returned tuple display: a dict display with string keys is made a
+        LocalDict (a function normalized for a call returns its entries' values)."""
+        if self.called and _string_keyed(node) and node.keys:
+            held = self.namer.temp("returned")
+            self.local_dict(held, node)
+            return self.env[held]
+        return self.expr(node)
+
+    def returned_dict(self, local_dict, stmt, keep_keys=True):
         """A dict a called function returns: the tuple of its entries' values, its keys kept
-        in dict_keys for the caller (call_core)."""
+        in dict_keys for the caller (call_core) unless keep_keys=False (an entry of a returned
+        tuple: tuple_dicts has them)."""
         values = []
         for key, local in local_dict.entries.items():
             value = self.expr(gast.copy_location(name(local), stmt))
@@ -700,7 +754,8 @@ class Normalizer:
                                        "or a pytree argument: return arrays and numbers",
                                        stmt, "return the inner dict's entries themselves")
             values.append(self.output_entries(self.runtime(value, stmt)))
-        self.dict_keys = tuple(local_dict.entries)
+        if keep_keys:
+            self.dict_keys = tuple(local_dict.entries)
         return gast.Tuple(elts=values, ctx=gast.Load())
 
     def call_core(self, callee, flat_args, target, base):
@@ -708,6 +763,8 @@ class Normalizer:
         read entry by entry (a LocalDict whose entries the call's tuple binds)."""
         value = gast.Call(func=name(callee.name), args=flat_args, keywords=[])
         prim = Prim("user", callee=callee, args=flat_args)
+        if callee.tuple_dicts is not None:
+            return self.held_tuple(callee, value, prim, base)
         if callee.dict_keys is None:
             return self.emit(value, callee.return_type, prim, target, base)
         held = self.emit(value, callee.return_type, prim, None, base)
@@ -721,6 +778,30 @@ class Normalizer:
             cores.append(core)
         self.append(assign(cores, held), Prim("unpack", args=[held]))
         return made
+
+    def held_tuple(self, callee, value, prim, base):
+        """The call of a function returning a tuple that holds dicts (tuple_dicts): its
+        entries bound to names, each dict's entries to a LocalDict's names; a HeldTuple."""
+        held = self.emit(value, callee.return_type, prim, None, base)
+        types_ = callee.return_type.elts
+        parts = [self.define(self.namer.temp(f"{base}_{k}"), t) for k, t in enumerate(types_)]
+        for part, t in zip(parts, types_):
+            self.types[part] = self.join(part, t) if self.depth > 0 else t
+        self.append(assign(parts, held), Prim("unpack", args=[held]))
+        out = []
+        for part, keys, t in zip(parts, callee.tuple_dicts, types_):
+            if keys is None:
+                out.append(name(part))
+                continue
+            made = LocalDict({}, base)
+            cores = []
+            for key, typ in zip(keys, t.elts):
+                core = self.define(made.local_name(key, self.taken_names), typ)
+                self.types[core] = self.join(core, typ) if self.depth > 0 else typ
+                cores.append(core)
+            self.append(assign(cores, name(part)), Prim("unpack", args=[name(part)]))
+            out.append(made)
+        return HeldTuple(out)
 
     def output_entries(self, atom):
         """A returned value as the (nested) tuple of its entries: each entry of a display
@@ -831,6 +912,9 @@ class Normalizer:
     def runtime(self, atom, node):
         if isinstance(atom, LocalDict):
             return self.dict_value(atom, node)
+        if isinstance(atom, HeldTuple):
+            return gast.Tuple(elts=[self.runtime(p, node) for p in atom.parts],
+                              ctx=gast.Load())
         if isinstance(atom, TreeRef):
             raise self.unsupported("returning a whole pytree argument is not supported", node,
                                    "return its leaves")
@@ -916,7 +1000,8 @@ class Normalizer:
     def expr_Name(self, node, target):
         if node.id in self.env:
             bound = self.env[node.id]
-            return bound if isinstance(bound, (TreeRef, Static, LocalDict)) else name(bound)
+            return bound if isinstance(bound, (TreeRef, Static, LocalDict, HeldTuple)) \
+                else name(bound)
         try:
             value = self.info.lookup(node.id)
         except KeyError:
@@ -1000,6 +1085,14 @@ class Normalizer:
         base = self.expr(node.value)
         if isinstance(base, LocalDict):
             return self.dict_read(base, node)
+        if isinstance(base, HeldTuple):
+            key = self.expr(node.slice)
+            if not (isinstance(key, gast.Constant) and isinstance(key.value, int) and
+                    -len(base.parts) <= key.value < len(base.parts)):
+                raise self.unsupported(f"{unparse(node.value)} is a tuple of "
+                                       f"{len(base.parts)} entries: index it with a constant "
+                                       "in range", node)
+            return base.parts[key.value]
         if isinstance(base, (TreeRef, Static)):
             key = self.expr(node.slice)
             if isinstance(key, Static) and isinstance(key.value, (str, int)):
