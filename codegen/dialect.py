@@ -702,6 +702,16 @@ class _Lower(gast.NodeTransformer):
             return None
         return self.reduction(_call(func, [_expr(f"np.abs({x})")], keywords), func)
 
+    def call_np_trapezoid(self, node):
+        # Numba's trapezoid integrates along the last axis only: another axis is moved there
+        # first (np.moveaxis keeps the other axes in order, as NumPy's result has them).
+        args = _bind(node, ("y", "x", "dx", "axis"))
+        if args is None or "axis" not in args or _const(args["axis"]) == -1:
+            return None
+        y = _call("np.moveaxis", [args["y"], args["axis"], _num(-1)])
+        rest = [gast.keyword(arg=k, value=args[k]) for k in ("x", "dx") if k in args]
+        return _call("np.trapezoid", [y], rest)
+
     def call_np_clip(self, node):
         # Numba's clip refuses scalars; clip(x, lo, hi) is maximum then minimum in NumPy too.
         args = _bind(node, ("a", "a_min", "a_max"))

@@ -478,3 +478,59 @@ def test_a_has_aux_loss_passed_on_as_aux(f):
     ws = np.stack([w, 2.0 * w])
     _assert_same_tree(ad.vmap(g, in_axes=(0, None, None))(ws, X, y),
                       _stacked([g(v, X, y) for v in ws]))
+
+
+# ---------------------------------------------------------------- np.trapezoid, np.convolve
+def _trapz_energy(a, t):
+    y = a[0] * np.exp(-a[1] * t) * np.cos(a[2] * t)
+    return np.trapezoid(y ** 2, t)
+
+
+def _trapz_rows(Y, t):
+    return np.sum(np.trapezoid(np.tanh(Y), t, axis=0) ** 2) + np.trapezoid(Y[0] ** 3, dx=0.5)
+
+
+def _smooth_penalty(x):
+    k = np.ones(3) / 3.0
+    s = np.convolve(x, k, mode="valid")
+    return np.sum((s - x[1:-1]) ** 2) + np.sum(np.convolve(x, np.array([1.0, -1.0])) ** 2)
+
+
+def _self_convolution(x):
+    return np.sum(np.convolve(x, x[::-1], "same") ** 2)
+
+
+@pytest.mark.parametrize("f, args", [
+    (_trapz_energy, (np.array([1.0, 0.5, 2.0]), np.linspace(0.0, 2.0, 7))),
+    (_trapz_rows, (RNG.standard_normal((5, 3)), np.sort(RNG.uniform(0.0, 3.0, 5)))),
+    (_smooth_penalty, (RNG.standard_normal(7),)),
+    (_self_convolution, (RNG.standard_normal(5),)),
+])
+def test_trapezoid_and_convolve(f, args):
+    # np.trapezoid and np.convolve had no rule (MissingRuleError at the line)
+    ad.check_grads(f, args, order=2, modes=("fwd", "rev"))
+    g = ad.grad(f)
+    first, rest = args[0], args[1:]
+    np.testing.assert_allclose(g(*args), fd_grad(lambda v: f(v, *rest), first), rtol=1e-6,
+                               atol=1e-8)
+    np.testing.assert_allclose(jit(g)(*args), g(*args), rtol=1e-10, atol=1e-12)
+    batch = np.stack([first, 0.8 * first])
+    np.testing.assert_allclose(ad.vmap(g, in_axes=(0,) + (None,) * len(rest))(batch, *rest),
+                               np.stack([g(b, *rest) for b in batch]), rtol=1e-12)
+
+
+def test_second_derivatives_through_convolve_cross_terms():
+    # The gradient reads `convolve_g`, the name the rule's own temporary takes when that
+    # gradient is differentiated again: renaming the temporary renamed the argument too,
+    # and the mixed second derivatives came out silently wrong.
+    a, v = RNG.standard_normal(6), RNG.standard_normal(3)
+
+    def f(a, v):
+        return np.sum(np.convolve(a, v) ** 2)
+    g = ad.grad(f, argnums=(0, 1))
+    w = np.arange(3.0)
+    got = ad.grad(lambda x: g(x, v)[1] @ w)(a)
+    np.testing.assert_allclose(got, fd_grad(lambda x: g(x, v)[1] @ w, a), rtol=1e-6, atol=1e-8)
+    w = np.arange(6.0)
+    got = ad.grad(lambda x: g(a, x)[0] @ w)(v)
+    np.testing.assert_allclose(got, fd_grad(lambda x: g(a, x)[0] @ w, v), rtol=1e-6, atol=1e-8)

@@ -933,6 +933,23 @@ def _along_points(*tables):
     return rule
 
 
+def _trapezoid(bc):
+    """np.trapezoid of batched y along its axis shifted by one; x a vector (or dx) shared by
+    the examples. Batched x or dx run per example."""
+    if bc.is_batched("x") or bc.is_batched("dx"):
+        raise NoBatchingRule("np.trapezoid with batched x or dx: run per example")
+    rank = _rank_or_fail(bc, "y")
+    axis = bc.call.const("axis", -1)
+    if not isinstance(axis, int):
+        raise NoBatchingRule("np.trapezoid's axis is not a constant")
+    return bc.emit(keywords=("axis",), axis=to_expr(axis % rank + 1))
+
+
+def _convolve(bc):
+    """np.convolve takes vectors only: each example runs its own."""
+    raise NoBatchingRule("np.convolve of batched vectors: one convolve per example")
+
+
 def _bincount(bc):
     """np.bincount with batched weights and unbatched bins: every example has the same length
     L = max(max(x) + 1, minlength), so example b counts into bins b * L + x of one long
@@ -1108,6 +1125,8 @@ _register(("corrcoef",), _corrcoef)
 _register(("interp",), _along_points("xp", "fp"))
 _register(("searchsorted",), _along_points("a", "sorter"))
 _register(("bincount",), _bincount)
+_register(("trapezoid",), _trapezoid)
+_register(("convolve",), _convolve)
 _register(("getitem",), getitem)
 
 
