@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import gast
 import numpy as np
 
-from codegen.dict_outputs import flatten_returned_dicts
+from codegen.dict_outputs import flatten_returned_dicts, rebuild_dicts
 from codegen.emit import comment, function, render_module
 from codegen.helpers import helper_source
 
@@ -265,12 +265,7 @@ def _output_structure(given, shape, returns_tuple, dicts):
     terms of its returned values, each of which may be a tuple or dict of several leaves
     here (has_aux's ``(pred, acc)``).
     """
-    def rebuilt(positions, spec):
-        if spec is None:
-            return positions
-        if spec[0] == "tuple":
-            return tuple(rebuilt(p, s) for p, s in zip(positions, spec[1]))
-        return {k: rebuilt(p, s) for k, p, s in zip(spec[1], positions, spec[2])}
+    rebuilt = rebuild_dicts  # (of positions here, of the values they stand for at a call)
     if dicts is not None and dicts[0] == "dict":  # `return {"a": a, "b": b}`: one value
         returns_tuple, per_value = False, [rebuilt(tuple(shape), dicts)]
     elif returns_tuple:

@@ -8,21 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_vmap import numeric_grad as fd_grad  # central differences
 
 import autodiff_ast as ad
 from autodiff_ast.jit import jit
 
 RNG = np.random.default_rng(28)
-
-
-def fd_grad(f, x, eps=1e-6):
-    """Central differences of a scalar function of one array."""
-    g = np.zeros_like(x)
-    for idx in np.ndindex(x.shape):
-        step = np.zeros_like(x)
-        step[idx] = eps
-        g[idx] = (f(x + step) - f(x - step)) / (2 * eps)
-    return g
 
 
 # ---------------------------------------------------------------- a helper returning its
