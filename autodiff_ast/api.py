@@ -650,7 +650,8 @@ class FlatView:
         names, values, specs = fun._specs(tuple(primals), {})
         self.values = values
         self.trees = [_spec_kind(specs[n]) == "tree" for n in names]
-        self.entry, self.structure = fun.flat_entry(names, values, specs)
+        with code_to_transform():  # the entry is differentiated again (nesting.py)
+            self.entry, self.structure = fun.flat_entry(names, values, specs)
         self.flat = _flat_values(specs, names, values)
         self.n_out = len(pytrees.tree_leaves(self.structure))
         self.spans, start = [], 0  # each argument's positions among the flat leaves

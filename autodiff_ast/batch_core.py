@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import gast
 
@@ -222,6 +222,7 @@ class BatchedBody:
     variant: str  # 'vectorized' or 'loop'
     reason: str = ""
     uses_n_batch: bool = False
+    types: dict = field(default_factory=dict)  # of names the variant binds for its outputs
 
 
 class FunctionBatcher:
@@ -538,8 +539,13 @@ class FunctionBatcher:
         if prim.kind == "user":
             pattern = tuple(flag_any(self.flag(a)) for a in prim.args)
             batched = self.module.batch(prim.callee, pattern)
-            return gast.Call(func=name(batched.name), args=[to_expr(a) for a in prim.args],
-                             keywords=[])
+            # (a tuple some of whose entries are batched is passed with all of them batched:
+            # the batched helper takes each parameter batched or not as a whole, as a has_aux
+            # helper's output cotangents `(np.zeros_like(pred), 0.0)`)
+            return gast.Call(func=name(batched.name), args=[
+                to_expr(self.all_batched(a, atom_type(a, self.types), self.flag(a)))
+                if isinstance(self.flag(a), tuple) and flag_any(self.flag(a)) else to_expr(a)
+                for a in prim.args], keywords=[])
         if isinstance(prim.rule, Rule) and prim.call is not None:
             if prim.rule.name in ("array", "stack") and \
                     prim.call.types["arrays"].kind == "list":
@@ -890,7 +896,7 @@ class FunctionBatcher:
     def same_shape_check(self, one, first):
         """`if one.shape != first.shape: raise ValueError(...)`, naming the user's line."""
         message = _same_shape_message(self.core, self.dynamic_shape)
-        test = fill("a.shape != b.shape", a=name(one), b=name(first))
+        test = fill("a.shape != b.shape", a=one, b=first)
         error = gast.Raise(exc=gast.Call(func=name("ValueError"), args=[
             gast.Constant(value=message, kind=None)], keywords=[]), cause=None)
         return gast.If(test=test, body=[error], orelse=[])
@@ -935,32 +941,55 @@ class FunctionBatcher:
         body += copies()
         body.append(assign(firsts if tuple_out else firsts[0], call_at(0)))
         loop_body = copies() + [assign(each if tuple_out else each[0], call_at(name(i)))]
-        result = []
-        for out, first, one, flag, typ in zip(outs, firsts, each, out_flags, types):
+        out_types = {}
+
+        def output(out, first, one, flag, typ):
+            """The batched value of one output (`first`, `one`: its value for the first
+            example and for example i), a tuple of them for a tuple (has_aux's ``(pred,
+            acc)``), each entry batched on its own."""
             if typ.kind == "tuple":
-                raise PerExampleLoop("a loop over examples cannot return a tuple value", node)
+                if not typ.elts:
+                    raise PerExampleLoop("a loop over examples cannot return a tuple of "
+                                         "unknown length", node)
+                return gast.Tuple(elts=[output(
+                    namer.fresh(f"{out}_{m}"), R.subscript(first, [to_expr(m)]),
+                    R.subscript(one, [to_expr(m)]), flag[m] if isinstance(flag, tuple)
+                    else flag, elt) for m, elt in enumerate(typ.elts)], ctx=gast.Load())
             if typ.kind == "list" and flag_any(flag):
                 # (each example's list, a tape, has a length of its own: no batched list
                 # holds them; the caller runs per example instead)
                 raise PerExampleLoop("a loop over examples cannot return a list that differs "
                                      "between examples", node)
             if not flag_any(flag):
-                result.append(name(first))
-                continue
-            body.append(assign(out, empty_for(name(first), typ, self.n())))
+                if isinstance(first, gast.Name):
+                    return first
+                body.append(assign(out, first))  # (an entry of a tuple: named, typed)
+                out_types[out] = typ
+                return name(out)
+            body.append(assign(out, empty_for(first, typ, self.n())))
             body.append(gast.Assign(targets=[gast.Subscript(value=name(out), slice=to_expr(0),
                                                             ctx=gast.Store())],
-                                    value=name(first), type_comment=None))
+                                    value=first, type_comment=None))
             if self.dynamic_shape is not None and typ.kind == "array":
                 loop_body.append(self.same_shape_check(one, first))
             loop_body.append(gast.Assign(targets=[gast.Subscript(
-                value=name(out), slice=name(i), ctx=gast.Store())], value=name(one),
+                value=name(out), slice=name(i), ctx=gast.Store())], value=one,
                 type_comment=None))
-            result.append(name(out))
+            out_types[out] = typ
+            return name(out)
+        result = [output(out, name(first), name(one), flag, typ)
+                  for out, first, one, flag, typ in zip(outs, firsts, each, out_flags, types)]
         body.append(gast.For(target=name(i, store=True), iter=fill("range(1, n)", n=self.n()),
                              body=loop_body, orelse=[], type_comment=None))
-        return BatchedBody(body, result, tuple(bool(flag_any(f)) for f in out_flags), "loop",
-                           reason, uses_n_batch=True)
+        return BatchedBody(body, result, tuple(_any_in(f) for f in out_flags), "loop",
+                           reason, uses_n_batch=True, types=out_types)
+
+
+def _any_in(flag):
+    """A flag with each entry's elements merged: bools, in a tuple for a tuple value."""
+    if isinstance(flag, tuple):
+        return tuple(_any_in(f) for f in flag)
+    return bool(flag_any(flag))
 
 
 def _same_shape_message(core, dynamic_shape):

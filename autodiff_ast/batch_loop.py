@@ -144,8 +144,8 @@ def build_batch_loop(target, leaf_axes, out_axes, vectorized, options="", reason
     driver's name) and ``blas`` (whether examples call BLAS). `per` is the per-example
     module when already built (:func:`autodiff_ast.primal.build_primal` of ``target.fn``).
     """
-    per = per or build_primal(target.fn, target.specs)
-    info, _, core = prepare(target.fn, target.specs)
+    per = per or build_primal(target.fn, target.specs, flat_dicts=True)
+    info, _, core = prepare(target.fn, target.specs, flat_dicts=True)
     params = list(core.params)
     if len(params) != len(leaf_axes):
         raise ValueError(f"batch loop: {len(leaf_axes)} mapped values for {len(params)} "
@@ -221,19 +221,22 @@ def build_batch_loop(target, leaf_axes, out_axes, vectorized, options="", reason
 
 def _outputs(core):
     """(index path into the per-example result, name base, type) per flat output, in the
-    order of the vmap module's outputs (tuple values opened one level, as vmap does)."""
+    order of the vmap module's outputs (tuple values opened at every depth, as vmap does:
+    has_aux's ``(pred, acc)``, a returned dict's values)."""
     returns = core.returns
     tuple_return = isinstance(returns, gast.Tuple)
     elts = returns.elts if tuple_return else [returns]
     out = []
-    for j, expr in enumerate(elts):
-        base = expr.id if isinstance(expr, gast.Name) else "out"
-        path = (j,) if tuple_return else ()
-        typ = atom_type(expr, core.types)
+
+    def opened(path, base, typ):
         if typ.kind == "tuple" and typ.elts:
-            out += [(path + (m,), f"{base}_{m}", t) for m, t in enumerate(typ.elts)]
+            for m, t in enumerate(typ.elts):
+                opened(path + (m,), f"{base}_{m}", t)
         else:
             out.append((path, base, typ))
+    for j, expr in enumerate(elts):
+        base = expr.id if isinstance(expr, gast.Name) else "out"
+        opened((j,) if tuple_return else (), base, atom_type(expr, core.types))
     return out
 
 
@@ -402,7 +405,7 @@ class JittedBatching:
             target = _target_for(self.fun, self.py_fun, names, likes, per_example)
             options = _options_text(self.in_axes, self.out_axes)
             vectorized = build_vmap(target, leaf_axes, self.out_axes, False, options)
-            per = build_primal(target.fn, target.specs)
+            per = build_primal(target.fn, target.specs, flat_dicts=True)
             choice, reason = ("loop", "Numba could not compile the vectorized module") \
                 if refused else choose_strategy(strategy, vectorized, per.source)
             if choice == "vectorized":

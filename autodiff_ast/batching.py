@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import gast
 import numpy as np
 
+from codegen.dict_outputs import flatten_returned_dicts, rebuild_dicts
 from codegen.emit import comment, function, render_module
 from codegen.helpers import helper_source
 
@@ -198,6 +199,9 @@ def build_vmap(target, leaf_axes, out_axes, axis_size_param=False, options=""):
     None. With axis_size_param the entry function takes the batch size as a last argument.
     """
     info = parse_function(target.fn)
+    # Dicts it returns (has_aux's metrics, a primal's dict) are batched as tuples of their
+    # values and rebuilt from `dicts` (the parse is this build's own: its tree may change).
+    dicts = flatten_returned_dicts(info.node, [info.node])
     program = Program(reserved={"np", "math"})
     core = normalize_into(program, info, target.specs, core_name=info.name)
     if len(core.params) != len(leaf_axes):
@@ -209,12 +213,12 @@ def build_vmap(target, leaf_axes, out_axes, axis_size_param=False, options=""):
     fb = FunctionBatcher(module, core, pattern)
     result = fb.run()
     n_batch = fb.n_batch
-    exprs, types, flags, shape = _flat_returns(result.returns, result.out_flags, core.types)
+    exprs, types, flags, shape = _flat_returns(result.returns, result.out_flags,
+                                               {**core.types, **result.types})
     tuple_out = isinstance(core.returns, gast.Tuple) or not isinstance(shape[0], int)
     n_out = len(exprs)
-    structure = target.structure
-    if structure is None:
-        structure = tuple(shape) if isinstance(core.returns, gast.Tuple) else shape[0]
+    structure = _output_structure(target.structure, shape,
+                                  isinstance(core.returns, gast.Tuple), dicts)
     order = pytrees.tree_leaves(structure)
     by_index = dict(zip(order, _axes_leaves(out_axes, structure, "out_axes")))
     returns, needs_n = [], result.uses_n_batch
@@ -249,6 +253,29 @@ def build_vmap(target, leaf_axes, out_axes, axis_size_param=False, options=""):
     layout = {"structure": structure, "tuple_out": tuple_out, "n_out": n_out,
               "variant": result.variant}
     return Generated(source, entry, injected, layout)
+
+
+def _output_structure(given, shape, returns_tuple, dicts):
+    """The batched entry's output structure: a pytree of positions among its flat outputs.
+
+    `shape` holds, per returned value, its flat position (or a nested tuple of them: a
+    returned tuple is flattened into its leaves); `dicts` is the spec of the dicts the
+    function returned (codegen/dict_outputs.py), which become dicts again. `given` is the
+    structure of a transformed function's entry (``grad(f)``'s gradients, value and aux) in
+    terms of its returned values, each of which may be a tuple or dict of several leaves
+    here (has_aux's ``(pred, acc)``).
+    """
+    rebuilt = rebuild_dicts  # (of positions here, of the values they stand for at a call)
+    if dicts is not None and dicts[0] == "dict":  # `return {"a": a, "b": b}`: one value
+        returns_tuple, per_value = False, [rebuilt(tuple(shape), dicts)]
+    elif returns_tuple:
+        specs = dicts[1] if dicts is not None else [None] * len(shape)
+        per_value = [rebuilt(p, s) for p, s in zip(shape, specs)]
+    else:
+        per_value = [shape[0]]
+    if given is None:
+        return tuple(per_value) if returns_tuple else per_value[0]
+    return pytrees.tree_map(lambda i: per_value[i], given)
 
 
 def _flat_returns(returns, flags, types):

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import gast
 
+from codegen.dict_outputs import flatten_returned_dicts
 from codegen.emit import blank, comment, function, is_marker, render_module
 from codegen.helpers import helper_source
 
@@ -266,8 +267,11 @@ def _where(info):
     return f"{os.path.basename(info.filename)}:{line}"
 
 
-def prepare(fn, specs, program=None):
+def prepare(fn, specs, program=None, flat_dicts=False):
     """`fn` parsed, and normalized for `specs`: (info, program, entry core function).
+
+    With flat_dicts=True the dict displays `fn` returns are returned as tuples of their
+    values (codegen/dict_outputs.py: vmap's per-example loop rebuilds them outside).
 
     When jit asked for small vectors as scalars (:func:`scalarizing`), the program returned is
     the rewritten one (autodiff_ast/scalarize.py, then autodiff_ast/inline_calls.py for the
@@ -278,6 +282,8 @@ def prepare(fn, specs, program=None):
     if wanted:
         _SCALARIZE.set(False)  # only the outermost function of this build
     info = parse_function(fn)
+    if flat_dicts:  # (the parse is this call's own: its tree may change)
+        flatten_returned_dicts(info.node, [info.node])
     program = program or Program(reserved={"np", "math", "unbroadcast"})
     core = normalize_into(program, info, specs, core_name=info.name)
     if wanted:

@@ -190,6 +190,15 @@ class LocalDict:
         return self.entries[key]
 
 
+@dataclass(eq=False)
+class HeldTuple:
+    """What a call of a function of the user's returning a tuple that holds a dict gives
+    (``loss, aux = loss_fn(w)`` with ``return loss, {"acc": acc}``): its entries, each an atom
+    or a LocalDict whose entries the call's tuple bound, so ``aux["acc"]`` reads a name."""
+
+    parts: list
+
+
 @dataclass(frozen=True)
 class Static:
     """A compile-time Python object: a module, a callable, a container of constants."""
@@ -233,6 +242,9 @@ class CoreFunction:
     # the keys of the dict a function called by another one returns (it returns their values
     # as a tuple: the caller reads the dict's entries as names, normalize.LocalDict)
     dict_keys: tuple | None = None
+    # the same for each entry of a tuple it returns (None for an entry that is no dict):
+    # `return loss, {"acc": acc}` returns (loss, (acc,)) and the caller gets a HeldTuple
+    tuple_dicts: tuple | None = None
 
     @property
     def return_type(self):
@@ -299,6 +311,7 @@ class Normalizer:
         # dict's values (dict_keys), which the caller reads entry by entry
         self.called = called
         self.dict_keys = None
+        self.tuple_dicts = None
         self.program = program
         self.body = []
         self.types = {}
@@ -379,6 +392,7 @@ class Normalizer:
         core.merged_axes = self.merged_axes
         core.written_params = self.written_params
         core.dict_keys = self.dict_keys
+        core.tuple_dicts = self.tuple_dicts
         return core
 
     # -- statements
@@ -484,7 +498,7 @@ class Normalizer:
             return
         if isinstance(target, gast.Name):
             resolved = self.expr(value, target=target.id)
-            if isinstance(resolved, (TreeRef, Static, LocalDict)):
+            if isinstance(resolved, (TreeRef, Static, LocalDict, HeldTuple)):
                 self.env[target.id] = resolved
             return
         if isinstance(target, gast.Subscript) and isinstance(target.value, gast.Name) and \
@@ -614,6 +628,17 @@ class Normalizer:
             for i, t in enumerate(names):
                 self.bind_value(t, self.tree_child(atom, i, node or target))
             return
+        if isinstance(atom, HeldTuple):
+            if len(atom.parts) != len(names) or not all(isinstance(t, gast.Name)
+                                                        for t in names):
+                raise self.unsupported(f"the call returns {len(atom.parts)} values: unpack "
+                                       "them into as many names", target)
+            for t, part in zip(names, atom.parts):
+                if isinstance(part, LocalDict):
+                    self.env[t.id] = part
+                else:
+                    self.bind_value(t, part)
+            return
         if isinstance(atom, Static):
             for t, v in zip(names, atom.value):
                 self.bind_value(t, self.static(v, node or target, None))
@@ -621,6 +646,10 @@ class Normalizer:
         typ = atom_type(atom, self.types)
         if typ.kind == "unknown":  # e.g. a recursive call, typed on a second pass
             typ = T.AType("tuple", elts=tuple(T.UNKNOWN for _ in names))
+        if typ.kind == "array" and typ.ndim and isinstance(atom, gast.Name) and \
+                all(isinstance(t, gast.Name) for t in names):
+            self.unpack_array(names, atom, node or target)
+            return
         if typ.kind != "tuple" or typ.elts is None or len(typ.elts) != len(names):
             raise self.unsupported("can only unpack tuples whose length is known", target,
                                    "index the values one by one (a = x[0]) instead")
@@ -631,6 +660,33 @@ class Normalizer:
             self.types[n] = t
         stmt = assign(out, atom)
         self.append(stmt, Prim("unpack", args=[atom]))
+
+    def unpack_array(self, names, atom, node):
+        """`x0, y0 = pts[i]`: the array's entries along its first axis, read one by one, after
+        a run-time check of its length (Python raises ValueError for another length)."""
+        held = self.namer.temp("unpacked")
+        self.env[held] = atom.id
+        count = len(names)
+
+        def at(made):
+            return gast.copy_location(made, node)
+        length = at(gast.Subscript(value=at(gast.Attribute(value=at(name(held)), attr="shape",
+                                                           ctx=gast.Load())),
+                                   slice=at(gast.Constant(value=0, kind=None)),
+                                   ctx=gast.Load()))
+        message = f"cannot unpack an array into {count} names: its first axis has another length"
+        check = at(gast.If(
+            test=at(gast.Compare(left=length, ops=[gast.NotEq()],
+                                 comparators=[at(gast.Constant(value=count, kind=None))])),
+            body=[at(gast.Raise(exc=at(gast.Call(func=at(name("ValueError")), args=[
+                at(gast.Constant(value=message, kind=None))], keywords=[])), cause=None))],
+            orelse=[]))
+        self.visit_stmt(check)
+        for k, t in enumerate(names):
+            item = at(gast.Subscript(value=at(name(held)), slice=at(gast.Constant(
+                value=k, kind=None)), ctx=gast.Load()))
+            self.visit_stmt(at(gast.Assign(targets=[at(name(t.id, store=True))], value=item,
+                                           type_comment=None)))
 
     def bind_value(self, target, atom):
         if not isinstance(target, gast.Name):
@@ -656,13 +712,42 @@ class Normalizer:
                 isinstance(self.env.get(stmt.value.id), LocalDict):
             return self.returned_dict(self.env[stmt.value.id], stmt)
         if isinstance(stmt.value, (gast.Tuple, gast.List)):
-            entries = [self.runtime(self.expr(e), e) for e in stmt.value.elts]
+            values = [self.returned_entry(e) for e in stmt.value.elts]
+            if self.called and any(isinstance(v, LocalDict) for v in values):
+                # `return loss, {"acc": acc}`: each dict the tuple of its entries' values
+                self.tuple_dicts = tuple(tuple(v.entries) if isinstance(v, LocalDict)
+                                         else None for v in values)
+                return gast.Tuple(elts=[self.returned_dict(v, stmt, keep_keys=False)
+                                        if isinstance(v, LocalDict) else self.output_entries(
+                                            self.runtime(v, stmt)) for v in values],
+                                  ctx=gast.Load())
+            entries = [self.runtime(v, e) for v, e in zip(values, stmt.value.elts)]
             return gast.Tuple(elts=[self.output_entries(e) for e in entries], ctx=gast.Load())
-        return self.output_entries(self.runtime(self.expr(stmt.value), stmt.value))
+        value = self.expr(stmt.value)
+        if self.called and isinstance(value, HeldTuple) and any(
+                isinstance(p, LocalDict) for p in value.parts):
+            # `return loss_fn(w)` of a function returning a tuple holding a dict: passed on
+            self.tuple_dicts = tuple(tuple(p.entries) if isinstance(p, LocalDict) else None
+                                     for p in value.parts)
+            return gast.Tuple(elts=[self.returned_dict(p, stmt, keep_keys=False)
+                                    if isinstance(p, LocalDict) else self.output_entries(
+                                        self.runtime(p, stmt)) for p in value.parts],
+                              ctx=gast.Load())
+        return self.output_entries(self.runtime(value, stmt.value))
 
-    def returned_dict(self, local_dict, stmt):
+    def returned_entry(self, node):
+        """An entry of a returned tuple display: a dict display with string keys is made a
+        LocalDict (a function normalized for a call returns its entries' values)."""
+        if self.called and _string_keyed(node) and node.keys:
+            held = self.namer.temp("returned")
+            self.local_dict(held, node)
+            return self.env[held]
+        return self.expr(node)
+
+    def returned_dict(self, local_dict, stmt, keep_keys=True):
         """A dict a called function returns: the tuple of its entries' values, its keys kept
-        in dict_keys for the caller (call_core)."""
+        in dict_keys for the caller (call_core) unless keep_keys=False (an entry of a returned
+        tuple: tuple_dicts has them)."""
         values = []
         for key, local in local_dict.entries.items():
             value = self.expr(gast.copy_location(name(local), stmt))
@@ -671,7 +756,8 @@ class Normalizer:
                                        "or a pytree argument: return arrays and numbers",
                                        stmt, "return the inner dict's entries themselves")
             values.append(self.output_entries(self.runtime(value, stmt)))
-        self.dict_keys = tuple(local_dict.entries)
+        if keep_keys:
+            self.dict_keys = tuple(local_dict.entries)
         return gast.Tuple(elts=values, ctx=gast.Load())
 
     def call_core(self, callee, flat_args, target, base):
@@ -679,6 +765,8 @@ class Normalizer:
         read entry by entry (a LocalDict whose entries the call's tuple binds)."""
         value = gast.Call(func=name(callee.name), args=flat_args, keywords=[])
         prim = Prim("user", callee=callee, args=flat_args)
+        if callee.tuple_dicts is not None:
+            return self.held_tuple(callee, value, prim, base)
         if callee.dict_keys is None:
             return self.emit(value, callee.return_type, prim, target, base)
         held = self.emit(value, callee.return_type, prim, None, base)
@@ -692,6 +780,30 @@ class Normalizer:
             cores.append(core)
         self.append(assign(cores, held), Prim("unpack", args=[held]))
         return made
+
+    def held_tuple(self, callee, value, prim, base):
+        """The call of a function returning a tuple that holds dicts (tuple_dicts): its
+        entries bound to names, each dict's entries to a LocalDict's names; a HeldTuple."""
+        held = self.emit(value, callee.return_type, prim, None, base)
+        types_ = callee.return_type.elts
+        parts = [self.define(self.namer.temp(f"{base}_{k}"), t) for k, t in enumerate(types_)]
+        for part, t in zip(parts, types_):
+            self.types[part] = self.join(part, t) if self.depth > 0 else t
+        self.append(assign(parts, held), Prim("unpack", args=[held]))
+        out = []
+        for part, keys, t in zip(parts, callee.tuple_dicts, types_):
+            if keys is None:
+                out.append(name(part))
+                continue
+            made = LocalDict({}, base)
+            cores = []
+            for key, typ in zip(keys, t.elts):
+                core = self.define(made.local_name(key, self.taken_names), typ)
+                self.types[core] = self.join(core, typ) if self.depth > 0 else typ
+                cores.append(core)
+            self.append(assign(cores, name(part)), Prim("unpack", args=[name(part)]))
+            out.append(made)
+        return HeldTuple(out)
 
     def output_entries(self, atom):
         """A returned value as the (nested) tuple of its entries: each entry of a display
@@ -802,6 +914,9 @@ class Normalizer:
     def runtime(self, atom, node):
         if isinstance(atom, LocalDict):
             return self.dict_value(atom, node)
+        if isinstance(atom, HeldTuple):
+            return gast.Tuple(elts=[self.runtime(p, node) for p in atom.parts],
+                              ctx=gast.Load())
         if isinstance(atom, TreeRef):
             raise self.unsupported("returning a whole pytree argument is not supported", node,
                                    "return its leaves")
@@ -887,7 +1002,8 @@ class Normalizer:
     def expr_Name(self, node, target):
         if node.id in self.env:
             bound = self.env[node.id]
-            return bound if isinstance(bound, (TreeRef, Static, LocalDict)) else name(bound)
+            return bound if isinstance(bound, (TreeRef, Static, LocalDict, HeldTuple)) \
+                else name(bound)
         try:
             value = self.info.lookup(node.id)
         except KeyError:
@@ -971,6 +1087,14 @@ class Normalizer:
         base = self.expr(node.value)
         if isinstance(base, LocalDict):
             return self.dict_read(base, node)
+        if isinstance(base, HeldTuple):
+            key = self.expr(node.slice)
+            if not (isinstance(key, gast.Constant) and isinstance(key.value, int) and
+                    -len(base.parts) <= key.value < len(base.parts)):
+                raise self.unsupported(f"{unparse(node.value)} is a tuple of "
+                                       f"{len(base.parts)} entries: index it with a constant "
+                                       "in range", node)
+            return base.parts[key.value]
         if isinstance(base, (TreeRef, Static)):
             key = self.expr(node.slice)
             if isinstance(key, Static) and isinstance(key.value, (str, int)):
@@ -1066,6 +1190,11 @@ class Normalizer:
             # `x.ndim == 2`: decided where the code is generated (a static branch)
             return gast.Constant(value=all(_COMPARE[type(p.ops[0])](
                 p.left.value, p.comparators[0].value) for p in parts), kind=None)
+        identities = [_none_identity(p, self.types) for p in parts]
+        if all(v is not None for v in identities):
+            # `b is not None` of a parameter defaulting to None (`def dense(x, W, b=None)`):
+            # whether a value is None is its type, so the branch is picked here
+            return gast.Constant(value=all(identities), kind=None)
         value = parts[0] if len(parts) == 1 else gast.BoolOp(op=gast.And(), values=parts)
         types_ = [atom_type(a, self.types) for p in parts for a in (p.left, p.comparators[0])]
         typ = T.broadcast(*types_)
@@ -1475,6 +1604,16 @@ class Normalizer:
             raise self.unsupported(str(exc), node) from None
         return self.call_user(entry, node, target, atoms=atoms)
 
+    def argument(self, node):
+        """An argument of a call to a function of the user's: a dict display with string keys
+        (`loss({"w": w, "b": b}, x)`) is a LocalDict, passed as a dict pytree, as one bound
+        to a name first is."""
+        if _string_keyed(node) and node.keys:
+            held = self.namer.temp("passed")
+            self.local_dict(held, node)
+            return self.env[held]
+        return self.expr(node)
+
     def call_user(self, fn, node, target, atoms=None):
         try:
             sig = inspect.signature(fn)
@@ -1482,8 +1621,8 @@ class Normalizer:
             raise self.info.error(MissingRuleError, f"cannot read the signature of "
                                   f"{_callable_name(fn)}", node) from None
         if atoms is None:
-            atoms = [self.expr(a) for a in node.args]
-            kw = {k.arg: self.expr(k.value) for k in node.keywords}
+            atoms = [self.argument(a) for a in node.args]
+            kw = {k.arg: self.argument(k.value) for k in node.keywords}
         else:
             kw = {}
         try:
@@ -1821,6 +1960,9 @@ class Normalizer:
                         len(value_target.elts) == len(zipped)):
                     raise self.unsupported("enumerate(zip(...)) must be unpacked into (index, "
                                            "(one name per sequence))", stmt)
+                if self.zip_unrolled(stmt, zipped, value_target.elts, index_name):
+                    return
+                zipped = [self.runtime(q, a) for q, a in zip(zipped, it.args[0].args)]
                 n = self.zip_length(zipped)
                 self.range_loop(stmt, [n], index_name, list(zip(value_target.elts, zipped)))
                 return
@@ -1829,10 +1971,13 @@ class Normalizer:
             self.range_loop(stmt, [n], index_name, [(value_target, seq)])
             return
         if fn is zip:
-            seqs = [self.atom(a) for a in it.args]
+            seqs = [self.expr(a) for a in it.args]
             if not (isinstance(stmt.target, gast.Tuple) and len(stmt.target.elts) == len(seqs)):
                 raise self.unsupported("zip() must be unpacked into one name per sequence",
                                        stmt)
+            if self.zip_unrolled(stmt, seqs, stmt.target.elts):
+                return
+            seqs = [self.runtime(q, a) for q, a in zip(seqs, it.args)]
             n = self.zip_length(seqs)
             index = gast.Name(id=self.namer.temp("k"), ctx=gast.Store(), annotation=None,
                               type_comment=None)
@@ -1883,6 +2028,68 @@ class Normalizer:
         index = gast.Name(id=self.namer.temp("k"), ctx=gast.Store(), annotation=None,
                           type_comment=None)
         self.range_loop(stmt, [n], index, [(stmt.target, seq)], raw_index=True)
+
+    def zip_unrolled(self, stmt, seqs, targets, index_target=None):
+        """``for m, y in zip([a, b], ys)`` with a list or tuple of a pytree argument (or a
+        list the function closes over) among the sequences: unrolled, as a loop over the
+        argument's entries is (each entry its own leaves). Every sequence's length must then
+        be known here. False when no sequence is such a list."""
+        if not any(isinstance(q, TreeRef) and q.spec.kind in ("list", "tuple") or
+                   isinstance(q, Static) and isinstance(q.value, (list, tuple)) for q in seqs):
+            return False
+        if any(isinstance(n, (gast.Break, gast.Continue)) for n in gast.walk(stmt)):
+            raise self.unsupported("break/continue in a loop over a pytree's entries is "
+                                   "not supported", stmt, "use a flag")
+
+        def length(seq):
+            if isinstance(seq, TreeRef):
+                return len(seq.spec.children) if seq.spec.kind in ("list", "tuple") else None
+            if isinstance(seq, Static):
+                return len(seq.value) if isinstance(seq.value, (list, tuple)) else None
+            if isinstance(seq, (gast.Tuple, gast.List)):
+                return len(seq.elts)
+            typ = atom_type(seq, self.types)
+            return len(typ.elts) if typ.kind == "tuple" and typ.elts is not None else None
+        lengths = [length(q) for q in seqs]
+        if None in lengths:
+            raise self.unsupported("zip() of a pytree argument's entries with a sequence "
+                                   "whose length is not known where the code is generated",
+                                   stmt, "zip it with a list display, a tuple or another "
+                                   "pytree list, or index the entries in a range loop")
+
+        def entry(seq, k):
+            if isinstance(seq, TreeRef):
+                return self.tree_child(seq, seq.spec.children[k][0], stmt)
+            if isinstance(seq, Static):  # (a string stays a constant: a pytree key)
+                value = seq.value[k]
+                return Static(value) if isinstance(value, str) else self.static(value, stmt,
+                                                                                None)
+            if isinstance(seq, (gast.Tuple, gast.List)):
+                return seq.elts[k]
+            elt = atom_type(seq, self.types).elts[k]
+            kind = "tuple_get" if T.carries_derivative(elt) else "nondiff"
+            index = gast.Constant(value=k, kind=None)
+            return self.emit(gast.Subscript(value=seq, slice=index, ctx=gast.Load()), elt,
+                             Prim(kind, args=[seq], rule=index), None, "item")
+        for k in range(min(lengths)):
+            if index_target is not None:
+                self.bind_value(index_target, gast.Constant(value=k, kind=None))
+            for target, seq in zip(targets, seqs):
+                value = entry(seq, k)
+                if isinstance(target, gast.Tuple) and not isinstance(value, TreeRef):
+                    self.unpack(target, value, stmt)
+                elif isinstance(target, gast.Tuple):
+                    if len(value.spec.children) != len(target.elts):
+                        raise self.unsupported("an entry does not unpack into "
+                                               f"{len(target.elts)} names", stmt)
+                    for j, e in enumerate(target.elts):
+                        self.bind_value(e, self.tree_child(value, value.spec.children[j][0],
+                                                           stmt))
+                else:
+                    self.bind_value(target, value)
+            for inner in stmt.body:
+                self.visit_stmt(inner)
+        return True
 
     def fixed_sequence_loop(self, stmt, seq):
         """``for a, b in [(x, y), (u, v)]`` or over a tuple bound to a name: a sequence of a
@@ -1955,7 +2162,7 @@ class Normalizer:
         callee = self.expr(node.func)
         if not (isinstance(callee, Static) and callee.value is zip) or node.keywords:
             return None
-        return [self.atom(a) for a in node.args]
+        return [self.expr(a) for a in node.args]  # (runtime() of them when not unrolled)
 
     def zip_length(self, seqs):
         """How many steps ``zip(*seqs)`` takes: the shortest sequence's length, as in Python."""
@@ -2298,6 +2505,23 @@ _HINTS = {
 
 _COMPARE = {gast.Eq: operator.eq, gast.NotEq: operator.ne, gast.Lt: operator.lt,
             gast.LtE: operator.le, gast.Gt: operator.gt, gast.GtE: operator.ge}
+
+
+_NEVER_NONE = ("float", "int", "bool", "array", "tuple", "str", "list")
+
+
+def _none_identity(part, types):
+    """The value of `part` (one comparison) when it is `a is b` / `a is not b` with one side
+    None and the other's type saying whether it is None (None, a number, an array...); None
+    when that is not known where the code is generated."""
+    op = type(part.ops[0])
+    if op not in (gast.Is, gast.IsNot):
+        return None
+    kinds = [atom_type(a, types).kind for a in (part.left, part.comparators[0])]
+    if "none" not in kinds or any(k != "none" and k not in _NEVER_NONE for k in kinds):
+        return None
+    same = kinds[0] == kinds[1]
+    return same if op is gast.Is else not same
 
 
 def _plain_constant(atom):

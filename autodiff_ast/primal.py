@@ -33,13 +33,14 @@ from .templates import to_expr
 from .tidy import tidy_block
 
 
-def build_primal(fn, specs, entry_name=None):
+def build_primal(fn, specs, entry_name=None, flat_dicts=False):
     """The module holding `fn` itself (and the helpers it calls) for this abstract signature.
 
     The entry function takes the flat leaves of the arguments (static ones folded in) and
-    returns what `fn` returns.
+    returns what `fn` returns (with flat_dicts=True, a dict display it returns as the tuple of
+    its values: vmap's per-example loop).
     """
-    info, program, core = prepare(fn, specs)
+    info, program, core = prepare(fn, specs, flat_dicts=flat_dicts)
     body = tidy_block(core.body, keep=set(_returned_names(core)), temps=core.namer)
     returns = core.returns
     last = body[-1] if body else None

@@ -690,7 +690,10 @@ def make_split(sweep, program, bwd_name=None, recompute=False):
     returned = set(_returned_names(core))
     residuals = [n for n in _ordered_defs(forward) if n in needed and (
         n not in core.params or n in rebound) and n not in returned]
-    residuals += [n for n in _returned_names(core) if n in needed and n not in core.params]
+    # (a parameter the function rebinds and returns, `u = new` in a loop then `return s, u`,
+    # is a residual too: its final value is not the one the caller passed)
+    residuals += [n for n in _returned_names(core) if n in needed and (
+        n not in core.params or n in rebound)]
     # A residual set only in a branch not taken, or in a loop that did not run, is still
     # returned: give it a value of its type first (the backward function never reads it then).
     from .tidy import stmt_defs
@@ -3339,10 +3342,10 @@ def _reverse_rule(stmt, adj, active, core):
         raise _missing(stmt, core, rule, "for these argument ranks or options")
     if rule.name in _ELEMENTWISE_OK and _lazy_undercounts(adj, call, target[0], result, active):
         result = rule.vjp(call, adj.materialized(target[0]))
+    result, renames = _lets_apart(rule, call, g, result, core)
     lets = result.pop("__let__", [])
     _merge_twin_contributions(result, call)
     adj.helpers |= _helpers_called([e for _, e in lets] + [c[0] for c in result.values()])
-    renames = {}
     for local, expr in lets:  # (a let may read the lets before it)
         if renames:
             expr = fill(unparse(expr), **renames)
@@ -3358,12 +3361,50 @@ def _reverse_rule(stmt, adj, active, core):
             continue
         expr, ctype = contribution
         if expr == "scatter":
-            index = ctype
+            index = fill(unparse(ctype), **renames) if renames else ctype
             adj.scatter(atom.id, index, g, _advanced(index, core.types))
             continue
         if renames:
             expr = fill(unparse(expr), **{k: v for k, v in renames.items()})
         adj.add(atom.id, expr, ctype)
+
+
+def _lets_apart(rule, call, g, result, core):
+    """(result, renames): a rule's temporaries (``__let__``) kept apart from the names its
+    call reads. A rule names a temporary after what it holds, so in a gradient differentiated
+    again the call may read a name the first sweep's temporary got (np.convolve's `convolve_g`
+    is then convolve's argument): renaming the temporary would rename that argument too,
+    silently. The rule is then asked again with those names read under aliases, which
+    `renames` (given to every expression after the lets are bound) turns back."""
+    lets = result.get("__let__")
+    if not lets:
+        return result, {}
+
+    def names(value):  # (g is a list, None where a tuple output has no cotangent)
+        if isinstance(value, (list, tuple)):
+            return {n for v in value for n in names(v)}
+        if isinstance(value, str):
+            return {value} if value.isidentifier() else set()
+        if isinstance(value, gast.AST):
+            return {n.id for n in gast.walk(value) if isinstance(n, gast.Name)}
+        return set()
+    read = names(list(call.args.values()) + [g, call.out])
+    clash = {local for local, _ in lets} & read
+    if not clash:
+        return result, {}
+    from .rules.batching import replace_names
+    aliases = {n: core.namer.temp(f"{n}_read") for n in sorted(clash)}
+    subs = {n: name(a) for n, a in aliases.items()}
+
+    def aliased(value):
+        if isinstance(value, list):
+            return [aliased(v) for v in value]
+        if isinstance(value, str):
+            return aliases.get(value, value)
+        return replace_names(value, subs) if isinstance(value, gast.AST) else value
+    apart = PrimCall(rule, {p: aliased(e) for p, e in call.args.items()}, call.types,
+                     aliased(call.out), call.out_type, call.keywords)
+    return rule.vjp(apart, aliased(g)), {a: name(n) for n, a in aliases.items()}
 
 
 def _merge_twin_contributions(result, call):

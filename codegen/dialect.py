@@ -690,8 +690,9 @@ class _Lower(gast.NodeTransformer):
         order = _const(args.get("ord", gast.Constant(value=None, kind=None)))
         if order == "fro" and "axis" not in args and "keepdims" not in args:
             return _call("np.linalg.norm", [args["x"]])
-        if "axis" not in args or not isinstance(args["x"], gast.Name):
-            return None
+        if not isinstance(args["x"], gast.Name) or "axis" not in args and not (
+                "keepdims" in args and order in (None, "fro")):
+            return None  # (keepdims without an axis: the 2-norm of every entry, kept)
         x = args["x"].id
         keywords = _axis_keywords(args)
         if order is None or order == 2:
@@ -703,6 +704,16 @@ class _Lower(gast.NodeTransformer):
         if func is None:
             return None
         return self.reduction(_call(func, [_expr(f"np.abs({x})")], keywords), func)
+
+    def call_np_trapezoid(self, node):
+        # Numba's trapezoid integrates along the last axis only: another axis is moved there
+        # first (np.moveaxis keeps the other axes in order, as NumPy's result has them).
+        args = _bind(node, ("y", "x", "dx", "axis"))
+        if args is None or "axis" not in args or _const(args["axis"]) == -1:
+            return None
+        y = _call("np.moveaxis", [args["y"], args["axis"], _num(-1)])
+        rest = [gast.keyword(arg=k, value=args[k]) for k in ("x", "dx") if k in args]
+        return _call("np.trapezoid", [y], rest)
 
     def call_np_clip(self, node):
         # Numba's clip refuses scalars; clip(x, lo, hi) is maximum then minimum in NumPy too.

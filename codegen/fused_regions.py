@@ -547,9 +547,10 @@ def _apart_from_run(stmt, run):
     values the run does not make (`sum__bar = 1.0 / X.shape[0]`, a penalty's gradient `w_bar
     = 2.0 * lam * w`): it may then run before the run, which a run with row products takes
     it out of the way for (its own statements write nothing in place)."""
-    target, value = _assigned_name(stmt), stmt.value
-    if target is None:
+    target = _assigned_name(stmt)
+    if target is None:  # (an `if`, a loop, a write: none moves)
         return False
+    value = stmt.value
     length = isinstance(value, gast.Call) and dotted_name(value.func) == "len" and \
         len(value.args) == 1 and isinstance(value.args[0], gast.Name) and not value.keywords
     if not (length or _elementwise(value) or _sum_operands(value) is not None) or \

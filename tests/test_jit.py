@@ -104,6 +104,7 @@ REDUCTIONS = [
     ("x[[0, 1, 1]]", "np.array([0, 1, 1])"),
     ("np.linalg.norm(x, axis=1)", "np.sqrt"),
     ("np.linalg.norm(x, axis=(0, 2), keepdims=True)", "keep_axis"),
+    ("np.linalg.norm(x, keepdims=True)", "keep_all"),
     ("np.outer(x[0, 0], x[1, :, 1])", "outer_product"),
     ("np.outer(x[0], x[1, 0])", "outer_product"),
 ]

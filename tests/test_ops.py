@@ -398,6 +398,11 @@ STRUCTURAL = [
     ("norm-1-axis0", lambda x: np.linalg.norm(x, ord=1, axis=0), [(3, 2)], "nonzero"),
     ("norm-inf-axis1", lambda x: np.linalg.norm(x, np.inf, axis=1), [(2, 3)], "real"),
     ("norm-minus-inf-axis-neg", lambda x: np.linalg.norm(x, -np.inf, -1), [(2, 3)], "nonzero"),
+    ("norm-axis1-keepdims", lambda x: np.linalg.norm(x, axis=1, keepdims=True), [(2, 3)],
+     "real"),
+    ("norm-keepdims", lambda x: np.linalg.norm(x, keepdims=True), [(2, 3)], "real"),
+    ("norm-1-axis0-keepdims", lambda x: np.linalg.norm(x, ord=1, axis=0, keepdims=True),
+     [(3, 2)], "nonzero"),
     ("solve-vector", lambda a, b: np.linalg.solve(a + 3.0 * np.eye(3), b), [(3, 3), (3,)],
      "small"),
     ("solve-matrix", lambda a, b: np.linalg.solve(a + 3.0 * np.eye(3), b), [(3, 3), (3, 2)],
@@ -421,6 +426,13 @@ STRUCTURAL = [
     ("corrcoef-rowvar", lambda x: np.corrcoef(x, rowvar=False), [(5, 3)], "real"),
     ("interp", lambda x, fp: np.interp(x, KNOTS, fp), [(2, 3), (4,)], "real"),
     ("interp-scalar", lambda x, fp: np.interp(x, KNOTS, fp), [(), (4,)], "real"),
+    ("trapezoid", lambda y, x: np.trapezoid(y, x), [(5,), (5,)], "real"),
+    ("trapezoid-dx", lambda y: np.trapezoid(y, dx=0.3), [(2, 5)], "real"),
+    ("trapezoid-dx-arg", lambda y, d: np.trapezoid(y, dx=d), [(4,), ()], "real"),
+    ("trapezoid-axis0", lambda y, x: np.trapezoid(y, x, axis=0), [(4, 3), (4,)], "real"),
+    ("convolve", lambda a, v: np.convolve(a, v), [(5,), (3,)], "real"),
+    ("convolve-valid", lambda a, v: np.convolve(a, v, mode="valid"), [(5,), (3,)], "real"),
+    ("convolve-same", lambda a, v: np.convolve(a, v, "same"), [(3,), (5,)], "real"),
     # shape functions
     ("reshape", lambda x: np.reshape(x, (3, 2)), [(2, 3)], "real"),
     ("reshape-flat", lambda x: np.reshape(x, -1), [(2, 3)], "real"),
@@ -737,7 +749,9 @@ NEEDS_RANK = {"inner", "hstack", "hstack-2d", "vstack", "vstack-2d", "tile", "ti
               "kron-2d", "kron-vector-matrix", "kron-matrix-vector", "kron-same",
               "diagonal", "diagonal-tall", "diagonal-stack", "diagonal-last-axes", "hsplit",
               "hsplit-vector", "eigvalsh", "eigh-vectors", "eigh-both", "cov", "cov-rowvar-bias",
-              "cov-vector-ddof", "corrcoef", "corrcoef-rowvar"}
+              "cov-vector-ddof", "corrcoef", "corrcoef-rowvar", "trapezoid", "trapezoid-dx",
+              "trapezoid-dx-arg", "trapezoid-axis0", "convolve", "convolve-valid",
+              "convolve-same"}
 
 
 def _all_cases():

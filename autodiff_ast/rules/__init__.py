@@ -54,7 +54,7 @@ class Rule:
 # exponent of `x ** n`.)
 OPTIONS = frozenset({"axis", "axes", "axis1", "axis2", "source", "destination", "keepdims",
                      "k", "ord", "ddof", "n", "reps", "returned", "subscripts", "offset",
-                     "indices_or_sections", "rowvar", "bias"})
+                     "indices_or_sections", "rowvar", "bias", "mode"})
 
 
 def runtime_option_message(rule, param):

@@ -856,7 +856,8 @@ def _norm(bc):
     axis = bc.axis()
     if axis is None and rank > 1:  # the Frobenius norm of the whole example
         axes = tuple(range(rank))
-        return fill("np.sqrt(np.sum(x * x, axis=a))", x=bc.arg("x"), a=_shift(axes))
+        keep = ", keepdims=True" if bc.call.const("keepdims", False) else ""
+        return fill(f"np.sqrt(np.sum(x * x, axis=a{keep}))", x=bc.arg("x"), a=_shift(axes))
     return bc.emit(keywords=("axis",), axis=to_expr(_shift(0 if axis is None else axis)))
 
 
@@ -930,6 +931,23 @@ def _along_points(*tables):
             raise NoBatchingRule(f"batched {'/'.join(tables)}: run per example")
         return bc.value
     return rule
+
+
+def _trapezoid(bc):
+    """np.trapezoid of batched y along its axis shifted by one; x a vector (or dx) shared by
+    the examples. Batched x or dx run per example."""
+    if bc.is_batched("x") or bc.is_batched("dx"):
+        raise NoBatchingRule("np.trapezoid with batched x or dx: run per example")
+    rank = _rank_or_fail(bc, "y")
+    axis = bc.call.const("axis", -1)
+    if not isinstance(axis, int):
+        raise NoBatchingRule("np.trapezoid's axis is not a constant")
+    return bc.emit(keywords=("axis",), axis=to_expr(axis % rank + 1))
+
+
+def _convolve(bc):
+    """np.convolve takes vectors only: each example runs its own."""
+    raise NoBatchingRule("np.convolve of batched vectors: one convolve per example")
 
 
 def _bincount(bc):
@@ -1107,6 +1125,8 @@ _register(("corrcoef",), _corrcoef)
 _register(("interp",), _along_points("xp", "fp"))
 _register(("searchsorted",), _along_points("a", "sorter"))
 _register(("bincount",), _bincount)
+_register(("trapezoid",), _trapezoid)
+_register(("convolve",), _convolve)
 _register(("getitem",), getitem)
 
 

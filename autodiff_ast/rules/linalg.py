@@ -445,12 +445,23 @@ register(Rule("diagonal", "np.diagonal", ("x", "offset", "axis1", "axis2"),
 
 # ---------------------------------------------------------------- np.linalg
 def _infer_norm(call):
+    from .structural import _dims_without
     x = call.types["x"]
-    if call.const("axis") is None:
+    keep = bool(call.const("keepdims", False))
+    if call.const("axis") is None and not keep:
         return T.FLOAT
-    if x.dims is None:
+    if x.kind != "array" or x.dims is None:
         return T.AType("array", x.dtype, None)
-    return T.array(tuple(d for i, d in enumerate(x.dims) if i != call.axis()), x.dtype)
+    return T.array(_dims_without(x.dims, call.axis(), keep), x.dtype)
+
+
+def _kept(call, value):
+    """`value` (the norm, or its cotangent) with the reduced axes as size one, broadcasting
+    against x: as it is with keepdims=True, put back along the axis without."""
+    from .structural import _unreduced
+    if call.axis() is None or call.const("keepdims", False):
+        return value
+    return _unreduced(call, value)
 
 
 def norm_kind(call):
@@ -458,7 +469,7 @@ def norm_kind(call):
     "max" or "min" (ord=1, inf, -inf of vectors, or along one axis), or None: no template
     (other orders, matrix norms other than the Frobenius one, a pair of axes)."""
     order, rank, axis = call.const("ord"), call.ndim("x"), call.axis()
-    if isinstance(axis, tuple) or "keepdims" in call.keywords:
+    if isinstance(axis, tuple):
         return None
     if order is None or (order == "fro" and rank == 2 and axis is None):
         return "two"
@@ -477,7 +488,7 @@ def _norm_slope(call):
     """d norm / dx, shaped like x (the reduced norm put back along its axis)."""
     from .structural import _unreduced
     x, kind, axis = call.args["x"], norm_kind(call), call.axis()
-    y = call.out if axis is None else _unreduced(call, call.out)
+    y = _kept(call, call.out)
     if kind == "two":
         return fill("x / y", x=x, y=y)
     if kind == "one":
@@ -489,26 +500,21 @@ def _norm_slope(call):
 
 
 def _norm_vjp(call, g):
-    from .structural import _unreduced
     if norm_kind(call) is None:
         return None
-    axis = call.axis()
-    ge = g if axis is None else _unreduced(call, g)
-    return {"x": (fill("g * s", g=ge, s=_norm_slope(call)), call.types["x"])}
+    return {"x": (fill("g * s", g=_kept(call, g), s=_norm_slope(call)), call.types["x"])}
 
 
 def _norm_jvp(call, dots):
+    from .structural import reduce_sum
     if norm_kind(call) is None:
         return None  # no template (as in reverse mode)
-    axis = call.axis()
-    product = fill("d * s", d=dots["x"], s=_norm_slope(call))
-    if axis is None:
-        return fill("np.sum(p)", p=product)
-    return fill("np.sum(p, axis=a)", p=product, a=axis)
+    return reduce_sum(call, fill("d * s", d=dots["x"], s=_norm_slope(call)))
 
 
-register(Rule("norm", "np.linalg.norm", ("x", "ord", "axis"), {"ord": None, "axis": None},
-              ("x",), _infer_norm, _norm_vjp, _norm_jvp), np.linalg.norm)
+register(Rule("norm", "np.linalg.norm", ("x", "ord", "axis", "keepdims"),
+              {"ord": None, "axis": None, "keepdims": False}, ("x",), _infer_norm, _norm_vjp,
+              _norm_jvp), np.linalg.norm)
 
 
 def _solve_vjp(call, g):

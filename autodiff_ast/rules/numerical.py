@@ -301,3 +301,156 @@ register(Rule("bincount", "np.bincount", ("x", "weights", "minlength"), {"minlen
               lambda call: T.array((T.N,), "float64" if _given(call, "weights") else "int64"),
               _bincount_vjp, lambda call, dots: _relinear(call, dots, "weights"), linear=True),
          np.bincount)
+
+
+# ---------------------------------------------------------------- trapezoid
+# trapezoid(y, x, dx, axis) = sum over the intervals i along the axis of d_i s_i, with d_i the
+# interval's width (np.diff(x), or dx) and s_i = (y_i + y_(i+1)) / 2. So d/dy_j is the mean
+# of the widths on either side of point j (a half width at the ends), d/dx_j = s_(j-1) - s_j
+# (s_(-1) = s_n = 0) and d/d dx = sum of s. Templates: y of known rank, x a vector (or None).
+def _trapezoid_axis(call):
+    """(rank of y, the axis made non-negative), or None when there is no template: y of
+    unknown rank, or x not a vector while y is not one."""
+    rank = call.ndim("y")
+    if not rank:
+        return None
+    axis = call.const("axis", -1)
+    if not isinstance(axis, int):
+        return None
+    if _given(call, "x") and call.ndim("x") != 1:
+        return None
+    return rank, axis % rank
+
+
+def _along(value, rank, axis, part):
+    """`value` sliced along `axis` (``1:``, ``:-1``), every other axis whole."""
+    index = ", ".join([":"] * axis + [part])
+    return fill(f"v[{index}]", v=value)
+
+
+def _interval_means(call, rank, axis):
+    """s: the mean of y at the two ends of each interval, along the axis."""
+    y = call.args["y"]
+    return fill("0.5 * (a + b)", a=_along(y, rank, axis, "1:"), b=_along(y, rank, axis, ":-1"))
+
+
+def _widths(call, rank, axis):
+    """d: the intervals' widths, a vector of one entry fewer than the points along the axis."""
+    if _given(call, "x"):
+        return fill("np.diff(x)", x=call.args["x"])
+    dx = call.args.get("dx", fill("1.0"))
+    return fill("dx * np.ones(y.shape[a] - 1)", dx=dx, y=call.args["y"], a=axis)
+
+
+def _along_axis(vector, rank, axis):
+    """A vector laid along `axis` of an array of `rank` (size-one axes after it)."""
+    if axis == rank - 1:
+        return vector
+    ones = ", ".join(["1"] * (rank - 1 - axis))
+    return fill(f"np.reshape(v, (-1, {ones}))", v=vector)
+
+
+def _trapezoid_vjp(call, g):
+    handled = _trapezoid_axis(call)
+    if handled is None:
+        return None
+    rank, axis = handled
+    ge = g if rank == 1 else fill("np.expand_dims(g, a)", g=g, a=axis)
+    d = _widths(call, rank, axis)
+    weights = fill("0.5 * (np.concatenate((d, np.zeros(1))) + np.concatenate((np.zeros(1), d)))",
+                   d=d)
+    out = {"y": (fill("ge * w", ge=ge, w=_along_axis(weights, rank, axis)), call.types["y"])}
+    s = _interval_means(call, rank, axis)
+    if _given(call, "x"):
+        others = tuple(k for k in range(rank) if k != axis)
+        c = fill("g * s", g=g, s=s) if rank == 1 else \
+            fill("np.sum(ge * s, axis=o)", ge=ge, s=s, o=others)
+        out["x"] = (fill("np.concatenate((np.zeros(1), c)) - np.concatenate((c, np.zeros(1)))",
+                         c=c), call.types["x"])
+    elif "dx" in call.args:
+        out["dx"] = (fill("np.sum(ge * s)", ge=ge, s=s), T.FLOAT)
+    return out
+
+
+def _trapezoid_jvp(call, dots):
+    handled = _trapezoid_axis(call)
+    if handled is None:
+        return None
+    rank, axis = handled
+    terms = []
+    if "y" in dots:  # linear in y
+        terms.append(_relinear(call, dots, "y"))
+    s = _interval_means(call, rank, axis)
+    if "x" in dots:
+        widths = _along_axis(fill("np.diff(d)", d=dots["x"]), rank, axis)
+        terms.append(fill("np.sum(w * s, axis=a)", w=widths, s=s, a=axis))
+    if "dx" in dots:
+        terms.append(fill("d * np.sum(s, axis=a)", d=dots["dx"], s=s, a=axis))
+    out = terms[0]
+    for term in terms[1:]:
+        out = fill("a + b", a=out, b=term)
+    return out
+
+
+def _infer_trapezoid(call):
+    y = call.types["y"]
+    axis = call.const("axis", -1)
+    if y.kind != "array" or y.dims is None or not isinstance(axis, int):
+        return T.AType("array", "float64", None) if y.ndim != 1 else T.FLOAT
+    axis %= len(y.dims)
+    return T.array(tuple(d for k, d in enumerate(y.dims) if k != axis), "float64")
+
+
+register(Rule("trapezoid", "np.trapezoid", ("y", "x", "dx", "axis"), {"axis": -1},
+              ("y", "x", "dx"), _infer_trapezoid, _trapezoid_vjp, _trapezoid_jvp),
+         *([np.trapezoid] if hasattr(np, "trapezoid") else []),
+         *([np.trapz] if hasattr(np, "trapz") else []))
+
+
+# ---------------------------------------------------------------- convolve
+# convolve(a, v, mode) of two vectors (n and m entries) is the full convolution c_k = sum of
+# a_i v_(k-i), of n + m - 1 entries, or the part of it mode keeps: 'same' max(n, m) entries
+# from (min(n, m) - 1) // 2, 'valid' max(n, m) - min(n, m) + 1 entries from min(n, m) - 1.
+# With g put back in its place in the full length (zeros around it), a's cotangent is the
+# correlation of g with v: convolve(g_full, v[::-1], 'valid') (n entries), and v's is
+# convolve(g_full, a[::-1], 'valid') (m entries). Linear in each argument.
+def _convolve_handled(call):
+    """Two vectors, and a mode written in the code."""
+    mode = call.const("mode", "full")
+    return call.ndim("a") == 1 and call.ndim("v") == 1 and mode in ("full", "same", "valid")
+
+
+def _full_cotangent(call, g):
+    """g with zeros where the mode cut the full convolution."""
+    mode = call.const("mode", "full")
+    if mode == "full":
+        return g
+    k = fill("min(a.shape[0], v.shape[0])", a=call.args["a"], v=call.args["v"])
+    if mode == "valid":
+        before, after = fill("k - 1", k=k), fill("k - 1", k=k)
+    else:  # same: (k - 1) // 2 before, the rest of the k - 1 after
+        before = fill("(k - 1) // 2", k=k)
+        after = fill("k - 1 - (k - 1) // 2", k=k)
+    return fill("np.concatenate((np.zeros(b), g, np.zeros(e)))", b=before, g=g, e=after)
+
+
+def _convolve_vjp(call, g):
+    if not _convolve_handled(call):
+        return None
+    full = "convolve_g"
+    a, v = call.args["a"], call.args["v"]
+    return {"__let__": [(full, _full_cotangent(call, g))],
+            "a": (fill("np.convolve(f, v[::-1], 'valid')", f=full, v=v), call.types["a"]),
+            "v": (fill("np.convolve(f, a[::-1], 'valid')", f=full, a=a), call.types["v"])}
+
+
+def _convolve_jvp(call, dots):
+    if not _convolve_handled(call):
+        return None
+    terms = [_relinear(call, dots, p) for p in ("a", "v") if p in dots]
+    return terms[0] if len(terms) == 1 else fill("s + t", s=terms[0], t=terms[1])
+
+
+register(Rule("convolve", "np.convolve", ("a", "v", "mode"), {"mode": "full"}, ("a", "v"),
+              lambda call: T.array((T.N,), "float64"), _convolve_vjp, _convolve_jvp),
+         np.convolve)
