@@ -886,19 +886,10 @@ def without_prints(stmts):
     """`stmts` without their prints, at any depth: forward code the backward sweep runs again
     (a checkpointed loop's segment, a helper recomputed for its adjoint) must not print what the
     forward sweep printed already."""
-    out = []
-    for stmt in stmts:
-        if isinstance(stmt, gast.Expr) and isinstance(stmt.value, gast.Call) and \
-                isinstance(stmt.value.func, gast.Name) and stmt.value.func.id == "print":
-            continue
-        for part in ("body", "orelse"):
-            inner = getattr(stmt, part, None)
-            if isinstance(inner, list) and inner and isinstance(stmt, (gast.If, gast.For,
-                                                                       gast.While)):
-                setattr(stmt, part, without_prints(inner) or (
-                    [gast.Pass()] if part == "body" else []))
-        out.append(stmt)
-    return out
+    from .unread_arrays import drop_statements
+    return drop_statements(stmts, lambda stmt: isinstance(stmt, gast.Expr) and isinstance(
+        stmt.value, gast.Call) and isinstance(stmt.value.func, gast.Name) and
+        stmt.value.func.id == "print")
 
 
 def _seed_output(adj, atom, seed, varied, core):

@@ -52,6 +52,8 @@ from __future__ import annotations
 
 import gast
 
+from .tidy import _names
+
 _ALLOCATING = {"zeros", "empty", "ones", "full", "zeros_like", "empty_like", "ones_like",
                "full_like", "copy", "array", "arange", "linspace", "eye", "identity"}
 _SHAPE_OF = {"zeros_like", "empty_like", "ones_like", "full_like"}
@@ -160,25 +162,24 @@ class _Survey:
                 self.rebound.add(inner.id)
 
 
-def _drop(stmts, doomed):
-    """`stmts` without the statements in `doomed` (a set of ids), at any depth; an emptied
-    body keeps a ``pass``."""
+def drop_statements(stmts, unwanted):
+    """`stmts` without the statements `unwanted(stmt)` picks, at any depth of loops and
+    branches; an emptied body keeps a ``pass``. Bodies are changed in place."""
     out = []
     for stmt in stmts:
-        if id(stmt) in doomed:
+        if unwanted(stmt):
             continue
         for field in ("body", "orelse"):
             inner = getattr(stmt, field, None)
             if isinstance(inner, list) and inner and isinstance(stmt, _CONTROL):
-                kept = _drop(inner, doomed)
+                kept = drop_statements(inner, unwanted)
                 setattr(stmt, field, kept or ([gast.Pass()] if field == "body" else []))
         out.append(stmt)
     return out
 
 
 def _loads(node):
-    return {n.id for n in gast.walk(node) if isinstance(n, gast.Name) and
-            isinstance(n.ctx, gast.Load)}
+    return set(_names(node, gast.Load))
 
 
 def _only_writes(stmt, arrays):
@@ -231,4 +232,4 @@ def drop_unread_arrays(stmts, keep=()):
         later |= _loads(stmt)
     if not doomed:
         return stmts, []
-    return _drop(stmts, doomed), unread
+    return drop_statements(stmts, lambda stmt: id(stmt) in doomed), unread

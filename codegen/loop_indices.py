@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import gast
 
+from autodiff_ast.templates import assign, fill, name
+
 INDEX_HELPERS = {"index_at_least": '''\
 def index_at_least(j, lo):
     """`j`, an index its loop never takes below `lo` (plain Python: j itself)."""
@@ -115,15 +117,7 @@ def assume_loop_starts(fn):
                 first.value.func.id == "index_at_least":
             continue
         index = node.target.id
-        line = gast.Assign(
-            targets=[gast.Name(id=index, ctx=gast.Store(), annotation=None, type_comment=None)],
-            value=gast.Call(func=gast.Name(id="index_at_least", ctx=gast.Load(), annotation=None,
-                                           type_comment=None),
-                            args=[gast.Name(id=index, ctx=gast.Load(), annotation=None,
-                                            type_comment=None),
-                                  gast.Constant(value=lo, kind=None)],
-                            keywords=[]),
-            type_comment=None)
+        line = assign(index, fill("index_at_least(j, lo)", j=name(index), lo=lo))
         node.body.insert(0, line)
         changed = True
     return changed
