@@ -57,6 +57,7 @@ from .common_calls import reuse_math_calls
 from .dict_outputs import flatten_returned_dicts, rebuilding_expression
 from .emit import comment, fresh_name, is_marker, render_function, text_of, to_ast
 from .expression_sizes import SIZE_HELPERS, SIZE_UNCOMPILED, sizes_from_shapes
+from .fast_exp import fast_exp_in_source, use_fast_exp
 from .fused_regions import (
     FUSED_HELPERS,
     FUSED_UNCOMPILED,
@@ -483,12 +484,22 @@ class _Lower(gast.NodeTransformer):
         for a in order:
             a_node = a if isinstance(a, gast.AST) else _num(a)
             if _ONE_AXIS[func] is None and self.module.numba_overloads:
-                value = _call(self.helper("sum_axis"), [value, a_node])
+                value = self.sum_along(value, a_node)
             elif _ONE_AXIS[func] is None:
                 value = _call("np.sum", [value], [gast.keyword(arg="axis", value=a_node)])
             else:
                 value = _call(self.helper(_ONE_AXIS[func]), [value, a_node])
         return value
+
+    def sum_along(self, x, axis):
+        """np.sum(x, axis=axis) under Numba: `-e` summed as `-(sum of e)` (a negation of
+        the smaller result, not of every element), `a * b` by sum_axis_of_products (no
+        temporary product), anything else by sum_axis."""
+        if isinstance(x, gast.UnaryOp) and isinstance(x.op, gast.USub):
+            return gast.UnaryOp(op=gast.USub(), operand=self.sum_along(x.operand, axis))
+        if isinstance(x, gast.BinOp) and isinstance(x.op, gast.Mult):
+            return _call(self.helper("sum_axis_of_products"), [x.left, x.right, axis])
+        return _call(self.helper("sum_axis"), [x, axis])
 
     def variance(self, x, axis, ddof):
         if axis is None:
@@ -1518,7 +1529,8 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
     a target asks for it when Numba refused the module written without it.
     numba_overloads=True also uses the helpers whose Numba form is a
     ``numba.extending.overload`` (the module must import numba): ``np.tanh(x)`` as
-    ``tanh_fast(x)``, ``np.sum(a * b)`` as ``sum_of_products(a, b)``,
+    ``tanh_fast(x)``, ``np.exp(x)`` as ``exp_fast(x)`` (codegen/fast_exp.py),
+    ``np.sum(a * b)`` as ``sum_of_products(a, b)``,
     ``np.sum(x, axis=k)`` as ``sum_axis(x, k)`` and, in a module with loops, ``np.dot`` and
     ``@`` as ``small_dot(a, b)``, compiled into loops for float arrays (a target that
     compiles with Numba asks for it). It also inlines calls made in loops
@@ -1591,6 +1603,13 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
             if assume_loop_starts(fn):  # range(2, n), range(n - 1, -1, -1): vectorized
                 module.generated.update(INDEX_HELPERS)
                 module.uncompiled |= INDEX_UNCOMPILED
+    if numba_overloads:  # np.exp, math.exp: no libm call, loops vectorize (fast_exp.py)
+        rewritten = [use_fast_exp(fn) for fn in functions]
+        for name, text in sorted(module.generated.items()):
+            module.generated[name], changed = fast_exp_in_source(text)
+            rewritten.append(changed)
+        if any(rewritten):
+            module.need("exp_fast")
     helper_defs = []
     sources = {name: DIALECT_HELPERS[name] for name in module.needed if name in DIALECT_HELPERS}
     overloaded = set()

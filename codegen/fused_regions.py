@@ -131,7 +131,7 @@ ELEMENTWISE_CALLS = frozenset({
     "np.exp", "np.log", "np.log1p", "np.expm1", "np.sqrt", "np.sin", "np.cos", "np.tan",
     "np.tanh", "np.sinh", "np.cosh", "np.arctan", "np.abs", "np.absolute", "np.square",
     "np.negative", "np.maximum", "np.minimum", "np.logaddexp", "np.exp2", "np.log2",
-    "np.log10", "tanh_fast"})
+    "np.log10", "tanh_fast", "exp_fast"})
 
 #: Sums a fused loop keeps as running totals: the name of the call and its operand count.
 SUMS = {"np.sum": 1, "reassociated_sum": 1, "sum_of_products": 2, "np.mean": 1}

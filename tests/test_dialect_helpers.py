@@ -775,10 +775,12 @@ def test_every_dialect_helper_is_covered():
               "sum_of_products", "sum_axis", "small_dot", "add_outer_at", "subtract_at",
               "batched_outer", "zeros_like_reusing", "whole_max", "whole_min", "take_axis",
               "repeat_axis", "message_text", "message_format", "diagonal_of",
-              "polyval_horner", "number_if_vector"}
+              "polyval_horner", "number_if_vector", "exp_fast",
+              "sum_axis_of_products"}
     # (zeros_like_reusing: tests/test_hoisting.py; message_text: tests/test_raise.py;
     # message_format: tests/test_message_format.py;
-    # diagonal_of: tests/test_ops.py's diagonal-stack row, compiled)
+    # diagonal_of: tests/test_ops.py's diagonal-stack row, compiled; exp_fast:
+    # tests/test_fast_exp.py)
     assert set(DIALECT_HELPERS) == tested
 
 
@@ -1001,6 +1003,55 @@ def test_sum_axis_is_np_sum_along_one_axis():
     same(compiled(v, 0), np.sum(v, axis=0), rtol=1e-13)
     with pytest.raises(ValueError):
         compiled(grid, 2)
+
+
+@pytest.mark.numba
+def test_sum_axis_of_products_is_np_sum_of_the_product():
+    """One loop nest for two C-contiguous float64 arrays of one shape (2-D, 3-D, every axis,
+    negative axes, empty axes); broadcasting operands, strided views, numbers, float32 and
+    other ranks take sum_axis(a * b) (the same values)."""
+    ns = _helper_namespace("sum_axis_of_products")
+    plain = ns["sum_axis_of_products"]
+    import numba
+    compiled = numba.njit(lambda a, b, axis: plain(a, b, axis))
+    rng = np.random.default_rng(21)
+    for shape in ((7, 9), (3, 4, 5), (1, 1), (0, 4), (2, 0, 3)):
+        a, b = rng.standard_normal(shape), rng.standard_normal(shape)
+        for axis in range(-len(shape), len(shape)):
+            expected = np.sum(a * b, axis=axis)
+            got = compiled(a, b, axis)
+            same(got, expected, rtol=1e-13)
+            assert got.shape == expected.shape
+            same(plain(a, b, axis), expected, rtol=0.0)
+    cube = rng.standard_normal((3, 4, 5))
+    eye = np.eye(5)[:4]
+    for a, b in ((cube, eye), (cube, cube[:1]), (cube[:, ::2], cube[:, 1::2]),
+                 (2.0, cube), (cube.astype(np.float32), cube.astype(np.float32)),
+                 (cube[:, :4, :4], eye[:4, :4])):
+        for axis in (0, 2, -1):
+            same(compiled(a, b, axis), np.sum(np.multiply(a, b), axis=axis), rtol=1e-6)
+    with pytest.raises(ValueError):
+        compiled(cube, cube, 3)
+
+
+@pytest.mark.numba
+def test_jit_sums_products_and_negations_along_an_axis_without_temporaries():
+    """np.sum(a * b, axis=k) as sum_axis_of_products(a, b, k), np.sum(-e, axis=k) as
+    -sum_axis(e, k): the same values (a negation is exact)."""
+    def loss(w, x):
+        z = x[None, :, :] * w[:, None, :]
+        return np.sum(np.sum(z * z, axis=2) * np.sum(-z, axis=1)[:, :1])
+
+    rng = np.random.default_rng(22)
+    w, x = rng.standard_normal((3, 4)), rng.standard_normal((6, 4))
+    compiled = jit(ad.grad(loss))
+    np.testing.assert_allclose(compiled(w, x), ad.grad(loss)(w, x), rtol=1e-12, atol=1e-14)
+    assert "sum_axis_of_products(z, z, 2)" in compiled.source
+    assert "-sum_axis(z, 1)" in compiled.source
+    assert jit(loss)(w, x) == pytest.approx(loss(w, x), rel=1e-13)
+    step, direction = 1e-6, rng.standard_normal(w.shape)
+    numeric = (loss(w + step * direction, x) - loss(w - step * direction, x)) / (2 * step)
+    assert float(np.sum(compiled(w, x) * direction)) == pytest.approx(numeric, rel=1e-6)
 
 
 @pytest.mark.numba
