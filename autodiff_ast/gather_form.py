@@ -26,7 +26,8 @@ the same to the last bit (for a float32 adjoint the local may hold float64 sums,
 at the store instead of at each term). The rest of the loop body (the other
 adjoints, resets like ``un_bar[i] = 0.0``) stays in the original loop, which now runs after the
 gathering one: that one reads the values before any of those writes, as every original
-iteration did at its own index.
+iteration did at its own index. Under Numba, ``codegen/index_splitting.py`` then runs the
+gathering loop as a head, a branch-free interior and a tail (the guards decided per part).
 
 When the rewrite holds (:func:`gather_loop` checks each condition and leaves the loop alone
 otherwise): a ``for i in range(...)`` loop of step 1 or -1 whose body is straight-line; the

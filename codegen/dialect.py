@@ -75,6 +75,7 @@ from .gather_targets import (
     skip_reset_entries,
 )
 from .helpers import DIALECT_DEPENDS, DIALECT_HELPERS, DIALECT_NOT_COMPILED, OVERLOAD_FORMS
+from .index_splitting import split_index_ranges
 from .inlining import inline_loop_calls
 from .invariant_accumulators import (
     ACCUMULATOR_HELPERS,
@@ -1600,6 +1601,8 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
             if select_small_branches(fn):  # small branches of a loop as selects
                 module.generated.update(SELECT_HELPERS)
                 module.uncompiled |= SELECT_UNCOMPILED
+            # `if j >= 2` / `if j < n - 2` in a loop: head, branch-free interior, tail
+            split_index_ranges(fn)
             if assume_loop_starts(fn):  # range(2, n), range(n - 1, -1, -1): vectorized
                 module.generated.update(INDEX_HELPERS)
                 module.uncompiled |= INDEX_UNCOMPILED
