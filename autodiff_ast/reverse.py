@@ -2550,6 +2550,8 @@ def _recompute_index_arithmetic(core, backward):
                 continue
             if not isinstance(value, (gast.BinOp, gast.UnaryOp, gast.Compare, gast.Subscript)):
                 continue
+            if isinstance(value, gast.Subscript) and t in loop_local:
+                continue  # a load: read once at the top of the backward step (below)
             operands = [n.id for n in gast.walk(value) if isinstance(n, gast.Name)]
             if all(o in indices or o in recomputable or (o not in overwritten)
                    for o in operands):

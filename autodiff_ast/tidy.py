@@ -824,7 +824,7 @@ def tidy_block(stmts, keep=(), temps=None, gather=False):
     """
     from .gather_form import gather_loops
     from .known_zeros import forward_known_zeros, rewrite_known_zeros  # (they read this module)
-    from .unread_arrays import drop_unread_arrays
+    from .unread_arrays import drop_dead_zeroing, drop_unread_arrays
 
     namer = temps if hasattr(temps, "temp") else None
     temps = getattr(temps, "temps", temps) or set()
@@ -846,6 +846,10 @@ def tidy_block(stmts, keep=(), temps=None, gather=False):
                 continue
             stmts, unread = drop_unread_arrays(stmts, keep)  # (nested reads may have gone)
             if unread:
+                facts = _Facts()
+                continue
+            stmts, dropped = drop_dead_zeroing(stmts, keep)
+            if dropped:
                 facts = _Facts()
                 continue
             return _tidy_branches(stmts)

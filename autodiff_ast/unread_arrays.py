@@ -233,3 +233,239 @@ def drop_unread_arrays(stmts, keep=()):
     if not doomed:
         return stmts, []
     return drop_statements(stmts, lambda stmt: id(stmt) in doomed), unread
+
+
+# Index helpers of scalarized code whose value, when they return, is their second argument
+# (rules/structural.py): ``store_index(m, 1, 2)`` is 1 or raises.
+_CONSTANT_INDEX_HELPERS = {"store_index", "slice_index"}
+
+
+def _zero(node):
+    return isinstance(node, gast.Constant) and type(node.value) in (int, float) and \
+        node.value == 0 and not isinstance(node.value, bool)
+
+
+def _index_parts(target):
+    index = target.slice
+    return list(index.elts) if isinstance(index, gast.Tuple) else [index]
+
+
+def _constant_of(node, constants):
+    """The integer `node` is known to hold, else None."""
+    if isinstance(node, gast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, gast.Name):
+        return constants.get(node.id)
+    return None
+
+
+def _distinct(parts, other, constants):
+    """Whether two indices of one array provably name different elements: at some position
+    both are known integers that differ."""
+    if len(parts) != len(other):
+        return False
+    for a, b in zip(parts, other):
+        x, y = _constant_of(a, constants), _constant_of(b, constants)
+        if x is not None and y is not None and x != y:
+            return True
+    return False
+
+
+def _bindings(stmts):
+    """name -> the values assigned to it anywhere in `stmts` (None for a binding that is no
+    plain ``name = value``: a loop variable, an unpacking, an augmented assignment)."""
+    out, plain = {}, set()
+    for node in (n for s in stmts for n in gast.walk(s)):
+        if isinstance(node, gast.Assign) and len(node.targets) == 1 and \
+                isinstance(node.targets[0], gast.Name):
+            out.setdefault(node.targets[0].id, []).append(node.value)
+            plain.add(id(node.targets[0]))
+            continue
+        if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store) and \
+                id(node) not in plain:
+            out.setdefault(node.id, []).append(None)
+    return out
+
+
+def _known_constants(bindings):
+    """Names bound only to ``store_index(m, c, n)`` / ``slice_index(m, c, stop)`` with the same
+    integer c (the value they hold whenever the code after them runs)."""
+    out = {}
+    for name, values in bindings.items():
+        found = set()
+        for value in values:
+            if isinstance(value, gast.Call) and isinstance(value.func, gast.Name) and \
+                    value.func.id in _CONSTANT_INDEX_HELPERS and len(value.args) >= 2 and \
+                    isinstance(value.args[1], gast.Constant) and type(value.args[1].value) is int:
+                found.add(value.args[1].value)
+            else:
+                found.add(None)
+        if len(found) == 1 and None not in found:
+            out[name] = found.pop()
+    return out
+
+
+def _mentions(node, array):
+    """Every appearance of name `array` in `node`: (its Subscript parent or None, the Name)."""
+    parents = {}
+    for inner in gast.walk(node):
+        if isinstance(inner, gast.Subscript) and isinstance(inner.value, gast.Name):
+            parents[id(inner.value)] = inner
+    return [(parents.get(id(n)), n) for n in gast.walk(node)
+            if isinstance(n, gast.Name) and n.id == array]
+
+
+def _row_private(loop, array):
+    """Whether every appearance of `array` in `loop`'s body is an element access whose first
+    index is the loop's variable, which the body never rebinds: steps touch disjoint rows."""
+    index = loop.target.id
+    if any(isinstance(n, gast.Name) and n.id == index and isinstance(n.ctx, gast.Store)
+           for s in loop.body for n in gast.walk(s)):
+        return False
+    for stmt in loop.body:
+        for parent, _ in _mentions(stmt, array):
+            if parent is None:
+                return False
+            first = _index_parts(parent)[0]
+            if not (isinstance(first, gast.Name) and first.id == index):
+                return False
+    return True
+
+
+def drop_dead_zeroing(stmts, keep=()):
+    """`stmts` without the zeroing writes ``a[i, c] = 0.0`` that nothing can read, and
+    whether any went.
+
+    Reverse mode zeroes each entry of an adjoint it has taken (``g = a_bar[i, 1];
+    a_bar[i, 1] = 0.0``) so that an earlier write of the same entry gets nothing. In a loop
+    over ``i`` of `stmts` (a block at the top of a function) the zeroing is dead when:
+
+    - the loop's body names the array only as ``a[i, ...]`` with the loop's own variable
+      first (never rebound in it), so no other step touches the entry;
+    - no later read of the array in the same step may be of that entry (each later read
+      differs in a known integer index: a constant, or ``store_index(m, c, n)`` /
+      ``slice_index(m, c, stop)``, whose value is c);
+    - the array is bound once, before the loop, and neither it nor an array its binding
+      reads (``a_bar = out_bar[k:]`` reads ``out_bar``; shapes aside) is read after the loop
+      or named in `keep`.
+
+    Without its writes, a view of a caller's array needs no private copy
+    (codegen/param_writes.py) either: the bundle adjustment gradient zeroed two adjoints
+    taken from the output's cotangent, copied for that, in its loop over observations.
+
+    >>> from autodiff_ast.templates import unparse
+    >>> block = gast.parse('''
+    ... g_bar = out_bar[:n]
+    ... for i in range(n):
+    ...     s1 = store_index(m, 1, 2)
+    ...     s0 = store_index(m, 0, 2)
+    ...     b = g_bar[i, s1]
+    ...     g_bar[i, s1] = 0.0
+    ...     a = g_bar[i, s0]
+    ...     g_bar[i, s0] = 0.0
+    ...     x_bar[i] += a * b
+    ... ''').body
+    >>> block, changed = drop_dead_zeroing(block, keep={"x_bar"})
+    >>> print("\\n".join(unparse(s) for s in block[1].body[2:]))
+    b = g_bar[i, s1]
+    a = g_bar[i, s0]
+    x_bar[i] += a * b
+    """
+    keep = set(keep)
+    bindings = None
+    doomed = set()
+    for position, loop in enumerate(stmts):
+        if not (isinstance(loop, gast.For) and isinstance(loop.target, gast.Name) and
+                isinstance(loop.iter, gast.Call) and isinstance(loop.iter.func, gast.Name) and
+                loop.iter.func.id == "range"):
+            continue
+        zeroing = {}
+        for k, stmt in enumerate(loop.body):
+            array = _written_array(stmt)
+            if array is not None and isinstance(stmt, gast.Assign) and _zero(stmt.value):
+                zeroing.setdefault(array, []).append(k)
+        if not zeroing:
+            continue
+        if bindings is None:
+            bindings = _bindings(stmts)
+        later = set()
+        for stmt in stmts[position + 1:]:
+            later |= _loads(stmt)
+        for array, places in zeroing.items():
+            values = bindings.get(array, [])
+            binders = [s for s in stmts[:position] if isinstance(s, gast.Assign) and
+                       len(s.targets) == 1 and isinstance(s.targets[0], gast.Name) and
+                       s.targets[0].id == array]
+            if not binders or len(values) != len(binders) or array in keep or array in later:
+                continue
+            survey = _Survey()
+            for binder in binders:
+                survey.expression(binder.value)
+            sources = survey.read - {array}
+            if sources & (keep | later) or any(_loads(s) & sources for s in loop.body) or \
+                    not _row_private(loop, array):
+                continue
+            constants = _known_constants(bindings)
+            for k in places:
+                parts = _index_parts(loop.body[k].targets[0])
+                reads = [parent for s in loop.body[k + 1:] for parent, n in _mentions(s, array)
+                         if isinstance(n.ctx, gast.Load) and not _is_store_target(s, parent)]
+                if all(_distinct(parts, _index_parts(r), constants) for r in reads):
+                    doomed.add(id(loop.body[k]))
+    if not doomed:
+        return stmts, False
+    stmts = drop_statements(stmts, lambda stmt: id(stmt) in doomed)
+    return _drop_unneeded_copies(stmts, keep), True
+
+
+def _drop_unneeded_copies(stmts, keep):
+    """`stmts` without the private copies ``a = a.copy()`` (at the top of the block) after
+    which nothing writes into `a` or the arrays it was taken from, nor passes them whole to
+    a call, nor keeps them (`keep`): reading the copy is reading the original."""
+    doomed = set()
+    for position, stmt in enumerate(stmts):
+        if not (isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and
+                isinstance(stmt.targets[0], gast.Name) and isinstance(stmt.value, gast.Call) and
+                isinstance(stmt.value.func, gast.Attribute) and stmt.value.func.attr == "copy"
+                and not stmt.value.args and not stmt.value.keywords and
+                isinstance(stmt.value.func.value, gast.Name) and
+                stmt.value.func.value.id == stmt.targets[0].id):
+            continue
+        array = stmt.targets[0].id
+        survey = _Survey()
+        for binder in stmts[:position]:
+            if isinstance(binder, gast.Assign) and any(
+                    isinstance(t, gast.Name) and t.id == array for t in binder.targets):
+                survey.expression(binder.value)
+        watched = (survey.read - {array}) | {array}
+        if watched & set(keep) or not all(_only_read(s, watched) for s in stmts[position + 1:]):
+            continue
+        doomed.add(id(stmt))
+    return [s for s in stmts if id(s) not in doomed]
+
+
+def _only_read(stmt, arrays):
+    """Whether `stmt` mentions `arrays` only to read their entries or shapes: no write into
+    them, no rebinding, no passing one whole (to a call, a tuple, another name)."""
+    shape_reads = {id(n.value) for n in gast.walk(stmt)
+                   if isinstance(n, gast.Attribute) and n.attr in _SHAPE_ATTRS}
+    loads = {}
+    for node in gast.walk(stmt):
+        if isinstance(node, gast.Subscript) and isinstance(node.value, gast.Name):
+            loads[id(node.value)] = node
+    for node in gast.walk(stmt):
+        if not (isinstance(node, gast.Name) and node.id in arrays):
+            continue
+        if id(node) in shape_reads:
+            continue
+        subscript = loads.get(id(node))
+        if subscript is None or not isinstance(subscript.ctx, gast.Load):
+            return False
+    return not any(isinstance(n, gast.AugAssign) and isinstance(n.target, gast.Subscript) and
+                   isinstance(n.target.value, gast.Name) and n.target.value.id in arrays
+                   for n in gast.walk(stmt))
+
+
+def _is_store_target(stmt, subscript):
+    """Whether `subscript` is what plain assignment `stmt` stores into (not a read)."""
+    return isinstance(stmt, gast.Assign) and any(t is subscript for t in stmt.targets)

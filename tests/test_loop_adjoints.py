@@ -326,3 +326,34 @@ def test_a_write_after_the_takeover_is_refused_before_any_copy_is_needed():
     args = (rng.standard_normal(4) * 0.5, rng.standard_normal((3, 4)) * 0.5, 3)
     with pytest.raises(ad.UnsupportedSyntaxError, match="shares memory"):
         ad.grad(rewritten_after_the_takeover, argnums=(0, 1))(*args)
+
+
+# ---------------------------------------------------------------- index reads in a loop
+def _residual(cam, pt):
+    return np.sin(cam[0]) * pt[0] + cam[1] * pt[1] * pt[1]
+
+
+def gathered(cams, pts, pairs):
+    total = 0.0
+    for i in range(pairs.shape[0]):
+        r = _residual(cams[pairs[i, 0]], pts[pairs[i, 1]])
+        total = total + r * r
+    return total
+
+
+def test_an_index_read_in_a_loop_is_read_once_per_backward_step():
+    """``pairs[i, 0]``, an integer a step reads from an array nobody writes, is read again at
+    the top of the backward step rather than taped: once, into a name, not at every use
+    (each use was a load the compiler could not share across the adjoint's stores)."""
+    from autodiff_ast.jit import jit
+    rng = np.random.default_rng(3)
+    cams, pts = rng.standard_normal((3, 2)), rng.standard_normal((4, 2))
+    pairs = np.array([[i % 3, i % 4] for i in range(7)], dtype=np.int64)
+    g = jit(ad.grad(gathered, argnums=(0, 1)))
+    plain = ad.grad(gathered, argnums=(0, 1))
+    for got, want in zip(g(cams, pts, pairs), plain(cams, pts, pairs)):
+        np.testing.assert_allclose(got, want, rtol=1e-13)
+    check_grads(lambda c, p: gathered(c, p, pairs), (cams, pts), modes=("rev",))
+    backward = g.source[g.source.index("for i in range(") + 1:]
+    backward = backward[backward.index("for i in range("):]
+    assert backward.count("pairs[i, 0]") == 1, g.source
