@@ -739,16 +739,14 @@ def tanh_fast_numba(x):
     exp(y) - 1 = 2**k (1 + q) - 1."""
     if x == numba.types.float64:
         def tanh_of_number(x):
-            # the array loop's arithmetic, 2**k from exponent bits (float_from_bits, from
-            # exp_fast): no call and no branch, so a loop holding it vectorizes
+            # the array loop's arithmetic, 2**k from exponent bits and the polynomial in
+            # Estrin's order (float_from_bits, expm1_of_reduced, from exp_fast): no call and
+            # no branch, so a loop holding it vectorizes
             y = max(-2.0 * abs(x), -700.0)
             k = np.floor(y * 1.4426950408889634 + 0.5)
             r = (y - k * 0.6931471803691238) - k * 1.9082149292705877e-10
-            p = 1.0
-            for n in range(13, 1, -1):
-                p = 1.0 + p * (r * (1.0 / n))
             scale = float_from_bits((np.int64(k) + 1023) << 52)
-            expm1 = (scale - 1.0) + scale * (r * p)
+            expm1 = (scale - 1.0) + scale * expm1_of_reduced(r)
             tanh = np.copysign(-expm1 / (2.0 + expm1), x)
             return tanh if x == x else x
         return tanh_of_number
@@ -815,26 +813,32 @@ def float_from_bits(typingctx, bits):
 
 
 @numba.njit(inline='always', error_model='numpy', fastmath={'contract'})
+def expm1_of_reduced(r):
+    """exp(r) - 1 for |r| <= ln2 / 2: r (1/1! + r/2! + ... + r**12/13!), the polynomial in
+    Estrin's order (pairs, then pairs of pairs: five steps deep where Horner's is thirteen,
+    for a chain of steps each waiting for the last exp, as a recurrence's backward sweep)."""
+    r2 = r * r
+    r4 = r2 * r2
+    a0 = 1.0 + 0.5 * r  # 1/1!, 1/2!
+    a1 = 0.16666666666666666 + 0.041666666666666664 * r
+    a2 = 0.008333333333333333 + 0.001388888888888889 * r
+    a3 = 0.0001984126984126984 + 2.48015873015873e-05 * r
+    a4 = 2.7557319223985893e-06 + 2.755731922398589e-07 * r
+    a5 = 2.505210838544172e-08 + 2.08767569878681e-09 * r
+    a6 = 1.6059043836821613e-10  # 1/13!
+    low = (a0 + a1 * r2) + (a2 + a3 * r2) * r4
+    high = (a4 + a5 * r2) + a6 * r4
+    return r * (low + high * (r4 * r4))
+
+
+@numba.njit(inline='always', error_model='numpy', fastmath={'contract'})
 def exp_of_number(x):
     """exp(x) for a float64 x without a call or a branch: x = k ln2 + r, exp(r) from its
     Taylor polynomial, 2**k = 2**(k // 2) * 2**(k - k // 2) from exponent bits."""
     y = min(max(x, -1100.0), 1100.0)
     k = np.floor(y * 1.4426950408889634 + 0.5)
     r = (y - k * 0.6931471803691238) - k * 1.9082149292705877e-10
-    p = 1.6059043836821613e-10
-    p = p * r + 2.08767569878681e-09
-    p = p * r + 2.505210838544172e-08
-    p = p * r + 2.755731922398589e-07
-    p = p * r + 2.7557319223985893e-06
-    p = p * r + 2.48015873015873e-05
-    p = p * r + 0.0001984126984126984
-    p = p * r + 0.001388888888888889
-    p = p * r + 0.008333333333333333
-    p = p * r + 0.041666666666666664
-    p = p * r + 0.16666666666666666
-    p = p * r + 0.5
-    p = p * r + 1.0
-    p = p * r + 1.0
+    p = 1.0 + expm1_of_reduced(r)
     half = np.int64(k) >> 1
     scaled = p * float_from_bits((half + 1023) << 52)
     scaled *= float_from_bits((np.int64(k) - half + 1023) << 52)
@@ -1628,7 +1632,8 @@ def message_format(v, spec):
 #: calls through a ``numba.extending.overload`` (which carries its own decorator).
 DIALECT_NOT_COMPILED = frozenset({"batched_outer", "batched_outer_numba", "tanh_fast",
                                   "tanh_fast_numba", "exp_fast", "exp_fast_numba",
-                                  "float_from_bits", "exp_of_number", "sum_of_products",
+                                  "float_from_bits", "exp_of_number", "expm1_of_reduced",
+                                  "sum_of_products",
                                   "sum_of_products_numba", "sum_axis", "sum_axis_numba",
                                   "sum_axis_of_products", "sum_axis_of_products_numba",
                                   "small_dot", "small_dot_numba", "zeros_like_reusing",
