@@ -84,6 +84,7 @@ import gast
 from autodiff_ast.templates import copy_marks
 
 from .emit import name_node, names_bound, text_of
+from .loop_indices import constant_int
 
 __all__ = ["split_index_ranges", "MAX_STATEMENTS"]
 
@@ -102,11 +103,11 @@ class _Offset:
     def of(cls, node):
         """The offset form of `node`, or None when its base is not a plain, invariant kind of
         expression (a name, ``len(name)``, ``name.shape[k]``)."""
-        value = _int_const(node)
+        value = constant_int(node)
         if value is not None:
             return cls(None, value)
         if isinstance(node, gast.BinOp) and isinstance(node.op, (gast.Add, gast.Sub)):
-            right = _int_const(node.right)
+            right = constant_int(node.right)
             inner = cls.of(node.left) if right is not None else None
             if inner is None:
                 return None
@@ -129,15 +130,6 @@ class _Offset:
                           right=gast.Constant(value=abs(self.k), kind=None))
 
 
-def _int_const(node):
-    if isinstance(node, gast.Constant) and type(node.value) is int:
-        return node.value
-    if isinstance(node, gast.UnaryOp) and isinstance(node.op, gast.USub):
-        inner = _int_const(node.operand)
-        return None if inner is None else -inner
-    return None
-
-
 def _plain_base(node):
     """A name, ``len(name)`` or ``name.shape[k]``: read again, it gives the same value."""
     if isinstance(node, gast.Name):
@@ -147,7 +139,7 @@ def _plain_base(node):
         return isinstance(node.args[0], gast.Name)
     return isinstance(node, gast.Subscript) and isinstance(node.value, gast.Attribute) and \
         node.value.attr == "shape" and isinstance(node.value.value, gast.Name) and \
-        _int_const(node.slice) is not None
+        constant_int(node.slice) is not None
 
 
 # ---------------------------------------------------------------- the tests on the index
@@ -244,7 +236,7 @@ def _range_of(loop):
             call.func.id == "range" and not call.keywords and 1 <= len(call.args) <= 3):
         return None
     args = list(call.args)
-    if len(args) == 3 and _int_const(args[2]) != 1:
+    if len(args) == 3 and constant_int(args[2]) != 1:
         return None
     if len(args) == 1:
         args.insert(0, gast.Constant(value=0, kind=None))

@@ -68,12 +68,12 @@ def index_at_least_numba(j, lo):
 INDEX_UNCOMPILED = frozenset({"index_at_least", "index_at_least_numba", "assume_at_least"})
 
 
-def _constant_int(node):
+def constant_int(node):
     """The value of an integer constant (``3``, ``-1``), else None."""
     if isinstance(node, gast.Constant) and type(node.value) is int:
         return node.value
     if isinstance(node, gast.UnaryOp) and isinstance(node.op, gast.USub):
-        inner = _constant_int(node.operand)
+        inner = constant_int(node.operand)
         return None if inner is None else -inner
     return None
 
@@ -85,13 +85,13 @@ def _lowest_index(loop):
     if not (isinstance(call, gast.Call) and isinstance(call.func, gast.Name) and
             call.func.id == "range" and not call.keywords and 2 <= len(call.args) <= 3):
         return None
-    step = _constant_int(call.args[2]) if len(call.args) == 3 else 1
+    step = constant_int(call.args[2]) if len(call.args) == 3 else 1
     if not step:
         return None
     if step > 0:
-        start = _constant_int(call.args[0])
+        start = constant_int(call.args[0])
         return start if start is not None and start >= 2 else None
-    stop = _constant_int(call.args[1])
+    stop = constant_int(call.args[1])
     return stop + 1 if stop is not None and stop >= -1 else None
 
 
