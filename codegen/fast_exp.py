@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import gast
 
+from autodiff_ast.templates import name, unparse
+
 from .param_writes import dotted_name
 
 __all__ = ["use_fast_exp", "fast_exp_in_source"]
@@ -48,11 +50,9 @@ class _FastExp(gast.NodeTransformer):
         self.changed = True
         arg = node.args[0]
         if func == "math.exp":
-            arg = gast.Call(func=gast.Name(id="float", ctx=gast.Load(), annotation=None,
-                                           type_comment=None), args=[arg], keywords=[])
-        return gast.copy_location(
-            gast.Call(func=gast.Name(id="exp_fast", ctx=gast.Load(), annotation=None,
-                                     type_comment=None), args=[arg], keywords=[]), node)
+            arg = gast.Call(func=name("float"), args=[arg], keywords=[])
+        return gast.copy_location(gast.Call(func=name("exp_fast"), args=[arg], keywords=[]),
+                                  node)
 
 
 def use_fast_exp(tree):
@@ -66,7 +66,6 @@ def use_fast_exp(tree):
 def fast_exp_in_source(source):
     """`source` (a helper's text) with its exp calls as ``exp_fast``, and whether any was
     rewritten (the text is returned unchanged when none was)."""
-    from autodiff_ast.templates import unparse
     if "exp(" not in source:
         return source, False
     tree = gast.parse(source)

@@ -713,74 +713,56 @@ def batched_outer_numba(a, b):
     return loops
 '''
 
-# np.tanh of an array under Numba: the overload below replaces Numba's one libm call per
-# element (18x slower than NumPy's on 1024 x 128) with a loop LLVM vectorizes: tanh(x) =
-# -m / (2 + m), m = expm1(-2|x|), expm1 from a Cody-Waite reduction and a degree-13 Taylor
-# polynomial, 2**k built in the exponent bits. Within 3 ulp of np.tanh; signs, zeros, inf
-# and nan as np.tanh. A float64 number (the element loops jit writes: an LSTM cell's
-# tanh(cell_j)) takes tanh_of_number, the same arithmetic with 2**k from exponent bits
-# (exp_fast's float_from_bits): no call and no branch, so the loop holding it vectorizes
+# np.tanh under Numba: Numba calls libm once per element (18x slower than NumPy's on 1024 x
+# 128). tanh_of_number is arithmetic LLVM vectorizes: tanh(x) = -m / (2 + m), m =
+# expm1(-2|x|) from a Cody-Waite reduction, exp_fast's expm1_of_reduced and 2**k built in the
+# exponent bits (exp_fast's float_from_bits): no call, no branch. Within 3 ulp of np.tanh
+# (1e6 values at each of several scales); signs, zeros, inf and nan as np.tanh. A float64
+# number (the element loops jit writes: an LSTM cell's tanh(cell_j)) takes it directly
 # (25,000 numbers in a loop: 137 -> 57 us; it was a Taylor polynomial near zero and a call of
-# exp elsewhere, itself 2x faster than libm's tanh), within 3 ulp of np.tanh.
-# Other numbers and non-float arrays keep np.tanh.
+# exp elsewhere); a float array of 256 elements or more takes one loop of it (1024 x 128:
+# 270 us against 330 for the chunked two-loop form it replaced, which built 2**k through an
+# int64 view of a buffer). Other numbers, integer arrays and short arrays keep np.tanh.
 DIALECT_HELPERS["tanh_fast"] = '''\
 def tanh_fast(x):
     """np.tanh(x) (under Numba, arrays take the vectorized loop of tanh_fast_numba)."""
     return np.tanh(x)
 
 
+@numba.njit(inline='always', error_model='numpy', fastmath={'contract'})
+def tanh_of_number(x):
+    """tanh(x) for a float64 x without a call or a branch: tanh(x) = -m / (2 + m) with
+    m = exp(-2|x|) - 1; y = -2|x| = k ln2 + r, m = 2**k (1 + q) - 1, q = exp(r) - 1
+    (expm1_of_reduced) and 2**k from exponent bits (float_from_bits), both from exp_fast."""
+    y = max(-2.0 * abs(x), -700.0)  # (tanh is 1.0 long before)
+    k = np.floor(y * 1.4426950408889634 + 0.5)
+    r = (y - k * 0.6931471803691238) - k * 1.9082149292705877e-10
+    scale = float_from_bits((np.int64(k) + 1023) << 52)
+    expm1 = (scale - 1.0) + scale * expm1_of_reduced(r)
+    tanh = np.copysign(-expm1 / (2.0 + expm1), x)
+    return tanh if x == x else x
+
+
 @numba.extending.overload(tanh_fast, jit_options={'error_model': 'numpy'})
 def tanh_fast_numba(x):
-    """How Numba compiles tanh_fast: float arrays of 256 elements or more in chunks of 256,
-    each chunk in two loops without calls, which LLVM vectorizes (6x faster than np.tanh
-    under Numba, within 3 ulp of it); float numbers with a polynomial or one exp (2x
-    faster than np.tanh, within 3 ulp); other numbers and arrays with np.tanh.
-    tanh(x) = -m / (2 + m) with m = exp(-2|x|) - 1: y = -2|x| = k ln2 + r,
-    exp(y) - 1 = 2**k (1 + q) - 1."""
+    """How Numba compiles tanh_fast: a float64 number by tanh_of_number, a float array of
+    256 elements or more in one loop of it over its elements (which LLVM vectorizes: 6x
+    faster than np.tanh under Numba; within 3 ulp of it); other numbers, integer arrays and
+    shorter arrays with np.tanh."""
     if x == numba.types.float64:
-        def tanh_of_number(x):
-            # the array loop's arithmetic, 2**k from exponent bits and the polynomial in
-            # Estrin's order (float_from_bits, expm1_of_reduced, from exp_fast): no call and
-            # no branch, so a loop holding it vectorizes
-            y = max(-2.0 * abs(x), -700.0)
-            k = np.floor(y * 1.4426950408889634 + 0.5)
-            r = (y - k * 0.6931471803691238) - k * 1.9082149292705877e-10
-            scale = float_from_bits((np.int64(k) + 1023) << 52)
-            expm1 = (scale - 1.0) + scale * expm1_of_reduced(r)
-            tanh = np.copysign(-expm1 / (2.0 + expm1), x)
-            return tanh if x == x else x
-        return tanh_of_number
-    if not (isinstance(x, numba.types.Array) and isinstance(x.dtype, numba.types.Float)) or \
+        return lambda x: tanh_of_number(x)
+    if not (isinstance(x, numba.types.Array) and isinstance(x.dtype, numba.types.Float)) or \\
             x.ndim == 0:
         return lambda x: np.tanh(x)
 
     def tanh_array(x):
-        if x.size < 256:  # a short vector: not worth the two buffers below
+        if x.size < 256:  # a short vector keeps np.tanh (Numba's, within an ulp of NumPy's)
             return np.tanh(x)
         out = np.empty(x.shape, dtype=x.dtype)
         flat = x.ravel()
         o = out.reshape(-1)
-        scale = np.empty(256)
-        exponent = scale.view(np.int64)
-        q = np.empty(256)
-        for start in range(0, flat.size, 256):
-            m = min(256, flat.size - start)
-            chunk = flat[start:start + m]  # (indexed from 0: chunk[start + j] would keep
-            o_chunk = o[start:start + m]  # the loops scalar, for a negative index's sake)
-            for j in range(m):
-                y = -2.0 * abs(np.float64(chunk[j]))
-                if y < -700.0:  # (tanh is 1.0 long before; a nan stays a nan)
-                    y = -700.0
-                k = np.floor(y * 1.4426950408889634 + 0.5)  # y = k ln2 + r, |r| <= ln2 / 2
-                r = (y - k * 0.6931471803691238) - k * 1.9082149292705877e-10
-                exponent[j] = (np.int64(k) + 1023) << 52  # scale[j] = 2.0 ** k
-                p = 1.0  # exp(r) - 1 = r (1 + r/2 (1 + r/3 (... (1 + r/13))))
-                for n in range(13, 1, -1):
-                    p = 1.0 + p * (r * (1.0 / n))
-                q[j] = r * p
-            for j in range(m):
-                expm1 = (scale[j] - 1.0) + scale[j] * q[j]  # exp(y) - 1 = 2**k (1 + q) - 1
-                o_chunk[j] = np.copysign(-expm1 / (2.0 + expm1), chunk[j])
+        for i in range(flat.shape[0]):
+            o[i] = tanh_of_number(np.float64(flat[i]))
         return out
     return tanh_array
 '''
@@ -814,21 +796,19 @@ def float_from_bits(typingctx, bits):
 
 @numba.njit(inline='always', error_model='numpy', fastmath={'contract'})
 def expm1_of_reduced(r):
-    """exp(r) - 1 for |r| <= ln2 / 2: r (1/1! + r/2! + ... + r**12/13!), the polynomial in
-    Estrin's order (pairs, then pairs of pairs: five steps deep where Horner's is thirteen,
-    for a chain of steps each waiting for the last exp, as a recurrence's backward sweep)."""
+    """exp(r) - 1 for |r| <= ln2 / 2: r (1/1! + r/2! + ... + r**12/13!). The terms from
+    r**4/5! on are summed in Estrin's order (pairs, then pairs of pairs), the first four by
+    Horner's rule: nine steps deep where Horner's alone is thirteen (for a chain of steps each
+    waiting for the last exp, as a recurrence), and as accurate as Horner's (Estrin's order
+    for every term put some tanh values 4 ulp from NumPy's)."""
     r2 = r * r
     r4 = r2 * r2
-    a0 = 1.0 + 0.5 * r  # 1/1!, 1/2!
-    a1 = 0.16666666666666666 + 0.041666666666666664 * r
-    a2 = 0.008333333333333333 + 0.001388888888888889 * r
-    a3 = 0.0001984126984126984 + 2.48015873015873e-05 * r
-    a4 = 2.7557319223985893e-06 + 2.755731922398589e-07 * r
-    a5 = 2.505210838544172e-08 + 2.08767569878681e-09 * r
-    a6 = 1.6059043836821613e-10  # 1/13!
-    low = (a0 + a1 * r2) + (a2 + a3 * r2) * r4
-    high = (a4 + a5 * r2) + a6 * r4
-    return r * (low + high * (r4 * r4))
+    a4 = 0.008333333333333333 + 0.001388888888888889 * r  # 1/5!, 1/6!
+    a6 = 0.0001984126984126984 + 2.48015873015873e-05 * r
+    a8 = 2.7557319223985893e-06 + 2.755731922398589e-07 * r
+    a10 = 2.505210838544172e-08 + 2.08767569878681e-09 * r
+    tail = (a4 + a6 * r2) + (a8 + a10 * r2) * r4 + 1.6059043836821613e-10 * (r4 * r4)  # ... 1/13!
+    return r * (1.0 + r * (0.5 + r * (0.16666666666666666 + r * (0.041666666666666664 + r * tail))))
 
 
 @numba.njit(inline='always', error_model='numpy', fastmath={'contract'})
@@ -1633,6 +1613,7 @@ def message_format(v, spec):
 DIALECT_NOT_COMPILED = frozenset({"batched_outer", "batched_outer_numba", "tanh_fast",
                                   "tanh_fast_numba", "exp_fast", "exp_fast_numba",
                                   "float_from_bits", "exp_of_number", "expm1_of_reduced",
+                                  "tanh_of_number",
                                   "sum_of_products",
                                   "sum_of_products_numba", "sum_axis", "sum_axis_numba",
                                   "sum_axis_of_products", "sum_axis_of_products_numba",
