@@ -388,6 +388,7 @@ def drop_dead_zeroing(stmts, keep=()):
             continue
         if bindings is None:
             bindings = _bindings(stmts)
+            constants = _known_constants(bindings)
         later = set()
         for stmt in stmts[position + 1:]:
             later |= _loads(stmt)
@@ -405,7 +406,6 @@ def drop_dead_zeroing(stmts, keep=()):
             if sources & (keep | later) or any(_loads(s) & sources for s in loop.body) or \
                     not _row_private(loop, array):
                 continue
-            constants = _known_constants(bindings)
             for k in places:
                 parts = _index_parts(loop.body[k].targets[0])
                 reads = [parent for s in loop.body[k + 1:] for parent, n in _mentions(s, array)
