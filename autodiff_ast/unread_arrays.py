@@ -332,6 +332,80 @@ def _row_private(loop, array):
     return True
 
 
+def _aliases(before, array, sources):
+    """(name, its bindings) for each name other than `array` bound in `before` to a value
+    that reads `array`, one of `sources`, or another such name: what may share memory."""
+    watched, found = set(sources) | {array}, {}
+    changed = True
+    while changed:
+        changed = False
+        for stmt in before:
+            if not isinstance(stmt, gast.Assign) or _allocation(stmt.value):
+                continue  # (a fresh array shares no memory)
+            targets = [n.id for t in stmt.targets for n in gast.walk(t)
+                       if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store)]
+            survey = _Survey()
+            survey.expression(stmt.value)
+            if not survey.read & watched:
+                continue
+            for name in targets:
+                if name == array:
+                    continue
+                found.setdefault(name, [])
+                if stmt not in found[name]:
+                    found[name].append(stmt)
+                if name not in watched:
+                    watched.add(name)
+                    changed = True
+    return sorted(found.items())
+
+
+def _base_rows(value):
+    """(base name, lower, upper) when `value` is ``base[lower:upper]``, perhaps inside
+    ``np.ascontiguousarray(...)`` and ``.reshape(...)`` (a missing bound is None)."""
+    while True:
+        if isinstance(value, gast.Call) and isinstance(value.func, gast.Attribute) and \
+                value.func.attr == "reshape":
+            value = value.func.value
+        elif _numpy_call(value, {"ascontiguousarray"}) and len(value.args) == 1:
+            value = value.args[0]
+        else:
+            break
+    if isinstance(value, gast.Subscript) and isinstance(value.value, gast.Name) and \
+            isinstance(value.slice, gast.Slice) and value.slice.step is None:
+        return value.value.id, value.slice.lower, value.slice.upper
+    return None
+
+
+def _self_copy(stmt):
+    """Whether `stmt` is ``a = a.copy()`` (a private copy: it can only separate memory)."""
+    value = stmt.value
+    return len(stmt.targets) == 1 and isinstance(stmt.targets[0], gast.Name) and \
+        isinstance(value, gast.Call) and isinstance(value.func, gast.Attribute) and \
+        value.func.attr == "copy" and not value.args and isinstance(value.func.value, gast.Name) \
+        and value.func.value.id == stmt.targets[0].id
+
+
+def _disjoint_views(binders, other_binders, bindings):
+    """Whether the array bound by `binders` and the name bound by `other_binders` (each bound
+    once, to rows of one base name) are rows ``base[:a]`` and ``base[a:...]`` (or the other way
+    round), which share no element whatever `a` holds."""
+    binders = [b for b in binders if not _self_copy(b)]
+    other_binders = [b for b in other_binders if not _self_copy(b)]
+    if len(binders) != 1 or len(other_binders) != 1:
+        return False
+    one, two = _base_rows(binders[0].value), _base_rows(other_binders[0].value)
+    if one is None or two is None or one[0] != two[0] or len(bindings.get(one[0], [])) > 1:
+        return False
+    if any(len(bindings.get(n.id, [])) > 1 for bound in (one, two) for part in bound[1:]
+           if part is not None for n in gast.walk(part) if isinstance(n, gast.Name)):
+        return False
+
+    def same(a, b):
+        return a is not None and b is not None and gast.dump(a) == gast.dump(b)
+    return same(one[2], two[1]) or same(two[2], one[1])
+
+
 def drop_dead_zeroing(stmts, keep=()):
     """`stmts` without the zeroing writes ``a[i, c] = 0.0`` that nothing can read, and
     whether any went.
@@ -347,7 +421,10 @@ def drop_dead_zeroing(stmts, keep=()):
       ``slice_index(m, c, stop)``, whose value is c);
     - the array is bound once, before the loop, and neither it nor an array its binding
       reads (``a_bar = out_bar[k:]`` reads ``out_bar``; shapes aside) is read after the loop
-      or named in `keep`.
+      or named in `keep`;
+    - no other name that may share its memory (bound from it, from those arrays, or from
+      such a name) is read in the loop, after it or kept, unless it is provably other rows
+      of the same array (``out_bar[:k]`` beside ``out_bar[k:...]``).
 
     Without its writes, a view of a caller's array needs no private copy
     (codegen/param_writes.py) either: the bundle adjustment gradient zeroed two adjoints
@@ -405,6 +482,10 @@ def drop_dead_zeroing(stmts, keep=()):
             sources = survey.read - {array}
             if sources & (keep | later) or any(_loads(s) & sources for s in loop.body) or \
                     not _row_private(loop, array):
+                continue
+            seen = keep | later | set().union(*(_loads(s) for s in loop.body))
+            if any(name in seen and not _disjoint_views(binders, values_of, bindings)
+                   for name, values_of in _aliases(stmts[:position], array, sources)):
                 continue
             for k in places:
                 parts = _index_parts(loop.body[k].targets[0])

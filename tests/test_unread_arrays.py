@@ -199,3 +199,51 @@ total = np.sum(b_bar)
     assert "a_bar[i, k] = 0.0" in kept  # k may be s: the later read could see the zero
     assert "b_bar[i] = 0.0" in kept  # read after the loop
     assert "c_bar[i, 0] = 0.0" in kept  # another step writes c_bar[i - 1]
+
+
+def _run_block(stmts, n=3):
+    """Run a block of generated statements on fixed arrays; the cotangent's final values."""
+    import ast as std_ast
+
+    from autodiff_ast.templates import unparse
+    text = "\n".join(unparse(s) for s in stmts)
+    space = {"np": np, "n": n, "m": 2, "out_bar": np.arange(4.0 * n).reshape(2 * n, 2) + 1.0,
+             "x_bar": np.zeros(n), "store_index": lambda m, c, k: c}
+    exec(compile(std_ast.parse(text), "<block>", "exec"), space)
+    return space["x_bar"]
+
+
+DEAD_ZEROING_VIEWS = '''
+a_bar = out_bar[:n]
+b_bar = {other}
+for i in range(n):
+    s1 = store_index(m, 1, 2)
+    g = a_bar[i, s1]
+    a_bar[i, s1] = 0.0
+    h = b_bar[i, s1]
+    x_bar[i] += g + 10.0 * h
+'''
+
+
+@pytest.mark.parametrize("other", ["out_bar[:n]", "out_bar[0:]", "a_bar.reshape((n, 2))",
+                                   "out_bar[:n].T.T"])
+def test_dead_zeroing_keeps_a_zero_another_view_reads(other):
+    import gast
+
+    from autodiff_ast.unread_arrays import drop_dead_zeroing
+    stmts = gast.parse(DEAD_ZEROING_VIEWS.format(other=other)).body
+    want = _run_block(stmts)
+    block, changed = drop_dead_zeroing(stmts, keep={"x_bar"})
+    assert not changed
+    np.testing.assert_array_equal(_run_block(block), want)
+
+
+def test_dead_zeroing_goes_beside_other_rows_of_the_same_array():
+    import gast
+
+    from autodiff_ast.unread_arrays import drop_dead_zeroing
+    stmts = gast.parse(DEAD_ZEROING_VIEWS.format(other="out_bar[n:2 * n]")).body
+    want = _run_block(stmts)
+    block, changed = drop_dead_zeroing(stmts, keep={"x_bar"})
+    assert changed
+    np.testing.assert_array_equal(_run_block(block), want)
