@@ -89,6 +89,7 @@ from .reduction_loops import REASSOCIATED, outline_reductions
 from .row_products import ROW_HELPERS, ROW_UNCOMPILED
 from .tape_rows import read_rows_in_place
 from .tie_shares import TIE_HELPERS, TIE_UNCOMPILED, share_ties_in_place
+from .update_fission import split_independent_updates
 from .window_nests import WINDOW_COMMON, WINDOW_HELPERS, WINDOW_UNCOMPILED, rewrite_window_nests
 
 __all__ = ["LoweredModule", "lower_source", "parse_with_comments", "render"]
@@ -1601,6 +1602,7 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
             if select_small_branches(fn):  # small branches of a loop as selects
                 module.generated.update(SELECT_HELPERS)
                 module.uncompiled |= SELECT_UNCOMPILED
+            split_independent_updates(fn)  # one loop per independent update (update_fission)
             # `if j >= 2` / `if j < n - 2` in a loop: head, branch-free interior, tail
             split_index_ranges(fn)
             if assume_loop_starts(fn):  # range(2, n), range(n - 1, -1, -1): vectorized
