@@ -302,6 +302,8 @@ def prepare(fn, specs, program=None, flat_dicts=False):
             rebuilt = rebuild(program, core, text, made_up) if text is not None else None
             if rebuilt is not None:
                 program, core = rebuilt
+        for cf in program.functions.values():  # (reverse.py: loop stacks of saved numbers)
+            cf.for_compiled_code = True
     return info, program, core
 
 

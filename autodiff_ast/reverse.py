@@ -1512,6 +1512,7 @@ class _Builder:
         self._indexed_lists = None  # see indexed_lists
         self.loops = 0  # enclosing loops: residuals of helper calls there go on tapes
         self.unsaved = set()  # (id(core stmt), name): that save's restore was dropped
+        self.stacks = []  # the loop stacks of numbers saved per step (see _stack_plan)
 
     def body_reads(self):
         """How many times the primal function reads each name (counted once: the core
@@ -1907,6 +1908,8 @@ class _Builder:
         forward = self._forward_block(self.core.body, needed, tapes, depth=0,
                                       defined=set(self.core.params))
         inits = [assign(tape, gast.List(elts=[], ctx=gast.Load())) for tape in tapes]
+        inits += self._stack_starts()
+        self._stack_returns(self.adj.out)
         for tape in tapes:  # typed, so a caller's placeholder for it is a list too
             self.core.types.setdefault(tape, T.AType("list", elts=()))
         return inits + forward
@@ -1957,9 +1960,13 @@ class _Builder:
                                       "binding": id(stmt), "zero": _called(stmt.value) ==
                                       "np.zeros", "before": self.core.namer.derived(
                                           target, "before_loop")}
+        plan.update(self._stack_plan(needed, uses))
         for restore, _ in self.pops:
             tape = _popped_tape(restore)
-            if tape in plan and "row" in plan[tape]:
+            if tape in plan and "stack" in plan[tape]:
+                plan[tape]["restore"] = restore  # (moved to the top of the step: see
+                # _stack_returns)
+            elif tape in plan and "row" in plan[tape]:
                 # the value before this step's binding: the row the step before bound, or
                 # (at the first step) the value the name had before the loop
                 step = plan[tape]["step"]
@@ -1972,6 +1979,100 @@ class _Builder:
                              if "row" in info}
         return plan
 
+    def _stack_plan(self, needed, uses):
+        """tape -> its column of a loop's stack (see _stacked_steps), for the math-library
+        results (np.exp, np.tanh) that steps of loops without slots save: a store and a load
+        cost less than computing them again in the backward step (ADBench's LSTM: three
+        exps and two tanhs per unit of its cell). The loop's stack is a float64 matrix with
+        a column per such value; a run of the loop takes one row per step above ``top``
+        (``row`` is where its rows start), and the backward run of the loop gives them
+        back."""
+        stacked = _stacked_steps(self.core.body, _slotted_steps(self.core.body),
+                                 getattr(self.core, "for_compiled_code", False))
+        present = {id(node.primal_loop) for node in gast.walk(gast.Module(
+            body=self.adj.out, type_ignores=[])) if hasattr(node, "primal_loop")}
+        plan, stacks, local = {}, {}, {}
+        for stmt in walk_statements(self.core.body):
+            loop = stacked.get(id(stmt))
+            saves = self.saves.get(id(stmt))
+            if loop is None or id(loop) not in present or isinstance(stmt, CONTROL) or \
+                    not isinstance(saves, list) or not _libm_call(stmt):
+                continue  # (no backward run of the loop: nothing would hand rows back)
+            if id(loop) not in local:  # (the backward step reads the step's own value)
+                local[id(loop)] = {t for t, _, _ in _loop_locals(loop, self.core)}
+            for tape, target in saves:
+                t = self.core.types.get(target, T.UNKNOWN)
+                if target not in needed or target not in local[id(loop)] or \
+                        uses.get(tape) != 1 or \
+                        (id(stmt), target) in self.unsaved or t.kind != "float" or \
+                        (t.dtype or "float64") != "float64":
+                    continue
+                stack = stacks.get(id(loop))
+                if stack is None:
+                    index = loop.target.id
+                    args = loop.iter.args
+                    fresh = self.core.namer.fresh
+                    stack = stacks[id(loop)] = {
+                        "loop": loop, "columns": [], "array": fresh(f"{index}_stack"),
+                        "top": fresh(f"{index}_stack_top"), "row": fresh(f"{index}_row"),
+                        "trips": fill("max(n, 0)", n=args[0]) if len(args) == 1 else
+                        fill("max(b - a, 0)", a=args[0], b=args[1]),
+                        "offset": name(index) if len(args) == 1 else
+                        fill("i - a", i=index, a=args[0])}
+                    self.core.types[stack["array"]] = T.AType("array", "float64", (T.N, T.N))
+                    self.core.types[stack["top"]] = T.INT
+                    self.core.types[stack["row"]] = T.INT
+                plan[tape] = {"loop": id(loop), "stack": stack,
+                              "column": len(stack["columns"]), "dtype": "float64"}
+                stack["columns"].append(tape)
+        self.stacks = list(stacks.values())
+        return plan
+
+    def _stack_starts(self):
+        """The statements that make each loop stack empty, before the forward sweep."""
+        return [s for stack in self.stacks for s in (
+            assign(stack["array"], fill(f"np.empty((0, {len(stack['columns'])}))")),
+            assign(stack["top"], to_expr(0)))]
+
+    def _stack_returns(self, backward):
+        """Before each backward run of a loop with a stack, its rows handed back: ``top``
+        goes down by the loop's trip count, and the run reads from there (``row``). The
+        backward step reads the values its forward step saved at its top (``e =
+        j_stack[j_row + j, 0]``), where the value of the step is what the adjoint code reads
+        (a value of the step's own, read only later in the step and nowhere after the loop:
+        see _loop_locals), instead of putting back the value before the step where the
+        statement's adjoint is: no backward step then waits for a value the one before it
+        put back, and the loop can be vectorized."""
+        by_loop = {id(stack["loop"]): stack for stack in self.stacks}
+        if not by_loop:
+            return
+        moved = {}
+        for info in self.preallocated.values():
+            if "stack" in info and "restore" in info:
+                moved.setdefault(id(info["stack"]["loop"]), []).append(info)
+        dropped = {id(info["restore"]) for infos in moved.values() for info in infos}
+        backward[:] = _without(backward, dropped)
+
+        def visit(stmts):
+            k = 0
+            while k < len(stmts):
+                stmt = stmts[k]
+                if isinstance(stmt, CONTROL):
+                    visit(stmt.body)
+                    visit(stmt.orelse)
+                stack = by_loop.get(id(getattr(stmt, "primal_loop", None)))
+                if stack is not None:
+                    reads = [assign(info["restore"].targets[0].id, _stack_slot(
+                        info, gast.Load())) for info in sorted(
+                            moved.get(id(stack["loop"]), ()), key=lambda i: i["column"])]
+                    stmt.body[:0] = reads
+                    stmts[k:k] = [assign(stack["top"], fill("t - n", t=stack["top"],
+                                                            n=stack["trips"])),
+                                  assign(stack["row"], name(stack["top"]))]
+                    k += 2
+                k += 1
+        visit(backward)
+
     def _tape_allocations(self, loop):
         """The preallocated tapes of one loop, made before it. The tapes of numbers of one
         dtype and length are the columns of one matrix (``float_tapes = np.empty((n, 3),
@@ -1981,8 +2082,14 @@ class _Builder:
         evict each other from the cache (ADBench BA's 27 tapes: the forward sweep 10.5 ms
         instead of 3)."""
         out, columns = [], {}
+        for stack in self.stacks:
+            if id(stack["loop"]) == loop:
+                out += [assign(stack["row"], name(stack["top"])),
+                        assign(stack["top"], fill("t + n", t=stack["top"], n=stack["trips"])),
+                        assign(stack["array"], fill("reserve_rows(s, t)", s=stack["array"],
+                                                    t=stack["top"]))]
         for tape, info in sorted(self.preallocated.items()):
-            if info["loop"] != loop:
+            if info["loop"] != loop or "stack" in info:
                 continue
             if "row" in info:
                 shape = fill("(s, r)", s=info["shape"], r=info["row"])
@@ -2035,6 +2142,7 @@ class _Builder:
                 defined |= assigned
                 continue
             save = self.saves.get(id(stmt)) if record else None
+            after = []
             if isinstance(save, tuple):  # an in-place write: save what it overwrites
                 tape, base, index = save
                 if base in needed and (id(stmt), base) not in self.unsaved:
@@ -2053,7 +2161,11 @@ class _Builder:
                         continue  # another statement fills this tape
                     if tape in self.preallocated and "row" in self.preallocated[tape]:
                         continue  # the binding itself takes the tape's row (below)
-                    if tape in self.preallocated:
+                    if tape in self.preallocated and "stack" in self.preallocated[tape]:
+                        after.append(gast.Assign(targets=[_stack_slot(  # (the new value)
+                            self.preallocated[tape], gast.Store())], value=name(target),
+                            type_comment=None))
+                    elif tape in self.preallocated:
                         row = gast.Subscript(value=name(tape), slice=to_expr(
                             self.preallocated[tape]["step"]), ctx=gast.Store())
                         out.append(gast.Assign(targets=[row], value=name(target),
@@ -2076,6 +2188,7 @@ class _Builder:
                         value=name(info["target"]), slice=gast.Slice(None, None, None),
                         ctx=gast.Store())], value=gast.Constant(0.0, None), type_comment=None)
             out.append(replacement)
+            out += after
             for tape, local in getattr(replacement, "tapes", ()) if record else ():
                 out.append(gast.Expr(value=fill("t.append(v)", t=tape, v=local)))
                 if tape not in tapes:
@@ -2128,6 +2241,62 @@ def _steps_of_nest(loop, step, trips):
                 yield from visit(stmt.body, fill("s * t + o", s=step, t=inner, o=offset),
                                  fill("n * t", n=trips, t=inner))
     yield from visit(loop.body, step, trips)
+
+
+def _slotted_steps(body):
+    """The ids of the statements that have a slot of a preallocated tape (_steps_of_nest)."""
+    return {id(s) for loop in body if isinstance(loop, gast.For) and
+            not getattr(loop, "checkpointed", False) and len(loop.iter.args) <= 2
+            for s, _, _ in _steps_of_nest(loop, None, None)}
+
+
+def _stack_slot(info, ctx):
+    """``stack[row + offset, column]``: the slot of a loop's stack a step's value takes."""
+    stack = info["stack"]
+    return gast.Subscript(value=name(stack["array"]), slice=gast.Tuple(elts=[
+        fill("r + o", r=stack["row"], o=stack["offset"]), to_expr(info["column"])],
+        ctx=gast.Load()), ctx=ctx)
+
+
+def _stacked_steps(body, slotted, for_compiled_code):
+    """id(statement) -> its loop, for the statements of ``for`` loops over ``range(n)`` or
+    ``range(a, b)`` that are not in a top-level nest with slots (`slotted`, see
+    _steps_of_nest): their bounds may change from step to step of an outer loop (ADBench's
+    LSTM: a loop over a cell's units in a loop over layers in a loop over characters). A
+    number such a step saves gets a column of the loop's own stack of rows: each run of the
+    loop takes as many rows as it has steps, above the ones runs before it took, and its
+    backward run hands them back (``_stack_plan``). Statements of the loop's body only, not
+    of branches in it (the backward step reads its row at its top). Only in code for jit on
+    the CPU (in
+    plain Python a list's append is cheaper than an element store into an array; a device
+    kernel cannot grow an array), not in loops that may stop early (``break``), nothing inside
+    a checkpointed loop (whose segments run forward again in the backward sweep), and nothing
+    in code that is to be differentiated again (the stack's growth has no derivative rule)."""
+    if writing_code_to_transform() or not for_compiled_code:
+        return {}
+    out = {}
+
+    def visit(stmts, loop, blocked):
+        for stmt in stmts:
+            if isinstance(stmt, gast.For):
+                checkpointed = getattr(stmt, "checkpointed", False)
+                it = stmt.iter
+                plain = not blocked and not checkpointed and not stmt.orelse and \
+                    isinstance(stmt.target, gast.Name) and isinstance(it, gast.Call) and \
+                    unparse(it.func) == "range" and 1 <= len(it.args) <= 2 and \
+                    not it.keywords and not any(
+                        isinstance(n, (gast.Break, gast.Continue, gast.Return))
+                        for n in gast.walk(stmt))
+                visit(stmt.body, stmt if plain else None, blocked or checkpointed)
+            elif isinstance(stmt, gast.While):
+                visit(stmt.body, None, blocked)
+            elif isinstance(stmt, gast.If):  # (a step may skip it: no row to read back)
+                visit(stmt.body, None, blocked)
+                visit(stmt.orelse, None, blocked)
+            elif loop is not None and id(stmt) not in slotted:
+                out[id(stmt)] = loop
+    visit(body, None, False)
+    return out
 
 
 def _fresh_vector_length(stmt, target, t, loop, once):
@@ -2561,11 +2730,11 @@ def _recompute_index_arithmetic(core, backward):
     # at the top of the backward step, not pushed on a tape. A math-library call (np.exp)
     # where the step has a slot of a preallocated tape is saved there instead: a store and
     # a load cost less than computing it again.
-    slotted = {id(s) for loop in core.body if isinstance(loop, gast.For) and
-               not getattr(loop, "checkpointed", False) and len(loop.iter.args) <= 2
-               for s, _, _ in _steps_of_nest(loop, None, None)}
+    slotted = _slotted_steps(core.body)
+    stacked = _stacked_steps(core.body, slotted, getattr(core, "for_compiled_code", False))
     saved = {t: loop for t, (loop, _, _) in loop_local.items()
-             if id(defs[t][0]) in slotted and _libm_call(defs[t][0])}
+             if (id(defs[t][0]) in slotted or id(defs[t][0]) in stacked) and
+             _libm_call(defs[t][0])}
     changed = True
     while changed:
         changed = False
@@ -2700,6 +2869,9 @@ def _cheap(stmt):
         return True
     if isinstance(value, gast.Attribute) and value.attr == "shape":
         return True
+    if isinstance(value, gast.Tuple) and value.elts and all(
+            _name_or_length(e) for e in value.elts):
+        return True  # (a shape written out: ``(x.shape[1],)``)
     prim = getattr(stmt, "prim", None)
     if not isinstance(value, gast.Call) or prim is None or value.keywords:
         return False

@@ -190,6 +190,19 @@ def same_length(m, n):
     return m
 '''
 
+# A loop whose bounds change between runs keeps the numbers its steps save in rows of a stack
+# (autodiff_ast/reverse.py, _stack_plan): each run reserves its rows before it starts.
+HELPERS["reserve_rows"] = '''\
+def reserve_rows(stack, rows):
+    """`stack` when it has at least `rows` rows, else a copy of it with room for `rows` or twice
+    its rows, whichever is more (what a growing list does: each row is copied O(1) times)."""
+    if stack.shape[0] >= rows:
+        return stack
+    grown = np.empty((max(rows, 2 * stack.shape[0]), stack.shape[1]))
+    grown[:stack.shape[0]] = stack
+    return grown
+'''
+
 HELPERS["slice_start"] = '''\
 def slice_start(n, lo):
     """Where the slice [lo:...] of a vector of length n starts (NumPy's rules: a negative

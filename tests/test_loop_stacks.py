@@ -1,0 +1,129 @@
+"""Math-library results saved on a loop's stack of rows (autodiff_ast/reverse.py,
+``_stack_plan``): loops whose bounds change from one run to the next (an inner loop over a
+length an outer step computes, a loop inside a ``range(0, n, 2)``), compiled with jit.
+
+Each gradient is compared with the plain NumPy gradient (list tapes, no stack) and with
+central differences, and the generated source is read: the compiled module keeps the exps
+on a stack (``reserve_rows``) and reads them back instead of computing them again; the plain
+module does not use one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_vector_loops import _grads_agree  # jit(grad) == grad == differences
+
+import autodiff_ast as ad
+
+pytestmark = [pytest.mark.filterwarnings("ignore:Cannot cache compiled function")]
+
+
+def ragged(x, w):
+    """An inner loop whose length each outer step computes."""
+    total = 0.0
+    for i in range(x.shape[0]):
+        m = i % 3 + 2
+        for j in range(m):
+            total = total + w[j] * np.exp(x[i, j] * 0.5) + np.tanh(x[i, j] * w[j])
+    return total
+
+
+def strided(x, w):
+    """An inner loop inside a loop over every second row; a branch in the inner loop (whose
+    exp is computed again: a step may skip it)."""
+    total = 0.0
+    for i in range(0, x.shape[0], 2):
+        for j in range(x.shape[1]):
+            e = np.exp(-x[i, j] * w[j])
+            if x[i, j] > 0.0:
+                total = total + e * np.exp(x[i, j])
+            else:
+                total = total + x[i, j] * np.cos(w[j]) * e
+    return total
+
+
+def cells(x, w):
+    """An LSTM-like recurrence: a state vector through steps of an inner loop over units whose
+    count is the state's length (it changes binding every step)."""
+    h = np.zeros(w.shape[0])
+    total = 0.0
+    for t in range(x.shape[0]):
+        new = np.zeros(h.shape[0])
+        for j in range(h.shape[0]):
+            gate = 1.0 / (1.0 + np.exp(-(x[t, j] * w[j] + h[j])))
+            new[j] = gate * np.tanh(h[j] + x[t, j])
+        h = new
+        total = total + np.sum(h * h)
+    return total
+
+
+def carried(x, w):
+    """An exp read by the step after the one that computed it: the backward step needs the
+    value before its step, so it stays on a list (a stack row holds the step's own value)."""
+    total = 0.0
+    e = 0.0
+    for i in range(x.shape[0]):
+        m = i % 3 + 2
+        for j in range(m):
+            total = total + w[j] * e
+            e = np.exp(x[i, j] * 0.5)
+    return total
+
+
+CASES = {"ragged": ragged, "strided": strided, "cells": cells}
+
+
+def test_a_value_the_next_step_reads_is_not_stacked():
+    compiled = _grads_agree(carried, _args(), (0, 1))
+    assert "reserve_rows(" not in compiled.source, compiled.source
+
+
+def _args(seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((7, 5)), rng.standard_normal(5)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_stacked_math_results_give_the_gradient(case):
+    fn = CASES[case]
+    compiled = _grads_agree(fn, _args(), (0, 1))
+    assert "reserve_rows(" in compiled.source, compiled.source
+    plain = ad.grad(fn, argnums=(0, 1))
+    plain(*_args())
+    assert "reserve_rows(" not in plain.source
+
+
+def test_a_second_call_with_other_lengths_reads_its_own_rows():
+    jg = ad.jit(ad.grad(cells, argnums=(0, 1)))
+    for seed, shape in ((1, (3, 4)), (2, (9, 4)), (3, (1, 4))):
+        rng = np.random.default_rng(seed)
+        x, w = rng.standard_normal(shape), rng.standard_normal(shape[1])
+        for got, want in zip(jg(x, w), ad.grad(cells, argnums=(0, 1))(x, w)):
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+def test_the_backward_step_reads_the_exp_instead_of_computing_it():
+    compiled = ad.jit(ad.grad(cells, argnums=(0, 1)))
+    compiled(*_args())
+    backward = compiled.source.split("# for t in range", 1)[-1]
+    assert "exp_fast(" not in backward and "np.exp(" not in backward, backward
+
+
+def test_jit_lstm_matches_adbench_and_keeps_no_lists_of_slice_starts():
+    """ADBench's LSTM under jit: its gates' exps and tanhs on the unit loop's stack, and the
+    slice starts of each layer computed again in the backward step (from the state's shape)
+    instead of pushed on lists."""
+    from test_adbench import close, data, lstm
+    with open(data.data_path("expected_from_adbench_tests.json")) as f:
+        import json
+        want = json.load(f)["lstm_l2_c1024.txt"]
+    args = data.read_lstm(data.data_path("lstm", "lstm_l2_c1024.txt"))
+    compiled = ad.jit(ad.value_and_grad(lstm.lstm_objective, argnums=(0, 1)))
+    value, (main_bar, extra_bar) = compiled(*args)
+    close(value, want["objective"])
+    close(np.concatenate([main_bar.ravel(), extra_bar.ravel()]),
+          want["gradient_main_then_extra_rowmajor"])
+    source = compiled.source
+    assert "reserve_rows(" in source
+    assert "start_3_tape" not in source and "start_8_tape" not in source, source
