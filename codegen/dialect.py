@@ -58,6 +58,7 @@ from .dict_outputs import flatten_returned_dicts, rebuilding_expression
 from .emit import comment, fresh_name, is_marker, render_function, text_of, to_ast
 from .expression_sizes import SIZE_HELPERS, SIZE_UNCOMPILED, sizes_from_shapes
 from .fast_exp import fast_exp_in_source, use_fast_exp
+from .forward_math import reuse_forward_math
 from .fused_regions import (
     FUSED_HELPERS,
     FUSED_UNCOMPILED,
@@ -1608,6 +1609,9 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
             if assume_loop_starts(fn):  # range(2, n), range(n - 1, -1, -1): vectorized
                 module.generated.update(INDEX_HELPERS)
                 module.uncompiled |= INDEX_UNCOMPILED
+    if numba_overloads:  # np.cos(t) again in a backward loop: the forward loop's value
+        doc = next((h.value.value for h in header if _is_docstring(h)), "")
+        reuse_forward_math(functions, module.taken, entries, doc)  # (forward_math.py)
     if numba_overloads:  # np.exp, math.exp: no libm call, loops vectorize (fast_exp.py)
         rewritten = [use_fast_exp(fn) for fn in functions]
         for name, text in sorted(module.generated.items()):
