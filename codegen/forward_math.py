@@ -112,6 +112,7 @@ import re
 import gast
 
 from .emit import fresh_name, is_marker, name_node
+from .loop_indices import constant_int
 from .param_writes import dotted_name
 
 __all__ = ["reuse_forward_math"]
@@ -345,21 +346,12 @@ def _range_of(loop):
         return None
     if len(it.args) == 1:
         return it.args[0]
-    if len(it.args) == 3 and all(isinstance(a, gast.UnaryOp) or isinstance(a, gast.Constant)
-                                 for a in it.args[1:]):
+    if len(it.args) == 3:
         top, stop, step = it.args
-        if _int(stop) == -1 and _int(step) == -1 and isinstance(top, gast.BinOp) and \
-                isinstance(top.op, gast.Sub) and _int(top.right) == 1:
+        if constant_int(stop) == -1 and constant_int(step) == -1 and \
+                isinstance(top, gast.BinOp) and isinstance(top.op, gast.Sub) and \
+                constant_int(top.right) == 1:
             return top.left
-    return None
-
-
-def _int(node):
-    if isinstance(node, gast.Constant) and type(node.value) is int:
-        return node.value
-    if isinstance(node, gast.UnaryOp) and isinstance(node.op, gast.USub):
-        inner = _int(node.operand)
-        return None if inner is None else -inner
     return None
 
 
