@@ -26,7 +26,7 @@ forward loop did::
 :func:`reuse_forward_math` proves the two calls compute the same value at the same step
 and writes the forward loop's result into a tape the backward loop reads::
 
-    math_tape = np.empty((p, 2))           # in ba_objective_fwd, before its loop
+    math_tape = np.empty((max(p, 0), 2))   # in ba_objective_fwd, before its loop
     costheta = np.cos(theta)
     math_tape[i, 0] = costheta
     ...
@@ -81,7 +81,7 @@ change alone, CPU time in one process): 2.6 -> 2.3 ms, the same gradient bit for
 def f_fwd(a):
     n = a.shape[0]
     out = np.zeros(n)
-    math_tape = np.empty((n, 1))
+    math_tape = np.empty((max(n, 0), 1))
     for i in range(n):
         t = a[i] * 2.0
         out[i] = np.cos(t)
@@ -311,7 +311,7 @@ class _Numbering:
                 return ("call", called) + tuple(self.expr(a) for a in node.args)
         return self.opaque()
 
-    def block(self, stmts, path, found, loop_ok=False):
+    def block(self, stmts, path, found):
         """Number `stmts` in order; record (statement, call name, argument number, path) of
         each ``t = <math call>(a)`` in `found`."""
         for stmt in stmts:
@@ -356,12 +356,22 @@ def _range_of(loop):
 
 
 def _loops(fn):
-    """The top-level loops of `fn` over a range of steps, with no early exit in them."""
+    """The top-level loops of `fn` over a range of steps, with no early exit in them and their
+    index not rebound (but as ``i = index_at_least(i, 0)``, which keeps its value)."""
     out = []
     for k, stmt in enumerate(fn.body):
-        if isinstance(stmt, gast.For) and _range_of(stmt) is not None and not any(
+        if not isinstance(stmt, gast.For) or _range_of(stmt) is None or any(
                 isinstance(n, (gast.Break, gast.Continue, gast.Return)) for n in gast.walk(stmt)):
-            out.append((k, stmt))
+            continue
+        index = stmt.target.id
+        kept = {id(s.targets[0]) for s in gast.walk(stmt) if isinstance(s, gast.Assign) and
+                len(s.targets) == 1 and isinstance(s.targets[0], gast.Name) and
+                isinstance(s.value, gast.Call) and dotted_name(s.value.func) == "index_at_least"
+                and isinstance(s.value.args[0], gast.Name) and s.value.args[0].id == index}
+        if any(isinstance(n, gast.Name) and n.id == index and isinstance(n.ctx, gast.Store) and
+               n is not stmt.target and id(n) not in kept for n in gast.walk(stmt)):
+            continue
+        out.append((k, stmt))
     return out
 
 
@@ -491,8 +501,9 @@ def _write_tape(fwd, bwd, plan, tape):
         columns.setdefault(id(fstmt), (len(columns), fstmt))
     allocation = gast.Assign(targets=[name_node(tape, gast.Store())], value=gast.Call(
         func=gast.Attribute(value=name_node("np"), attr="empty", ctx=gast.Load()),
-        args=[gast.Tuple(elts=[copy.deepcopy(_range_of(floop)),
-                               gast.Constant(len(columns), None)], ctx=gast.Load())],
+        args=[gast.Tuple(elts=[gast.Call(func=name_node("max"), args=[
+            copy.deepcopy(_range_of(floop)), gast.Constant(0, None)], keywords=[]),
+            gast.Constant(len(columns), None)], ctx=gast.Load())],
         keywords=[]), type_comment=None)
     fwd.body.insert(fwd.body.index(floop), allocation)
     for column, fstmt in columns.values():

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from test_vector_loops import _grads_agree  # jit(grad) == grad == differences
 
+import autodiff_ast as ad
 from codegen.forward_math import reuse_forward_math
 
 pytestmark = [pytest.mark.filterwarnings("ignore:Cannot cache compiled function")]
@@ -84,6 +85,18 @@ def test_a_backward_function_reads_its_forward_functions_cosines():
         assert "'cos'" not in text and "'sin'" not in text, source
 
 
+def test_no_points_and_one_point():
+    compiled = ad.jit(ad.grad(turned_points, argnums=(0, 1)))
+    angles = np.array([0.4, -1.1, 2.0])
+    for count in (0, 1):
+        points = np.full((count, 2), 0.5)
+        which = np.arange(count, dtype=np.int64)
+        for got, want in zip(compiled(angles, points, which),
+                             ad.grad(turned_points, argnums=(0, 1))(angles, points, which)):
+            np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15)
+    assert "math_tape" in compiled.source
+
+
 def test_a_recurrence_keeps_its_calls_and_agrees():
     rng = np.random.default_rng(1)
     compiled = _grads_agree(recurrence, (rng.standard_normal(6) * 0.5,
@@ -120,6 +133,7 @@ def grad_f(a, m):
     ("c = np.sin(a[i] * 2.0)", "n - 1, -1, -1", 0),  # another function
     ("a[i] = 1.0; c = np.cos(a[i] * 2.0)", "n - 1, -1, -1", 0),  # the forward writes a
     ("c = np.cos(a[i + 1] * 2.0) if i < 0 else np.cos(a[i] * 2.0)", "n - 1, -1, -1", 0),
+    ("i = i * 1; c = np.cos(a[i] * 2.0)", "n - 1, -1, -1", 0),  # (the index rebound)
 ])
 def test_only_values_proved_equal_are_read_from_the_tape(forward, steps, reused):
     module = gast.parse(MODULE.format(forward=forward, steps=steps))
