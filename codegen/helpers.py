@@ -195,11 +195,15 @@ def same_length(m, n):
 HELPERS["reserve_rows"] = '''\
 def reserve_rows(stack, rows):
     """`stack` when it has at least `rows` rows, else a copy of it with room for `rows` or twice
-    its rows, whichever is more (what a growing list does: each row is copied O(1) times)."""
+    its rows, whichever is more (what a growing list does: each row is copied O(1) times).
+    The copy is a loop over both matrices' elements: Numba compiles a slice assignment with
+    its shape-mismatch message, 3 s of a cold start."""
     if stack.shape[0] >= rows:
         return stack
     grown = np.empty((max(rows, 2 * stack.shape[0]), stack.shape[1]))
-    grown[:stack.shape[0]] = stack
+    old, new = stack.ravel(), grown.ravel()
+    for k in range(old.shape[0]):
+        new[k] = old[k]
     return grown
 '''
 
