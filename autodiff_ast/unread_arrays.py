@@ -336,11 +336,12 @@ def _aliases(before, array, sources):
     """(name, its bindings) for each name other than `array` bound in `before` to a value
     that reads `array`, one of `sources`, or another such name: what may share memory."""
     watched, found = set(sources) | {array}, {}
+    assigns = [n for s in before for n in gast.walk(s) if isinstance(n, gast.Assign)]
     changed = True
-    while changed:
+    while changed:  # (bindings inside earlier loops and branches count too)
         changed = False
-        for stmt in before:
-            if not isinstance(stmt, gast.Assign) or _allocation(stmt.value):
+        for stmt in assigns:
+            if _allocation(stmt.value):
                 continue  # (a fresh array shares no memory)
             targets = [n.id for t in stmt.targets for n in gast.walk(t)
                        if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store)]

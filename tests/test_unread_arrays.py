@@ -226,7 +226,7 @@ for i in range(n):
 
 
 @pytest.mark.parametrize("other", ["out_bar[:n]", "out_bar[0:]", "a_bar.reshape((n, 2))",
-                                   "out_bar[:n].T.T"])
+                                   "out_bar[:n].T.T", "out_bar[:n] if n > 0 else out_bar"])
 def test_dead_zeroing_keeps_a_zero_another_view_reads(other):
     import gast
 
@@ -246,4 +246,17 @@ def test_dead_zeroing_goes_beside_other_rows_of_the_same_array():
     want = _run_block(stmts)
     block, changed = drop_dead_zeroing(stmts, keep={"x_bar"})
     assert changed
+    np.testing.assert_array_equal(_run_block(block), want)
+
+
+def test_dead_zeroing_sees_a_view_bound_in_an_earlier_loop():
+    import gast
+
+    from autodiff_ast.unread_arrays import drop_dead_zeroing
+    text = DEAD_ZEROING_VIEWS.format(other="out_bar[:1]").replace(
+        "b_bar = out_bar[:1]\n", "for r in range(1):\n    b_bar = out_bar[:n]\n")
+    stmts = gast.parse(text).body
+    want = _run_block(stmts)
+    block, changed = drop_dead_zeroing(stmts, keep={"x_bar"})
+    assert not changed
     np.testing.assert_array_equal(_run_block(block), want)
