@@ -1513,6 +1513,7 @@ class _Builder:
         self.loops = 0  # enclosing loops: residuals of helper calls there go on tapes
         self.unsaved = set()  # (id(core stmt), name): that save's restore was dropped
         self.stacks = []  # the loop stacks of numbers saved per step (see _stack_plan)
+        self.stacked = {}  # id(statement) -> its loop, where it has a stack (_stacked_steps)
 
     def body_reads(self):
         """How many times the primal function reads each name (counted once: the core
@@ -1852,7 +1853,11 @@ class _Builder:
     # -- forward sweep
     def forward_sweep(self):
         """The primal code, with helper calls replaced and needed values pushed on tapes."""
-        recomputed = _recompute_index_arithmetic(self.core, self.adj.out)
+        slotted = _slotted_steps(self.core.body)
+        self.stacked = _stacked_steps(self.core.body, slotted,
+                                      getattr(self.core, "for_compiled_code", False))
+        recomputed = _recompute_index_arithmetic(self.core, self.adj.out, slotted,
+                                                 self.stacked)
         # A value put back whole is needed by later reads of its shape too when that shape may
         # change from step to step; elements put back after an in-place write only by reads
         # of the values.
@@ -1987,8 +1992,7 @@ class _Builder:
         a column per such value; a run of the loop takes one row per step above ``top``
         (``row`` is where its rows start), and the backward run of the loop gives them
         back."""
-        stacked = _stacked_steps(self.core.body, _slotted_steps(self.core.body),
-                                 getattr(self.core, "for_compiled_code", False))
+        stacked = self.stacked  # (worked out in forward_sweep)
         present = {id(node.primal_loop) for node in gast.walk(gast.Module(
             body=self.adj.out, type_ignores=[])) if hasattr(node, "primal_loop")}
         plan, stacks, local = {}, {}, {}
@@ -2669,12 +2673,14 @@ def _linearize(stmts, loops, out, shapes_vary=frozenset()):
             out.append(("stmt", stmt, value_reads(stmt, shapes_vary), loops))
 
 
-def _recompute_index_arithmetic(core, backward):
+def _recompute_index_arithmetic(core, backward, slotted, stacked):
     """Integer temporaries such as ``i + 1`` are recomputed where the backward sweep reads
     them instead of being saved on a tape: their operands are loop indices (which the
     backward loops bind again) or values that are never overwritten. A loop's own scalars
     (see _loop_locals) are computed again at the top of its backward step when the step does
-    not change what they read. Returns the names so recomputed (their tapes are dropped)."""
+    not change what they read; math-library values of the statements in `slotted`
+    (_slotted_steps) and `stacked` (_stacked_steps) are saved instead. Returns the names so
+    recomputed (their tapes are dropped)."""
     defs = {}
     overwritten = set()
     indices = set()
@@ -2730,8 +2736,6 @@ def _recompute_index_arithmetic(core, backward):
     # at the top of the backward step, not pushed on a tape. A math-library call (np.exp)
     # where the step has a slot of a preallocated tape is saved there instead: a store and
     # a load cost less than computing it again.
-    slotted = _slotted_steps(core.body)
-    stacked = _stacked_steps(core.body, slotted, getattr(core, "for_compiled_code", False))
     saved = {t: loop for t, (loop, _, _) in loop_local.items()
              if (id(defs[t][0]) in slotted or id(defs[t][0]) in stacked) and
              _libm_call(defs[t][0])}

@@ -379,12 +379,13 @@ def _base_rows(value):
 
 
 def _self_copy(stmt):
-    """Whether `stmt` is ``a = a.copy()`` (a private copy: it can only separate memory)."""
+    """Whether `stmt` (an assignment) is ``a = a.copy()`` (a private copy: it can only
+    separate memory)."""
     value = stmt.value
     return len(stmt.targets) == 1 and isinstance(stmt.targets[0], gast.Name) and \
         isinstance(value, gast.Call) and isinstance(value.func, gast.Attribute) and \
-        value.func.attr == "copy" and not value.args and isinstance(value.func.value, gast.Name) \
-        and value.func.value.id == stmt.targets[0].id
+        value.func.attr == "copy" and not value.args and not value.keywords and \
+        isinstance(value.func.value, gast.Name) and value.func.value.id == stmt.targets[0].id
 
 
 def _disjoint_views(binders, other_binders, bindings):
@@ -506,12 +507,7 @@ def _drop_unneeded_copies(stmts, keep):
     a call, nor keeps them (`keep`): reading the copy is reading the original."""
     doomed = set()
     for position, stmt in enumerate(stmts):
-        if not (isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and
-                isinstance(stmt.targets[0], gast.Name) and isinstance(stmt.value, gast.Call) and
-                isinstance(stmt.value.func, gast.Attribute) and stmt.value.func.attr == "copy"
-                and not stmt.value.args and not stmt.value.keywords and
-                isinstance(stmt.value.func.value, gast.Name) and
-                stmt.value.func.value.id == stmt.targets[0].id):
+        if not (isinstance(stmt, gast.Assign) and _self_copy(stmt)):
             continue
         array = stmt.targets[0].id
         survey = _Survey()

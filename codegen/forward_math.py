@@ -112,6 +112,7 @@ import re
 import gast
 
 from .emit import fresh_name, is_marker, name_node
+from .fused_updates import ADD_HELPERS
 from .loop_indices import constant_int
 from .param_writes import dotted_name
 
@@ -130,8 +131,7 @@ _PURE = _MATH | frozenset({"np.sqrt", "math.sqrt", "np.abs", "abs", "float", "in
 #: Calls that write into their first argument: the dialect's add helpers and NumPy's own.
 #: (Other calls write nothing they are handed: the generated functions never write their
 #: parameters, codegen/param_writes.py, and NumPy's functions write only ``out=``.)
-_WRITERS = frozenset({"add_at", "add_into", "add_outer_at", "subtract_at", "add_tie_share",
-                      "add_at_where", "add_outside", "zeros_outside", "zeros_like_reusing"})
+_WRITERS = ADD_HELPERS | {"add_outside", "zeros_outside", "zeros_like_reusing"}
 _NUMPY_WRITERS = frozenset({"np.copyto", "np.put", "np.place", "np.putmask",
                             "np.fill_diagonal"})
 
@@ -144,9 +144,14 @@ def reuse_forward_math(functions, taken, entries=(), doc=""):
     Returns how many calls the backward functions no longer make."""
     ranks = param_ranks(doc)
     by_name = {fn.name: fn for fn in functions}
+    calls = {}
+    for fn in functions:
+        for node in gast.walk(fn):
+            if isinstance(node, gast.Call) and isinstance(node.func, gast.Name):
+                calls[node.func.id] = calls.get(node.func.id, 0) + 1
     saved = 0
     for caller in functions:
-        for fwd_call, bwd_call in _pairs(caller, by_name, entries):
+        for fwd_call, bwd_call in _pairs(caller, by_name, calls, entries):
             saved += _reuse(caller, fwd_call, bwd_call, by_name, taken, ranks)
     for fn in functions:
         saved += _reuse_within(fn, taken, ranks)
@@ -209,14 +214,10 @@ def _call_of(stmt):
     return value if isinstance(value, gast.Call) and isinstance(value.func, gast.Name) else None
 
 
-def _pairs(caller, by_name, entries):
+def _pairs(caller, by_name, calls, entries):
     """(forward statement, backward statement) of `caller`: ``a, b = f_fwd(...)`` and a later
-    statement calling ``f_bwd(...)``, each function called nowhere else in the module."""
-    calls = {}
-    for fn in by_name.values():
-        for node in gast.walk(fn):
-            if isinstance(node, gast.Call) and isinstance(node.func, gast.Name):
-                calls[node.func.id] = calls.get(node.func.id, 0) + 1
+    statement calling ``f_bwd(...)``, each function called nowhere else in the module
+    (`calls`: how many calls of each name the module makes)."""
     out = []
     for k, stmt in enumerate(caller.body):
         call = _call_of(stmt)
@@ -312,8 +313,8 @@ class _Numbering:
         return self.opaque()
 
     def block(self, stmts, path, found):
-        """Number `stmts` in order; record (statement, call name, argument number, path) of
-        each ``t = <math call>(a)`` in `found`."""
+        """Number `stmts` in order; record (statement, its number, path) of each ``t =
+        <math call>(a)`` in `found` (the number holds the call's name)."""
         for stmt in stmts:
             if is_marker(stmt):
                 continue
@@ -324,7 +325,7 @@ class _Numbering:
                 call = stmt.value
                 if isinstance(call, gast.Call) and dotted_name(call.func) in _MATH and \
                         len(call.args) == 1 and not call.keywords:
-                    found.append((stmt, dotted_name(call.func), value, tuple(path)))
+                    found.append((stmt, value, tuple(path)))
                 continue
             if isinstance(stmt, gast.If):
                 test = self.expr(stmt.test)
@@ -479,9 +480,9 @@ def _plan(fwd, fwd_params, readonly_fwd, bwd, bwd_params, readonly_bwd, ranks):
             nf.block(floop.body, [], found_f)
             nb.block(bloop.body, [], found_b)
             known = {}
-            for stmt, _, value, path in found_f:
+            for stmt, value, path in found_f:
                 known.setdefault((value, path), stmt)
-            matched = [(known[(value, path)], stmt, bloop) for stmt, _, value, path in found_b
+            matched = [(known[(value, path)], stmt, bloop) for stmt, value, path in found_b
                        if (value, path) in known and "opaque" not in _flat(value) and
                        _rank(value, ranks) == 0]
             if matched:

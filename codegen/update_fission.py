@@ -100,15 +100,13 @@ def _pieces(loop, fn):
             {n.id for n in gast.walk(loop.iter) if isinstance(n, gast.Name)} & set(written):
         return None
     read_by = []
-    for (array, stmt), _ in zip(updates, loop.body):
-        reads = _subscripted(stmt) - {array}
-        names = {n.id for n in gast.walk(stmt) if isinstance(n, gast.Name)}
-        if index in {n.id for n in gast.walk(stmt) if isinstance(n, gast.Name) and
-                     not isinstance(n.ctx, gast.Load)}:
+    for array, stmt in updates:
+        names = [n for n in gast.walk(stmt) if isinstance(n, gast.Name)]
+        if any(n.id == index and not isinstance(n.ctx, gast.Load) for n in names):
             return None
-        if names & (set(written) - {array}):
+        if {n.id for n in names} & (set(written) - {array}):
             return None  # an update reads (or passes on) an array another one writes
-        read_by.append(reads)
+        read_by.append(_subscripted(stmt) - {array})
     for a in range(len(read_by)):
         for b in range(a + 1, len(read_by)):
             if read_by[a] & read_by[b]:
