@@ -265,13 +265,18 @@ def _bindings(fn):
     return out
 
 
-def _scalar_int(expr, bindings, params, depth=0):
+def _scalar_int(expr, bindings, params, depth=0, seen=frozenset()):
     """Whether `expr` is surely one integer (not a shape tuple): constants, ``a.shape[i]``,
-    ``len``, arithmetic of those, names bound only to those."""
+    ``len``, arithmetic of those, the slots of integer tapes, names bound only to those (a
+    name met again while it is being decided counts as one: a value pushed on a tape and
+    popped back into the same name)."""
     if depth > 6:
         return False
     if isinstance(expr, gast.Constant):
         return type(expr.value) is int
+    if isinstance(expr, gast.Subscript) and isinstance(expr.value, gast.Name) and \
+            _int_vector(expr.value.id, bindings, params):
+        return not isinstance(expr.slice, (gast.Slice, gast.Tuple))  # an int tape's slot
     if isinstance(expr, gast.Subscript):
         shape = expr.value
         if isinstance(shape, gast.Name):  # shape = x.shape; n = shape[0]
@@ -283,20 +288,28 @@ def _scalar_int(expr, bindings, params, depth=0):
             not isinstance(expr.slice, gast.Slice)
     if isinstance(expr, gast.Call) and dotted_name(expr.func) in _INT_HELPERS:
         return True  # (integer helpers of code written as element loops)
+    tape = _popped_list(expr)
+    if tape is not None:  # a tape's pop, every value pushed on it an integer
+        lists, pushed = bindings.get(tape), bindings.get(("appended", tape))
+        return bool(lists) and all(b == _EMPTY_LIST for b in lists) and bool(pushed) and \
+            all(p is not None and _scalar_int(p, bindings, params, depth + 1, seen) for p in pushed)
     if isinstance(expr, gast.Call):
         return dotted_name(expr.func) in ("len", "int", "max", "min") and not expr.keywords \
-            and all(_scalar_int(a, bindings, params, depth + 1) or dotted_name(expr.func) ==
+            and all(_scalar_int(a, bindings, params, depth + 1, seen) or dotted_name(expr.func) ==
                     "len" for a in expr.args)
     if isinstance(expr, gast.BinOp):
         return not isinstance(expr.op, gast.Div) and \
-            _scalar_int(expr.left, bindings, params, depth + 1) and \
-            _scalar_int(expr.right, bindings, params, depth + 1)
+            _scalar_int(expr.left, bindings, params, depth + 1, seen) and \
+            _scalar_int(expr.right, bindings, params, depth + 1, seen)
     if isinstance(expr, gast.UnaryOp):
-        return _scalar_int(expr.operand, bindings, params, depth + 1)
+        return _scalar_int(expr.operand, bindings, params, depth + 1, seen)
     if isinstance(expr, gast.Name):
+        if expr.id in seen:
+            return True
         values = bindings.get(expr.id)
+        seen = seen | {expr.id}
         return expr.id not in params and bool(values) and all(
-            v is _RANGE_STEP or v is not None and _scalar_int(v, bindings, params, depth + 1)
+            v is _RANGE_STEP or v is not None and _scalar_int(v, bindings, params, depth + 1, seen)
             for v in values)
     return False
 
@@ -338,14 +351,49 @@ def _vector_value(v, bindings, params, seen):
         return len(v.args) == 1 and _vector_value(v.args[0], bindings, params, seen)
     if func == "zeros_like_reusing":
         return len(v.args) == 2 and _vector_value(v.args[1], bindings, params, seen)
-    if isinstance(v.func, gast.Attribute) and v.func.attr == "pop" and not v.args and \
-            isinstance(v.func.value, gast.Name):
-        tape = v.func.value.id
+    tape = _popped_list(v)
+    if tape is not None:
         appended = bindings.get(("appended", tape))
         lists = bindings.get(tape)
         return bool(lists) and all(b == _EMPTY_LIST for b in lists) and bool(appended) and all(
             a is not None and _vector_value(a, bindings, params, seen) for a in appended)
     return False
+
+
+def _int_vector(x, bindings, params):
+    """Whether name `x` is bound only to ``np.empty(n, dtype=np.int64)`` or to a column
+    ``m[:, j]`` of ``m = np.empty((n, k), dtype=np.int64)`` (reverse mode's integer tapes)."""
+    values = bindings.get(x)
+    return x not in params and bool(values) and all(
+        _int_allocation(v, 1) or isinstance(v, gast.Subscript) and
+        isinstance(v.value, gast.Name) and v.value.id not in params and
+        isinstance(v.slice, gast.Tuple) and len(v.slice.elts) == 2 and
+        isinstance(v.slice.elts[0], gast.Slice) and
+        all(p is None for p in (v.slice.elts[0].lower, v.slice.elts[0].upper,
+                                 v.slice.elts[0].step)) and
+        isinstance(v.slice.elts[1], gast.Constant) and bool(bindings.get(v.value.id)) and
+        all(_int_allocation(m, 2) for m in bindings[v.value.id])
+        for v in values)
+
+
+def _int_allocation(v, ndim):
+    """Whether `v` is ``np.empty(shape, dtype=np.int64)`` with a shape of `ndim` axes."""
+    if not (isinstance(v, gast.Call) and dotted_name(v.func) == "np.empty" and
+            len(v.args) == 1 and len(v.keywords) == 1 and v.keywords[0].arg == "dtype" and
+            dotted_name(v.keywords[0].value) == "np.int64"):
+        return False
+    shape = v.args[0]
+    axes = len(shape.elts) if isinstance(shape, gast.Tuple) else 1
+    return axes == ndim
+
+
+def _popped_list(expr):
+    """t of ``t.pop()`` (a tape used as a stack), else None."""
+    if isinstance(expr, gast.Call) and isinstance(expr.func, gast.Attribute) and \
+            expr.func.attr == "pop" and not expr.args and not expr.keywords and \
+            isinstance(expr.func.value, gast.Name):
+        return expr.func.value.id
+    return None
 
 
 def _matrix(x, bindings, params):

@@ -175,6 +175,42 @@ def test_a_tape_pops_reset_of_an_adjoint_vector_is_zeroed_in_place():
         "v_bar = zeros_like_reusing(v_bar, v if v.size else v_bar)" in text, text
 
 
+@pytest.mark.parametrize("restore, tapes", [
+    ("k = k_tape.pop()", ["k_tape = []"]),  # a list of integers used as a stack
+    ("k = k_tape[i]", ["k_tape = np.empty(3, dtype=np.int64)"]),  # an integer tape
+    ("k = k_tape[i]", ["int_tapes = np.empty((3, 2), dtype=np.int64)",
+                       "k_tape = int_tapes[:, 1]"]),  # a column of a matrix of them
+])
+def test_a_length_restored_from_a_tape_is_still_one_integer(restore, tapes):
+    """The backward sweep restores a loop's length from a tape (ADBench's LSTM, whose unit
+    count is pushed per layer): the vector allocated with it and its adjoint are still
+    vectors, so both are made in their old arrays (the LSTM's hidden_3_bar, ypred_bar)."""
+    push = "    k_tape.append(k)" if restore.endswith("pop()") else "    k_tape[i] = k"
+    changed, used, text = _reused(tapes + [
+        "k = 0", "v = np.zeros((0,))", "for i in range(3):", push, "    k = w.shape[0]",
+        "    v = np.empty(k)", "    v[0] = x[i]", "v_bar = np.zeros_like(v)",
+        "for i in range(2, -1, -1):", "    w[0] += v_bar[0] * v[0]", "    " + restore,
+        "    v = np.empty(k)", "    v_bar = np.zeros_like(v)", "return w"])
+    assert changed and not used, text
+    assert "        if v_bar.shape[0] == v.shape[0]:\n            v_bar[:] = 0\n" in text, text
+    assert "        if v.shape[0] != k:\n            v = np.empty(k)\n" in text, text
+
+
+@pytest.mark.parametrize("restore, tapes", [
+    ("k = k_tape.pop()", ["k_tape = []", "k_tape.append(x)"]),  # an array on the stack
+    ("k = k_tape[i]", ["k_tape = np.empty(3)"]),  # a float tape
+    ("k = k_tape[i]", ["k_tape = np.empty((3, 2), dtype=np.int64)"]),  # a row, not a slot
+])
+def test_a_length_from_a_tape_that_may_not_hold_integers_keeps_the_allocation(restore,
+                                                                                 tapes):
+    push = "    k_tape.append(k)" if restore.endswith("pop()") else "    k_tape[i] = k"
+    changed, used, text = _reused(tapes + [
+        "k = 0", "v = np.zeros((0,))", "for i in range(3):", push, "    k = w.shape[0]",
+        "    v = np.empty(k)", "    v[0] = x[i]", "for i in range(2, -1, -1):",
+        "    w[0] += v[0]", "    " + restore, "    v = np.empty(k)", "return w"])
+    assert "v = np.empty(k)" in text and "if v.shape[0] != k" not in text, text
+
+
 def test_zeros_like_of_a_parameter_of_any_rank_reuses_or_allocates():
     """The like may be a parameter of unknown rank: the helper reuses a vector's buffer and
     allocates for anything else (a bundle adjustment's camera row adjoint, reset per step)."""
