@@ -1957,14 +1957,23 @@ class _Builder:
                         plan[tape] = {"loop": id(loop), "step": slot, "shape": size,
                                       "dtype": dtype}
                         continue
-                    length = None if writing_code_to_transform() else \
-                        _fresh_vector_length(stmt, target, t, loop, once)
+                    if writing_code_to_transform():
+                        continue
+                    binding, bound = stmt, target
+                    length = _fresh_vector_length(stmt, target, t, loop, once)
+                    if length is None:  # u = un, un made fresh earlier in the step
+                        found = _fresh_alias(stmt, target, t, loop, once, self.core)
+                        if found is not None:
+                            length, binding, bound = found
                     if length is not None:  # other arrays stay on lists (no shape to know)
+                        value = binding.value
                         plan[tape] = {"loop": id(loop), "step": slot, "shape": size,
                                       "dtype": "float64", "row": length, "target": target,
-                                      "binding": id(stmt), "zero": _called(stmt.value) ==
-                                      "np.zeros", "before": self.core.namer.derived(
-                                          target, "before_loop")}
+                                      "binding": id(binding), "bound": bound,
+                                      "zero": _called(value) == "np.zeros",
+                                      "copy": value.args[0].id if _called(value) ==
+                                      "np.copy" else None,
+                                      "before": self.core.namer.derived(target, "before_loop")}
         plan.update(self._stack_plan(needed, uses))
         for restore, _ in self.pops:
             tape = _popped_tape(restore)
@@ -1980,8 +1989,12 @@ class _Builder:
             elif tape in plan:
                 restore.value = gast.Subscript(value=name(tape), slice=to_expr(
                     plan[tape]["step"]), ctx=gast.Load())
-        self.row_bindings = {info["binding"]: (tape, info) for tape, info in plan.items()
-                             if "row" in info}
+        self.row_bindings = {}
+        for tape, info in sorted(plan.items()):
+            if "row" in info and info["binding"] in self.row_bindings:
+                del plan[tape]  # (one statement's array is one tape's row)
+            elif "row" in info:
+                self.row_bindings[info["binding"]] = (tape, info)
         return plan
 
     def _stack_plan(self, needed, uses):
@@ -2184,13 +2197,14 @@ class _Builder:
                 replacement.value = fill("v.copy()", v=stmt.value)
             if id(stmt) in self.row_bindings and record:  # x = np.empty(k): the tape's row
                 tape, info = self.row_bindings[id(stmt)]
-                replacement = assign(info["target"], gast.Subscript(
+                replacement = assign(info["bound"], gast.Subscript(
                     value=name(tape), slice=to_expr(info["step"]), ctx=gast.Load()))
-                if info["zero"]:
+                if info["zero"] or info["copy"]:  # x[:] = 0.0, or x[:] = y for np.copy(y)
                     out.append(replacement)
                     replacement = gast.Assign(targets=[gast.Subscript(
-                        value=name(info["target"]), slice=gast.Slice(None, None, None),
-                        ctx=gast.Store())], value=gast.Constant(0.0, None), type_comment=None)
+                        value=name(info["bound"]), slice=gast.Slice(None, None, None),
+                        ctx=gast.Store())], value=name(info["copy"]) if info["copy"] else
+                        gast.Constant(0.0, None), type_comment=None)
             out.append(replacement)
             out += after
             for tape, local in getattr(replacement, "tapes", ()) if record else ():
@@ -2322,6 +2336,62 @@ def _fresh_vector_length(stmt, target, t, loop, once):
     if stores != [stmt]:
         return None
     return _invariant_length(stmt.value.args[0], loop.body, _loop_assigned(loop))
+
+
+def _fresh_alias(stmt, target, t, loop, once, core):
+    """(length, binding, y) when `stmt` is ``target = y``, the one binding of the float64
+    vector `target` in the top-level `loop`, run in every step, and `binding` binds y
+    earlier in the same block, once per step and nowhere else in the loop, to a new vector:
+    ``np.empty(k)``/``np.zeros(k)`` (k the same in every step) or ``np.copy(target)`` with
+    `target` bound before the loop (every step's copy then has the length it had there). Each
+    step's new vector can then be a row of a tape (an explicit stencil step's ``un =
+    np.copy(u)`` ... ``u = un``): the value `target` had before a step is the row of the step
+    before. None otherwise."""
+    if not (isinstance(stmt, gast.Assign) and isinstance(stmt.value, gast.Name) and
+            _stmt_targets(stmt) == [target] and id(stmt) in once and
+            stmt.value.id != target and t.kind == "array" and t.dtype == "float64" and
+            t.dims is not None and len(t.dims) == 1):
+        return None
+    if any(isinstance(n, (gast.Break, gast.Continue, gast.Return)) for n in gast.walk(loop)):
+        return None
+    y = stmt.value.id
+
+    def binders(name_):
+        return [inner for inner in walk_statements(loop.body)
+                if not isinstance(inner, CONTROL) and name_ in _stmt_targets(inner) and
+                getattr(getattr(inner, "prim", None), "kind", None) not in ("setitem",
+                                                                            "add_at")]
+    found = binders(y)
+    if binders(target) != [stmt] or len(found) != 1 or id(found[0]) not in once:
+        return None
+    binding = found[0]
+    block = next((b for b in _statement_lists(loop) if any(s is stmt for s in b)), [])
+    at = {id(s): k for k, s in enumerate(block)}
+    if at.get(id(binding), len(block)) >= at[id(stmt)]:
+        return None
+    ty = core.types.get(y, T.UNKNOWN)
+    if _called(binding.value) in ("np.empty", "np.zeros"):
+        length = _fresh_vector_length(binding, y, ty, loop, once)
+        return None if length is None else (length, binding, y)
+    value = binding.value
+    before = core.body[:next(k for k, s in enumerate(core.body) if s is loop)]
+    if _called(value) == "np.copy" and len(value.args) == 1 and not value.keywords and \
+            isinstance(value.args[0], gast.Name) and value.args[0].id == target and \
+            _stmt_targets(binding) == [y] and ty.kind == "array" and ty.dtype == "float64" \
+            and ty.dims is not None and len(ty.dims) == 1 and \
+            any(not isinstance(s, CONTROL) and target in _stmt_targets(s) for s in before):
+        return fill("v.shape[0]", v=target), binding, y
+    return None
+
+
+def _statement_lists(loop):
+    """The statement lists of `loop` and of the statements nested in it."""
+    yield loop.body
+    for inner in walk_statements(loop.body):
+        for part in ("body", "orelse"):
+            block = getattr(inner, part, None)
+            if isinstance(block, list) and block and isinstance(block[0], gast.stmt):
+                yield block
 
 
 def _loop_assigned(loop):

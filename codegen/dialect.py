@@ -54,6 +54,7 @@ import gast
 from .branch_selects import SELECT_HELPERS, SELECT_UNCOMPILED, select_small_branches
 from .buffer_reuse import reuse_buffers
 from .common_calls import reuse_math_calls
+from .copy_targets import COPY_HELPERS, COPY_UNCOMPILED, copy_only_outside
 from .dict_outputs import flatten_returned_dicts, rebuilding_expression
 from .emit import comment, fresh_name, is_marker, render_function, text_of, to_ast
 from .expression_sizes import SIZE_HELPERS, SIZE_UNCOMPILED, sizes_from_shapes
@@ -1590,6 +1591,9 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
                 reuse_previous_steps(fn, module.taken)  # (zeros_outside given a spare)
                 module.generated.update({n: GATHER_HELPERS[n] for n in used})
                 module.uncompiled |= GATHER_UNCOMPILED
+            if copy_only_outside(fn):  # a copy whose middle a loop overwrites (copy_targets)
+                module.generated.update(COPY_HELPERS)
+                module.uncompiled |= COPY_UNCOMPILED
             read_rows_in_place(fn, module.taken)  # a tape's rows as row numbers (tape_rows)
             # a loop summing into a number: a function compiled with reassociation
             outline_reductions(fn, module.taken, module.generated, module.jit_options)
