@@ -1998,13 +1998,13 @@ class _Builder:
         return plan
 
     def _stack_plan(self, needed, uses):
-        """tape -> its column of a loop's stack (see _stacked_steps), for the math-library
+        """tape -> its row of a loop's stack (see _stacked_steps), for the math-library
         results (np.exp, np.tanh) that steps of loops without slots save: a store and a load
         cost less than computing them again in the backward step (ADBench's LSTM: three
         exps and two tanhs per unit of its cell). The loop's stack is a float64 matrix with
-        a column per such value; a run of the loop takes one row per step above ``top``
-        (``row`` is where its rows start), and the backward run of the loop gives them
-        back."""
+        a row per such value (the "column" of the plan) and a column per step; a run of the
+        loop takes one column per step above ``top`` (``row`` is where its columns start),
+        and the backward run of the loop gives them back."""
         stacked = self.stacked  # (worked out in forward_sweep)
         present = {id(node.primal_loop) for node in gast.walk(gast.Module(
             body=self.adj.out, type_ignores=[])) if hasattr(node, "primal_loop")}
@@ -2014,7 +2014,7 @@ class _Builder:
             saves = self.saves.get(id(stmt))
             if loop is None or id(loop) not in present or isinstance(stmt, CONTROL) or \
                     not isinstance(saves, list) or not _libm_call(stmt):
-                continue  # (no backward run of the loop: nothing would hand rows back)
+                continue  # (no backward run of the loop: nothing would hand them back)
             if id(loop) not in local:  # (the backward step reads the step's own value)
                 local[id(loop)] = {t for t, _, _ in _loop_locals(loop, self.core)}
             for tape, target in saves:
@@ -2048,18 +2048,18 @@ class _Builder:
     def _stack_starts(self):
         """The statements that make each loop stack empty, before the forward sweep."""
         return [s for stack in self.stacks for s in (
-            assign(stack["array"], fill(f"np.empty((0, {len(stack['columns'])}))")),
+            assign(stack["array"], fill(f"np.empty(({len(stack['columns'])}, 0))")),
             assign(stack["top"], to_expr(0)))]
 
     def _stack_returns(self, backward):
-        """Before each backward run of a loop with a stack, its rows handed back: ``top``
+        """Before each backward run of a loop with a stack, its columns handed back: ``top``
         goes down by the loop's trip count, and the run reads from there (``row``). The
         backward step reads the values its forward step saved at its top (``e =
-        j_stack[j_row + j, 0]``), where the value of the step is what the adjoint code reads
-        (a value of the step's own, read only later in the step and nowhere after the loop:
-        see _loop_locals), instead of putting back the value before the step where the
-        statement's adjoint is: no backward step then waits for a value the one before it
-        put back, and the loop can be vectorized."""
+        j_stack[0, index_at_least(j_row + j, 0)]``), where the value of the step is what
+        the adjoint code reads (a value of the step's own, read only later in the step and
+        nowhere after the loop: see _loop_locals), instead of putting back the value before
+        the step where the statement's adjoint is: no backward step then waits for a value
+        the one before it put back, and the loop can be vectorized."""
         by_loop = {id(stack["loop"]): stack for stack in self.stacks}
         if not by_loop:
             return
@@ -2103,7 +2103,7 @@ class _Builder:
             if id(stack["loop"]) == loop:
                 out += [assign(stack["row"], name(stack["top"])),
                         assign(stack["top"], fill("t + n", t=stack["top"], n=stack["trips"])),
-                        assign(stack["array"], fill("reserve_rows(s, t)", s=stack["array"],
+                        assign(stack["array"], fill("reserve_steps(s, t)", s=stack["array"],
                                                     t=stack["top"]))]
         for tape, info in sorted(self.preallocated.items()):
             if info["loop"] != loop or "stack" in info:
@@ -2269,11 +2269,15 @@ def _slotted_steps(body):
 
 
 def _stack_slot(info, ctx):
-    """``stack[row + offset, column]``: the slot of a loop's stack a step's value takes."""
+    """``stack[value, index_at_least(row + offset, 0)]``: the slot of a loop's stack a
+    step's value takes. A stack has a row per value and a column per step, so the steps of
+    one run write each value side by side; the index is never negative (``index_at_least``
+    tells LLVM, which then drops Numba's negative-index wraparound): the unit loop of
+    ADBench's LSTM, storing five values per step, vectorizes only with both."""
     stack = info["stack"]
     return gast.Subscript(value=name(stack["array"]), slice=gast.Tuple(elts=[
-        fill("r + o", r=stack["row"], o=stack["offset"]), to_expr(info["column"])],
-        ctx=gast.Load()), ctx=ctx)
+        to_expr(info["column"]), fill("index_at_least(r + o, 0)", r=stack["row"],
+                                      o=stack["offset"])], ctx=gast.Load()), ctx=ctx)
 
 
 def _stacked_steps(body, slotted, for_compiled_code):
@@ -2281,10 +2285,10 @@ def _stacked_steps(body, slotted, for_compiled_code):
     ``range(a, b)`` that are not in a top-level nest with slots (`slotted`, see
     _steps_of_nest): their bounds may change from step to step of an outer loop (ADBench's
     LSTM: a loop over a cell's units in a loop over layers in a loop over characters). A
-    number such a step saves gets a column of the loop's own stack of rows: each run of the
-    loop takes as many rows as it has steps, above the ones runs before it took, and its
-    backward run hands them back (``_stack_plan``). Statements of the loop's body only, not
-    of branches in it (the backward step reads its row at its top). Only in code for jit on
+    number such a step saves gets a row of the loop's own stack: each run of the loop takes
+    as many columns as it has steps, above the ones runs before it took, and its backward
+    run hands them back (``_stack_plan``). Statements of the loop's body only, not of
+    branches in it (the backward step reads its values at its top). Only in code for jit on
     the CPU (in
     plain Python a list's append is cheaper than an element store into an array; a device
     kernel cannot grow an array), not in loops that may stop early (``break``), nothing inside

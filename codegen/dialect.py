@@ -1610,8 +1610,11 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
             split_independent_updates(fn)  # one loop per independent update (update_fission)
             # `if j >= 2` / `if j < n - 2` in a loop: head, branch-free interior, tail
             split_index_ranges(fn)
-            if assume_loop_starts(fn):  # range(2, n), range(n - 1, -1, -1): vectorized
-                module.generated.update(INDEX_HELPERS)
+            stacked = any(isinstance(n, gast.Call) and isinstance(n.func, gast.Name) and
+                          n.func.id == "index_at_least" for n in gast.walk(fn))  # (a loop
+            # stack's slot, written by reverse mode)
+            if assume_loop_starts(fn) or stacked:  # range(2, n), range(n - 1, -1, -1):
+                module.generated.update(INDEX_HELPERS)  # vectorized
                 module.uncompiled |= INDEX_UNCOMPILED
     if numba_overloads:  # np.cos(t) again in a backward loop: the forward loop's value
         doc = next((h.value.value for h in header if _is_docstring(h)), "")

@@ -192,18 +192,19 @@ def same_length(m, n):
 
 # A loop whose bounds change between runs keeps the numbers its steps save in rows of a stack
 # (autodiff_ast/reverse.py, _stack_plan): each run reserves its rows before it starts.
-HELPERS["reserve_rows"] = '''\
-def reserve_rows(stack, rows):
-    """`stack` when it has at least `rows` rows, else a copy of it with room for `rows` or twice
-    its rows, whichever is more (what a growing list does: each row is copied O(1) times).
-    The copy is a loop over both matrices' elements: Numba compiles a slice assignment with
-    its shape-mismatch message, 3 s of a cold start."""
-    if stack.shape[0] >= rows:
+HELPERS["reserve_steps"] = '''\
+def reserve_steps(stack, steps):
+    """`stack` (a row per value saved, a column per step) when it has at least `steps`
+    columns, else a copy of it with room for `steps` or twice its columns, whichever is more
+    (what a growing list does: each value is copied O(1) times). The copy is a loop over the
+    elements: Numba compiles a slice assignment with its shape-mismatch message, 3 s of a
+    cold start."""
+    if stack.shape[1] >= steps:
         return stack
-    grown = np.empty((max(rows, 2 * stack.shape[0]), stack.shape[1]))
-    old, new = stack.ravel(), grown.ravel()
-    for k in range(old.shape[0]):
-        new[k] = old[k]
+    grown = np.empty((stack.shape[0], max(steps, 2 * stack.shape[1])))
+    for r in range(stack.shape[0]):
+        for k in range(stack.shape[1]):
+            grown[r, k] = stack[r, k]
     return grown
 '''
 

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from .allocator import keep_large_blocks
 from .blas_threads import calm_blas_threads
 from .helpers import DIALECT_JIT_OPTIONS
+from .llvm_options import allow_more_memory_checks
 from .loader import load_source
 
 # gast and codegen.dialect are imported when a module is lowered: a module loaded again from
@@ -229,10 +230,12 @@ def _prepare_process():
     """What a process does before its first compiled module (each step runs once): SciPy's
     BLAS loaded without scipy.linalg, its threads set to sleep when idle
     (codegen/blas_threads.py), glibc's allocator told to keep large blocks
-    (codegen/allocator.py)."""
+    (codegen/allocator.py), LLVM's vectorizer allowed more overlap checks
+    (codegen/llvm_options.py)."""
     preload_blas()
     calm_blas_threads()
     keep_large_blocks()
+    allow_more_memory_checks()
 
 
 def preload_blas():

@@ -122,23 +122,24 @@ def test_helper_backward_compiles_once_for_int_and_float_cotangents(compiled):
         assert len(signatures) <= 1, (name, signatures)
 
 
-def test_reserve_rows_copies_without_numpys_slice_machinery():
-    """The loop stacks' helper (autodiff_ast/reverse.py, _stack_plan) grows its matrix with an
-    element loop: a slice assignment made Numba compile its shape-mismatch message, 3 s of
-    the ADBench GMM gradient's cold start. It keeps every row and grows geometrically."""
+def test_reserve_steps_copies_without_numpys_slice_machinery():
+    """The loop stacks' helper (autodiff_ast/reverse.py, _stack_plan) grows its matrix (a row
+    per value, a column per step) with an element loop: a slice assignment made Numba
+    compile its shape-mismatch message, 3 s of the ADBench GMM gradient's cold start. It
+    keeps every column and grows geometrically."""
     import numba
     from numba.core import event
 
     from codegen.helpers import HELPERS
     space = {"np": np}
-    exec(HELPERS["reserve_rows"], space)
-    compiled = numba.njit(space["reserve_rows"])
-    stack = np.arange(6.0).reshape(3, 2)
+    exec(HELPERS["reserve_steps"], space)
+    compiled = numba.njit(space["reserve_steps"])
+    stack = np.arange(6.0).reshape(2, 3)
     with event.install_recorder("numba:compile") as recorded:
         grown = compiled(stack, 4)
     names = " ".join(str(e.data.get("dispatcher", "")) for _, e in recorded.buffer)
     assert "shape_context" not in names, names
-    assert grown.shape == (6, 2)
-    np.testing.assert_array_equal(grown[:3], stack)
+    assert grown.shape == (2, 6)
+    np.testing.assert_array_equal(grown[:, :3], stack)
     assert compiled(grown, 5) is grown
-    assert compiled(np.empty((0, 2)), 3).shape == (3, 2)
+    assert compiled(np.empty((2, 0)), 3).shape == (2, 3)

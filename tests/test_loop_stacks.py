@@ -1,10 +1,10 @@
-"""Math-library results saved on a loop's stack of rows (autodiff_ast/reverse.py,
+"""Math-library results saved on a loop's stack (autodiff_ast/reverse.py,
 ``_stack_plan``): loops whose bounds change from one run to the next (an inner loop over a
 length an outer step computes, a loop inside a ``range(0, n, 2)``), compiled with jit.
 
 Each gradient is compared with the plain NumPy gradient (list tapes, no stack) and with
 central differences, and the generated source is read: the compiled module keeps the exps
-on a stack (``reserve_rows``) and reads them back instead of computing them again; the plain
+on a stack (``reserve_steps``) and reads them back instead of computing them again; the plain
 module does not use one.
 """
 
@@ -76,7 +76,7 @@ CASES = {"ragged": ragged, "strided": strided, "cells": cells}
 
 def test_a_value_the_next_step_reads_is_not_stacked():
     compiled = _grads_agree(carried, _args(), (0, 1))
-    assert "reserve_rows(" not in compiled.source, compiled.source
+    assert "reserve_steps(" not in compiled.source, compiled.source
 
 
 def _args(seed=0):
@@ -88,10 +88,10 @@ def _args(seed=0):
 def test_stacked_math_results_give_the_gradient(case):
     fn = CASES[case]
     compiled = _grads_agree(fn, _args(), (0, 1))
-    assert "reserve_rows(" in compiled.source, compiled.source
+    assert "reserve_steps(" in compiled.source, compiled.source
     plain = ad.grad(fn, argnums=(0, 1))
     plain(*_args())
-    assert "reserve_rows(" not in plain.source
+    assert "reserve_steps(" not in plain.source
 
 
 def test_a_second_call_with_other_lengths_reads_its_own_rows():
@@ -125,5 +125,8 @@ def test_jit_lstm_matches_adbench_and_keeps_no_lists_of_slice_starts():
     close(np.concatenate([main_bar.ravel(), extra_bar.ravel()]),
           want["gradient_main_then_extra_rowmajor"])
     source = compiled.source
-    assert "reserve_rows(" in source
+    assert "reserve_steps(" in source
+    # a row per value, a column per step, the index known to be >= 0: the loop vectorizes
+    assert "j_2_stack = np.empty((5, 0))" in source, source
+    assert "j_2_stack[4, index_at_least(j_2_row + j_2, 0)] = tanh_2_2_j" in source, source
     assert "start_3_tape" not in source and "start_8_tape" not in source, source
