@@ -1974,6 +1974,13 @@ class _Builder:
                                       "copy": value.args[0].id if _called(value) ==
                                       "np.copy" else None,
                                       "before": self.core.namer.derived(target, "before_loop")}
+        self.row_bindings = {}
+        for tape, info in sorted(plan.items()):
+            if "row" in info and info["binding"] in self.row_bindings:
+                del plan[tape]  # (one statement's array is one tape's row; the other tape
+                # stays a list)
+            elif "row" in info:
+                self.row_bindings[info["binding"]] = (tape, info)
         plan.update(self._stack_plan(needed, uses))
         for restore, _ in self.pops:
             tape = _popped_tape(restore)
@@ -1989,12 +1996,6 @@ class _Builder:
             elif tape in plan:
                 restore.value = gast.Subscript(value=name(tape), slice=to_expr(
                     plan[tape]["step"]), ctx=gast.Load())
-        self.row_bindings = {}
-        for tape, info in sorted(plan.items()):
-            if "row" in info and info["binding"] in self.row_bindings:
-                del plan[tape]  # (one statement's array is one tape's row)
-            elif "row" in info:
-                self.row_bindings[info["binding"]] = (tape, info)
         return plan
 
     def _stack_plan(self, needed, uses):

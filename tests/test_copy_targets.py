@@ -89,6 +89,22 @@ def copy_of_another_array(u0, c):
     return np.sum(u * u)
 
 
+def new_state_read_next_step(u0, c):
+    """The new vector is saved too (the next step reads it before making another): two tapes
+    could take the one statement's array as their row; one does, the other stays a list."""
+    u = u0.copy()
+    n = u.shape[0]
+    un = np.zeros(n)
+    total = 0.0
+    for _step in range(3):
+        total = total + np.sum(np.sin(un) * u)
+        un = np.zeros(n)
+        for i in range(n):
+            un[i] = np.sin(c * u[i])
+        u = un
+    return total + np.sum(u * u)
+
+
 def _jit_grad_source(fn, *args):
     compiled = ad.jit(ad.grad(fn, argnums=(0, 1)))
     compiled(*args)
@@ -105,7 +121,8 @@ def test_heat_primal_and_gradient_at_short_lengths(n):
 
 @pytest.mark.numba
 @pytest.mark.parametrize("fn", [nonlinear_steps, state_from_zeros, state_also_rebound,
-                                state_moved_before_the_copy, copy_of_another_array])
+                                state_moved_before_the_copy, copy_of_another_array,
+                                new_state_read_next_step])
 def test_compiled_gradients_agree(fn):
     _grads_agree(fn, (np.sin(np.linspace(0.0, 2.5, 7)) + 0.4, 0.3), (0, 1))
 
@@ -140,6 +157,16 @@ def test_plain_gradients_keep_rows_only_where_the_state_is_made_each_step():
     g = ad.grad(nonlinear_steps)
     g(*args)
     assert "un[:] = u\n" in g.source, g.source
+
+
+def test_one_statement_is_the_row_of_one_tape():
+    """Regression: u = un and un's own save both planned un = np.zeros(n) as their row; the
+    tape dropped afterwards had its pops already rewritten to rows (a name error)."""
+    args = (np.linspace(0.1, 1.0, 5), 0.7)
+    check_grads(new_state_read_next_step, args, modes=("rev",))
+    g = ad.grad(new_state_read_next_step, argnums=(0, 1))
+    g(*args)
+    assert "un = u_tape[_step]" in g.source and "un_tape = []" in g.source, g.source
 
 
 def test_second_order_through_a_stencil_state():
