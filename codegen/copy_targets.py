@@ -176,21 +176,14 @@ def copy_outside(a, lo, hi):
 
 @numba.extending.overload(copy_outside, jit_options={'error_model': 'numpy'})
 def copy_outside_numba(a, lo, hi):
-    """How Numba compiles copy_outside: for a vector, a new C-order vector whose entries
-    lo..hi-1 are left unset (the caller's loop writes each first) and the others copied, one
-    by one (a slice assignment compiles NumPy's broadcast checks); np.copy otherwise."""
+    """How Numba compiles copy_outside: for a vector, a new C-order vector filled by
+    copy_outside_into (entries lo..hi-1 left unset); np.copy otherwise."""
     if not (isinstance(a, numba.types.Array) and a.ndim == 1):
         return lambda a, lo, hi: np.copy(a)
 
     def around(a, lo, hi):
         out = np.empty(a.shape[0], dtype=a.dtype)
-        n = a.shape[0]
-        if not 0 <= lo <= hi <= n:
-            lo, hi = n, n
-        for k in range(lo):
-            out[k] = a[k]
-        for k in range(hi, n):
-            out[k] = a[k]
+        copy_outside_into(out, a, lo, hi)
         return out
     return around
 ''', "copy_outside_into": '''\
@@ -201,9 +194,12 @@ def copy_outside_into(a, b, lo, hi):
 
 @numba.extending.overload(copy_outside_into, jit_options={'error_model': 'numpy'})
 def copy_outside_into_numba(a, b, lo, hi):
-    """How Numba compiles copy_outside_into: for two vectors of one length whose memory
-    does not overlap (or is the same), b's entries before lo and from hi on are copied one by
-    one and the others left (the caller's loop writes each first); a[:] = b otherwise."""
+    """How Numba compiles copy_outside_into, for two vectors: b's entries before lo and
+    from hi on copied one by one and the others left (the caller's loop writes each first);
+    every entry when the bounds are odd, when b has one entry (broadcast) or when the two
+    overlap in memory without being the same entries (then from a copy of b, as NumPy
+    does). Element loops, not a slice assignment, whose broadcast checks took Numba 3 s to
+    compile. a[:] = b for anything but two vectors."""
     if not (isinstance(a, numba.types.Array) and a.ndim == 1 and
             isinstance(b, numba.types.Array) and b.ndim == 1):
         def whole(a, b, lo, hi):
@@ -211,17 +207,25 @@ def copy_outside_into_numba(a, b, lo, hi):
         return whole
 
     def around(a, b, lo, hi):
-        n = a.shape[0]
-        if b.shape[0] != n or n == 0:
-            a[:] = b
+        n, m = a.shape[0], b.shape[0]
+        if m != n and m != 1:
+            raise ValueError("could not broadcast input array into the copy's shape")
+        if n == 0:
             return
         a_low = a.ctypes.data + min(0, (n - 1) * a.strides[0])
         a_high = a.ctypes.data + max(0, (n - 1) * a.strides[0]) + a.itemsize
-        b_low = b.ctypes.data + min(0, (n - 1) * b.strides[0])
-        b_high = b.ctypes.data + max(0, (n - 1) * b.strides[0]) + b.itemsize
-        same = a.ctypes.data == b.ctypes.data and a.strides[0] == b.strides[0]
+        b_low = b.ctypes.data + min(0, (m - 1) * b.strides[0])
+        b_high = b.ctypes.data + max(0, (m - 1) * b.strides[0]) + b.itemsize
+        same = a.ctypes.data == b.ctypes.data and a.strides[0] == b.strides[0] and m == n
         if not (a_high <= b_low or b_high <= a_low or same):
-            a[:] = b
+            kept = b.copy()
+            for k in range(n):
+                a[k] = kept[k if m == n else 0]
+            return
+        if m != n:
+            first = b[0]
+            for k in range(n):
+                a[k] = first
             return
         if not 0 <= lo <= hi <= n:
             lo, hi = n, n

@@ -249,6 +249,40 @@ def test_copy_outside_into_overlapping_memory_copies_everything(helpers):
         np.zeros((2, 3)), np.ones((2, 3))), np.ones((2, 3)))
 
 
+@pytest.mark.numba
+def test_copy_outside_into_broadcasts_and_refuses_as_numpy_does(helpers):
+    into = helpers["copy_outside_into"]
+
+    def step(a, b):
+        into(a, b, 1, 2)
+        return a
+
+    compiled = numba.njit(step)
+    np.testing.assert_array_equal(compiled(np.zeros(4), np.array([2.5])), np.full(4, 2.5))
+    np.testing.assert_array_equal(step(np.zeros(4), np.array([2.5])), np.full(4, 2.5))
+    for fn in (step, compiled):
+        with pytest.raises(ValueError):
+            fn(np.zeros(4), np.ones(3))
+    np.testing.assert_array_equal(compiled(np.zeros(0), np.zeros(0)), np.zeros(0))
+
+
+def test_the_vector_forms_assign_no_slices():
+    """Element loops: a slice assignment in the vector form made Numba compile NumPy's
+    broadcast checks and their message (3 s of a cold start, as reserve_steps once did;
+    Numba compiles such internals once per process, so their compile events cannot be
+    counted here reliably: the source is read instead)."""
+    import ast
+    for source in COPY_HELPERS.values():
+        tree = ast.parse(source)
+        vector_forms = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and
+                        n.name == "around"]
+        assert vector_forms, source
+        for form in vector_forms:
+            sliced = [n for n in ast.walk(form) if isinstance(n, ast.Subscript) and
+                      isinstance(n.ctx, ast.Store) and isinstance(n.slice, ast.Slice)]
+            assert not sliced, ast.unparse(form)
+
+
 # ---------------------------------------------------------------- what the rewrite leaves alone
 def _rewrite(body):
     fn = gast.parse("def f(u, w, c, n, k):\n" + "\n".join("    " + line for line in body)
