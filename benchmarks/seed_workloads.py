@@ -417,7 +417,8 @@ def heat_rows():
                      primal=jit(heat),
                      notes="Ours differentiates the per-element loops as written; the "
                            "stencil's adjoint is emitted in gather form "
-                           "(autodiff_ast/gather_form.py), one array per step on the tape.")]
+                           "(autodiff_ast/gather_form.py); each step's state is a row of one "
+                           "preallocated tape (reverse.py, _fresh_alias).")]
 
 
 # ---------------------------------------------------------------- start-up
