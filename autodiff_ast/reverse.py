@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import gast
 
+from codegen.emit import statement_blocks
+
 from . import types as T
 from .derivative_table import DerivativeTable
 from .errors import MissingRuleError, NonScalarOutputError, UnsupportedError, UnsupportedSyntaxError
@@ -2307,9 +2309,7 @@ def _stacked_steps(body, slotted, for_compiled_code):
                 plain = not blocked and not checkpointed and not stmt.orelse and \
                     isinstance(stmt.target, gast.Name) and isinstance(it, gast.Call) and \
                     unparse(it.func) == "range" and 1 <= len(it.args) <= 2 and \
-                    not it.keywords and not any(
-                        isinstance(n, (gast.Break, gast.Continue, gast.Return))
-                        for n in gast.walk(stmt))
+                    not it.keywords and not _exits_early(stmt)
                 visit(stmt.body, stmt if plain else None, blocked or checkpointed)
             elif isinstance(stmt, gast.While):
                 visit(stmt.body, None, blocked)
@@ -2328,19 +2328,33 @@ def _fresh_vector_length(stmt, target, t, loop, once):
     of `target` in the loop, run once in every step (not in a branch); else None. Each step's
     new vector can then be a row of a tape preallocated before the loop (no allocation per
     step), and the value a step's binding replaced is the row of the step before."""
-    if any(isinstance(n, (gast.Break, gast.Continue, gast.Return)) for n in gast.walk(loop)):
+    if _exits_early(loop):
         return None  # (a step that skips the binding would leave its row unwritten)
-    if not (t.kind == "array" and t.dtype == "float64" and t.dims is not None and
-            len(t.dims) == 1 and id(stmt) in once and isinstance(stmt, gast.Assign) and
+    if not (_float_vector(t) and id(stmt) in once and isinstance(stmt, gast.Assign) and
             _called(stmt.value) in ("np.empty", "np.zeros") and len(stmt.value.args) == 1 and
             not stmt.value.keywords and _stmt_targets(stmt) == [target]):
         return None
-    stores = [inner for inner in walk_statements(loop.body)  # (in-place writes aside)
-              if not isinstance(inner, CONTROL) and target in _stmt_targets(inner) and
-              getattr(getattr(inner, "prim", None), "kind", None) not in ("setitem", "add_at")]
-    if stores != [stmt]:
+    if _binders(loop, target) != [stmt]:
         return None
     return _invariant_length(stmt.value.args[0], loop.body, _loop_assigned(loop))
+
+
+def _exits_early(loop):
+    """Whether `loop` has a ``break``, ``continue`` or ``return`` anywhere in it."""
+    return any(isinstance(n, (gast.Break, gast.Continue, gast.Return)) for n in gast.walk(loop))
+
+
+def _float_vector(t):
+    """Whether the type `t` is a float64 array of one axis."""
+    return t.kind == "array" and t.dtype == "float64" and t.dims is not None and \
+        len(t.dims) == 1
+
+
+def _binders(loop, target):
+    """The statements of `loop` that bind `target` (in-place writes to it aside)."""
+    return [inner for inner in walk_statements(loop.body)
+            if not isinstance(inner, CONTROL) and target in _stmt_targets(inner) and
+            getattr(getattr(inner, "prim", None), "kind", None) not in ("setitem", "add_at")]
 
 
 def _fresh_alias(stmt, target, t, loop, once, core):
@@ -2354,23 +2368,14 @@ def _fresh_alias(stmt, target, t, loop, once, core):
     before. None otherwise."""
     if not (isinstance(stmt, gast.Assign) and isinstance(stmt.value, gast.Name) and
             _stmt_targets(stmt) == [target] and id(stmt) in once and
-            stmt.value.id != target and t.kind == "array" and t.dtype == "float64" and
-            t.dims is not None and len(t.dims) == 1):
-        return None
-    if any(isinstance(n, (gast.Break, gast.Continue, gast.Return)) for n in gast.walk(loop)):
+            stmt.value.id != target and _float_vector(t)) or _exits_early(loop):
         return None
     y = stmt.value.id
-
-    def binders(name_):
-        return [inner for inner in walk_statements(loop.body)
-                if not isinstance(inner, CONTROL) and name_ in _stmt_targets(inner) and
-                getattr(getattr(inner, "prim", None), "kind", None) not in ("setitem",
-                                                                            "add_at")]
-    found = binders(y)
-    if binders(target) != [stmt] or len(found) != 1 or id(found[0]) not in once:
+    found = _binders(loop, y)
+    if _binders(loop, target) != [stmt] or len(found) != 1 or id(found[0]) not in once:
         return None
     binding = found[0]
-    block = next((b for b in _statement_lists(loop) if any(s is stmt for s in b)), [])
+    block = next((b for b in statement_blocks(loop) if any(s is stmt for s in b)), [])
     at = {id(s): k for k, s in enumerate(block)}
     if at.get(id(binding), len(block)) >= at[id(stmt)]:
         return None
@@ -2382,21 +2387,10 @@ def _fresh_alias(stmt, target, t, loop, once, core):
     before = core.body[:next(k for k, s in enumerate(core.body) if s is loop)]
     if _called(value) == "np.copy" and len(value.args) == 1 and not value.keywords and \
             isinstance(value.args[0], gast.Name) and value.args[0].id == target and \
-            _stmt_targets(binding) == [y] and ty.kind == "array" and ty.dtype == "float64" \
-            and ty.dims is not None and len(ty.dims) == 1 and \
+            _stmt_targets(binding) == [y] and _float_vector(ty) and \
             any(not isinstance(s, CONTROL) and target in _stmt_targets(s) for s in before):
         return fill("v.shape[0]", v=target), binding, y
     return None
-
-
-def _statement_lists(loop):
-    """The statement lists of `loop` and of the statements nested in it."""
-    yield loop.body
-    for inner in walk_statements(loop.body):
-        for part in ("body", "orelse"):
-            block = getattr(inner, part, None)
-            if isinstance(block, list) and block and isinstance(block[0], gast.stmt):
-                yield block
 
 
 def _loop_assigned(loop):

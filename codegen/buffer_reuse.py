@@ -62,7 +62,7 @@ import copy
 
 import gast
 
-from .emit import dotted_node, mentions, name_node, parent_map
+from .emit import call_node, dotted_node, mentions, name_node, parent_map
 from .fused_updates import ADD_HELPERS
 from .param_writes import dotted_name
 
@@ -132,7 +132,7 @@ def reuse_buffers(fn):
                 like = _like(call)
                 _zero_in_place(stmt, parents, x, _shape0(like), call)
                 continue
-            stmt.value = _call("zeros_like_reusing", [name_node(x), _like(call)])
+            stmt.value = call_node("zeros_like_reusing", [name_node(x), _like(call)])
             used.add(stmt.value.func.id)
     for top, names in placeholders.values():
         at = next(k for k, s in enumerate(fn.body) if s is top)
@@ -290,9 +290,9 @@ def _scalar_int(expr, bindings, params, depth=0, seen=frozenset()):
         return True  # (integer helpers of code written as element loops)
     tape = _popped_list(expr)
     if tape is not None:  # a tape's pop, every value pushed on it an integer
-        lists, pushed = bindings.get(tape), bindings.get(("appended", tape))
-        return bool(lists) and all(b == _EMPTY_LIST for b in lists) and bool(pushed) and \
-            all(p is not None and _scalar_int(p, bindings, params, depth + 1, seen) for p in pushed)
+        pushed = _pushed(tape, bindings)
+        return pushed is not None and all(_scalar_int(p, bindings, params, depth + 1, seen)
+                                          for p in pushed)
     if isinstance(expr, gast.Call):
         return dotted_name(expr.func) in ("len", "int", "max", "min") and not expr.keywords \
             and all(_scalar_int(a, bindings, params, depth + 1, seen) or dotted_name(expr.func) ==
@@ -353,10 +353,9 @@ def _vector_value(v, bindings, params, seen):
         return len(v.args) == 2 and _vector_value(v.args[1], bindings, params, seen)
     tape = _popped_list(v)
     if tape is not None:
-        appended = bindings.get(("appended", tape))
-        lists = bindings.get(tape)
-        return bool(lists) and all(b == _EMPTY_LIST for b in lists) and bool(appended) and all(
-            a is not None and _vector_value(a, bindings, params, seen) for a in appended)
+        pushed = _pushed(tape, bindings)
+        return pushed is not None and all(_vector_value(p, bindings, params, seen)
+                                          for p in pushed)
     return False
 
 
@@ -365,15 +364,21 @@ def _int_vector(x, bindings, params):
     ``m[:, j]`` of ``m = np.empty((n, k), dtype=np.int64)`` (reverse mode's integer tapes)."""
     values = bindings.get(x)
     return x not in params and bool(values) and all(
-        _int_allocation(v, 1) or isinstance(v, gast.Subscript) and
-        isinstance(v.value, gast.Name) and v.value.id not in params and
-        isinstance(v.slice, gast.Tuple) and len(v.slice.elts) == 2 and
-        isinstance(v.slice.elts[0], gast.Slice) and
-        all(p is None for p in (v.slice.elts[0].lower, v.slice.elts[0].upper,
-                                 v.slice.elts[0].step)) and
-        isinstance(v.slice.elts[1], gast.Constant) and bool(bindings.get(v.value.id)) and
-        all(_int_allocation(m, 2) for m in bindings[v.value.id])
-        for v in values)
+        _int_allocation(v, 1) or _int_column(v, bindings, params) for v in values)
+
+
+def _int_column(v, bindings, params):
+    """Whether `v` is ``m[:, j]`` (j a constant), m bound only to ``np.empty((n, k),
+    dtype=np.int64)``."""
+    if not (isinstance(v, gast.Subscript) and isinstance(v.value, gast.Name) and
+            v.value.id not in params and isinstance(v.slice, gast.Tuple) and
+            len(v.slice.elts) == 2):
+        return False
+    rows, column = v.slice.elts
+    matrices = bindings.get(v.value.id)
+    return isinstance(rows, gast.Slice) and rows.lower is None and rows.upper is None and \
+        rows.step is None and isinstance(column, gast.Constant) and bool(matrices) and \
+        all(_int_allocation(m, 2) for m in matrices)
 
 
 def _int_allocation(v, ndim):
@@ -385,6 +390,16 @@ def _int_allocation(v, ndim):
     shape = v.args[0]
     axes = len(shape.elts) if isinstance(shape, gast.Tuple) else 1
     return axes == ndim
+
+
+def _pushed(tape, bindings):
+    """The values pushed on `tape` (``tape.append(v)``) when it is only ever bound to a new
+    empty list and every push is of one value; else None."""
+    lists, pushed = bindings.get(tape), bindings.get(("appended", tape))
+    if lists and all(b == _EMPTY_LIST for b in lists) and pushed and \
+            all(p is not None for p in pushed):
+        return pushed
+    return None
 
 
 def _popped_list(expr):
@@ -479,6 +494,3 @@ def privacy_context(fn):
     params = {a.id for a in fn.args.args if isinstance(a, gast.Name)}
     return params, _bindings(fn), parent_map([fn])
 
-
-def _call(func, args):
-    return gast.Call(func=dotted_node(func), args=args, keywords=[])

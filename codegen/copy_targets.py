@@ -54,7 +54,15 @@ import copy
 
 import gast
 
-from .emit import mentions, name_node, names_bound, range_bounds, statement_blocks
+from .emit import (
+    call_node,
+    is_entry,
+    mentions,
+    name_node,
+    names_bound,
+    range_bounds,
+    statement_blocks,
+)
 from .param_writes import dotted_name
 
 __all__ = ["copy_only_outside", "COPY_HELPERS", "COPY_UNCOMPILED"]
@@ -74,9 +82,9 @@ def copy_only_outside(fn):
                 continue
             bounds = [copy.deepcopy(b) for b in bounds]
             if isinstance(stmt.targets[0], gast.Name):
-                stmt.value = _call("copy_outside", [name_node(source)] + bounds)
+                stmt.value = call_node("copy_outside", [name_node(source)] + bounds)
             else:
-                block[k] = gast.Expr(value=_call("copy_outside_into", [
+                block[k] = gast.Expr(value=call_node("copy_outside_into", [
                     name_node(target), name_node(source)] + bounds))
             changed = True
     return changed
@@ -115,9 +123,6 @@ def _copied_into(stmt):
     return stmt.targets[0].value.id, stmt.value.id
 
 
-def _call(func, args):
-    return gast.Call(func=name_node(func), args=args, keywords=[])
-
 
 def _overwriting_loop_after(block, k, target, source):
     """[lo, hi] of the loop after block[k] that writes every entry of `target` in its range
@@ -152,19 +157,13 @@ def _overwritten_range(loop, target):
                            gast.Lambda)) for stmt in loop.body for n in gast.walk(stmt)):
         return None
     writes = [stmt for stmt in loop.body if isinstance(stmt, gast.Assign) and
-              len(stmt.targets) == 1 and _is_entry(stmt.targets[0], target, i) and
+              len(stmt.targets) == 1 and is_entry(stmt.targets[0], target, i) and
               not mentions(stmt.value, target)]
     mentioning = [stmt for stmt in loop.body if mentions(stmt, target)]
     if len(writes) != 1 or mentioning != writes:
         return None
     return [lo, hi]
 
-
-def _is_entry(node, array, index):
-    """Whether `node` is ``array[index]`` (two names)."""
-    return isinstance(node, gast.Subscript) and isinstance(node.value, gast.Name) and \
-        node.value.id == array and isinstance(node.slice, gast.Name) and \
-        node.slice.id == index
 
 
 #: The helper (plain form and Numba overload), written into a module that calls it.

@@ -56,7 +56,7 @@ from .buffer_reuse import reuse_buffers
 from .common_calls import reuse_math_calls
 from .copy_targets import COPY_HELPERS, COPY_UNCOMPILED, copy_only_outside
 from .dict_outputs import flatten_returned_dicts, rebuilding_expression
-from .emit import comment, fresh_name, is_marker, render_function, text_of, to_ast
+from .emit import comment, fresh_name, is_marker, mentions, render_function, text_of, to_ast
 from .expression_sizes import SIZE_HELPERS, SIZE_UNCOMPILED, sizes_from_shapes
 from .fast_exp import fast_exp_in_source, use_fast_exp
 from .forward_math import reuse_forward_math
@@ -1610,11 +1610,9 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
             split_independent_updates(fn)  # one loop per independent update (update_fission)
             # `if j >= 2` / `if j < n - 2` in a loop: head, branch-free interior, tail
             split_index_ranges(fn)
-            stacked = any(isinstance(n, gast.Call) and isinstance(n.func, gast.Name) and
-                          n.func.id == "index_at_least" for n in gast.walk(fn))  # (a loop
-            # stack's slot, written by reverse mode)
-            if assume_loop_starts(fn) or stacked:  # range(2, n), range(n - 1, -1, -1):
-                module.generated.update(INDEX_HELPERS)  # vectorized
+            assume_loop_starts(fn)  # range(2, n), range(n - 1, -1, -1): vectorized
+            if mentions(fn, "index_at_least"):  # (those loops; loop stacks' slots, which
+                module.generated.update(INDEX_HELPERS)  # reverse mode writes)
                 module.uncompiled |= INDEX_UNCOMPILED
     if numba_overloads:  # np.cos(t) again in a backward loop: the forward loop's value
         doc = next((h.value.value for h in header if _is_docstring(h)), "")

@@ -212,6 +212,26 @@ def dotted_node(text):
     return node
 
 
+def call_node(func, args):
+    """A call of `func` (a dotted name) with positional `args` (gast expressions).
+
+    >>> ast.unparse(gast.gast_to_ast(call_node("np.copy", [name_node("u")])))
+    'np.copy(u)'
+    """
+    return gast.Call(func=dotted_node(func), args=list(args), keywords=[])
+
+
+def is_entry(node, array, index):
+    """Whether `node` is ``array[index]`` (two names).
+
+    >>> is_entry(gast.parse("u[i]", mode="eval").body, "u", "i")
+    True
+    """
+    return isinstance(node, gast.Subscript) and isinstance(node.value, gast.Name) and \
+        node.value.id == array and isinstance(node.slice, gast.Name) and \
+        node.slice.id == index
+
+
 def mentions(node, identifier):
     """Whether a Name `identifier` occurs anywhere under `node`."""
     return any(isinstance(n, gast.Name) and n.id == identifier for n in gast.walk(node))

@@ -97,7 +97,9 @@ import gast
 
 from .buffer_reuse import _read_keeps_nothing
 from .emit import (
+    call_node,
     fresh_name,
+    is_entry,
     is_marker,
     mentions,
     name_node,
@@ -132,9 +134,9 @@ def _rewrite_block(block):
             continue
         loop = block[loop_at]
         lo, hi = range_bounds(loop)
-        block[k].value = _call("zeros_outside", [copy.deepcopy(block[k].value.args[0]),
+        block[k].value = call_node("zeros_outside", [copy.deepcopy(block[k].value.args[0]),
                                                  copy.deepcopy(lo), copy.deepcopy(hi)])
-        loop.body[0].value = _call("gather_start", [name_node(target),
+        loop.body[0].value = call_node("gather_start", [name_node(target),
                                                     name_node(loop.target.id)])
         used |= {"zeros_outside", "gather_start"}
     return used
@@ -182,11 +184,11 @@ def _gathers_into(loop, target):
     j = loop.target.id
     first, last = loop.body[0], loop.body[-1]
     if not (isinstance(first, gast.Assign) and len(first.targets) == 1 and
-            isinstance(first.targets[0], gast.Name) and _is_entry(first.value, target, j)):
+            isinstance(first.targets[0], gast.Name) and is_entry(first.value, target, j)):
         return False
     local = first.targets[0].id
     if not (isinstance(last, gast.Assign) and len(last.targets) == 1 and
-            _is_entry(last.targets[0], target, j) and isinstance(last.value, gast.Name) and
+            is_entry(last.targets[0], target, j) and isinstance(last.value, gast.Name) and
             last.value.id == local):
         return False
     if any(mentions(stmt, target) for stmt in loop.body[1:-1]) or j in names_bound(loop.body):
@@ -194,12 +196,6 @@ def _gathers_into(loop, target):
     return not any(isinstance(n, (gast.Break, gast.Continue, gast.Return))
                    for stmt in loop.body for n in gast.walk(stmt))
 
-
-def _is_entry(node, array, index):
-    """Whether `node` is ``array[index]`` (two names)."""
-    return isinstance(node, gast.Subscript) and isinstance(node.value, gast.Name) and \
-        node.value.id == array and isinstance(node.slice, gast.Name) and \
-        node.slice.id == index
 
 
 def skip_reset_entries(fn):
@@ -214,7 +210,7 @@ def skip_reset_entries(fn):
                 continue
             bounds = _reset_before(block, m, added)
             if bounds is not None:
-                block[m] = gast.Expr(value=_call("add_outside", [
+                block[m] = gast.Expr(value=call_node("add_outside", [
                     name_node(stmt.target.id), name_node(added)] + bounds))
                 changed = True
     return changed
@@ -334,7 +330,7 @@ def _reuse_step(loop, alias, array, q, taken):
                                 for end in ("spare", "reusable", "started"))
     taken |= {spare, reusable, started}
     call = loop.body[q].value
-    loop.body[q].value = _call("zeros_outside", call.args[:3] + [name_node(spare),
+    loop.body[q].value = call_node("zeros_outside", call.args[:3] + [name_node(spare),
                                                                  name_node(reusable)])
 
     def assign(target, value):
@@ -371,13 +367,13 @@ def _reset_bounds(loop, array):
     entries = set()
     for stmt in loop.body:
         for node in gast.walk(stmt):
-            if isinstance(node, gast.Subscript) and _is_entry(node, array, i):
+            if isinstance(node, gast.Subscript) and is_entry(node, array, i):
                 entries.add(id(node))
             elif isinstance(node, gast.AugAssign) and mentions(node.target, array):
                 return None
             elif isinstance(node, gast.Assign) and any(mentions(t, array)
                                                        for t in node.targets):
-                if not (len(node.targets) == 1 and _is_entry(node.targets[0], array, i) and
+                if not (len(node.targets) == 1 and is_entry(node.targets[0], array, i) and
                         isinstance(node.value, gast.Constant) and node.value.value == 0 and
                         not isinstance(node.value.value, bool)):
                     return None
@@ -385,9 +381,6 @@ def _reset_bounds(loop, array):
                if isinstance(node, gast.Name) and node.id == array)
     return bounds if used == len(entries) else None
 
-
-def _call(func, args):
-    return gast.Call(func=name_node(func), args=args, keywords=[])
 
 
 #: The helpers (plain forms and Numba overloads), written into a module that calls them.
