@@ -1515,6 +1515,7 @@ class _Builder:
         self.loops = 0  # enclosing loops: residuals of helper calls there go on tapes
         self.unsaved = set()  # (id(core stmt), name): that save's restore was dropped
         self.stacks = []  # the loop stacks of numbers saved per step (see _stack_plan)
+        self.stacks_reserved = set()  # their arrays an outer loop reserves ahead for
         self.stacked = {}  # id(statement) -> its loop, where it has a stack (_stacked_steps)
 
     def body_reads(self):
@@ -1912,6 +1913,7 @@ class _Builder:
         self.stale_views = _stale_views(self.core, self.adj.out)
         self.preallocated = self._plan_preallocated_tapes(needed)
         tapes = []
+        self.stacks_reserved = set()
         forward = self._forward_block(self.core.body, needed, tapes, depth=0,
                                       defined=set(self.core.params))
         inits = [assign(tape, gast.List(elts=[], ctx=gast.Load())) for tape in tapes]
@@ -2131,6 +2133,43 @@ class _Builder:
                     for j, (tape, _) in enumerate(group)]
         return out
 
+    def _reserve_ahead(self, loop):
+        """For the outermost loop around loops with stacks, at the top of its step: each stack
+        grown once to what the remaining steps will take, judged by the steps before
+        (``j_stack = reserve_ahead(j_stack, j_stack_top, t, max(n, 0))``), instead of
+        doubled again and again as the inner runs reserve their columns (ADBench's LSTM:
+        eleven copies, 1.1 MB in all). Only a loop over ``range(n)`` or ``range(a, b)``
+        whose index and bounds its body does not rebind (the step's number is then ``t - a``
+        of ``b - a``); a stack whose outermost loop is another kind keeps the doubling."""
+        if not isinstance(loop, (gast.For, gast.While)):
+            return []
+        inside = {id(s) for s in walk_statements(loop.body)}
+        stacks = [stack for stack in self.stacks if id(stack["loop"]) in inside and
+                  stack["array"] not in self.stacks_reserved]
+        self.stacks_reserved.update(stack["array"] for stack in stacks)
+        it = getattr(loop, "iter", None)
+        if not stacks or not (
+                isinstance(loop.target, gast.Name) and isinstance(it, gast.Call) and
+                unparse(it.func) == "range" and 1 <= len(it.args) <= 2 and not it.keywords):
+            return []
+        rebound = {t for s in walk_statements(loop.body) if not isinstance(s, CONTROL)
+                   for t in _stmt_targets(s)}
+        rebound |= {s.target.id for s in walk_statements(loop.body)
+                    if isinstance(s, gast.For) and isinstance(s.target, gast.Name)}
+        bounds = {n.id for a in it.args for n in gast.walk(a) if isinstance(n, gast.Name)}
+        if (bounds | {loop.target.id}) & rebound or \
+                any(not isinstance(n, (gast.Name, gast.Constant, gast.BinOp, gast.UnaryOp,
+                                       gast.operator, gast.unaryop, gast.expr_context))
+                    for a in it.args for n in gast.walk(a)):
+            return []
+        index = loop.target.id
+        done, trips = (name(index), fill("max(n, 0)", n=it.args[0])) if len(it.args) == 1 \
+            else (fill("i - a", i=index, a=it.args[0]),
+                  fill("max(b - a, 0)", a=it.args[0], b=it.args[1]))
+        return [assign(stack["array"], fill("reserve_ahead(s, t, d, n)", s=stack["array"],
+                                            t=stack["top"], d=done, n=trips))
+                for stack in stacks]
+
     def _forward_block(self, stmts, needed, tapes, depth, defined, record=True):
         out = []
         for stmt in stmts:
@@ -2154,8 +2193,9 @@ class _Builder:
                         if info["loop"] == id(stmt) and "row" in info and record:
                             out.append(assign(info["before"], name(info["target"])))
                 copy = _shallow_copy(stmt)
-                copy.body = self._forward_block(stmt.body, needed, tapes, depth + 1, defined,
-                                                record)
+                ahead = self._reserve_ahead(stmt) if record else []
+                copy.body = ahead + self._forward_block(stmt.body, needed, tapes, depth + 1,
+                                                        defined, record)
                 copy.orelse = self._forward_block(stmt.orelse, needed, tapes, depth + 1,
                                                   defined, record)
                 out.append(copy)

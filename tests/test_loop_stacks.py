@@ -10,6 +10,8 @@ module does not use one.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from test_vector_loops import _grads_agree  # jit(grad) == grad == differences
@@ -130,3 +132,86 @@ def test_jit_lstm_matches_adbench_and_keeps_no_lists_of_slice_starts():
     assert "j_2_stack = np.empty((5, 0))" in source, source
     assert "j_2_stack[4, index_at_least(j_2_row + j_2, 0)] = tanh_2_2_j" in source, source
     assert "start_3_tape" not in source and "start_8_tape" not in source, source
+
+
+def cells_from(x, w, start):
+    """cells, its outer loop over range(start, n): the step's number is t - start."""
+    h = np.zeros(w.shape[0])
+    total = 0.0
+    for t in range(start, x.shape[0]):
+        for j in range(h.shape[0]):
+            total = total + np.exp(-x[t, j] * w[j] * h[j])
+        h = h + x[t, : h.shape[0]]
+    return total
+
+
+def rows_until(x, w):
+    """A while loop around a loop like ragged's: its runs are not steps of a range."""
+    total = 0.0
+    i = 0
+    while i < x.shape[0]:
+        m = i % 3 + 2
+        for j in range(m):
+            total = total + w[j] * np.exp(x[i, j] * 0.5) + np.tanh(x[i, j] * w[j])
+        i = i + 1
+    return total
+
+
+@pytest.mark.parametrize("case", ["cells", "ragged"])
+def test_the_outermost_loop_reserves_its_stacks_ahead(case):
+    compiled = ad.jit(ad.grad(CASES[case], argnums=(0, 1)))
+    compiled(*_args())
+    source = compiled.source
+    found = re.search(r"\n( *)for (\w+) in range\((\w+)\):\n\1    j_stack = "
+                      r"reserve_ahead\(j_stack, j_stack_top, \2, max\(\3, 0\)\)\n", source)
+    # at the top of the outer loop's step, before the inner runs reserve their own columns
+    assert found and found.group(1) == "    ", source
+    assert source.count("reserve_ahead(j_stack") == 1, source
+
+
+def test_a_loop_from_a_start_counts_its_steps_from_there():
+    x, w = _args(4)
+    compiled = _grads_agree(cells_from, (x, w[:3], 2), (0, 1))
+    assert re.search(r"reserve_ahead\(j_stack, j_stack_top, t - start, max\(\w+ - start, 0\)\)",
+                     compiled.source), compiled.source
+
+
+def test_an_outer_loop_with_a_step_of_two_leaves_the_doubling():
+    """range(0, n, 2): no count of the steps to come."""
+    compiled = _grads_agree(strided, _args(5), (0, 1))
+    assert "reserve_steps(" in compiled.source, compiled.source
+    assert "reserve_ahead(" not in compiled.source, compiled.source
+
+
+def test_a_while_loop_reserves_nothing_ahead():
+    compiled = _grads_agree(rows_until, _args(6), (0, 1))
+    assert "reserve_ahead(" not in compiled.source, compiled.source
+
+
+def _reserve_helpers():
+    import numba
+
+    from codegen.helpers import HELPERS
+    space = {"np": np}
+    exec(HELPERS["reserve_steps"], space)
+    space["reserve_steps"] = numba.njit(space["reserve_steps"])
+    exec(HELPERS["reserve_ahead"], space)
+    return space["reserve_ahead"], numba.njit(space["reserve_ahead"])
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_reserve_ahead_extrapolates_from_the_steps_done(compiled):
+    plain, jitted = _reserve_helpers()
+    reserve_ahead = jitted if compiled else plain
+    stack = np.arange(2 * 28, dtype=float).reshape(2, 28)
+    for done, top in ((0, 28), (1, 0), (1023, 28)):  # before a step ends; nothing; the last
+        assert reserve_ahead(stack, top, done, 1023) is stack
+    grown = reserve_ahead(stack, 28, 1, 1023)  # the LSTM's: 28 columns a step, 1023 steps
+    assert grown.shape == (2, 28 * 1023)
+    np.testing.assert_array_equal(grown[:, :28], stack)
+    assert reserve_ahead(grown, 28 * 600, 600, 1023) is grown  # room already
+    # the average rounded up; never less than doubling
+    assert reserve_ahead(stack, 27, 2, 3).shape == (2, 56)
+    assert reserve_ahead(stack, 25, 2, 5).shape == (2, 64)
+    # at most 4194304 columns beyond the top at once
+    assert reserve_ahead(np.empty((1, 10)), 10, 1, 10 ** 9).shape == (1, 10 + 4194304)
