@@ -215,12 +215,24 @@ class _SharedMemoryCheck:
         return state
 
     def loop(self, stmt, state):
-        """The state after any number of trips, the zero-trip one included."""
+        """The state after any number of trips, the zero-trip one included. At the top of a
+        trip, what the loop's statements made in trips before is older: a name a branch of
+        this trip binds to a new array shares nothing with one still holding the array the
+        same statement made a trip before (``un = u * 1.5``, ``if ...: un = np.copy(u)``,
+        ... ``u = un``)."""
         if isinstance(stmt, gast.For):
             self.read(state, _reads(stmt.iter))
+        from .reverse import walk_statements
+        made = {id(s) for s in walk_statements(stmt.body)}
+
+        def older(allocs):
+            return frozenset(("older", a[1]) if a[0] == "made" and a[1] in made else a
+                             for a in allocs)
+
         entry = state
         while True:
-            trip = entry
+            trip = _State({n: older(allocs) for n, allocs in entry.memory.items()},
+                          entry.pending)
             if isinstance(stmt, gast.While):
                 self.read(trip, _reads(stmt.test))
             else:

@@ -341,6 +341,48 @@ def test_a_write_into_the_row_a_for_loop_gives_is_refused_not_lost():
         ad.grad(_rows_doubled_in_place)(np.array([0.3, -0.7, 1.1]))
 
 
+def _state_made_in_either_branch(u, c):
+    """An explicit stencil whose next state is new on both paths: a scaled array, or (every
+    second step) a copy of the state."""
+    for t in range(5):
+        un = u * 1.5
+        if t % 2 == 0:
+            un = np.copy(u)
+        for i in range(1, u.shape[0] - 1):
+            un[i] = u[i] + c * (u[i - 1] - 2.0 * u[i] + u[i + 1])
+        u = un
+    return np.sum(u * u)
+
+
+def _state_kept_in_one_branch(u, c):
+    """As above, but one branch keeps the state itself: the writes then change u too."""
+    for t in range(5):
+        un = u * 1.5
+        if t % 2 == 0:
+            un = u
+        for i in range(1, u.shape[0] - 1):
+            un[i] = u[i] + c * (u[i - 1] - 2.0 * u[i] + u[i + 1])
+        u = un
+    return np.sum(u * u)
+
+
+def test_a_state_new_on_every_path_of_a_step_is_not_refused():
+    """The array one statement made a step before is not the one it makes in this step: the
+    shared-memory check used to refuse _state_made_in_either_branch ("u may share memory
+    with un"), joining the branch that made a new copy with the one holding last step's."""
+    u = np.sin(np.linspace(0.0, 3.0, 7))
+    check_grads(_state_made_in_either_branch, (u, 0.3), order=1, modes=("rev", "fwd"))
+    compiled = ad.jit(ad.grad(_state_made_in_either_branch, argnums=(0, 1)))
+    for got, want in zip(compiled(u, 0.3), ad.grad(_state_made_in_either_branch,
+                                                   argnums=(0, 1))(u, 0.3)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+def test_a_state_one_branch_keeps_is_still_refused():
+    with pytest.raises(UnsupportedSyntaxError, match="may share memory with un"):
+        ad.grad(_state_kept_in_one_branch)(np.linspace(0.0, 1.0, 6), 0.3)
+
+
 def _scaled_copy(v, s):
     v = v.copy()  # the write below goes into this copy, never into the caller's array
     v[0] = v[0] * s
