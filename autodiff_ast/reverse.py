@@ -2134,13 +2134,16 @@ class _Builder:
         return out
 
     def _reserve_ahead(self, loop):
-        """For the outermost loop around loops with stacks, at the top of its step: each stack
-        grown once to what the remaining steps will take, judged by the steps before
-        (``j_stack = reserve_ahead(j_stack, j_stack_top, t, max(n, 0))``), instead of
+        """For the outermost loop around loops with stacks, at the end of its step: each stack
+        grown once to what the remaining steps will take, judged by the steps so far
+        (``j_stack = reserve_ahead(j_stack, j_stack_top, t + 1, max(n, 0))``), instead of
         doubled again and again as the inner runs reserve their columns (ADBench's LSTM:
         eleven copies, 1.1 MB in all). Only a loop over ``range(n)`` or ``range(a, b)``
-        whose index and bounds its body does not rebind (the step's number is then ``t - a``
-        of ``b - a``); a stack whose outermost loop is another kind keeps the doubling."""
+        whose index and bounds its body does not rebind (the steps done are then ``t + 1 -
+        a`` of ``b - a``); a stack whose outermost loop is another kind keeps the doubling.
+        (At the end of the step, not its top: there ``j_stack_top`` may still be the 0 it
+        started as, and Numba, typing the call before the loop's types settle, compiles
+        reserve_ahead a second time for the literal 0.)"""
         if not isinstance(loop, (gast.For, gast.While)):
             return []
         inside = {id(s) for s in walk_statements(loop.body)}
@@ -2163,9 +2166,9 @@ class _Builder:
                     for a in it.args for n in gast.walk(a)):
             return []
         index = loop.target.id
-        done, trips = (name(index), fill("max(n, 0)", n=it.args[0])) if len(it.args) == 1 \
-            else (fill("i - a", i=index, a=it.args[0]),
-                  fill("max(b - a, 0)", a=it.args[0], b=it.args[1]))
+        done, trips = (fill("i + 1", i=index), fill("max(n, 0)", n=it.args[0])) \
+            if len(it.args) == 1 else (fill("i + 1 - a", i=index, a=it.args[0]),
+                                       fill("max(b - a, 0)", a=it.args[0], b=it.args[1]))
         return [assign(stack["array"], fill("reserve_ahead(s, t, d, n)", s=stack["array"],
                                             t=stack["top"], d=done, n=trips))
                 for stack in stacks]
@@ -2194,8 +2197,8 @@ class _Builder:
                             out.append(assign(info["before"], name(info["target"])))
                 copy = _shallow_copy(stmt)
                 ahead = self._reserve_ahead(stmt) if record else []
-                copy.body = ahead + self._forward_block(stmt.body, needed, tapes, depth + 1,
-                                                        defined, record)
+                copy.body = self._forward_block(stmt.body, needed, tapes, depth + 1, defined,
+                                                record) + ahead
                 copy.orelse = self._forward_block(stmt.orelse, needed, tapes, depth + 1,
                                                   defined, record)
                 out.append(copy)

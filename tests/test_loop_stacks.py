@@ -161,18 +161,23 @@ def rows_until(x, w):
 def test_the_outermost_loop_reserves_its_stacks_ahead(case):
     compiled = ad.jit(ad.grad(CASES[case], argnums=(0, 1)))
     compiled(*_args())
-    source = compiled.source
-    found = re.search(r"\n( *)for (\w+) in range\((\w+)\):\n\1    j_stack = "
-                      r"reserve_ahead\(j_stack, j_stack_top, \2, max\(\3, 0\)\)\n", source)
-    # at the top of the outer loop's step, before the inner runs reserve their own columns
-    assert found and found.group(1) == "    ", source
+    source = compiled.source[compiled.source.index("def grad_"):]  # (not the helpers)
+    found = re.search(r"\n    for (\w+) in range\((\w+)\):\n", source)
+    assert found, source
+    line = (f"        j_stack = reserve_ahead(j_stack, j_stack_top, {found.group(1)} + 1, "
+            f"max({found.group(2)}, 0))\n")
+    # the last statement of the outer loop's step, after the inner run reserved its columns
+    forward = source[found.end():].split("\n\n", 1)[0].split("\n")
+    step = [s for s in forward if s.startswith(" " * 8) and s[8] != " "]
+    assert step[-1] == line.rstrip("\n") and "reserve_steps(" in "\n".join(forward), source
     assert source.count("reserve_ahead(j_stack") == 1, source
 
 
 def test_a_loop_from_a_start_counts_its_steps_from_there():
     x, w = _args(4)
     compiled = _grads_agree(cells_from, (x, w[:3], 2), (0, 1))
-    assert re.search(r"reserve_ahead\(j_stack, j_stack_top, t - start, max\(\w+ - start, 0\)\)",
+    assert re.search(r"reserve_ahead\(j_stack, j_stack_top, t \+ 1 - start, "
+                     r"max\(\w+ - start, 0\)\)",
                      compiled.source), compiled.source
 
 
