@@ -2151,7 +2151,7 @@ class _Builder:
                   stack["array"] not in self.stacks_reserved]
         self.stacks_reserved.update(stack["array"] for stack in stacks)
         it = getattr(loop, "iter", None)
-        if not stacks or not (
+        if not stacks or isinstance(loop, gast.While) or not (
                 isinstance(loop.target, gast.Name) and isinstance(it, gast.Call) and
                 unparse(it.func) == "range" and 1 <= len(it.args) <= 2 and not it.keywords):
             return []

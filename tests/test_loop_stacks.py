@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 import pytest
-from test_vector_loops import _grads_agree  # jit(grad) == grad == differences
+from test_vector_loops import _grads_agree, damped  # jit(grad) == grad == differences
 
 import autodiff_ast as ad
 
@@ -145,18 +145,6 @@ def cells_from(x, w, start):
     return total
 
 
-def rows_until(x, w):
-    """A while loop around a loop like ragged's: its runs are not steps of a range."""
-    total = 0.0
-    i = 0
-    while i < x.shape[0]:
-        m = i % 3 + 2
-        for j in range(m):
-            total = total + w[j] * np.exp(x[i, j] * 0.5) + np.tanh(x[i, j] * w[j])
-        i = i + 1
-    return total
-
-
 @pytest.mark.parametrize("case", ["cells", "ragged"])
 def test_the_outermost_loop_reserves_its_stacks_ahead(case):
     compiled = ad.jit(ad.grad(CASES[case], argnums=(0, 1)))
@@ -189,7 +177,12 @@ def test_an_outer_loop_with_a_step_of_two_leaves_the_doubling():
 
 
 def test_a_while_loop_reserves_nothing_ahead():
-    compiled = _grads_agree(rows_until, _args(6), (0, 1))
+    """test_vector_loops' damped: a stack in a while loop (its vector statements become
+    loops); its runs are not steps of a range, so the stack keeps the doubling."""
+    rng = np.random.default_rng(7)
+    compiled = _grads_agree(damped, (rng.standard_normal((6, 11)), rng.standard_normal(11)),
+                            (0, 1))
+    assert "reserve_steps(" in compiled.source, compiled.source
     assert "reserve_ahead(" not in compiled.source, compiled.source
 
 
