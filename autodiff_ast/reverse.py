@@ -2134,16 +2134,15 @@ class _Builder:
         return out
 
     def _reserve_ahead(self, loop):
-        """For the outermost loop around loops with stacks, at the end of its step: each stack
-        grown once to what the remaining steps will take, judged by the steps so far
-        (``j_stack = reserve_ahead(j_stack, j_stack_top, t + 1, max(n, 0))``), instead of
-        doubled again and again as the inner runs reserve their columns (ADBench's LSTM:
-        eleven copies, 1.1 MB in all). Only a loop over ``range(n)`` or ``range(a, b)``
-        whose index and bounds its body does not rebind (the steps done are then ``t + 1 -
-        a`` of ``b - a``); a stack whose outermost loop is another kind keeps the doubling.
-        (At the end of the step, not its top: there ``j_stack_top`` may still be the 0 it
-        started as, and Numba, typing the call before the loop's types settle, compiles
-        reserve_ahead a second time for the literal 0.)"""
+        """For the outermost loop around loops with stacks, at the end of its first step: each
+        stack grown once to as many columns per step for all its steps (``if t == 0: j_stack
+        = reserve_steps(j_stack, min(j_stack_top * max(n, 0), j_stack_top + 4194304))``),
+        instead of doubled again and again as the inner runs reserve their columns (ADBench's
+        LSTM: eleven copies, 1.1 MB in all); steps that take more grow it by doubling again.
+        Only a loop over ``range(n)`` or ``range(a, b)`` whose index and bounds its body does
+        not rebind (its first step is then ``t == a``); a stack whose outermost loop is
+        another kind keeps the doubling. (reserve_steps, already compiled for the inner runs,
+        is not compiled again: a helper of its own cost GMM's cold start 0.13 s.)"""
         if not isinstance(loop, (gast.For, gast.While)):
             return []
         inside = {id(s) for s in walk_statements(loop.body)}
@@ -2165,13 +2164,12 @@ class _Builder:
                                        gast.operator, gast.unaryop, gast.expr_context))
                     for a in it.args for n in gast.walk(a)):
             return []
-        index = loop.target.id
-        done, trips = (fill("i + 1", i=index), fill("max(n, 0)", n=it.args[0])) \
-            if len(it.args) == 1 else (fill("i + 1 - a", i=index, a=it.args[0]),
-                                       fill("max(b - a, 0)", a=it.args[0], b=it.args[1]))
-        return [assign(stack["array"], fill("reserve_ahead(s, t, d, n)", s=stack["array"],
-                                            t=stack["top"], d=done, n=trips))
-                for stack in stacks]
+        first, trips = (to_expr(0), fill("max(n, 0)", n=it.args[0])) if len(it.args) == 1 \
+            else (it.args[0], fill("max(b - a, 0)", a=it.args[0], b=it.args[1]))
+        grow = [assign(stack["array"], fill(
+            f"reserve_steps(s, min(t * n, t + {_AHEAD_LIMIT}))", s=stack["array"],
+            t=stack["top"], n=trips)) for stack in stacks]
+        return [gast.If(test=fill("i == a", i=loop.target.id, a=first), body=grow, orelse=[])]
 
     def _forward_block(self, stmts, needed, tapes, depth, defined, record=True):
         out = []
@@ -2259,6 +2257,11 @@ class _Builder:
                     tapes.append(tape)
             defined.update(_stmt_targets(stmt))
         return out
+
+
+# The most columns a loop stack is grown by at once on the strength of its outer loop's first
+# step (2**22: 32 MB a row, reserved, not touched, until steps take them).
+_AHEAD_LIMIT = 4194304
 
 
 def _steps_of_nest(loop, step, trips):

@@ -208,23 +208,6 @@ def reserve_steps(stack, steps):
     return grown
 '''
 
-# The outermost loop around such a loop judges, from its first steps, how many columns its
-# remaining steps will take, and reserves them once (ADBench's LSTM: 28644 columns, reached
-# by eleven doublings and as many copies otherwise: its gradient 5-8% faster).
-HELPERS["reserve_ahead"] = '''\
-def reserve_ahead(stack, top, done, trips):
-    """`stack` with room for the columns the remaining `trips - done` steps of a loop are
-    expected to take, judging by the `top` columns its first `done` steps took (each as many
-    as their average, rounded up; at most 4194304 more columns than `top` at once, and never
-    less than the doubling of reserve_steps). Nothing is reserved before the first step ends."""
-    if done <= 0 or done >= trips or top <= 0:
-        return stack
-    need = top + (top + done - 1) // done * (trips - done)
-    if need <= stack.shape[1]:
-        return stack
-    return reserve_steps(stack, min(need, top + 4194304))
-'''
-
 HELPERS["slice_start"] = '''\
 def slice_start(n, lo):
     """Where the slice [lo:...] of a vector of length n starts (NumPy's rules: a negative
@@ -343,7 +326,6 @@ def along_axes(mask, trailing):
 '''
 
 HELPER_DEPENDS = {"slice_length": ("slice_start",), "dot_adjoints": ("unbroadcast",),
-                  "reserve_ahead": ("reserve_steps",),
                   "matmul_adjoints": ("dot_adjoints", "unbroadcast"),
                   "add_taken": ("around_axis",), "add_repeated": ("around_axis",)}
 

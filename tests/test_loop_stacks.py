@@ -146,34 +146,35 @@ def cells_from(x, w, start):
 
 
 @pytest.mark.parametrize("case", ["cells", "ragged"])
-def test_the_outermost_loop_reserves_its_stacks_ahead(case):
+def test_the_outermost_loop_reserves_its_stacks_after_its_first_step(case):
     compiled = ad.jit(ad.grad(CASES[case], argnums=(0, 1)))
     compiled(*_args())
     source = compiled.source[compiled.source.index("def grad_"):]  # (not the helpers)
     found = re.search(r"\n    for (\w+) in range\((\w+)\):\n", source)
     assert found, source
-    line = (f"        j_stack = reserve_ahead(j_stack, j_stack_top, {found.group(1)} + 1, "
-            f"max({found.group(2)}, 0))\n")
+    index, stop = found.groups()
     # the last statement of the outer loop's step, after the inner run reserved its columns
     forward = source[found.end():].split("\n\n", 1)[0].split("\n")
-    step = [s for s in forward if s.startswith(" " * 8) and s[8] != " "]
-    assert step[-1] == line.rstrip("\n") and "reserve_steps(" in "\n".join(forward), source
-    assert source.count("reserve_ahead(j_stack") == 1, source
+    assert forward[-2:] == [
+        f"        if {index} == 0:",
+        f"            j_stack = reserve_steps(j_stack, min(j_stack_top * max({stop}, 0), "
+        "j_stack_top + 4194304))"], source
+    assert source.count("j_stack_top + 4194304") == 1, source
 
 
-def test_a_loop_from_a_start_counts_its_steps_from_there():
+def test_a_loop_from_a_start_reserves_after_its_first_step():
     x, w = _args(4)
     compiled = _grads_agree(cells_from, (x, w[:3], 2), (0, 1))
-    assert re.search(r"reserve_ahead\(j_stack, j_stack_top, t \+ 1 - start, "
-                     r"max\(\w+ - start, 0\)\)",
-                     compiled.source), compiled.source
+    assert re.search(r"if t == start:\n +j_stack = reserve_steps\(j_stack, min\(j_stack_top \* "
+                     r"max\(\w+ - start, 0\), j_stack_top \+ 4194304\)\)", compiled.source), \
+        compiled.source
 
 
 def test_an_outer_loop_with_a_step_of_two_leaves_the_doubling():
     """range(0, n, 2): no count of the steps to come."""
     compiled = _grads_agree(strided, _args(5), (0, 1))
     assert "reserve_steps(" in compiled.source, compiled.source
-    assert "reserve_ahead(" not in compiled.source, compiled.source
+    assert "4194304" not in compiled.source, compiled.source
 
 
 def test_a_while_loop_reserves_nothing_ahead():
@@ -183,33 +184,4 @@ def test_a_while_loop_reserves_nothing_ahead():
     compiled = _grads_agree(damped, (rng.standard_normal((6, 11)), rng.standard_normal(11)),
                             (0, 1))
     assert "reserve_steps(" in compiled.source, compiled.source
-    assert "reserve_ahead(" not in compiled.source, compiled.source
-
-
-def _reserve_helpers():
-    import numba
-
-    from codegen.helpers import HELPERS
-    space = {"np": np}
-    exec(HELPERS["reserve_steps"], space)
-    space["reserve_steps"] = numba.njit(space["reserve_steps"])
-    exec(HELPERS["reserve_ahead"], space)
-    return space["reserve_ahead"], numba.njit(space["reserve_ahead"])
-
-
-@pytest.mark.parametrize("compiled", [False, True])
-def test_reserve_ahead_extrapolates_from_the_steps_done(compiled):
-    plain, jitted = _reserve_helpers()
-    reserve_ahead = jitted if compiled else plain
-    stack = np.arange(2 * 28, dtype=float).reshape(2, 28)
-    for done, top in ((0, 28), (1, 0), (1023, 28)):  # before a step ends; nothing; the last
-        assert reserve_ahead(stack, top, done, 1023) is stack
-    grown = reserve_ahead(stack, 28, 1, 1023)  # the LSTM's: 28 columns a step, 1023 steps
-    assert grown.shape == (2, 28 * 1023)
-    np.testing.assert_array_equal(grown[:, :28], stack)
-    assert reserve_ahead(grown, 28 * 600, 600, 1023) is grown  # room already
-    # the average rounded up; never less than doubling
-    assert reserve_ahead(stack, 27, 2, 3).shape == (2, 56)
-    assert reserve_ahead(stack, 25, 2, 5).shape == (2, 64)
-    # at most 4194304 columns beyond the top at once
-    assert reserve_ahead(np.empty((1, 10)), 10, 1, 10 ** 9).shape == (1, 10 + 4194304)
+    assert "4194304" not in compiled.source, compiled.source
