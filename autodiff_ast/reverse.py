@@ -1913,7 +1913,6 @@ class _Builder:
         self.stale_views = _stale_views(self.core, self.adj.out)
         self.preallocated = self._plan_preallocated_tapes(needed)
         tapes = []
-        self.stacks_reserved = set()
         forward = self._forward_block(self.core.body, needed, tapes, depth=0,
                                       defined=set(self.core.params))
         inits = [assign(tape, gast.List(elts=[], ctx=gast.Load())) for tape in tapes]
@@ -2037,8 +2036,7 @@ class _Builder:
                     stack = stacks[id(loop)] = {
                         "loop": loop, "columns": [], "array": fresh(f"{index}_stack"),
                         "top": fresh(f"{index}_stack_top"), "row": fresh(f"{index}_row"),
-                        "trips": fill("max(n, 0)", n=args[0]) if len(args) == 1 else
-                        fill("max(b - a, 0)", a=args[0], b=args[1]),
+                        "trips": _range_trips(args),
                         "offset": name(index) if len(args) == 1 else
                         fill("i - a", i=index, a=args[0])}
                     self.core.types[stack["array"]] = T.AType("array", "float64", (T.N, T.N))
@@ -2158,17 +2156,12 @@ class _Builder:
                    for t in _stmt_targets(s)}
         rebound |= {s.target.id for s in walk_statements(loop.body)
                     if isinstance(s, gast.For) and isinstance(s.target, gast.Name)}
-        bounds = {n.id for a in it.args for n in gast.walk(a) if isinstance(n, gast.Name)}
-        if (bounds | {loop.target.id}) & rebound or \
-                any(not isinstance(n, (gast.Name, gast.Constant, gast.BinOp, gast.UnaryOp,
-                                       gast.operator, gast.unaryop, gast.expr_context))
-                    for a in it.args for n in gast.walk(a)):
+        if loop.target.id in rebound or not all(_invariant_int(a, rebound) for a in it.args):
             return []
-        first, trips = (to_expr(0), fill("max(n, 0)", n=it.args[0])) if len(it.args) == 1 \
-            else (it.args[0], fill("max(b - a, 0)", a=it.args[0], b=it.args[1]))
+        first = to_expr(0) if len(it.args) == 1 else it.args[0]
         grow = [assign(stack["array"], fill(
             f"reserve_steps(s, min(t * n, t + {_AHEAD_LIMIT}))", s=stack["array"],
-            t=stack["top"], n=trips)) for stack in stacks]
+            t=stack["top"], n=_range_trips(it.args))) for stack in stacks]
         return [gast.If(test=fill("i == a", i=loop.target.id, a=first), body=grow, orelse=[])]
 
     def _forward_block(self, stmts, needed, tapes, depth, defined, record=True):
@@ -2383,6 +2376,14 @@ def _fresh_vector_length(stmt, target, t, loop, once):
     if _binders(loop, target) != [stmt]:
         return None
     return _invariant_length(stmt.value.args[0], loop.body, _loop_assigned(loop))
+
+
+def _range_trips(args):
+    """The trip count of ``range(n)`` or ``range(a, b)`` from its arguments: ``max(n, 0)``,
+    ``max(b - a, 0)``."""
+    if len(args) == 1:
+        return fill("max(n, 0)", n=args[0])
+    return fill("max(b - a, 0)", a=args[0], b=args[1])
 
 
 def _exits_early(loop):
