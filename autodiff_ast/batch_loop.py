@@ -61,6 +61,8 @@ import os
 
 import gast
 
+from codegen.threading_layer import configure_threading
+
 from . import pytrees
 from . import types as T
 from .batch_core import _DTYPES, wrap
@@ -296,31 +298,6 @@ def _drop_echoes(text):
 
 
 # ---------------------------------------------------------------- threads
-def configure_threading():
-    """Choose Numba's threading layer for prange drivers; returns the layer chosen.
-
-    The user's choice wins (``NUMBA_THREADING_LAYER``, or ``numba.config.THREADING_LAYER`` set
-    before), and so does a layer already started. Otherwise 'workqueue': Numba's own pool,
-    always available, whose idle threads sleep instead of spinning (OpenMP's spin beside
-    BLAS's threads stalled prange calls by 80-98 ms instead of 4-13 ms on 2 busy cores).
-    Workqueue must not run parallel functions from several threads at once: our drivers hold
-    the GIL, so they never do; if your own ``nogil`` parallel functions run on several
-    threads, set ``NUMBA_THREADING_LAYER=omp`` (or ``tbb``).
-
-    >>> configure_threading() in ("workqueue", "omp", "tbb", "default", "safe", "threadsafe",
-    ...                           "forksafe")
-    True
-    """
-    import numba
-    from numba.np.ufunc import parallel
-    chosen = numba.config.THREADING_LAYER
-    if os.environ.get("NUMBA_THREADING_LAYER") or chosen != "default" or \
-            getattr(parallel, "_is_initialized", False):
-        return chosen
-    numba.config.THREADING_LAYER = "workqueue"
-    return "workqueue"
-
-
 class _BlasLimit:
     """Calls with every BLAS library (seen by threadpoolctl) limited to one thread."""
 

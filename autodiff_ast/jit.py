@@ -682,9 +682,11 @@ def jit(fun, static_argnums=(), static_argnames=(), target="cpu", parallel=False
     static_argnums / static_argnames: arguments whose values are compile-time constants (they
     must be hashable; each value compiles its own version). target: 'cpu' (numba.njit) or
     'python' (the compiled dialect as plain Python, for debugging). parallel: passed to
-    numba.njit. cache: keep compiled code on disk for the next process. target='cuda' writes a
-    CUDA kernel with one thread per example (autodiff_ast/cuda.py) and takes the options
-    tape_size, threads_per_block and reduce ('sum': results added with cuda.atomic.add).
+    numba.njit (a fused pass over a large matrix's rows runs on Numba's threads either way, as
+    BLAS would: docs/numba.md, "Large matrices in one pass"). cache: keep compiled code on disk
+    for the next process. target='cuda' writes a CUDA kernel with one thread per example
+    (autodiff_ast/cuda.py) and takes the options tape_size, threads_per_block and reduce
+    ('sum': results added with cuda.atomic.add).
     batching (for ``jit(vmap(...))``): 'vectorized' compiles vmap's batched module, 'loop' a
     ``numba.prange`` loop calling the compiled per-example function, 'auto' picks the loop when
     the per-example code has a loop or no matrix product (autodiff_ast/batch_loop.py).

@@ -1523,7 +1523,7 @@ def keep_all(r, x):
 
 
 def lower_source(source, entries=(), injected=(), general_dot=False,
-                 numba_overloads=False):
+                 numba_overloads=False, threads=False):
     """Lower a generated module's source into the compiled dialect.
 
     `entries` are the functions callers use (they get a plain wrapper when module arrays must be
@@ -1539,6 +1539,10 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
     ``@`` as ``small_dot(a, b)``, compiled into loops for float arrays (a target that
     compiles with Numba asks for it). It also inlines calls made in loops
     (:mod:`codegen.inlining`) and reuses repeated math calls (:mod:`codegen.common_calls`).
+    threads=True (with numba_overloads) lets a fused run's pass over a large matrix's rows
+    run on Numba's threads (:mod:`codegen.row_products`): a target asks for it unless the
+    module's functions may themselves run on several threads at once (a prange loop's
+    per-example functions, pmap's nogil shards).
     """
     tree = parse_with_comments(source)
     module = _Module(tree)
@@ -1566,13 +1570,14 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
                 module.uncompiled |= WINDOW_UNCOMPILED
         if numba_overloads:  # whole-vector statements and sums: one loop (fused_regions.py)
             nest = handles_matrices(fn)  # (decided before the run's calls replace slices)
-            fused = fuse_regions(fn, module.taken, module.generated)
+            fused = fuse_regions(fn, module.taken, module.generated, threads)
             if fused:
                 helpers, uncompiled = (NEST_HELPERS, NEST_UNCOMPILED) if nest else \
                     (dict(FUSED_HELPERS, **ROW_HELPERS), FUSED_UNCOMPILED | ROW_UNCOMPILED)
                 module.generated.update(_called(helpers, [module.generated[n] for n in fused]))
-                module.uncompiled |= uncompiled | {f"{n}{end}" for n in fused
-                                                   for end in ("", "_numba")}
+                module.uncompiled |= uncompiled | {f"{n}{end}" for n in fused for end in
+                                                   ("", "_numba", "_threads", "_threads_numba",
+                                                    "_rows", "_rows_numba")}
             if sizes_from_shapes(fn):  # (e).size outside runs: from shapes (expression_sizes)
                 module.generated.update(SIZE_HELPERS)
                 module.uncompiled |= SIZE_UNCOMPILED

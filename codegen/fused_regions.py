@@ -476,10 +476,12 @@ class _Run:
         self.stmts.append((target, kind, operands, value))
 
 
-def fuse_regions(fn, taken, sources):
+def fuse_regions(fn, taken, sources, threads=False):
     """Replace each run of fusable top-level statements of `fn` by a call of a helper written
     into `sources` (name -> source); `taken` holds the module's names. Returns the names of
-    the helpers written (each with its ``_statements`` and ``_numba`` functions)."""
+    the helpers written (each with its ``_statements`` and ``_numba`` functions). `threads`:
+    a run with row products splits large matrices' rows between Numba's threads
+    (:mod:`codegen.row_products`)."""
     body, written, i = [], [], 0
     stmts = fn.body
     matrices = handles_matrices(fn)
@@ -522,7 +524,7 @@ def fuse_regions(fn, taken, sources):
             outputs = [t for t, kind, _, _ in run.stmts if kind != "write" and t in later]
         if outputs or len(run.stmts) >= 2 and run.writes:
             body += stmts[i:i + moved] + run.markers
-            body.append(_replace(run, outputs, taken, sources, matrices))
+            body.append(_replace(run, outputs, taken, sources, matrices, threads))
             written.append(body[-1].value.func.id)
             body += deferred
             i = j
@@ -663,7 +665,7 @@ def _slice_parameter(node, local):
     return fresh_name("_".join(words), local)
 
 
-def _replace(run, outputs, taken, sources, nest=False):
+def _replace(run, outputs, taken, sources, nest=False, threads=False):
     """The call that stands for `run`, its helper's source added to `sources`."""
     vectors, lengths = [], {}  # lengths: text of a `v.shape[k]` read -> (parameter, node)
     views = {}  # text of a vector slice -> (parameter, node)
@@ -707,7 +709,7 @@ def _replace(run, outputs, taken, sources, nest=False):
     if run.products or run.rowsums:
         from .row_products import rows_source
         sources[name] = rows_source(name, run, outputs, vectors, parameters, params, lengths,
-                                    local | set(parts), parts)
+                                    local | set(parts), parts, threads)
     else:
         helper = _nest_source if nest else _helper_source
         sources[name] = helper(name, run, outputs, vectors, parameters, params, lengths, local)

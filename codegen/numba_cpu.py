@@ -56,6 +56,7 @@ from .blas_threads import calm_blas_threads
 from .helpers import DIALECT_JIT_OPTIONS
 from .llvm_options import allow_more_memory_checks
 from .loader import load_source
+from .threading_layer import configure_threading
 
 # gast and codegen.dialect are imported when a module is lowered: a module loaded again from
 # its text (load_compiled, the warm start) needs neither.
@@ -215,6 +216,7 @@ def load_compiled(text, name, source, entries, compiled, data_args, options=None
     import numba  # noqa: F401  (the module text imports it too)
     options = options or NumbaOptions()
     build = _Build(source, name, list(entries), {}, options, note)
+    _choose_threads(text)
     module = load_source(text, name)
     functions = {fn: getattr(module, fn) for fn in sorted(compiled)}
     rebuilt = verify_cache(module.__file__, functions.values()) if options.cache else []
@@ -286,6 +288,13 @@ def preload_blas():
             return
 
 
+def _choose_threads(text):
+    """Numba's threading layer chosen before a module with parallel loops first runs one
+    (codegen/threading_layer.py)."""
+    if "numba.prange(" in text or "from numba import prange" in text:
+        configure_threading()
+
+
 def _general_marker(module_file):
     return os.path.splitext(module_file)[0] + ".needs-nd"
 
@@ -302,7 +311,8 @@ class _Build:
         options = self.options
         lowered = lower_source(self.source, entries=self.entries,
                                injected=list(self.injected), general_dot=general_dot,
-                               numba_overloads=True)
+                               numba_overloads=True,
+                               threads=not (options.nogil or options.prange))
         _import_numba(lowered)
         stamp = ", ".join(f"{k} {v}" for k, v in versions().items())
         lines = [f"Compiled with @{options.decorator()} ({stamp})."]
@@ -325,6 +335,7 @@ class _Build:
             extra = lowered.jit_options.get(function, extra)
             return options.decorator(function, internal=function not in entries, extra=extra)
         text = render(lowered, decorator=decorator, doc_note="\n".join(lines))
+        _choose_threads(text)
         module = load_source(text, self.name)
         for key, value in self.injected.items():
             setattr(module, key, value)

@@ -19,8 +19,10 @@ from test_vector_loops import _grads_agree  # jit(grad) == grad == differences
 
 import autodiff_ast as ad
 from autodiff_ast.templates import unparse
+from codegen.dialect import lower_source, render
 from codegen.fused_regions import FUSED_HELPERS
-from codegen.row_products import ROW_HELPERS
+from codegen.numba_cpu import NumbaOptions, compile_module
+from codegen.row_products import ROW_HELPERS, THREADED_FROM
 
 pytestmark = [pytest.mark.numba,
               pytest.mark.filterwarnings("ignore:Cannot cache compiled function")]
@@ -176,6 +178,66 @@ def test_batched_and_second_order_forms_agree():
     np.testing.assert_allclose(ad.jit(batched)(ws, X, y), batched(ws, X, y), rtol=1e-10)
     np.testing.assert_allclose(ad.jit(ad.hessian(logistic))(w, X, y),
                                ad.hessian(logistic)(w, X, y), rtol=1e-9, atol=1e-13)
+
+
+# ---------------------------------------------------------------- large matrices: threads
+_LARGE = dict(n=21000, m=100)  # 2.1e6 elements, at least 2**THREADED_FROM: split in parts
+
+
+@pytest.mark.parametrize("fn, argnums", [(logistic, (0,)), (ridge, (0, 1)), (poisson, (0,)),
+                                         (mse, (0,))], ids=["logistic", "ridge", "poisson",
+                                                            "mse"])
+def test_large_matrices_split_their_rows_between_threads(fn, argnums):
+    """Rows of a matrix of 2**21 elements or more run in parts on Numba's threads; each part's
+    row sums and sums are added after: the gradient agrees with the plain one and with
+    central differences, the compiled primal (its own threaded loop) with the function."""
+    w, X, y = _data(seed=8, **_LARGE)
+    args = {ridge: (w, 0.3, X, y, 0.1), poisson: (w * 0.1, X, y * 3.0)}.get(fn, (w, X, y))
+    compiled = _grads_agree(fn, args, argnums)
+    assert "fused_threads(" in compiled.source and "numba.prange(chunks)" in compiled.source
+    assert f"X.size >= 2 ** {THREADED_FROM}" in compiled.source
+    if fn is logistic:  # the textbook gradient, as a third reference
+        expected = X.T @ (1.0 / (1.0 + np.exp(-(X @ w))) - y) / X.shape[0]
+        np.testing.assert_allclose(compiled(*args)[0], expected, rtol=1e-9, atol=1e-15)
+
+
+def test_large_matrices_keep_values_and_sums_across_parts():
+    """value_and_grad (the loss's sum taken per part), and a product's values kept whole
+    (`z_values`, each part writing its own rows)."""
+    w, X, y = _data(seed=9, **_LARGE)
+    value, grad = ad.jit(ad.value_and_grad(logistic))(w, X, y)
+    want_value, want_grad = ad.value_and_grad(logistic)(w, X, y)
+    assert value == pytest.approx(want_value, rel=1e-12)
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-9, atol=1e-15)
+    primal = ad.jit(kept)
+    assert primal(w, X) == pytest.approx(kept(w, X), rel=1e-12)
+    assert "z_values = np.empty(n)" in primal.source and "fused_threads(" in primal.source
+    _grads_agree(kept, (w, X), (0,))
+
+
+def test_functions_run_on_several_threads_get_no_threaded_loop():
+    """A prange loop's per-example functions and pmap's shards may run at once on several
+    threads: their modules keep the one-thread loop (Numba's workqueue layer refuses a
+    parallel region inside another)."""
+    w, X, y = _data(n=30, m=10, seed=10)
+    per_example = ad.jit(ad.vmap(ad.grad(logistic), in_axes=(None, 0, 0)), batching="loop")
+    Xs, ys = np.stack([X, X * 0.5]), np.stack([y, 1.0 - y])
+    got = per_example(w, Xs, ys)
+    for k in range(2):
+        np.testing.assert_allclose(got[k], ad.grad(logistic)(w, Xs[k], ys[k]), rtol=1e-10)
+    assert "_threads(" not in per_example.source
+    plain = ad.grad(logistic)
+    plain(w, X, y)
+    one_thread = lower_source(plain.source, numba_overloads=True)
+    threaded = lower_source(plain.source, numba_overloads=True, threads=True)
+    assert "fused_threads" not in render(one_thread) and "fused_threads" in render(threaded)
+    for options, threads in [(NumbaOptions(), True), (NumbaOptions(nogil=True), False),
+                             (NumbaOptions(prange=("vmap_f",)), False)]:
+        compiled = compile_module(plain.source, f"rows_threads_{threads}_{options.nogil}",
+                                  ["grad_logistic"], options=options)
+        assert ("fused_threads(" in compiled.source) == threads
+        np.testing.assert_allclose(compiled.grad_logistic(w, X, y), plain(w, X, y),
+                                   rtol=1e-10, atol=1e-15)
 
 
 # ---------------------------------------------------------------- the rewrite itself
