@@ -10,9 +10,12 @@ STAMP := $(VENV)/.installed
 # Test environment:
 # - OPENBLAS_NUM_THREADS=1: on small machines a prange right after a BLAS call can stall for
 #   milliseconds while OpenBLAS threads spin (docs: numba-notes.md, "Parallel CPU").
+# - AUTODIFF_AST_STRICT_REWRITE=1: a bug in jit's scalarizing rewrite fails the test that
+#   meets it instead of falling back to the slower plain build (autodiff_ast/jit.py, _build).
 # - Numba's on-disk cache and our generated modules stay inside the project (.cache/), so
 #   test runs and xdist workers share them and `make clean` removes them.
 TEST_ENV := OPENBLAS_NUM_THREADS=1 \
+	AUTODIFF_AST_STRICT_REWRITE=1 \
 	NUMBA_CACHE_DIR=$(CURDIR)/.cache/numba \
 	AUTODIFF_AST_CACHE=$(CURDIR)/.cache/modules
 

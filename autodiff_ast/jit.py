@@ -374,15 +374,32 @@ def _scalarizes(jitted):
 def _build(build, scalarize, hints):
     """build(), with small vectors as scalars when `scalarize` (`hints`: the lengths of the
     small last axes of the arguments); on any failure of the rewritten program, the
-    original's build (whose errors name the user's lines)."""
+    original's build (whose errors name the user's lines).
+
+    A failure the plain build does not share is lost speed, not a wrong result, so it is not
+    raised, unless ``$AUTODIFF_AST_STRICT_REWRITE`` is 1 (the test suite and the fuzzer set
+    it): then a failure other than the rewrite's own refusals (``RuntimeError('scalarize:
+    ...')``, this package's errors) is raised, so a bug in the rewrite fails a test instead
+    of slowing it."""
     if not scalarize:
         return build()
     from .build import scalarizing
     try:
         with scalarizing(hints):
             return build()
-    except Exception:  # noqa: BLE001 - the plain build below reports the user's error
-        return build()
+    except Exception as exc:  # noqa: BLE001 - the plain build below reports the user's error
+        result = build()
+        if os.environ.get("AUTODIFF_AST_STRICT_REWRITE") == "1" and not _refusal(exc):
+            raise RuntimeError("jit: the scalarizing rewrite failed where the plain build "
+                               f"works ({type(exc).__name__}: {exc})") from exc
+        return result
+
+
+def _refusal(exc):
+    """Whether `exc` is a rewrite declining a program (not a bug in it)."""
+    from .errors import AutodiffError
+    return isinstance(exc, AutodiffError) or \
+        (isinstance(exc, RuntimeError) and str(exc).startswith("scalarize:"))
 
 
 def _any_float32(values):

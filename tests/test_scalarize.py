@@ -445,11 +445,37 @@ def test_turned_off_by_environment(quick_llvm, monkeypatch):
 
 
 def test_failure_of_the_rewrite_falls_back(quick_llvm, monkeypatch):
-    def broken(program, core):
-        raise RuntimeError("scalarize failed")
+    monkeypatch.delenv("AUTODIFF_AST_STRICT_REWRITE", raising=False)
+
+    def broken(*args):
+        raise KeyError("a bug in the rewrite")
     monkeypatch.setattr(S, "scalarize", broken)
     compiled = _grads_agree(arm, (np.array([0.1, 0.2, 0.3]), np.array([1.0, 2.0, 0.5])), (0,),
                             check_fd=False)
+    assert "pos_0" not in compiled.source
+
+
+def test_strict_switch_raises_a_bug_of_the_rewrite_but_not_its_refusals(quick_llvm,
+                                                                          monkeypatch):
+    """AUTODIFF_AST_STRICT_REWRITE=1 (the test suite's setting): a failure of the rewrite
+    that the plain build does not share is raised, unless the rewrite declined."""
+    monkeypatch.setenv("AUTODIFF_AST_STRICT_REWRITE", "1")
+    args = (np.array([0.1, 0.2, 0.4]), np.array([1.0, 2.0, 0.25]))
+
+    def step(p, q):  # (a function of its own: no earlier build of it to reuse)
+        u = np.array([p[0] * q[1], p[1] + q[0]])
+        return np.sum(u * u)
+
+    def broken(*args):
+        raise KeyError("a bug in the rewrite")
+    monkeypatch.setattr(S, "scalarize", broken)
+    with pytest.raises(RuntimeError, match="scalarizing rewrite failed.*KeyError"):
+        ad.jit(ad.grad(step))(*args)
+
+    def declines(*args):
+        raise RuntimeError("scalarize: lengths did not settle")
+    monkeypatch.setattr(S, "scalarize", declines)
+    compiled = _grads_agree(arm, args, (0,), check_fd=False)
     assert "pos_0" not in compiled.source
 
 
