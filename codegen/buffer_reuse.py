@@ -66,7 +66,7 @@ from .emit import call_node, dotted_node, mentions, name_node, parent_map
 from .fused_updates import ADD_HELPERS
 from .param_writes import dotted_name
 
-__all__ = ["reuse_buffers"]
+__all__ = ["reuse_buffers", "holds_alone", "SHAPE_ATTRS"]
 
 _ALLOCATING = {"np.zeros", "np.zeros_like", "np.empty", "np.empty_like", "np.ones",
                "np.ones_like", "np.full", "np.full_like", "np.copy", "zeros_like_reusing"}
@@ -80,7 +80,7 @@ _READING = _ALLOCATING | {
     "sum_of_products", "small_dot", "sum_axis", "max_axis", "min_axis", "mean_axis",
     "outer_product", "tanh_fast", "exp_fast"} | ADD_HELPERS
 _READING_METHODS = {"copy", "sum", "max", "min", "mean", "any", "all"}
-_SHAPE_ATTRS = {"shape", "size", "ndim", "dtype"}
+SHAPE_ATTRS = {"shape", "size", "ndim", "dtype"}
 _EMPTY_LIST = "[]"  # what _bindings records for ``x = []``
 _RANGE_STEP = "range"  # ... and for the target of ``for x in range(...)``
 _INT_HELPERS = {"same_length", "slice_start", "slice_length"}
@@ -105,7 +105,7 @@ def reuse_buffers(fn):
                 continue
             x = stmt.targets[0].id
             if x not in private:
-                private[x] = _private(fn, x, params, bindings, parents)
+                private[x] = holds_alone(fn, x, params, bindings, parents)
             if not private[x]:
                 continue
             bound_before = any(isinstance(s, gast.Assign) and any(
@@ -436,8 +436,15 @@ def _fresh_value(expr):
     return False
 
 
-def _private(fn, x, params, bindings, parents):
-    """Whether no name or container but `x` can ever hold the arrays `x` holds."""
+def holds_alone(fn, x, params, bindings, parents):
+    """Whether no name or container but `x` can ever hold the arrays `x` holds (`params`,
+    `bindings`, `parents`: :func:`privacy_context` of `fn`).
+
+    >>> fn = gast.parse("def f(n):\\n    a = np.zeros(n)\\n    b = a\\n    c = np.ones(n)\\n"
+    ...                 "    return c + 1.0").body[0]
+    >>> holds_alone(fn, "a", *privacy_context(fn)), holds_alone(fn, "c", *privacy_context(fn))
+    (False, True)
+    """
     if x in params or not all(v is not None and _fresh_value(v) for v in bindings.get(x, [None])):
         return False
     vector = _vector(x, bindings, params)
@@ -454,7 +461,7 @@ def _read_keeps_nothing(node, parents, vector):
     if isinstance(parent, (gast.BinOp, gast.UnaryOp, gast.Compare)):
         return True
     if isinstance(parent, gast.Attribute):
-        if parent.attr in _SHAPE_ATTRS:
+        if parent.attr in SHAPE_ATTRS:
             return True
         grand = parents.get(id(parent))
         return parent.attr in _READING_METHODS and isinstance(grand, gast.Call) and \
@@ -490,7 +497,7 @@ def has_inner_functions(fn):
 
 
 def privacy_context(fn):
-    """(parameters, bindings, parents) of `fn`: what :func:`_private` reads."""
+    """(parameters, bindings, parents) of `fn`: what :func:`holds_alone` reads."""
     params = {a.id for a in fn.args.args if isinstance(a, gast.Name)}
     return params, _bindings(fn), parent_map([fn])
 

@@ -38,7 +38,7 @@ import gast
 from .emit import mentions, name_node
 from .param_writes import dotted_name
 
-__all__ = ["ADD_HELPERS", "fuse_outer_adds"]
+__all__ = ["ADD_HELPERS", "fuse_outer_adds", "fresh_and_unshared", "call_name"]
 
 _FRESH = {"np.zeros_like", "np.zeros", "np.empty", "np.empty_like", "np.ones_like", "np.ones"}
 #: Dialect helpers that add into their first argument (and keep none of their arguments).
@@ -69,7 +69,7 @@ def _fuse_in_place(stmt):
     """``add_at(a, i, outer_product(u, v))`` as ``add_outer_at(a, i, u, v)``, and
     ``add_at(a, i, -v)`` as ``subtract_at(a, i, v)`` (no negated copy of v); returns the
     helper written, else None."""
-    if not (isinstance(stmt, gast.Expr) and _call_name(stmt.value) == "add_at" and
+    if not (isinstance(stmt, gast.Expr) and call_name(stmt.value) == "add_at" and
             len(stmt.value.args) == 3 and not stmt.value.keywords):
         return None
     product = stmt.value.args[2]
@@ -77,7 +77,7 @@ def _fuse_in_place(stmt):
         stmt.value.func = name_node("subtract_at")
         stmt.value.args[2] = product.operand
         return "subtract_at"
-    if not (_call_name(product) == "outer_product" and len(product.args) == 2 and
+    if not (call_name(product) == "outer_product" and len(product.args) == 2 and
             not product.keywords):
         return None
     stmt.value.func = name_node("add_outer_at")
@@ -90,7 +90,7 @@ def _fuse_at(block, k, fn, loads, bound_from):
     None."""
     stmt = block[k]
     if not (isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and
-            isinstance(stmt.targets[0], gast.Name) and _call_name(stmt.value) == "outer_product"
+            isinstance(stmt.targets[0], gast.Name) and call_name(stmt.value) == "outer_product"
             and len(stmt.value.args) == 2 and not stmt.value.keywords):
         return None
     temp = stmt.targets[0].id
@@ -100,7 +100,7 @@ def _fuse_at(block, k, fn, loads, bound_from):
         use = block[m]
         if not mentions(use, temp):
             continue
-        if not (isinstance(use, gast.Expr) and _call_name(use.value) == "add_at" and
+        if not (isinstance(use, gast.Expr) and call_name(use.value) == "add_at" and
                 len(use.value.args) == 3 and isinstance(use.value.args[0], gast.Name) and
                 isinstance(use.value.args[2], gast.Name) and use.value.args[2].id == temp):
             return None
@@ -112,7 +112,7 @@ def _fuse_at(block, k, fn, loads, bound_from):
         if any(isinstance(n, gast.Name) and not isinstance(n.ctx, gast.Load) and
                n.id in index_names for s in between for n in gast.walk(s)):
             return None
-        if not _private(fn, array) or any(
+        if not fresh_and_unshared(fn, array) or any(
                 array in bound_from.get(n.id, ()) for s in between for n in gast.walk(s)
                 if isinstance(n, gast.Name)):
             return None
@@ -125,9 +125,19 @@ def _fuse_at(block, k, fn, loads, bound_from):
     return None
 
 
-def _private(fn, array):
+def fresh_and_unshared(fn, array):
     """Whether `array` is a new array of `fn` that no other name can hold: bound only to
-    fresh allocations, and otherwise only indexed, handed to the add helpers, or returned."""
+    fresh allocations, and otherwise only indexed, handed to the add helpers, or returned.
+
+    >>> fn = gast.parse("def f(n, x):\\n    a = np.zeros(n)\\n    a[0] = x\\n    b = a\\n"
+    ...                 "    return a").body[0]
+    >>> fresh_and_unshared(fn, "a"), fresh_and_unshared(fn, "x")
+    (False, False)
+    >>> fn.body.pop(2)  # (without `b = a`)
+    <gast.gast.Assign object at ...>
+    >>> fresh_and_unshared(fn, "a")
+    True
+    """
     args = {a.id for a in fn.args.args if isinstance(a, gast.Name)}
     if array in args or any(isinstance(n, (gast.FunctionDef, gast.Lambda)) and n is not fn
                             for n in gast.walk(fn)):
@@ -138,13 +148,13 @@ def _private(fn, array):
         if isinstance(node, gast.Assign):
             for target in node.targets:
                 if isinstance(target, gast.Name) and target.id == array:
-                    if _call_name(node.value) not in _FRESH:
+                    if call_name(node.value) not in _FRESH:
                         return False
                     allowed.add(id(target))
                     bound = True
         elif isinstance(node, gast.Subscript) and isinstance(node.value, gast.Name):
             allowed.add(id(node.value))
-        elif isinstance(node, gast.Call) and _call_name(node) in ADD_HELPERS and node.args and \
+        elif isinstance(node, gast.Call) and call_name(node) in ADD_HELPERS and node.args and \
                 isinstance(node.args[0], gast.Name):
             allowed.add(id(node.args[0]))
         elif isinstance(node, gast.Return):
@@ -184,6 +194,10 @@ def _blocks(fn):
                 yield block
 
 
-def _call_name(node):
-    """'np.zeros' for a call of np.zeros (None for anything but a call of a dotted name)."""
+def call_name(node):
+    """'np.zeros' for a call of np.zeros (None for anything but a call of a dotted name).
+
+    >>> call_name(gast.parse("np.zeros(3)").body[0].value), call_name(gast.parse("x").body[0])
+    ('np.zeros', None)
+    """
     return dotted_name(node.func) if isinstance(node, gast.Call) else None

@@ -73,7 +73,7 @@ import copy
 
 import gast
 
-from .buffer_reuse import _SHAPE_ATTRS, _private, has_inner_functions, privacy_context
+from .buffer_reuse import SHAPE_ATTRS, has_inner_functions, holds_alone, privacy_context
 from .emit import (
     fresh_name,
     is_marker,
@@ -192,7 +192,7 @@ def _plan(loop, fn, params, bindings, parents, private):
         if array in varying or array in params:
             continue
         if array not in private:
-            private[array] = _private(fn, array, params, bindings, parents)
+            private[array] = holds_alone(fn, array, params, bindings, parents)
         if private[array] and _only_other_elements(loop, array, index, statements, bounds):
             plan[key] = [index, statements]
     return plan
@@ -208,7 +208,7 @@ def _only_other_elements(loop, array, index, statements, bounds):
             if not (isinstance(node, gast.Name) and node.id == array) or id(node) in own:
                 continue
             parent = parents.get(id(node))
-            if isinstance(parent, gast.Attribute) and parent.attr in _SHAPE_ATTRS:
+            if isinstance(parent, gast.Attribute) and parent.attr in SHAPE_ATTRS:
                 continue
             call = _adding_call(parent)
             if call is not None and call.args[0] is node:

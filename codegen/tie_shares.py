@@ -41,7 +41,7 @@ import copy
 
 import gast
 
-from .buffer_reuse import _private, privacy_context
+from .buffer_reuse import holds_alone, privacy_context
 from .emit import name_node
 from .param_writes import dotted_name
 
@@ -110,7 +110,7 @@ def share_ties_in_place(fn):
 
 def _still_private(fn, target):
     params, bindings, parents = privacy_context(fn)
-    return _private(fn, target, params, bindings, parents)
+    return holds_alone(fn, target, params, bindings, parents)
 
 
 #: The helper (its plain form and its Numba overload), written into a module that calls it.

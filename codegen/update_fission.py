@@ -58,7 +58,7 @@ import copy
 
 import gast
 
-from .fused_updates import _call_name, _private
+from .fused_updates import call_name, fresh_and_unshared
 
 __all__ = ["split_independent_updates"]
 
@@ -89,7 +89,7 @@ def split_independent_updates(fn):
 def _pieces(loop, fn):
     """The loops `loop` splits into, else None."""
     if not (isinstance(loop, gast.For) and not loop.orelse and len(loop.body) >= 2 and
-            isinstance(loop.target, gast.Name) and _call_name(loop.iter) == "range"):
+            isinstance(loop.target, gast.Name) and call_name(loop.iter) == "range"):
         return None
     index = loop.target.id
     updates = [_update(stmt) for stmt in loop.body]
@@ -111,7 +111,7 @@ def _pieces(loop, fn):
         for b in range(a + 1, len(read_by)):
             if read_by[a] & read_by[b]:
                 return None  # (split, the array would be read twice from memory)
-    if not all(_private(fn, array) for array in written):
+    if not all(fresh_and_unshared(fn, array) for array in written):
         return None
     pieces = []
     for stmt in loop.body:
@@ -131,7 +131,7 @@ def _update(stmt):
             isinstance(stmt.target, gast.Subscript) and \
             isinstance(stmt.target.value, gast.Name):
         return stmt.target.value.id, stmt
-    if isinstance(stmt, gast.Expr) and _call_name(stmt.value) in _UPDATE_HELPERS and \
+    if isinstance(stmt, gast.Expr) and call_name(stmt.value) in _UPDATE_HELPERS and \
             len(stmt.value.args) == 3 and not stmt.value.keywords and \
             isinstance(stmt.value.args[0], gast.Name):
         return stmt.value.args[0].id, stmt
