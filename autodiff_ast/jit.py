@@ -156,6 +156,9 @@ class _Jitted:
     kind = "jit"
 
     def __call__(self, *args, **kwargs):
+        return _numpy_floats(self._dispatch(args, kwargs))
+
+    def _dispatch(self, args, kwargs):
         self._forget_if_redefined()
         key = None if kwargs else self._quick_key(args)
         plan = None if key is None else self.jit_plans.get(key)
@@ -369,6 +372,32 @@ def _scalarizes(jitted):
     if isinstance(jitted, _Primal):
         return True
     return isinstance(jitted, _ReverseTransform) and getattr(jitted, "py_fun", None) is not None
+
+
+_HOLDERS = (float, tuple, list, dict)
+
+
+def _numpy_floats(result):
+    """`result` with its Python floats (how Numba returns a float64) as np.float64, as the
+    NumPy code the transformation writes gives them: a value or aux scalar keeps ``.dtype``
+    and ``.item()`` under jit. Tuples, lists and dicts are walked; other objects are kept.
+
+    >>> _numpy_floats((1.5, [2.0, {"a": 3.0}], np.ones(1)))
+    (np.float64(1.5), [np.float64(2.0), {'a': np.float64(3.0)}], array([1.]))
+    """
+    kind = type(result)
+    if kind is float:
+        return np.float64(result)
+    if kind is tuple or kind is list:
+        for item in result:
+            if type(item) in _HOLDERS:
+                return kind([_numpy_floats(item) for item in result])
+        return result
+    if kind is dict:
+        for item in result.values():
+            if type(item) in _HOLDERS:
+                return {k: _numpy_floats(v) for k, v in result.items()}
+    return result
 
 
 def _build(build, scalarize, hints):

@@ -1009,3 +1009,36 @@ def test_python_number_classes_as_dtypes_compile():
     x = np.array([0.5, -1.0, 2.0])
     np.testing.assert_allclose(jit(ad.grad(_python_dtypes))(x), 2 * x)
     np.testing.assert_allclose(jit(_python_dtypes)(x), np.sum(x * x))
+
+
+# ---------------------------------------------------------------- result types
+def _loss_with_aux(x):
+    """A loss with an aux dict of numbers (np.float64 in NumPy)."""
+    s = np.sum(x * x)
+    return s, {"norm": np.sqrt(s), "first": x[0], "pair": [x[1] * 2.0, s]}
+
+
+def _same_types(a, b):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            _same_types(a[k], b[k])
+    elif isinstance(a, (tuple, list)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b):
+            _same_types(x, y)
+    else:
+        assert type(a) is type(b), (a, b)
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_numbers_come_back_as_numpy_floats_as_without_jit(quick_llvm):
+    """Numba returns a float64 as a Python float; jit gives it back as np.float64, as the
+    NumPy code without jit (and the user's own function) does: `.dtype`, `.item()` work."""
+    x = np.array([1.0, 2.0, 3.0])
+    for transform in (lambda f: ad.value_and_grad(f, has_aux=True),
+                      lambda f: ad.grad(f, has_aux=True)):
+        _same_types(ad.jit(transform(_loss_with_aux))(x), transform(_loss_with_aux)(x))
+    value = ad.jit(_loss_with_aux)(x)
+    _same_types(value, _loss_with_aux(x))
+    assert value[0].dtype == np.float64 and value[0].item() == 14.0
