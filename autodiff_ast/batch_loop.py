@@ -35,13 +35,13 @@ module) or ``'auto'`` (the default), which takes the loop when
 and the vectorized module otherwise, where a product of a shared matrix with every example
 becomes one large BLAS call. ``.source`` says which was chosen and why.
 
-Threads (see docs/numba.md): before the first parallel call, unless the user chose a Numba
-threading layer (``NUMBA_THREADING_LAYER``), :func:`configure_threading` selects
-``'workqueue'``: on a small machine OpenMP's spinning threads stall beside BLAS's (a prange
-call after a NumPy matrix product took 80-98 ms with OpenMP, 4-13 ms with workqueue, on 2 busy
-cores). While a driver whose per-example code calls BLAS runs, BLAS libraries are limited to
-one thread (with threadpoolctl, when installed), so the examples' threads do not each start
-BLAS threads.
+Threads (see docs/numba.md): as a module with a prange loop loads (codegen/numba_cpu.py),
+unless the user chose a Numba threading layer (``NUMBA_THREADING_LAYER``),
+:func:`configure_threading` selects ``'workqueue'``: on a small machine OpenMP's spinning
+threads stall beside BLAS's (a prange call after a NumPy matrix product took 80-98 ms with
+OpenMP, 4-13 ms with workqueue, on 2 busy cores). While a driver whose per-example code calls
+BLAS runs, BLAS libraries are limited to one thread (with threadpoolctl, when installed), so
+the examples' threads do not each start BLAS threads.
 
 >>> import numpy as np
 >>> from autodiff_ast import grad, jit, vmap
@@ -392,7 +392,6 @@ class JittedBatching:
                 return Generated(source, vectorized.entry, vectorized.injected,
                                  dict(vectorized.layout, batching="vectorized"),
                                  vectorized.extra)
-            configure_threading()
             return build_batch_loop(target, leaf_axes, self.out_axes, vectorized, options,
                                     reason, per, strategy)
         generated, module = self._module_for(key, build)

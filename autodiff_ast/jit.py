@@ -46,7 +46,7 @@ from .api import (
     _spec_key,
     _Transformed,
 )
-from .errors import ArgnumsError, CompileError, StaticArgumentError
+from .errors import ArgnumsError, AutodiffError, CompileError, StaticArgumentError
 from .naming import sanitize
 from .output_lists import lists_of
 
@@ -426,7 +426,6 @@ def _build(build, scalarize, hints):
 
 def _refusal(exc):
     """Whether `exc` is a rewrite declining a program (not a bug in it)."""
-    from .errors import AutodiffError
     return isinstance(exc, AutodiffError) or \
         (isinstance(exc, RuntimeError) and str(exc).startswith("scalarize:"))
 
