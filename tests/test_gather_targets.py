@@ -148,22 +148,80 @@ def test_zeros_outside_fills_the_spare_only_when_it_may(helpers, reusable, lengt
     assert np.shares_memory(got, spare) == reused
 
 
-@pytest.mark.parametrize("lo,hi", [(1, 4), (0, 5), (3, 2), (-1, 2), (2, 9)])
-def test_add_outside_adds_all_but_the_zeroed_entries(helpers, lo, hi):
+@pytest.fixture(scope="module")
+def compiled_add(helpers):
+    """add_outside called from compiled code: Numba's form (add_outside_numba)."""
+    add_outside = helpers["add_outside"]
+
+    @numba.njit
+    def run(a, b, lo, hi):
+        add_outside(a, b, lo, hi)
+    return run
+
+
+@pytest.mark.parametrize("lo,hi", [(1, 4), (0, 5), (3, 2), (-1, 2), (2, 9), (0, 0), (5, 5)])
+def test_add_outside_adds_all_but_the_zeroed_entries(helpers, compiled_add, lo, hi):
     add_outside = helpers["add_outside"]
     b = np.arange(1.0, 6.0)
     b[max(lo, 0):max(hi, 0)] = 0.0  # what the reset loop left
     want = np.full(5, 0.5) + b
-    for run in (add_outside, numba.njit(add_outside)):
+    for run in (add_outside, numba.njit(add_outside), compiled_add):
         a = np.full(5, 0.5)
         run(a, b.copy(), lo, hi)
         np.testing.assert_array_equal(a, want)
 
 
-def test_add_outside_broadcasts_as_numpy_does(helpers):
+def test_add_outside_leaves_the_entries_inside_alone(helpers, compiled_add):
+    """Numba's element loops read none of b's entries lo..hi-1, as the slices do not."""
+    b = np.array([1.0, np.nan, np.nan, 4.0])
+    for run in (helpers["add_outside"], compiled_add):
+        a = np.zeros(4)
+        run(a, b, 1, 3)
+        np.testing.assert_array_equal(a, [1.0, 0.0, 0.0, 4.0])
+
+
+@pytest.mark.parametrize("shift", [1, -1, 0])
+def test_add_outside_of_overlapping_vectors_as_numpy_does(helpers, compiled_add, shift):
+    """a and b views of one buffer, the same entries or shifted by one: Numba's form adds
+    from a copy of b when they partly overlap, as NumPy does."""
+    def views(buffer):
+        a = buffer[1:6]
+        return a, buffer[1 + shift:6 + shift]
+
+    want_buffer = np.arange(1.0, 8.0)
+    helpers["add_outside"](*views(want_buffer), 2, 3)
+    got_buffer = np.arange(1.0, 8.0)
+    compiled_add(*views(got_buffer), 2, 3)
+    np.testing.assert_array_equal(got_buffer, want_buffer)
+
+
+def test_add_outside_of_strided_vectors(helpers, compiled_add):
+    want, got = np.zeros(10), np.zeros(10)
+    b = np.arange(1.0, 21.0)[::4]
+    helpers["add_outside"](want[::2], b, 1, 3)
+    compiled_add(got[::2], b, 1, 3)
+    np.testing.assert_array_equal(got, want)
+    assert got[2] == 0.0 and got[0] == 1.0
+
+
+def test_add_outside_broadcasts_as_numpy_does(helpers, compiled_add):
     a = np.zeros((2, 3))
     helpers["add_outside"](a, np.array([1.0, 2.0, 3.0]), 0, 1)
     np.testing.assert_array_equal(a, [[1.0, 2.0, 3.0]] * 2)
+    for run in (helpers["add_outside"], compiled_add):
+        a = np.zeros(3)
+        run(a, np.array([2.0]), 0, 1)  # a one-entry vector is added to every entry
+        np.testing.assert_array_equal(a, [2.0, 2.0, 2.0])
+        with pytest.raises(ValueError):
+            run(np.zeros(3), np.ones(2), 0, 1)
+
+
+def test_add_outside_of_matrices_as_written(helpers, compiled_add):
+    b = np.arange(1.0, 7.0).reshape(3, 2)
+    b[1] = 0.0
+    a = np.ones((3, 2))
+    compiled_add(a, b, 1, 2)
+    np.testing.assert_array_equal(a, np.ones((3, 2)) + b)
 
 
 # ---------------------------------------------------------------- what stays as written
