@@ -1601,7 +1601,8 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
                 module.uncompiled |= COPY_UNCOMPILED
             read_rows_in_place(fn, module.taken)  # a tape's rows as row numbers (tape_rows)
             # a loop summing into a number: a function compiled with reassociation
-            outline_reductions(fn, module.taken, module.generated, module.jit_options)
+            outlined = outline_reductions(fn, module.taken, module.generated,
+                                          module.jit_options)
             # g[i, 0] += e at every step of a loop over j: summed in a local first
             used = sum_invariant_updates(fn, module.taken)
             if used:
@@ -1609,6 +1610,12 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
                 module.uncompiled |= ACCUMULATOR_UNCOMPILED
                 if "add_at" in used:
                     module.need("add_at")
+                # (a loop whose only sums are those locals now qualifies: Lennard-Jones')
+                outlined += outline_reductions(fn, module.taken, module.generated,
+                                               module.jit_options)
+            if any("index_at_least(" in module.generated[name] for name in outlined):
+                module.generated.update(INDEX_HELPERS)  # (an outlined loop's index)
+                module.uncompiled |= INDEX_UNCOMPILED
             if select_small_branches(fn):  # small branches of a loop as selects
                 module.generated.update(SELECT_HELPERS)
                 module.uncompiled |= SELECT_UNCOMPILED

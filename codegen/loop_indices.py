@@ -12,7 +12,10 @@ smallest index the range can produce (a constant): plain Python returns ``j``; u
 the helper is ``j`` with an ``llvm.assume(j >= lo)`` beside it. Only innermost loops with a
 constant lowest index get it (2 or more going forwards, 0 or more going backwards): where the
 start is a run-time value, telling LLVM more changed how it vectorized the Lennard-Jones double
-loop's gathers, for the worse (138 -> 160 us), so those are left alone.
+loop's gathers, for the worse (138 -> 160 us), so those are left alone here. A loop outlined
+into a function of its own (:mod:`codegen.reduction_loops`) gets the line for a start ``i + 1``
+as well, ``i`` an enclosing loop's index: there, with the rows' stride known, it was one of the
+three changes that vectorized Lennard-Jones' pair loop.
 
 >>> import gast
 >>> from autodiff_ast.templates import unparse

@@ -60,8 +60,10 @@ def test_a_pair_potential_sums_in_locals():
     compiled = ad.jit(ad.grad(pair_energy))
     compiled(_positions(4), 1.0)
     source = compiled.source
-    for axis, d in enumerate("xy"):
-        assert f"pos_bar_i_{axis} += d{d}_bar" in source
+    for axis, d in enumerate("xy"):  # (the inner loop sums them in a function of its own:
+        assert f"pos_bar_i_{axis} = zero_entry(pos_bar, (i, {axis}))" in source  # reduction_loops)
+        assert f"pos_bar_i_{axis} = pos_bar_i_{axis} + pos_bar_i_{axis}_part" in source
+        assert f"+= d{d}_bar" in source
         assert f"pos_bar[i, {axis}] += pos_bar_i_{axis}" in source
     assert "if i + 1 < n:" in source
 
@@ -78,7 +80,8 @@ def test_a_users_loop_that_subtracts():
     _grads_agree(subtracting, (x,), (0,))
     primal = ad.jit(subtracting)
     primal(x)
-    assert "g_i -= np.sin(x[j])" in primal.source
+    assert "g_i = zero_entry(g, i)" in primal.source
+    assert "-= np.sin(x[j])" in primal.source
 
 
 # ---------------------------------------------------------------- the rewrite itself

@@ -10,6 +10,7 @@ rewrite happened.
 from __future__ import annotations
 
 import gast
+import numba
 import numpy as np
 import pytest
 from test_loop_adjoints import heat  # per-element in-place stencil steps
@@ -179,3 +180,128 @@ def test_a_double_loop_of_pairs():
     args = (rng.standard_normal(9), 0.7)
     assert primal(*args) == pytest.approx(pair_energy(*args), rel=1e-12)
     assert compiled is not None
+
+
+# ---------------------------------------------------------------- sums into locals of a row
+PAIR_SUMS = '''
+def f(pos, g, n):
+    for i in {outer}:
+        g_i_1 = zero_entry(g, (i, 1))
+        g_i_0 = zero_entry(g, (i, 0))
+        {between}
+        for j in range({start}, n):
+            d0 = pos[i, 0] - pos[j, 0]
+            d1 = pos[i, 1] - pos[j, 1]
+            g[j, 0] += -d0
+            g_i_0 += d0
+            g[j, 1] += -d1
+            g_i_1 += d1
+        g[i, 0] += g_i_0
+        g[i, 1] += g_i_1
+    return g
+'''
+
+
+def test_sums_into_zero_entry_locals_are_outlined():
+    """sum_invariant_updates' locals (``g_i_0 = zero_entry(g, (i, 0))``) start the outlined
+    sums; the index is known to be at least 1; rows of two entries get a branch of their own."""
+    text, names, sources, _ = _outlined(PAIR_SUMS.format(
+        outer="range(n - 1, -1, -1)", between="pass", start="i + 1"))
+    assert names == ["sum_loop"]
+    assert "g_i_0_part, g_i_1_part = sum_loop(n, i, pos, g)" in text
+    assert "g_i_0 = g_i_0 + g_i_0_part" in text
+    source = sources["sum_loop"]
+    assert "total = zero_entry(g, (i, 0))" in source and "total_2 = zero_entry(g, (i, 1))" in source
+    assert "total += d0" in source and "g[j, 0] += -d0" in source
+    assert source.count("j = index_at_least(j, 1)") == 2
+    assert "if g.shape[1] == 2 and pos.shape[1] == 2:" in source and "else:" in source
+
+
+@pytest.mark.parametrize("between,outer", [
+    ("i = i + 1", "range(n)"),            # the start's name bound again after the local
+    ("g = g.copy()", "range(n)"),         # the array too
+])
+def test_a_zero_entry_whose_names_change_before_the_loop_stays(between, outer):
+    _, names, _, _ = _outlined(PAIR_SUMS.format(outer=outer, between=between, start="i + 1"))
+    assert names == []
+
+
+@pytest.mark.parametrize("outer,start,hint", [
+    ("range(n)", "i + 1", 1), ("range(n - 1, -1, -1)", "i", 0), ("range(2, n)", "i - 1", 1),
+    ("range(n)", "i - 1", None),          # may be -1
+    ("range(n)", "1", None),              # LLVM sees a start of 0 or 1 itself
+    ("range(n)", "3", 3),
+    ("range(m, n)", "i + 1", None),       # the outer start is not known
+])
+def test_the_index_hint_of_an_outlined_loop(outer, start, hint):
+    _, names, sources, _ = _outlined(PAIR_SUMS.format(outer=outer, between="pass",
+                                                      start=start))
+    assert names == ["sum_loop"]
+    if hint is None:
+        assert "index_at_least" not in sources["sum_loop"]
+    else:
+        assert f"j = index_at_least(j, {hint})" in sources["sum_loop"]
+
+
+def test_an_outer_index_bound_in_its_loop_gives_no_hint():
+    text = PAIR_SUMS.format(outer="range(n)", between="pass", start="i + 1").replace(
+        "        g[i, 0] += g_i_0", "        g[i, 0] += g_i_0\n        i = n - 3")
+    _, names, sources, _ = _outlined(text)
+    assert names == ["sum_loop"] and "index_at_least" not in sources["sum_loop"]
+
+
+def lj_energy(pos, sigma):
+    """A Lennard-Jones pair loop reading columns 0..2 of each row."""
+    n = pos.shape[0]
+    energy = 0.0
+    for i in range(n):
+        for j in range(i + 1, n):
+            dx = pos[i, 0] - pos[j, 0]
+            dy = pos[i, 1] - pos[j, 1]
+            dz = pos[i, 2] - pos[j, 2]
+            r2 = dx * dx + dy * dy + dz * dz
+            s6 = (sigma * sigma / r2) ** 3
+            energy = energy + 4.0 * (s6 * s6 - s6)
+    return energy
+
+
+@pytest.mark.parametrize("columns", [3, 4])  # rows of 3 take the vectorized branch, 4 the other
+def test_a_3d_pair_potential_on_rows_of_either_length(columns):
+    rng = np.random.default_rng(11)
+    grid = np.array([[a, b, c] for a in range(3) for b in range(3) for c in range(2)], float)
+    pos = np.hstack([1.3 * grid[:17], np.ones((17, columns - 3))])
+    pos[:, :3] += 0.05 * rng.standard_normal((17, 3))
+    compiled = _grads_agree(lj_energy, (pos, 1.0), (0, 1))
+    assert "pos.shape[1] == 3 and pos_bar.shape[1] == 3:" in compiled.source
+    assert "index_at_least(j, 1)" in compiled.source
+
+
+ROW_SUM = '''
+def f(x, g, n):
+    for i in range(n):
+        g_i = zero_entry(g, i)
+        for j in range(i + 1, n):
+            g_i += x[j] * 2.0
+        g[i] += g_i
+    return g
+'''
+
+
+def test_a_row_summed_in_a_local_is_summed_in_place():
+    """A local that zero_entry makes a row (g a matrix) is summed with ``+=`` in the outlined
+    function, in place, and the function runs under Numba for rows and for numbers."""
+    from codegen.invariant_accumulators import ACCUMULATOR_HELPERS
+    from codegen.loop_indices import INDEX_HELPERS
+    text, names, sources, _ = _outlined(ROW_SUM)
+    assert names == ["sum_loop"] and "total += x[j] * 2.0" in sources["sum_loop"]
+    namespace = {"np": np, "numba": numba}
+    for source in [*ACCUMULATOR_HELPERS.values(), *INDEX_HELPERS.values(), text,
+                   sources["sum_loop"]]:
+        exec(compile(source, "<outlined>", "exec"), namespace)
+    namespace["sum_loop"] = numba.njit(namespace["sum_loop"])
+    compiled = numba.njit(namespace["f"])
+    rng = np.random.default_rng(12)
+    for x in (rng.standard_normal((6, 4)), rng.standard_normal(6)):
+        g0 = rng.standard_normal(x.shape)
+        want = g0 + 2.0 * np.array([x[i + 1:].sum(axis=0) for i in range(6)])
+        np.testing.assert_allclose(compiled(x, g0.copy(), 6), want, rtol=1e-12)
