@@ -1613,9 +1613,6 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
                 # (a loop whose only sums are those locals now qualifies: Lennard-Jones')
                 outlined += outline_reductions(fn, module.taken, module.generated,
                                                module.jit_options)
-            if any("index_at_least(" in module.generated[name] for name in outlined):
-                module.generated.update(INDEX_HELPERS)  # (an outlined loop's index)
-                module.uncompiled |= INDEX_UNCOMPILED
             if select_small_branches(fn):  # small branches of a loop as selects
                 module.generated.update(SELECT_HELPERS)
                 module.uncompiled |= SELECT_UNCOMPILED
@@ -1623,8 +1620,11 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
             # `if j >= 2` / `if j < n - 2` in a loop: head, branch-free interior, tail
             split_index_ranges(fn)
             assume_loop_starts(fn)  # range(2, n), range(n - 1, -1, -1): vectorized
-            if mentions(fn, "index_at_least"):  # (those loops; loop stacks' slots, which
-                module.generated.update(INDEX_HELPERS)  # reverse mode writes)
+            # (those loops, loop stacks' slots, which reverse mode writes, and the index of
+            # a loop outlined above)
+            if mentions(fn, "index_at_least") or any(
+                    "index_at_least(" in module.generated[name] for name in outlined):
+                module.generated.update(INDEX_HELPERS)
                 module.uncompiled |= INDEX_UNCOMPILED
     if numba_overloads:  # np.cos(t) again in a backward loop: the forward loop's value
         doc = next((h.value.value for h in header if _is_docstring(h)), "")

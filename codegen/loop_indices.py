@@ -81,21 +81,51 @@ def constant_int(node):
     return None
 
 
-def _lowest_index(loop):
-    """The smallest index `loop` (a ``for`` over ``range``) takes, when it is a constant that
-    LLVM would not otherwise know and that proves the index non-negative; else None."""
+def range_parts(loop):
+    """(start, stop, step) of ``for j in range(...)``: the start and stop nodes (a 0 constant
+    for ``range(n)``'s start) and the step, a nonzero integer constant; None for any other
+    loop (a step written as a name, a starred argument, ...).
+
+    >>> start, stop, step = range_parts(gast.parse("for j in range(n, 0, -1): pass").body[0])
+    >>> (start.id, stop.value, step)
+    ('n', 0, -1)
+    """
     call = loop.iter
     if not (isinstance(call, gast.Call) and isinstance(call.func, gast.Name) and
-            call.func.id == "range" and not call.keywords and 2 <= len(call.args) <= 3):
+            call.func.id == "range" and not call.keywords and 1 <= len(call.args) <= 3 and
+            not any(isinstance(a, gast.Starred) for a in call.args)):
         return None
+    if len(call.args) == 1:
+        return gast.Constant(value=0, kind=None), call.args[0], 1
     step = constant_int(call.args[2]) if len(call.args) == 3 else 1
-    if not step:
+    return (call.args[0], call.args[1], step) if step else None
+
+
+def smallest_index(loop):
+    """A lower bound of the indices a ``range`` loop takes, when a constant gives it: its
+    start going up (``range(n)``: 0, ``range(2, n)``: 2), one above its stop going down
+    (``range(n - 1, -1, -1)``: 0); else None.
+
+    >>> [smallest_index(gast.parse(f"for j in {r}: pass").body[0])
+    ...  for r in ("range(n)", "range(2, n)", "range(n - 1, -1, -1)", "range(i, n)")]
+    [0, 2, 0, None]
+    """
+    parts = range_parts(loop)
+    if parts is None:
         return None
-    if step > 0:
-        start = constant_int(call.args[0])
-        return start if start is not None and start >= 2 else None
-    stop = constant_int(call.args[1])
-    return stop + 1 if stop is not None and stop >= -1 else None
+    start, stop, step = parts
+    bound = constant_int(start if step > 0 else stop)
+    return None if bound is None else bound if step > 0 else bound + 1
+
+
+def unseen_lowest_index(loop):
+    """The smallest index `loop` (a ``for`` over ``range``) takes, when it is a constant that
+    LLVM would not otherwise know (2 or more going up: LLVM sees a start of 0 or 1) and that
+    proves the index non-negative; else None."""
+    parts, lowest = range_parts(loop), smallest_index(loop)
+    if lowest is None:
+        return None
+    return lowest if lowest >= (2 if parts[2] > 0 else 0) else None
 
 
 def _innermost(loop):
@@ -111,7 +141,7 @@ def assume_loop_starts(fn):
         if not (isinstance(node, gast.For) and isinstance(node.target, gast.Name) and
                 _innermost(node)):
             continue
-        lo = _lowest_index(node)
+        lo = unseen_lowest_index(node)
         if lo is None:
             continue
         first = node.body[0] if node.body else None

@@ -76,7 +76,7 @@ from __future__ import annotations
 import gast
 
 from .emit import fresh_name, name_node, text_of
-from .loop_indices import constant_int
+from .loop_indices import constant_int, range_parts, smallest_index, unseen_lowest_index
 
 __all__ = ["outline_reductions"]
 
@@ -143,9 +143,9 @@ def _float_tapes(fn):
 
 
 def _start_value(fn, s, loop, before):
-    """What the outlined function's sum of `s` starts from: ``"0.0"`` when every binding of s
-    outside `loop` is a float constant, an element of a float tape (the backward sweep's
-    restore, `s = s_tape[k]`) or an accumulation; the text of ``zero_entry(a, index)`` when
+    """The expression the outlined function's sum of `s` starts from: ``0.0`` when every
+    binding of s outside `loop` is a float constant, an element of a float tape (the backward
+    sweep's restore, `s = s_tape[k]`) or an accumulation; the ``zero_entry(a, index)`` when
     one such binding stands among `before` (the statements before the loop in its block) with
     nothing after it binding a name it reads (sum_invariant_updates' local of ``a[i, 2]``:
     0.0 for an element, a zero row otherwise); None for anything else."""
@@ -182,14 +182,14 @@ def _start_value(fn, s, loop, before):
            id(n) not in inside and id(n) not in assigned for n in gast.walk(fn)):
         return None  # a loop target, a tuple element, ...
     if not zero_entries:
-        return "0.0" if found_constant else None
+        return gast.Constant(value=0.0, kind=None) if found_constant else None
     if len(zero_entries) != 1 or not any(stmt is zero_entries[0] for stmt in before):
         return None
     at = next(k for k, stmt in enumerate(before) if stmt is zero_entries[0])
     reads = set(_loads(zero_entries[0].value))
     if any(set(_stores(stmt)) & reads for stmt in before[at + 1:] + loop.body):
         return None
-    return text_of(zero_entries[0].value)
+    return zero_entries[0].value
 
 
 def _is_zero_entry(value):
@@ -267,7 +267,7 @@ def _index_only_in_own_loops(fn, loop, index):
 
 
 def _plan(fn, loop, locals_, before=()):
-    """(accumulators [(s, op, e)], their start values (texts), parameters) for an
+    """(accumulators [(s, op, e)], their start values (expressions), parameters) for an
     outlinable `loop` (`before`: the statements before it in its block), or None."""
     if not (isinstance(loop.target, gast.Name) and isinstance(loop.iter, gast.Call) and
             isinstance(loop.iter.func, gast.Name) and loop.iter.func.id == "range" and
@@ -297,7 +297,8 @@ def _plan(fn, loop, locals_, before=()):
             temporaries.add(t)
     if not accumulators:
         return None
-    starts = [_start_value(fn, s, loop, list(before)) for s, _, _ in accumulators]
+    before = list(before)
+    starts = [_start_value(fn, s, loop, before) for s, _, _ in accumulators]
     if None in starts:
         return None
     if _read_outside(fn, loop, temporaries) or \
@@ -310,7 +311,7 @@ def _plan(fn, loop, locals_, before=()):
                     n not in reads_before_bound:
                 reads_before_bound.append(n)
     for start in starts:  # (the names a zero_entry start reads)
-        for n in _loads(gast.parse(start).body[0]):
+        for n in _loads(start):
             if n in locals_ and n not in reads_before_bound:
                 reads_before_bound.append(n)
     return accumulators, starts, reads_before_bound
@@ -334,7 +335,7 @@ def _outline(loop, accumulators, starts, params, name, local, lowest=None):
         totals.append(fresh_name("total", taken))
         taken.add(totals[-1])
     renamed = {s: t for (s, _, _), t in zip(accumulators, totals)}
-    in_place = {s for (s, _, _), start in zip(accumulators, starts) if start != "0.0"}
+    in_place = {s for (s, _, _), start in zip(accumulators, starts) if _is_zero_entry(start)}
     body = []
     if lowest is not None:
         body.append(f"{loop.target.id} = index_at_least({loop.target.id}, {lowest})")
@@ -350,7 +351,7 @@ def _outline(loop, accumulators, starts, params, name, local, lowest=None):
         else:
             body.append(text_of(stmt))
     header = [f"def {name}({', '.join(params)}):"]
-    header += [f"    {t} = {start}" for t, start in zip(totals, starts)]
+    header += [f"    {t} = {text_of(start)}" for t, start in zip(totals, starts)]
     loop_lines = [f"for {loop.target.id} in {text_of(loop.iter)}:"] + \
         ["    " + line for line in body]
     lengths = _row_lengths(loop, params)
@@ -434,7 +435,7 @@ class _Outliner(gast.NodeTransformer):
     def visit_For(self, node):
         index = node.target.id if isinstance(node.target, gast.Name) else None
         saved = dict(self.lowest)
-        lowest = _smallest_index(node)
+        lowest = smallest_index(node)
         if index is not None:
             self.lowest.pop(index, None)
             if lowest is not None and _bound_only_as_index(node, index):
@@ -449,29 +450,6 @@ class _Outliner(gast.NodeTransformer):
             if isinstance(block, list) and block and isinstance(block[0], gast.stmt):
                 setattr(node, field, self._block(block))
         return node
-
-
-def _range_args(loop):
-    """(start, stop, step) nodes of ``for j in range(...)`` (step a constant int), or None."""
-    call = loop.iter
-    if not (isinstance(call, gast.Call) and isinstance(call.func, gast.Name) and
-            call.func.id == "range" and not call.keywords and 1 <= len(call.args) <= 3):
-        return None
-    if len(call.args) == 1:
-        return gast.Constant(value=0, kind=None), call.args[0], 1
-    step = constant_int(call.args[2]) if len(call.args) == 3 else 1
-    return (call.args[0], call.args[1], step) if step else None
-
-
-def _smallest_index(loop):
-    """The smallest index a ``range`` loop takes when a constant tells it (``range(n)``: 0,
-    ``range(2, n)``: 2, ``range(n - 1, -1, -1)``: 0), else None."""
-    args = _range_args(loop)
-    if args is None:
-        return None
-    start, stop, step = args
-    bound = constant_int(start) if step > 0 else constant_int(stop)
-    return None if bound is None else bound if step > 0 else bound + 1
 
 
 def _bound_only_as_index(loop, index):
@@ -491,13 +469,12 @@ def _hidden_lowest(loop, lowest):
     loop's index of known smallest value, c a constant) or from a constant of 2 or more, when
     it is 0 or more (LLVM sees ``range(n)`` and ``range(1, n)`` itself, not these, and reads
     each ``x[j]`` with Numba's negative-index wraparound); else None."""
-    args = _range_args(loop)
-    if args is None or args[2] != 1:
+    parts = range_parts(loop)
+    if parts is None or parts[2] != 1:
         return None
-    start = args[0]
-    value = constant_int(start)
-    if value is not None:
-        return value if value >= 2 else None
+    start, value = parts[0], None
+    if constant_int(start) is not None:
+        return unseen_lowest_index(loop)
     if isinstance(start, gast.Name):
         value = lowest.get(start.id)
     elif isinstance(start, gast.BinOp) and isinstance(start.op, (gast.Add, gast.Sub)):

@@ -233,6 +233,7 @@ def test_a_zero_entry_whose_names_change_before_the_loop_stays(between, outer):
     ("range(n)", "1", None),              # LLVM sees a start of 0 or 1 itself
     ("range(n)", "3", 3),
     ("range(m, n)", "i + 1", None),       # the outer start is not known
+    ("range(*bounds)", "i + 1", None),    # nor here (range(-3, n), say)
 ])
 def test_the_index_hint_of_an_outlined_loop(outer, start, hint):
     _, names, sources, _ = _outlined(PAIR_SUMS.format(outer=outer, between="pass",
