@@ -85,6 +85,7 @@ from .invariant_accumulators import (
     sum_invariant_updates,
 )
 from .invariant_tables import tabulate_invariant_calls
+from .loop_fusion import fuse_sum_loops
 from .loop_indices import INDEX_HELPERS, INDEX_UNCOMPILED, assume_loop_starts
 from .param_writes import dotted_name
 from .reduction_loops import REASSOCIATED, outline_reductions
@@ -1596,6 +1597,8 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
                 reuse_previous_steps(fn, module.taken)  # (zeros_outside given a spare)
                 module.generated.update({n: GATHER_HELPERS[n] for n in used})
                 module.uncompiled |= GATHER_UNCOMPILED
+            # a loop summing into numbers after a gathering loop: one loop (loop_fusion)
+            fused = fuse_sum_loops(fn)
             if copy_only_outside(fn):  # a copy whose middle a loop overwrites (copy_targets)
                 module.generated.update(COPY_HELPERS)
                 module.uncompiled |= COPY_UNCOMPILED
@@ -1619,6 +1622,9 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
             split_independent_updates(fn)  # one loop per independent update (update_fission)
             # `if j >= 2` / `if j < n - 2` in a loop: head, branch-free interior, tail
             split_index_ranges(fn)
+            if fused:  # (a merged loop's interior, branch-free now, sums with reassociation)
+                outlined += outline_reductions(fn, module.taken, module.generated,
+                                               module.jit_options)
             assume_loop_starts(fn)  # range(2, n), range(n - 1, -1, -1): vectorized
             # (those loops, loop stacks' slots, which reverse mode writes, and the index of
             # a loop outlined above)

@@ -78,7 +78,7 @@ import gast
 from .emit import fresh_name, name_node, text_of
 from .loop_indices import constant_int, range_parts, smallest_index, unseen_lowest_index
 
-__all__ = ["outline_reductions"]
+__all__ = ["index_only_in_own_loops", "outline_reductions"]
 
 REASSOCIATED = "fastmath={'reassoc'}"
 
@@ -254,7 +254,7 @@ def _shadowed(name, stmt, positions, parents, inside):
     return False
 
 
-def _index_only_in_own_loops(fn, loop, index):
+def index_only_in_own_loops(fn, loop, index):
     """Whether every mention of `index` outside `loop` is inside another loop over it."""
     inside = {id(n) for n in gast.walk(loop)}
     own = set()
@@ -302,7 +302,7 @@ def _plan(fn, loop, locals_, before=()):
     if None in starts:
         return None
     if _read_outside(fn, loop, temporaries) or \
-            not _index_only_in_own_loops(fn, loop, index):
+            not index_only_in_own_loops(fn, loop, index):
         return None
     reads_before_bound = []
     for node in [loop.iter] + body:
