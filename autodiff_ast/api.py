@@ -320,6 +320,20 @@ class _Transformed:
         with code_to_transform():  # this transformation reads the code the inner one writes
             return self.fun.function_for(specs)
 
+    def _code_to_transform(self, specs, argnums=()):
+        """(function, specs, argnums) to generate from. For the user's function, `specs` and
+        `argnums` as they are; for an inner transform's generated code, which takes no
+        parameter for a static argument (the inner transform wrote its value in, as
+        ``axis=1``), the specs without those and each argnum moved down past them (a static
+        argument is never differentiated). The module's cache key stays the full specs'."""
+        py_fun = self._python_function(specs)
+        static = [k for k, s in enumerate(specs.values()) if _spec_kind(s) == "static"]
+        if self.py_fun is not None or not static:
+            return py_fun, specs, argnums
+        kept = {n: s for n, s in specs.items() if _spec_kind(s) != "static"}
+        moved = tuple(a - sum(1 for k in static if k < a) for a in argnums)
+        return py_fun, kept, moved
+
     def _forget_if_redefined(self):
         """Drop the generated modules when the user's function has a new code object
         (``f.__code__ = g.__code__``): they were generated from the old one."""
@@ -425,13 +439,14 @@ class _ReverseTransform(_Transformed):
         self.kind = "value_and_grad" if with_value else "grad"
 
     def _generate(self, specs, argnums):
-        py_fun = self._python_function(specs)
+        py_fun, own_specs, own_argnums = self._code_to_transform(specs, argnums)
         key = (_spec_key(specs), argnums)
 
         def build():
             from .build import build_reverse
-            return build_reverse(py_fun, specs, argnums=argnums, has_aux=self.has_aux,
-                                 with_value=self.with_value, argnums_text=self.argnums)
+            return build_reverse(py_fun, own_specs, argnums=own_argnums,
+                                 has_aux=self.has_aux, with_value=self.with_value,
+                                 argnums_text=self.argnums)
         return self._module_for(key, build)
 
     def _argnums(self, nparams, specs):
@@ -472,9 +487,9 @@ class _ReverseTransform(_Transformed):
         return getattr(module, generated.entry), structure
 
     def function_for(self, specs):
-        if any(_spec_kind(s) != "leaf" for s in specs.values()):
-            raise UnsupportedError("transforming a transformed function with pytree or "
-                                   "static arguments is not supported yet",
+        if any(_spec_kind(s) == "tree" for s in specs.values()):
+            raise UnsupportedError("transforming a transformed function with pytree "
+                                   "arguments is not supported yet",
                                    hint="use hessian(f) for the second derivatives of pytree "
                                         "arguments, jvp or vjp of grad(f) for Hessian-vector "
                                         "products, or pass flat array arguments")

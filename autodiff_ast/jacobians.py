@@ -283,11 +283,13 @@ class _JacobianTransform(_Transformed):
         self._refuse_non_float(specs)
         py_fun = self._python_function(specs)
         argnums = self._argnums(specs, py_fun)
+        _, own_specs, own_nums = self._code_to_transform(specs, argnums)
+        own_argnums = Argnums(own_nums, argnums.single)
         build = build_jacfwd if self.mode == "fwd" else build_jacrev
         key = (key, tuple(argnums), argnums.single)
         code = getattr(self._signature_function(), "__code__", None)
         label = (self.label(), code.co_filename if code else "<unknown>")
-        generated, module = self._module_for(key, lambda: build(py_fun, specs, argnums,
+        generated, module = self._module_for(key, lambda: build(py_fun, own_specs, own_argnums,
                                                                 self.has_aux, label))
         # Kept with the modules (jit starts a transform with none of them).
         self._modules[("plan", _spec_key(specs))] = (generated, module, argnums)
@@ -338,9 +340,10 @@ class _JacobianTransform(_Transformed):
     def function_for(self, specs):
         """The generated entry for these argument specs: flat arrays, or pytrees (then a
         one-line wrapper passes the leaves)."""
-        if any(isinstance(s, Static) for s in specs.values()):
-            raise NotImplementedError(f"transforming {self.kind}(f) with static arguments is "
-                                      "not supported yet")
+        if any(isinstance(s, Static) for s in specs.values()) and \
+                any(isinstance(s, TreeSpec) for s in specs.values()):
+            raise NotImplementedError(f"transforming {self.kind}(f) with static and pytree "
+                                      "arguments together is not supported yet")
         generated, module, _ = self._generate(specs)
         entry = getattr(module, generated.entry)
         if any(isinstance(s, TreeSpec) for s in specs.values()):

@@ -561,8 +561,9 @@ def _flat_dict_keys(a):
 
 def _make_plan(jitted, args):
     """A function of the call's arguments doing what the last (slow) call did, or None."""
-    if jitted.jit_options.static_argnames or jitted._last is None:
-        return None
+    if jitted.jit_options.static_argnames or jitted._last is None or \
+            getattr(jitted, "_needs_concrete", False):
+        return None  # (ints written into the code as their values: the key has no value)
     generated, module = jitted._last
     jacobians = sys.modules.get(f"{__package__}.jacobians")  # (a warm start imports none)
     if jacobians is not None and isinstance(jitted, jacobians._JvpTransform):

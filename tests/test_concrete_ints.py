@@ -1,6 +1,7 @@
 """An argument a transform neither differentiates nor maps, holding a Python int, is run as
 the int itself once code for a run-time int cannot be written (``np.sum(x, axis=axis)``), as
-JAX runs it: grad, value_and_grad, vmap (in_axes None), jacfwd, jacrev, and jit of them.
+JAX runs it: grad, value_and_grad, vmap (in_axes None), jacfwd, jacrev, their compositions
+(hessian, jacfwd(grad), grad(grad)), and jit of them.
 References: explicit derivatives, central differences, and Python loops over examples."""
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ import numpy as np
 import pytest
 
 import autodiff_ast as ad
-from autodiff_ast.errors import MissingRuleError
 from autodiff_ast.jit import jit
 
 X = np.array([[0.3, -1.2, 0.8, 0.1], [2.1, -0.4, 1.5, 0.7], [0.9, 0.2, -0.6, 1.3]])
@@ -87,9 +87,62 @@ def test_only_the_int_is_taken_for_its_value():
     assert "2.5" not in g.source and "axis=1" in g.source, g.source
 
 
-@pytest.mark.xfail(strict=True, raises=MissingRuleError,
-                   reason="hessian (jacfwd of jacrev) cannot take a static argument yet: "
-                          "the inner jacrev's entry is transformed with flat arrays only")
-def test_hessian_with_an_int_axis():
-    h = ad.hessian(loss)(X, 1)
+def _loss_hessian(x, axis, eps=1e-6):
+    """Central differences of the explicit gradient (loss_grad)."""
+    out = np.zeros(x.shape + x.shape)
+    for index in np.ndindex(*x.shape):
+        e = np.zeros_like(x)
+        e[index] = eps
+        out[(...,) + index] = (loss_grad(x + e, axis) - loss_grad(x - e, axis)) / (2 * eps)
+    return out
+
+
+def loss_axis_first(axis, x):
+    return loss(x, axis)
+
+
+def scalar_loss(t, axis):
+    return np.sum(np.sum(np.sin(t * X), axis=axis) ** 2)
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("make", [ad.hessian, lambda f: ad.jacfwd(ad.grad(f)),
+                                  lambda f: ad.jacrev(ad.grad(f)),
+                                  lambda f: ad.jacrev(ad.jacrev(f))],
+                         ids=["hessian", "jacfwd_grad", "jacrev_grad", "jacrev_jacrev"])
+def test_second_derivatives_with_an_int_axis(make, axis):
+    """The inner transform writes the int into its code (and takes no parameter for it);
+    the outer one transforms that code with the other arguments."""
+    h = make(loss)(X, axis)
     assert h.shape == (3, 4, 3, 4)
+    np.testing.assert_allclose(h, _loss_hessian(X, axis), rtol=1e-6, atol=1e-7)
+
+
+def test_hessian_with_the_int_before_the_array():
+    """argnums=1 of (axis, x): the outer transform's argnums moves down past the int."""
+    h = ad.hessian(loss_axis_first, argnums=1)(1, X)
+    np.testing.assert_allclose(h, _loss_hessian(X, 1), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_grad_of_grad_with_an_int_axis(axis):
+    t, h = 0.7, 1e-4
+    expected = (scalar_loss(t + h, axis) - 2 * scalar_loss(t, axis) +
+                scalar_loss(t - h, axis)) / h ** 2
+    assert ad.grad(ad.grad(scalar_loss))(t, axis) == pytest.approx(expected, rel=1e-6)
+    value, second = ad.value_and_grad(ad.grad(scalar_loss))(t, axis)
+    assert second == pytest.approx(expected, rel=1e-6)
+    assert value == pytest.approx(ad.grad(scalar_loss)(t, axis), rel=1e-14)
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("make", [ad.grad, ad.hessian], ids=["grad", "hessian"])
+def test_jit_called_again_with_another_int(make):
+    """Each call's int picks its own code: the quick path a second call takes (a plan that
+    passes the arguments straight to the compiled entry) is not used for such a function,
+    whose entry takes no parameter for the int."""
+    compiled, plain = jit(make(loss)), make(loss)
+    for axis in (1, 1, 0, 0, 1):
+        np.testing.assert_allclose(compiled(X, axis), plain(X, axis), rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(compiled(X, 0), _loss_hessian(X, 0) if make is ad.hessian
+                               else loss_grad(X, 0), rtol=1e-6, atol=1e-7)
