@@ -90,6 +90,7 @@ from .loop_indices import INDEX_HELPERS, INDEX_UNCOMPILED, assume_loop_starts
 from .param_writes import dotted_name
 from .reduction_loops import REASSOCIATED, outline_reductions
 from .row_products import ROW_HELPERS, ROW_UNCOMPILED
+from .tape_order import store_values_after
 from .tape_rows import read_rows_in_place
 from .tie_shares import TIE_HELPERS, TIE_UNCOMPILED, share_ties_in_place
 from .update_fission import split_independent_updates
@@ -1603,6 +1604,7 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
                 module.generated.update(COPY_HELPERS)
                 module.uncompiled |= COPY_UNCOMPILED
             read_rows_in_place(fn, module.taken)  # a tape's rows as row numbers (tape_rows)
+            store_values_after(fn)  # a loop's taped number stored once computed (tape_order)
             # a loop summing into a number: a function compiled with reassociation
             outlined = outline_reductions(fn, module.taken, module.generated,
                                           module.jit_options)
