@@ -9,6 +9,12 @@ computes ``np.exp(log_prec[c])`` once per point and component (25,000 calls for 
 points and 25 components, where 25 are enough: 464 -> 404 us for its gradient, measured by
 hand on the generated code before this pass was written).
 
+The call may be a statement's whole value (``e = np.exp(log_prec[c])``, as reverse mode
+writes it) or an operand of arithmetic anywhere in a simple statement (``terms[c] = ... - 0.5
+* np.exp(log_prec[c]) * sq``, as a primal is written: the mixture's primal 250-261 -> 130-141
+us); handed to a function or subscripted, it is left alone (an entry read there could be a
+row of the table, written through).
+
 The rewrite is made only when it cannot change a value: the call is elementwise (so
 ``f(a[:k])[c]`` is ``f(a[c])`` for every ``c`` the loop takes, whatever a's rank), ``c`` is
 the index of a ``for c in range(k)`` loop that does not rebind it, and the loop the table is
@@ -77,12 +83,13 @@ def tabulate_invariant_calls(fn, taken):
     tables = {}  # (function, array, bound, id(loop)) -> table name
     inserts = {}  # id(loop) -> (block, loop, [statements])
     changed = False
-    for stmt, loops, blocks in _statements_in_loops(fn.body):
-        found = _candidate(stmt, loops)
+    for stmt, loops, blocks, call, put in _calls_in_loops(fn.body):
+        found = _candidate(call, loops)
         if found is None:
             continue
         func, array, index, k, inner = found
-        if (aliases.get(stmt.targets[0].id, set()) | {stmt.targets[0].id}) & written:
+        whole = stmt.value is call  # (`t = f(a[c])`: t holds the table's row)
+        if whole and (aliases.get(stmt.targets[0].id, set()) | {stmt.targets[0].id}) & written:
             continue  # (an array row read from the table must not be written through)
         at = loops.index(inner)
         hoist = None
@@ -106,8 +113,8 @@ def tabulate_invariant_calls(fn, taken):
             made = gast.Assign(targets=[name_node(table, gast.Store())], value=value,
                                type_comment=None)
             inserts.setdefault(id(loop), (blocks[hoist], loop, []))[2].append(made)
-        stmt.value = gast.Subscript(value=name_node(tables[key]), slice=name_node(index),
-                                    ctx=gast.Load())
+        put(gast.Subscript(value=name_node(tables[key]), slice=name_node(index),
+                           ctx=gast.Load()))
         changed = True
     for block, loop, made in inserts.values():
         at = next(k for k, s in enumerate(block) if s is loop)
@@ -131,13 +138,36 @@ def _statements_in_loops(block, loops=(), blocks=()):
             yield stmt, list(loops), list(blocks)
 
 
-def _candidate(stmt, loops):
-    """(table function, array, index, loop bound, index loop) when `stmt` is
-    ``t = f(a[c])`` with ``c`` the index of an enclosing ``for c in range(k)``; else None."""
-    if not (isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and
-            isinstance(stmt.targets[0], gast.Name) and isinstance(stmt.value, gast.Call)):
-        return None
-    call = stmt.value
+def _calls_in_loops(block):
+    """(statement, loops, blocks, call, put) for each call of a statement inside a loop
+    that may be replaced by a table's entry: the whole value of ``t = f(...)`` (one name
+    target), or an operand of arithmetic anywhere in a simple statement (whose result is a
+    new value: the entry is never written through). ``put(node)`` makes the replacement."""
+    for stmt, loops, blocks in _statements_in_loops(block):
+        if isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and \
+                isinstance(stmt.targets[0], gast.Name) and isinstance(stmt.value, gast.Call):
+            yield stmt, loops, blocks, stmt.value, \
+                lambda node, stmt=stmt: setattr(stmt, "value", node)
+            continue
+        if any(isinstance(n, gast.Lambda) for n in gast.walk(stmt)):
+            continue
+        for parent in gast.walk(stmt):
+            if isinstance(parent, gast.BinOp):
+                fields = ("left", "right")
+            elif isinstance(parent, gast.UnaryOp):
+                fields = ("operand",)
+            else:
+                continue
+            for field in fields:
+                child = getattr(parent, field)
+                if isinstance(child, gast.Call):
+                    yield stmt, loops, blocks, child, \
+                        lambda node, parent=parent, field=field: setattr(parent, field, node)
+
+
+def _candidate(call, loops):
+    """(table function, array, index, loop bound, index loop) when `call` is ``f(a[c])``
+    with ``c`` the index of an enclosing ``for c in range(k)``; else None."""
     func = _TABULATED.get(dotted_name(call.func) or "")
     if func is None or len(call.args) != 1 or call.keywords:
         return None
