@@ -32,17 +32,20 @@ Measured on the 1-D heat equation, 1,000 points x 500 steps (jit(grad), the modu
 turn in one process, three processes, AMD EPYC, 2 vCPUs, 2026-11-30): 347-433 us before,
 326-395 us merged (the store last: 672-692 us); the primal 106-156 us in the same runs.
 
-Which loops: two ``for`` loops over ``range`` (step 1, no ``else``, no ``break``,
-``continue``, ``return``, nested function) standing next to each other in a block (comments
-between them allowed). The first gathers (its first statement ``X_j = gather_start(X, j)``).
-The second holds only assignments to names (no entry written, no nested block) and calls
-nothing but functions that change no argument (``np.<f>``, ``math.<f>``, ``len``, ``min``,
-...); its range lies within the first's (``lo1 <= lo2`` and ``hi2 <= hi1``, each pair
-constants or one expression plus constants). No name the first binds, writes into or passes
-to a call that may change it is mentioned by the second (its range included), and no name
-the second binds is mentioned by the first; the second's index is mentioned elsewhere in the
-function only by loops over it. Each number the second sums is then added in the same order
-as before, and every value either loop reads is the one it read before.
+Which loops: two ``for`` loops over ``range`` (step 1, no ``else``, no ``break``, ``continue``,
+``return``, nested function) standing next to each other in a block (comments between them
+allowed). The first gathers (its first statement ``X_j = gather_start(X, j)``) and writes
+entries of X alone, bound just before it (nothing in between mentioning X) to a new array
+(``zeros_outside``, ``np.zeros_like``, ...) that no other name holds yet; the second does not
+mention the spare array ``zeros_outside`` may fill instead. The second holds only assignments
+to names (no entry written, no nested block) and calls nothing but functions that change no
+argument (``np.<f>``, ``math.<f>``, ``len``, ``min``, ...); its range lies within the first's
+(``lo1 <= lo2`` and ``hi2 <= hi1``, each pair constants or one expression plus constants). No
+name the first binds, writes into or passes to a call that may change it is mentioned by the
+second (its range included), and no name the second binds is mentioned by the first; the
+second's index is mentioned elsewhere in the function only by loops over it. Each number the
+second sums is then added in the same order as before, and every value either loop reads is the
+one it read before.
 
 >>> import gast
 >>> from autodiff_ast.templates import unparse
@@ -97,7 +100,7 @@ def fuse_sum_loops(fn):
         k = 0
         while k < len(block):
             later = _next_statement(block, k)
-            if later is not None and _can_fuse(fn, block[k], block[later]):
+            if later is not None and _can_fuse(fn, block[:k], block[k], block[later]):
                 _fuse(block[k], block[later])
                 del block[later]
                 changed = True
@@ -203,9 +206,43 @@ def _at_most(low, high):
     return base_low == base_high and off_low <= off_high
 
 
-def _can_fuse(fn, first, second):
+def _written_arrays(loop):
+    """The names whose entries `loop` writes (``a[...] = e``, ``a[...] += e``)."""
+    return {n.value.id for n in gast.walk(loop)
+            if isinstance(n, gast.Subscript) and isinstance(n.ctx, (gast.Store, gast.Del)) and
+            isinstance(n.value, gast.Name)}
+
+
+#: Calls that make a new array (what a gathering loop fills).
+_NEW_ARRAYS = {"zeros_outside", "np.zeros_like", "np.zeros", "np.empty_like", "np.empty"}
+
+
+def _private_target(before, target, second):
+    """Whether the last of `before` (the statements before the first loop in its block) that
+    mentions `target` binds it to a new array, so that no other name holds it when the loop
+    starts, and the second loop does not mention the spare array zeros_outside may fill
+    instead (its fourth argument)."""
+    for stmt in reversed(before):
+        if not any(isinstance(n, gast.Name) and n.id == target for n in gast.walk(stmt)):
+            continue
+        if not (isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and
+                isinstance(stmt.targets[0], gast.Name) and stmt.targets[0].id == target and
+                isinstance(stmt.value, gast.Call) and
+                dotted_name(stmt.value.func) in _NEW_ARRAYS):
+            return False
+        spare = stmt.value.args[3:4]
+        return not (spare and _mentioned(spare[0]) & _mentioned(second))
+    return False
+
+
+def _can_fuse(fn, before, first, second):
     if not (_plain_loop(first) and _plain_loop(second) and _gathers(first) and
             _only_sums(second)):
+        return False
+    target = first.body[0].value.args[0]
+    written = _written_arrays(first)
+    if not (isinstance(target, gast.Name) and written == {target.id} and
+            _private_target(before, target.id, second)):
         return False
     (lo1, hi1), (lo2, hi2) = range_bounds(first), range_bounds(second)
     if not (_at_most(lo1, lo2) and _at_most(hi2, hi1)):

@@ -129,3 +129,19 @@ def test_the_heat_step_is_one_pass():
     source = compiled.source
     assert "c_bar = c_bar + sum_loop(n, u_bar, c, un_bar, u)" in source, source
     assert source.count("for i in range(1, n - 1)") == 1  # (the forward step's only)
+
+
+@pytest.mark.parametrize("change", [
+    ("    x_bar = zeros_outside(u, 0, n)", "    x_bar = y_bar"),            # not a new array
+    ("    c_bar = 0.0", "    c_bar = 0.0\n    z = x_bar"),                  # copied into z
+    ("    x_bar = zeros_outside(u, 0, n)", "    x_bar = zeros_outside(u, 0, n, z, True)"),
+])
+def test_a_target_the_second_loop_may_see_keeps_two_loops(change):
+    """The target held by another name, or a spare array zeros_outside may fill, that the
+    second loop reads (z)."""
+    text = TWO_LOOPS.format(first="0, n", second="1, n - 1", body="c_bar = c_bar + t * z[i]",
+                            after="pass")
+    fn = gast.parse(text.replace(*change)).body[0]
+    assert not fuse_sum_loops(fn)
+    fn = gast.parse(text).body[0]
+    assert fuse_sum_loops(fn)  # (as written, z is another array)
