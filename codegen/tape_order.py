@@ -40,7 +40,8 @@ processes, AMD EPYC, 2 vCPUs, 2026-11-30): 415-427 us -> 349-375 us (the sum out
 vectorized; storing after into the strided column alone: no change).
 
 Which tapes: a name T bound once, to ``np.empty(m, dtype=np.float64)`` or to a column
-``G[:, j]`` of a matrix bound once to ``np.empty((m, w), dtype=np.float64)``, and mentioned
+``G[:, j]`` of a matrix bound once to ``np.empty((m, w), dtype=np.float64)`` and read only by
+such column bindings, and mentioned
 exactly twice besides: ``T[idx] = v`` in the body of a ``for`` loop F and ``v = T[idx]`` in
 the body of another loop R (the same index text), both statements of the loops' own bodies,
 neither loop with an ``else``, ``break`` or ``continue``. In F, v is bound once, after the
@@ -124,6 +125,14 @@ def _tape_bindings(fn):
         if isinstance(node, gast.Assign) and len(node.targets) == 1 and \
                 isinstance(node.targets[0], gast.Name):
             assigns[node.targets[0].id] = node
+    columns = {}  # matrix -> how many column bindings `t = G[:, j]` read it
+    for stmt in assigns.values():
+        if _column(stmt.value):
+            columns[stmt.value.value.id] = columns.get(stmt.value.value.id, 0) + 1
+    loads = {}
+    for node in gast.walk(fn):
+        if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Load):
+            loads[node.id] = loads.get(node.id, 0) + 1
     out = {}
     for name, stmt in assigns.items():
         if counts.get(name) != 1:
@@ -131,14 +140,19 @@ def _tape_bindings(fn):
         value = stmt.value
         if _empty_float(value, 1):
             out[name] = stmt
-        elif isinstance(value, gast.Subscript) and isinstance(value.value, gast.Name) and \
-                isinstance(value.slice, gast.Tuple) and len(value.slice.elts) == 2 and \
-                text_of(value.slice.elts[0]) == ":" and \
-                isinstance(value.slice.elts[1], gast.Constant) and \
-                counts.get(value.value.id) == 1 and value.value.id in assigns and \
-                _empty_float(assigns[value.value.id].value, 2):
+        elif _column(value) and counts.get(value.value.id) == 1 and value.value.id in assigns and \
+                _empty_float(assigns[value.value.id].value, 2) and \
+                loads.get(value.value.id) == columns.get(value.value.id):
+            # (the matrix read only by its column bindings: the column is the tape alone)
             out[name] = stmt
     return out
+
+
+def _column(value):
+    """Whether `value` is ``G[:, j]`` (a name, a constant j)."""
+    return isinstance(value, gast.Subscript) and isinstance(value.value, gast.Name) and \
+        isinstance(value.slice, gast.Tuple) and len(value.slice.elts) == 2 and \
+        text_of(value.slice.elts[0]) == ":" and isinstance(value.slice.elts[1], gast.Constant)
 
 
 def _empty_float(value, rank):

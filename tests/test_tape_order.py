@@ -77,6 +77,8 @@ def test_the_load_goes_before_the_first_use():
                   "            break"),                       # leaves the loop
     dict(between="h = tape"),                                 # the tape held elsewhere
     dict(tape="tape = np.zeros(k)"),                          # not a tape the sweep made
+    dict(tape="tapes = np.empty((k, 2), dtype=np.float64)\n    tape = tapes[:, 1]",
+         between="h = tapes[0, 1]"),                          # its matrix read elsewhere
 ])
 def test_what_keeps_push_and_restore(kwargs):
     changed, text = _rewrite(**kwargs)
