@@ -4,7 +4,8 @@
 The rules are checked on small functions (what merges, and each thing that must keep two
 loops); the compiled gradients of stencils whose reverse step merges are compared with the
 plain-NumPy gradient and central differences (test_vector_loops._grads_agree), at lengths
-where the merged loop's head, interior or tail is empty.
+where the merged loop's head, interior or tail is empty (the heat equation's at short lengths:
+test_gather_targets.test_heat_gradient_at_short_lengths, which goes through the merge).
 """
 
 from __future__ import annotations
@@ -102,13 +103,6 @@ def one_sided_sum(u0, c, steps):
             un[i] = u[i] + c * (u[i - 1] - u[i - 2])
         u = un
     return np.sum(u * u)
-
-
-@pytest.mark.numba
-@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 9])
-def test_merged_heat_gradient(n):
-    u0 = np.cos(np.linspace(0.0, 2.0, n)) + 0.3
-    _grads_agree(heat, (u0, 0.2, 3), (0, 1))
 
 
 @pytest.mark.numba
