@@ -827,7 +827,7 @@ class _Generator:
             lines += [f"{indent}    {b}, {a} = {a} + 0.1 * np.tanh({b}), {b}",
                       f"{indent}    {pair} = ({a}, 0.5 * {b})"]
         elif form == 2:  # the pair handed whole to a helper that unpacks it
-            helper = f"t{len(self.tuple_helpers)}"
+            helper = f"step{len(self.tuple_helpers)}"  # (fresh names: t1, t2, ...)
             self.tuple_helpers.append((helper, "\n".join([
                 f"def {helper}(state, s):", "    u, v = state",
                 "    return (np.tanh(u * s) + 0.3 * v, 0.5 * v + 0.3 * np.sin(u))"])))

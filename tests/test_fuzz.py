@@ -40,7 +40,7 @@ def test_generator_writes_every_construct():
                "np.dot(", "axis=", "keepdims=True", "np.where(", "np.maximum(",
                "int(np.sum(", "math.", " ** ", "ad.checkpoint(range(", "[:-1] += ",
                "np.log(np.sum(np.exp(v", "[0]\n    for i", ".append((np.tanh(", "\n        while ",
-               "def t0(state, s):", "        j", "] + 0.1 * ", "    for j")
+               "def step0(state, s):", "        j", "] + 0.1 * ", "    for j")
     sources = []
     for attempt in range(2):
         @seed(attempt)
