@@ -82,6 +82,7 @@ import copy
 import gast
 
 from .emit import is_marker, name_node, names_bound, range_bounds, statement_blocks, text_of
+from .invariant_tables import written_names
 from .param_writes import dotted_name
 from .reduction_loops import index_only_in_own_loops
 
@@ -169,22 +170,6 @@ def _only_sums(loop):
     return True
 
 
-def _touched(loop):
-    """The names `loop` may change: the ones it binds, writes entries of or passes to a
-    call (but to gather_start, which only reads)."""
-    names = names_bound([loop])
-    for node in gast.walk(loop):
-        if isinstance(node, (gast.Subscript, gast.Attribute)) and \
-                isinstance(node.ctx, (gast.Store, gast.Del)):
-            names |= {n.id for n in gast.walk(node.value) if isinstance(n, gast.Name)}
-        elif isinstance(node, gast.Call) and not _reads_only(node):
-            names |= {n.id for a in node.args + [k.value for k in node.keywords]
-                      for n in gast.walk(a) if isinstance(n, gast.Name)}
-            if isinstance(node.func, gast.Attribute):  # (a method may change its object)
-                names |= {n.id for n in gast.walk(node.func.value) if isinstance(n, gast.Name)}
-    return names
-
-
 def _mentioned(node):
     return {n.id for n in gast.walk(node) if isinstance(n, gast.Name)}
 
@@ -247,7 +232,7 @@ def _can_fuse(fn, before, first, second):
     (lo1, hi1), (lo2, hi2) = range_bounds(first), range_bounds(second)
     if not (_at_most(lo1, lo2) and _at_most(hi2, hi1)):
         return False
-    if _touched(first) & _mentioned(second):
+    if (names_bound([first]) | written_names([first])) & _mentioned(second):
         return False
     if names_bound([second]) & _mentioned(first):
         return False

@@ -78,7 +78,7 @@ import gast
 from .emit import fresh_name, name_node, text_of
 from .loop_indices import constant_int, range_parts, smallest_index, unseen_lowest_index
 
-__all__ = ["index_only_in_own_loops", "outline_reductions"]
+__all__ = ["float_tapes", "index_only_in_own_loops", "outline_reductions"]
 
 REASSOCIATED = "fastmath={'reassoc'}"
 
@@ -111,11 +111,11 @@ def _accumulation(stmt):
     return None
 
 
-def _float_tapes(fn):
-    """Names bound once, to ``np.empty(n, dtype=np.float64)`` or to a column ``m[:, j]`` of
-    a matrix bound once to ``np.empty((n, k), dtype=np.float64)`` (reverse mode's tapes of
-    floats): an element of one is a float."""
-    counts, vectors, matrices, columns = {}, set(), set(), {}
+def float_tapes(fn):
+    """{name: its binding} for names bound once, to ``np.empty(n, dtype=np.float64)`` or to a
+    column ``m[:, j]`` of a matrix bound once to ``np.empty((n, k), dtype=np.float64)``
+    (reverse mode's tapes of floats): an element of one is a float."""
+    counts, vectors, matrices, columns = {}, {}, set(), {}
     for node in gast.walk(fn):
         if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store):
             counts[node.id] = counts.get(node.id, 0) + 1
@@ -130,16 +130,18 @@ def _float_tapes(fn):
                 [("dtype", "np.float64")]:
             shape = value.args[0]
             if not isinstance(shape, gast.Tuple):
-                vectors.add(target)
+                vectors[target] = node
             elif len(shape.elts) == 2:
                 matrices.add(target)
         elif isinstance(value, gast.Subscript) and isinstance(value.value, gast.Name) and \
                 isinstance(value.slice, gast.Tuple) and len(value.slice.elts) == 2 and \
                 text_of(value.slice.elts[0]) == ":" and \
                 isinstance(value.slice.elts[1], gast.Constant):
-            columns[target] = value.value.id
-    tapes = vectors | {t for t, m in columns.items() if m in matrices and counts[m] == 1}
-    return {t for t in tapes if counts[t] == 1}
+            columns[target] = node
+    tapes = dict(vectors)
+    tapes.update({t: node for t, node in columns.items()
+                  if node.value.value.id in matrices and counts[node.value.value.id] == 1})
+    return {t: node for t, node in tapes.items() if counts[t] == 1}
 
 
 def _start_value(fn, s, loop, before):
@@ -173,7 +175,7 @@ def _start_value(fn, s, loop, before):
         if isinstance(node, gast.Assign) and isinstance(node.value, gast.Subscript) and \
                 isinstance(node.value.value, gast.Name) and \
                 not isinstance(node.value.slice, (gast.Slice, gast.Tuple)):
-            tapes = _float_tapes(fn) if tapes is None else tapes
+            tapes = float_tapes(fn) if tapes is None else tapes
             if node.value.value.id in tapes:
                 continue
         if _accumulation(node) is None:

@@ -86,6 +86,7 @@ from __future__ import annotations
 import gast
 
 from .emit import names_bound, parent_map, text_of
+from .reduction_loops import float_tapes
 
 __all__ = ["store_values_after"]
 
@@ -116,56 +117,21 @@ def store_values_after(fn):
 
 
 def _tape_bindings(fn):
-    """{T: its binding} for names bound once to a float64 vector from np.empty or to a
-    column of a float64 matrix from np.empty that is bound once."""
-    counts, assigns = {}, {}
-    for node in gast.walk(fn):
-        if isinstance(node, gast.Name) and isinstance(node.ctx, (gast.Store, gast.Del)):
-            counts[node.id] = counts.get(node.id, 0) + 1
-        if isinstance(node, gast.Assign) and len(node.targets) == 1 and \
-                isinstance(node.targets[0], gast.Name):
-            assigns[node.targets[0].id] = node
-    columns = {}  # matrix -> how many column bindings `t = G[:, j]` read it
-    for stmt in assigns.values():
-        if _column(stmt.value):
-            columns[stmt.value.value.id] = columns.get(stmt.value.value.id, 0) + 1
+    """{T: its binding} for reverse mode's float tapes (:func:`codegen.reduction_loops.
+    float_tapes`), a column only when its matrix is read by nothing but tapes' column
+    bindings (the column is then the tape alone)."""
+    tapes = float_tapes(fn)
+    columns = {}  # matrix -> how many tapes are its columns
+    for binding in tapes.values():
+        if isinstance(binding.value, gast.Subscript):
+            matrix = binding.value.value.id
+            columns[matrix] = columns.get(matrix, 0) + 1
     loads = {}
     for node in gast.walk(fn):
         if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Load):
             loads[node.id] = loads.get(node.id, 0) + 1
-    out = {}
-    for name, stmt in assigns.items():
-        if counts.get(name) != 1:
-            continue
-        value = stmt.value
-        if _empty_float(value, 1):
-            out[name] = stmt
-        elif _column(value) and counts.get(value.value.id) == 1 and value.value.id in assigns and \
-                _empty_float(assigns[value.value.id].value, 2) and \
-                loads.get(value.value.id) == columns.get(value.value.id):
-            # (the matrix read only by its column bindings: the column is the tape alone)
-            out[name] = stmt
-    return out
-
-
-def _column(value):
-    """Whether `value` is ``G[:, j]`` (a name, a constant j)."""
-    return isinstance(value, gast.Subscript) and isinstance(value.value, gast.Name) and \
-        isinstance(value.slice, gast.Tuple) and len(value.slice.elts) == 2 and \
-        text_of(value.slice.elts[0]) == ":" and isinstance(value.slice.elts[1], gast.Constant)
-
-
-def _empty_float(value, rank):
-    """Whether `value` is ``np.empty(shape, dtype=np.float64)`` of that rank (a tuple of two
-    for a matrix)."""
-    if not (isinstance(value, gast.Call) and text_of(value.func) == "np.empty" and
-            len(value.args) == 1 and
-            [(k.arg, text_of(k.value)) for k in value.keywords] == [("dtype", "np.float64")]):
-        return False
-    shape = value.args[0]
-    if rank == 1:
-        return not isinstance(shape, gast.Tuple)
-    return isinstance(shape, gast.Tuple) and len(shape.elts) == 2
+    return {t: b for t, b in tapes.items() if not isinstance(b.value, gast.Subscript) or
+            loads.get(b.value.value.id) == columns[b.value.value.id]}
 
 
 def _store_and_restore(fn, tape):
@@ -206,18 +172,13 @@ def _reads(node, name):
                for n in gast.walk(node))
 
 
-def _binds(node, name):
-    return any(isinstance(n, gast.Name) and n.id == name and
-               isinstance(n.ctx, (gast.Store, gast.Del)) for n in gast.walk(node))
-
-
 def _plan(fn, forward, store, backward, restore, value):
     """(the binding of `value` in F, R's first statement mentioning it) when the rules in
     the module's docstring hold; else None."""
     index_names = {n.id for n in gast.walk(store.targets[0].slice) if isinstance(n, gast.Name)}
     body = forward.body
     at = next(k for k, s in enumerate(body) if s is store)
-    bindings = [k for k, s in enumerate(body) if _binds(s, value)]
+    bindings = [k for k, s in enumerate(body) if value in names_bound([s])]
     if len(bindings) != 1 or bindings[0] <= at:
         return None
     q = bindings[0]
@@ -230,7 +191,7 @@ def _plan(fn, forward, store, backward, restore, value):
         return None
     body = backward.body
     r = next(k for k, s in enumerate(body) if s is restore)
-    if any(_binds(s, value) for s in body if s is not restore) or \
+    if any(value in names_bound([s]) for s in body if s is not restore) or \
             any(_reads(s, value) for s in body[r + 1:]):
         return None
     first = next((k for k, s in enumerate(body[:r]) if _reads(s, value)), r)
