@@ -5,8 +5,8 @@ round long enough to measure, and returns the median of several rounds, per call
 ``first_call`` times the first call of something freshly made (generation, compilation or
 cache load included); ``fmt`` prints a duration with a readable unit. ``compare`` makes one
 row of BENCHMARKS.md: it checks ours and every competitor against a reference gradient
-(raising ``AssertionError`` on a mismatch, before anything is timed), then times them all with
-repeat counts adapted to their cost.
+(raising ``AssertionError`` on a mismatch, before anything is timed), then times them all side
+by side (``side_by_side``: their rounds taken in turn) with repeat counts adapted to their cost.
 
 Benchmark modules are imported by file (benchmarks/run.py), so they import this one with
 ``benchmarks/`` on ``sys.path``::
@@ -27,8 +27,8 @@ import math
 import statistics
 import time
 
-__all__ = ["median_time", "adaptive_time", "first_call", "timed", "fmt", "assert_close",
-           "compare"]
+__all__ = ["median_time", "adaptive_time", "side_by_side", "first_call", "timed", "fmt",
+           "assert_close", "compare"]
 
 
 #: Seconds to wait before each timed block, so that the thread pools the last block woke
@@ -37,6 +37,10 @@ __all__ = ["median_time", "adaptive_time", "first_call", "timed", "fmt", "assert
 #: previous workload's competitors) measured MLP batch 32 at 464 us against hand NumPy's
 #: 294 us; with it 354 against 301 us, as an interleaved A/B run shows (make bench, 11-28).
 SETTLE_S = 0.3
+
+#: Pause before each round of :func:`side_by_side` (long enough for OpenBLAS's workers, which
+#: poll ~0.1 s after a product, to sleep again before the next function's round).
+ROUND_SETTLE_S = 0.1
 
 
 def median_time(call, repeats=7, min_time=0.02, max_number=1 << 14, warmup=True):
@@ -128,6 +132,57 @@ def adaptive_time(call, first_seconds):
     return timed(call)[1]
 
 
+def _round_size(call, min_time, max_number):
+    """How many calls make a round of at least ``min_time`` seconds (doubling from 1)."""
+    number = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(number):
+            call()
+        if time.perf_counter() - start >= min_time or number >= max_number:
+            return number
+        number *= 2
+
+
+def side_by_side(calls, costs, min_time=0.02, max_number=1 << 14):
+    """Median seconds per call of each of ``calls`` (``{label: call}``), their rounds in turn.
+
+    ``costs`` gives one warm call's seconds for each label. Calls under 1 s are timed round by
+    round in turn (round 1 of every call, then round 2 of every call, ...), each round after a
+    pause of :data:`ROUND_SETTLE_S`: 7 rounds for calls under 0.2 s, 5 under 1 s, a round
+    being as many calls as take ``min_time``. This machine has spells of 50-200 ms in which
+    memory-bound code runs up to twice as slow (seen on the same compiled gradient in every
+    process it was timed in, with no page faults nor context switches), so timing one
+    function's rounds back to back, then the next's, could hand a spell to one of them and
+    skew a ratio; in turn, each function's median sees the same machine. Slower calls are
+    timed alone with
+    :func:`adaptive_time`.
+
+    >>> out = side_by_side({"a": lambda: None, "b": lambda: sum(range(10))},
+    ...                    {"a": 1e-7, "b": 1e-6}, min_time=1e-3)
+    >>> sorted(out), all(0.0 < s < 1e-3 for s in out.values())
+    (['a', 'b'], True)
+    """
+    repeats = {label: 7 if costs[label] < 0.2 else 5 for label in calls if costs[label] < 1.0}
+    out = {label: adaptive_time(call, costs[label]) for label, call in calls.items()
+           if label not in repeats}
+    time.sleep(SETTLE_S)
+    numbers = {label: _round_size(calls[label], min_time, max_number) for label in repeats}
+    times = {label: [] for label in repeats}
+    for round_ in range(max(repeats.values(), default=0)):
+        for label in repeats:
+            if round_ >= repeats[label]:
+                continue
+            time.sleep(ROUND_SETTLE_S)
+            call, number = calls[label], numbers[label]
+            start = time.perf_counter()
+            for _ in range(number):
+                call()
+            times[label].append((time.perf_counter() - start) / number)
+    out.update({label: float(statistics.median(seconds)) for label, seconds in times.items()})
+    return {label: out[label] for label in calls}
+
+
 def _leaves(value):
     if isinstance(value, dict):
         return [value[k] for k in sorted(value)]
@@ -167,6 +222,9 @@ def _blocking(fn, args):
     return call
 
 
+_OURS, _PRIMAL = object(), object()  # labels no competitor can have
+
+
 def compare(name, ours, args, reference, competitors, primal=None, notes="", rtol=1e-6,
             atol=1e-9, skip_over=20.0, first_s=None):
     """One row: ``{name, ours_s, competitors: {label: seconds}, notes}``.
@@ -186,8 +244,9 @@ def compare(name, ours, args, reference, competitors, primal=None, notes="", rto
     result, first = timed(lambda: ours(*args))
     first = first if first_s is None else first_s
     assert_close(result, reference, rtol, atol, f"{name}: ours")
-    ours_s = adaptive_time(lambda: ours(*args), first)
-    times, firsts, skipped = {}, [], []
+    # one warm call of each gives its cost (how many rounds it gets); then all are timed in turn
+    calls, costs = {_OURS: lambda: ours(*args)}, {_OURS: timed(lambda: ours(*args))[1]}
+    firsts, skipped = [], []
     for label, fn in competitors.items():
         if fn is None:
             continue
@@ -203,11 +262,17 @@ def compare(name, ours, args, reference, competitors, primal=None, notes="", rto
             skipped.append(f"{label} skipped: > {skip_over:.0f} s (its checking call took "
                            f"{seconds:.0f} s)")
             continue
-        times[label] = adaptive_time(call, seconds)
-    parts = [f"first call (generate + compile or load) {first:.2f} s"]
+        calls[label] = call
+        costs[label] = seconds if seconds >= 1.0 else timed(call)[1]
     if primal is not None:
         primal_first = timed(lambda: primal(*args))[1]
-        primal_s = adaptive_time(lambda: primal(*args), primal_first)
+        calls[_PRIMAL] = lambda: primal(*args)
+        costs[_PRIMAL] = timed(calls[_PRIMAL])[1]
+    times = side_by_side(calls, costs)
+    ours_s = times.pop(_OURS)
+    primal_s = times.pop(_PRIMAL, None)
+    parts = [f"first call (generate + compile or load) {first:.2f} s"]
+    if primal is not None:
         parts.append(f"grad/primal {ours_s / primal_s:.2f} (jit primal {fmt(primal_s)}, "
                      f"first call {primal_first:.2f} s)")
     if firsts:
