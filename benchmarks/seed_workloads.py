@@ -41,7 +41,7 @@ if HERE not in sys.path:
 
 from timing import compare as _compare  # noqa: E402 (checks, then times ours and competitors)
 from timing import fmt as _fmt  # noqa: E402
-from timing import optional_autograd, optional_jax  # noqa: E402
+from timing import median_time, optional_autograd, optional_jax  # noqa: E402
 
 
 # ---------------------------------------------------------------- the user's functions (NumPy)
@@ -299,7 +299,8 @@ def _training_step_row(ours, args, reference, loops, jax_fn):
     gradient's. Ours and the hand-written Numba adjoint call SciPy's OpenBLAS, a second thread
     pool beside NumPy's; codegen/blas_threads.py lets both pools' idle threads sleep after
     ~0.1 ms of polling. The row also times ours with OpenBLAS's default in both (their threads
-    poll for ~0.1 s after each call), set for that last measurement only."""
+    poll for ~0.1 s after each call), set after the side-by-side timing of the others (setting
+    it restarts the pools, so it cannot be switched round by round)."""
     from codegen.blas_threads import DEFAULT_TIMEOUT, TIMEOUT, calm_blas_threads
     from codegen.blas_threads import set_both_timeouts as set_thread_timeout
 
@@ -308,26 +309,22 @@ def _training_step_row(ours, args, reference, loops, jax_fn):
     competitors = {"hand-written NumPy": step(mlp_grad_numpy), "hand-written Numba": step(loops),
                    "JAX jit(grad)": step(jax_fn)}
     calmed = calm_blas_threads()
-    switched = []
     ours_step = step(ours)
-
-    def ours_default_timeout(*a):
-        if not switched:  # timed last (after ours and every other competitor)
-            switched.append(set_thread_timeout(DEFAULT_TIMEOUT))
-        return ours_step(*a)
-    if calmed:
-        competitors["ours, OpenBLAS's default thread timeout"] = ours_default_timeout
     notes = ("a training step that logs its loss: the loss by NumPy (as written), then the "
              "gradient; ")
     notes += (f"ours with SciPy's and NumPy's OpenBLAS threads sleeping after 2**{TIMEOUT} "
               "cycles of polling (codegen/blas_threads.py)" if calmed else
               "SciPy's OpenBLAS thread timeout left as it is (not found, or set by the user)")
-    try:
-        return _compare("MLP 784-128-128-10, batch 32, NumPy loss + gradient", ours_step,
-                        args, (mlp_loss(*args), reference), competitors, notes=notes)
-    finally:
-        if calmed:
+    row = _compare("MLP 784-128-128-10, batch 32, NumPy loss + gradient", ours_step, args,
+                   (mlp_loss(*args), reference), competitors, notes=notes)
+    if calmed:
+        set_thread_timeout(DEFAULT_TIMEOUT)
+        try:
+            row["competitors"]["ours, OpenBLAS's default thread timeout"] = median_time(
+                lambda: ours_step(*args))
+        finally:
             set_thread_timeout(TIMEOUT)
+    return row
 
 
 def linreg_rows():
