@@ -79,6 +79,7 @@ from .gather_targets import (
 from .helpers import DIALECT_DEPENDS, DIALECT_HELPERS, DIALECT_NOT_COMPILED, OVERLOAD_FORMS
 from .index_splitting import split_index_ranges
 from .inlining import inline_loop_calls
+from .int_starts import widen_int_starts
 from .invariant_accumulators import (
     ACCUMULATOR_HELPERS,
     ACCUMULATOR_UNCOMPILED,
@@ -1653,6 +1654,10 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
     if "keep_all" in module.needed:
         sources["keep_all"] = _KEEP_ALL
     sources.update(module.generated)
+    if numba_overloads:  # `top = 0` then `top = top + n`, passed on: int(0), one compile
+        callees = set(sources) | {fn.name for fn in functions}
+        for fn in functions:
+            widen_int_starts(fn, callees)
     for name in sorted(sources):
         helper_defs += gast.parse(sources[name]).body
     names = [fn.name for fn in helper_defs + functions

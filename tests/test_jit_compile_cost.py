@@ -143,3 +143,43 @@ def test_reserve_steps_copies_without_numpys_slice_machinery():
     np.testing.assert_array_equal(grown[:, :3], stack)
     assert compiled(grown, 5) is grown
     assert compiled(np.empty((2, 0)), 3).shape == (2, 3)
+
+
+def rows_lse(x, w):
+    total = 0.0
+    for i in range(x.shape[0]):
+        terms = np.zeros(w.shape[0])
+        for c in range(w.shape[0]):
+            terms[c] = w[c] - 0.5 * x[i, c] * x[i, c]
+        total = total + lse(terms)
+    return total
+
+
+@pytest.mark.numba
+def test_a_loop_stacks_start_compiles_its_helper_once():
+    """A loop stack's top starts at 0 and grows; the row it hands an outlined sum loop is a
+    copy of it. Written ``top = 0``, Numba first typed the copy Literal[int](0) and compiled
+    the helper for it, then again for int64 (ADBench GMM's sum_loop_3); ``int(0)``
+    (codegen/int_starts.py) gives one compile. The module is compiled here without Numba's
+    disk cache, so its helpers' signatures are those this process compiled."""
+    import numba
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((7, 12)), rng.standard_normal(12)
+    compiled = jit(ad.grad(rows_lse, argnums=1))
+    expected = compiled(x, w)
+    eps = 1e-6
+    basis = np.eye(w.shape[0])
+    central = np.array([(rows_lse(x, w + eps * e) - rows_lse(x, w - eps * e)) / (2 * eps)
+                        for e in basis])
+    np.testing.assert_allclose(expected, central, rtol=1e-6, atol=1e-8)
+    source = compiled.source
+    assert "_stack_top = int(0)" in source, source
+    namespace = {"__name__": "rows_lse_uncached"}
+    exec(compile(source.replace("cache=True", "cache=False"), "<rows_lse>", "exec"), namespace)
+    np.testing.assert_allclose(namespace["grad_rows_lse"](x, w), expected, rtol=1e-12)
+    helpers = {name: value.signatures for name, value in namespace.items()
+               if isinstance(value, numba.core.registry.CPUDispatcher) and
+               name.startswith("sum_loop")}
+    assert helpers, sorted(namespace)
+    for name, signatures in helpers.items():
+        assert len(signatures) == 1 and "Literal" not in str(signatures), (name, signatures)
