@@ -59,7 +59,7 @@ from .dict_outputs import flatten_returned_dicts, rebuilding_expression
 from .emit import comment, fresh_name, is_marker, mentions, render_function, text_of, to_ast
 from .expression_sizes import SIZE_HELPERS, SIZE_UNCOMPILED, sizes_from_shapes
 from .fast_exp import fast_exp_in_source, use_fast_exp
-from .forward_math import reuse_forward_math
+from .forward_math import param_masks, reuse_forward_math
 from .fused_regions import (
     FUSED_HELPERS,
     FUSED_UNCOMPILED,
@@ -419,9 +419,20 @@ class _Lower(gast.NodeTransformer):
         self.ints = set()  # names that only ever hold an integer in this function
         self.arrays = set()  # local names never bound to a list (so a[...] += v updates an array)
         self.lists = set()  # local names bound to a list built with append
+        self.local = set()  # names this function binds, its parameters among them
+        self.masks = set()  # its parameters that may be boolean vectors (see visit_FunctionDef)
 
     def visit_FunctionDef(self, node):
         self.slices = _slice_names(node)
+        self.local = {a.id for a in node.args.args} | {
+            n.id for n in gast.walk(node)
+            if isinstance(n, gast.Name) and not isinstance(n.ctx, gast.Load)}
+        # parameters named as an entry's boolean vector argument, never rebound (a function
+        # an entry passes it to keeps its name: vmap's per-example function; a namesake that
+        # is no mask only gets index_array's identity)
+        rebound = {n.id for n in gast.walk(node)
+                   if isinstance(n, gast.Name) and isinstance(n.ctx, (gast.Store, gast.Del))}
+        self.masks = {a.id for a in node.args.args if a.id in self.module.masks} - rebound
         self.ints = _int_names(node)
         self.arrays = _local_non_lists(node)
         self.lists = _local_lists(node)
@@ -1020,7 +1031,34 @@ class _Lower(gast.NodeTransformer):
         self.generic_visit(node)
         if isinstance(node.slice, gast.List):  # x[[0, 0, 2]]: an index array
             node.slice = _call("np.array", [node.slice])
+        elif isinstance(node.slice, gast.Tuple):  # y[[0, 1], [1, 0]]: index arrays
+            node.slice.elts = [_call("np.array", [e]) if isinstance(e, gast.List) else e
+                               for e in node.slice.elts]
+            self.module_index_arrays(node.slice)
         return node
+
+    def module_index_arrays(self, index):
+        """``y[MASK, COLS]`` with two or more of the module's arrays (or list displays) as
+        indices, or an entry's boolean vector argument beside another index: each such name
+        as ``index_array(MASK)``, which Numba compiles as the positions of a 1-D boolean
+        mask's True entries (NumPy's meaning there; Numba broadcasts the mask's own length
+        against the other indices) and as the name itself otherwise."""
+        if not self.module.numba_overloads:
+            return
+        held = [e for e in index.elts if isinstance(e, gast.Name) and e.id not in self.local]
+        lists = [e for e in index.elts if isinstance(e, gast.Call) and
+                 dotted_name(e.func) == "np.array" and e.args and
+                 isinstance(e.args[0], gast.List)]
+        indices = [e for e in index.elts if not isinstance(e, gast.Slice) and
+                   not _is_none(e) and not (isinstance(e, gast.Constant) and
+                                            e.value is Ellipsis)]
+        if len(indices) >= 2:
+            held += [e for e in indices if isinstance(e, gast.Name) and e.id in self.masks]
+        if not held or len(held) + len(lists) < 2 and not any(
+                e.id in self.masks for e in held):
+            return
+        index.elts = [_call(self.helper("index_array"), [e]) if any(e is h for h in held)
+                      else e for e in index.elts]
 
     def visit_AugAssign(self, node):
         """``a[c, p:] += v`` as ``add_into(a[c, p:], v)`` and ``a[c] += v`` (c an integer) as
@@ -1554,6 +1592,8 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
     header, functions = [], []
     for stmt in tree.body:
         (functions if isinstance(stmt, gast.FunctionDef) else header).append(stmt)
+    # the entries' boolean vector arguments (the docstring's signature line: `m: bool[N]`)
+    module.masks = param_masks(next((h.value.value for h in header if _is_docstring(h)), ""))
     replaced = {fn.name for fn in functions if fn.name in DIALECT_HELPERS}
     functions = [fn for fn in functions if fn.name not in replaced and
                  fn.name not in DIALECT_NOT_COMPILED]

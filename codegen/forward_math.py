@@ -178,6 +178,17 @@ def param_ranks(doc):
     return out
 
 
+def param_masks(doc):
+    """The arguments the signature line of a generated module's docstring describes as boolean
+    vectors (``m: bool[N]``).
+
+    >>> sorted(param_masks("x: float64[N], m: bool[N], w: bool[N,N], b: bool."))
+    ['m']
+    """
+    return {name for name, dtype, dims in _SIGNATURE_ITEM.findall(doc or "")
+            if dtype == "bool" and dims and "," not in dims and "..." not in dims}
+
+
 def _rank(key, ranks):
     """The rank of the value a number stands for, or None when it is not known."""
     kind = key[0]

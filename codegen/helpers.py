@@ -701,6 +701,16 @@ for _op, _whole, _row, _dtype, _two_d in (
     DIALECT_HELPERS[f"{_op}_axis"] = _REDUCE_ALONG_AXIS.format(op=_op, whole=_whole, row=_row,
                                                                dtype=_dtype, two_d=_two_d)
 
+DIALECT_HELPERS["index_array"] = '''\
+def index_array(a):
+    """An index among several index arrays of a subscript (``y[mask, cols]``): a 1-D boolean
+    mask as the positions of its True entries (what NumPy does with it there), anything else
+    as it is."""
+    if isinstance(a, np.ndarray) and a.dtype == np.bool_ and a.ndim == 1:
+        return np.nonzero(a)[0]
+    return a
+'''
+
 DIALECT_HELPERS["batched_outer"] = '''\
 def batched_outer(a, b):
     """`a[:, :, None] * b[:, None, :]`: the outer product of each row of a with the same row
@@ -1224,6 +1234,18 @@ def add_at_numba(a, i, v):
         row = a[i]
         row += v
     return row_update
+'''
+
+OVERLOAD_FORMS["index_array"] = DIALECT_HELPERS["index_array"] + '''
+
+@numba.extending.overload(index_array, inline='always')
+def index_array_numba(a):
+    """How Numba compiles index_array: a 1-D boolean mask as np.nonzero(a)[0] (Numba takes
+    no mask beside another index array), anything else as it is."""
+    if isinstance(a, numba.types.Array) and a.ndim == 1 and \\
+            isinstance(a.dtype, numba.types.Boolean):
+        return lambda a: np.nonzero(a)[0]
+    return lambda a: a
 '''
 
 OVERLOAD_FORMS["subtract_at"] = '''\

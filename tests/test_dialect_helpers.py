@@ -25,7 +25,13 @@ from autodiff_ast.errors import CompileError
 from autodiff_ast.jit import jit
 from autodiff_ast.templates import unparse
 from codegen import dialect
-from codegen.helpers import DIALECT_HELPERS, HELPERS, dialect_helper_source, helper_source
+from codegen.helpers import (
+    DIALECT_HELPERS,
+    HELPERS,
+    OVERLOAD_FORMS,
+    dialect_helper_source,
+    helper_source,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore:Cannot cache compiled function",
                                         "ignore:invalid value", "ignore:Mean of empty",
@@ -766,6 +772,29 @@ def test_compiled_ambiguous_axes_are_right_or_refused_naming_the_line(fn):
         assert got.shape == (2, 5)
 
 
+@pytest.mark.numba
+def test_index_array_gives_a_mask_beside_an_index_array_its_positions():
+    """``y[mask, cols]``: NumPy replaces a 1-D mask among several index arrays by the positions
+    of its True entries; Numba takes no mask there, so the dialect writes index_array(mask)."""
+    import numba
+    ns = {"np": np, "numba": numba}
+    exec(OVERLOAD_FORMS["index_array"], ns)
+    plain = {"np": np}
+    exec(DIALECT_HELPERS["index_array"], plain)
+    index_array = ns["index_array"]
+    compiled = numba.njit(lambda y, a, b: y[index_array(a), index_array(b)])
+    y = np.arange(12.0).reshape(4, 3)
+    mask, cols = np.array([False, True, False, True]), np.array([2, 0])
+    for rows in (mask, np.array([3, 1])):
+        expected = y[rows, cols]
+        np.testing.assert_array_equal(compiled(y, rows, cols), expected)
+        np.testing.assert_array_equal(
+            y[plain["index_array"](rows), plain["index_array"](cols)], expected)
+    # one True broadcasts against the other index array, as in NumPy
+    one = np.array([False, False, True, False])
+    np.testing.assert_array_equal(compiled(y, one, cols), y[one, cols])
+
+
 def test_every_dialect_helper_is_covered():
     tested = {"stack_list", "add_into", "add_at", "outer_product", "reassociated_sum",
               "keep_axis", "mean_axis", "var_axis", "flip_axis", "roll_axis", "sort_axis",
@@ -776,7 +805,7 @@ def test_every_dialect_helper_is_covered():
               "batched_outer", "zeros_like_reusing", "whole_max", "whole_min", "take_axis",
               "repeat_axis", "message_text", "message_format", "diagonal_of",
               "polyval_horner", "number_if_vector", "exp_fast",
-              "sum_axis_of_products"}
+              "sum_axis_of_products", "index_array"}
     # (zeros_like_reusing: tests/test_hoisting.py; message_text: tests/test_raise.py;
     # message_format: tests/test_message_format.py;
     # diagonal_of: tests/test_ops.py's diagonal-stack row, compiled; exp_fast:
@@ -1234,7 +1263,6 @@ def test_overload_forms_update_elements_and_rows_in_place(name, op):
     a module lowered for Numba's overloads takes them."""
     import numba
 
-    from codegen.helpers import OVERLOAD_FORMS
     ns = {"np": np, "numba": numba}
     exec(OVERLOAD_FORMS[name], ns)
     helper = ns[name]
