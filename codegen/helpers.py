@@ -1240,8 +1240,8 @@ OVERLOAD_FORMS["index_array"] = DIALECT_HELPERS["index_array"] + '''
 
 @numba.extending.overload(index_array, inline='always')
 def index_array_numba(a):
-    """How Numba compiles index_array: a 1-D boolean mask as np.nonzero(a)[0] (Numba takes
-    no mask beside another index array), anything else as it is."""
+    """How Numba compiles index_array: a 1-D boolean mask as np.nonzero(a)[0] (Numba checks
+    a mask's own length against the other index arrays), anything else as it is."""
     if isinstance(a, numba.types.Array) and a.ndim == 1 and \\
             isinstance(a.dtype, numba.types.Boolean):
         return lambda a: np.nonzero(a)[0]
