@@ -775,7 +775,8 @@ def test_compiled_ambiguous_axes_are_right_or_refused_naming_the_line(fn):
 @pytest.mark.numba
 def test_index_array_gives_a_mask_beside_an_index_array_its_positions():
     """``y[mask, cols]``: NumPy replaces a 1-D mask among several index arrays by the positions
-    of its True entries; Numba takes no mask there, so the dialect writes index_array(mask)."""
+    of its True entries; Numba checks the mask's own length against the others instead, so
+    the dialect writes index_array(mask)."""
     import numba
     ns = {"np": np, "numba": numba}
     exec(OVERLOAD_FORMS["index_array"], ns)
