@@ -701,19 +701,53 @@ class FunctionBatcher:
                                           keywords=[]))]
 
     def add_at_loop(self, stmt):
-        """``np.add.at`` into each example's row in turn."""
+        """``np.add.at`` into each example's row in turn: ``np.add.at(b, (i, idx...), v[i])``
+        where NumPy lays that region out as it does ``b[i][idx]`` (a named array, so the
+        module reads back as source another transform accepts: hessian's vmap of this),
+        else ``np.add.at(b[i], idx, v[i])``."""
         base, index, value = stmt.prim.base, stmt.prim.rule, stmt.prim.args[0]
         names = self.batched_names()
         i = self.index
         at_i = {n: R.subscript(n, [name(i)]) for n in names
                 if n in loads(index) or n in loads(value)}
+        index = R.replace_names(index, at_i)
+        parts = index.elts if isinstance(index, gast.Tuple) else [index]
+        if self.example_first_keeps_layout(parts):
+            target, index = name(base), gast.Tuple(elts=[name(i)] + list(parts),
+                                                   ctx=gast.Load())
+        else:
+            target = R.subscript(base, [name(i)])
         call = gast.Call(func=fill("np.add.at"),
-                         args=[R.subscript(base, [name(i)]), R.replace_names(index, at_i),
-                               R.replace_names(value, at_i)], keywords=[])
+                         args=[target, index, R.replace_names(value, at_i)], keywords=[])
         return [comment("np.add.at with an index that differs between examples: once per "
                         "example"),
                 gast.For(target=name(i, store=True), iter=fill("range(n)", n=self.n()),
                          body=[gast.Expr(value=call)], orelse=[], type_comment=None)]
+
+    def example_first_keeps_layout(self, parts):
+        """Whether ``b[i, *parts]`` lays its entries out as ``b[i][*parts]`` does. NumPy puts
+        the broadcast shape of the integer and array indices first when they are not side by
+        side, in their place otherwise: with ``i`` in front, that is the same place when the
+        indices in ``parts`` start the index or are apart (``(0, :, C)``), not when they sit
+        together after a slice (``(:, 0, C)``). An ellipsis or an index of unknown kind: no."""
+        slices = {t.id for node in self.core.body for stmt in gast.walk(node)
+                  if isinstance(stmt, gast.Assign) and isinstance(stmt.value, gast.Call) and
+                  isinstance(stmt.value.func, gast.Name) and stmt.value.func.id == "slice"
+                  for t in stmt.targets if isinstance(t, gast.Name)}  # (slice_2 = slice(None))
+        advanced = []
+        for position, part in enumerate(parts):
+            if isinstance(part, gast.Slice) or (isinstance(part, gast.Constant) and
+                                                part.value is None) or \
+                    (isinstance(part, gast.Name) and part.id in slices):
+                continue
+            if isinstance(part, gast.Constant) and part.value is Ellipsis:
+                return False
+            kind = atom_type(part, self.types).kind
+            if kind not in ("int", "array", "bool") and not isinstance(part, gast.List):
+                return False
+            advanced.append(position)
+        together = advanced == list(range(advanced[0], advanced[-1] + 1)) if advanced else True
+        return not advanced or advanced[0] == 0 or not together
 
     def write_loop(self, stmt, why):
         """An in-place write done once per example."""

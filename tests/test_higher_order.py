@@ -444,3 +444,24 @@ def test_gradient_of_a_rectangular_matrix_diagonal(shape):
     for fn in (lambda a: np.sum(np.diag(a) ** 2), lambda a: np.sum(np.diagonal(a) ** 2)):
         np.testing.assert_allclose(ad.grad(fn)(m), expected, rtol=1e-12)
         np.testing.assert_allclose(jit(ad.grad(fn))(m), expected, rtol=1e-12)
+
+
+COLUMNS = np.array([0, 3, 1, 1, 2])  # (column 1 twice: the adjoint's np.add.at accumulates)
+
+
+def integer_slice_columns(y):
+    z = y[0, :, COLUMNS]  # integer, slice, index array: NumPy puts the columns' axis first
+    s = np.sum(z, axis=1)
+    return np.sum(s * s) + np.sum(np.max(z, axis=0) ** 3) + np.sum(z[1:] * z[:-1])
+
+
+def test_hessian_through_an_index_with_an_integer_a_slice_and_an_index_array():
+    """The gradient scatters into y with np.add.at(y_bar, (0, slice, COLUMNS), ...); jacfwd's
+    vmap does that once per example, and wrote np.add.at(y_bar_dot[i], ...), which the next
+    reading of the module refused (np.add.at needs a named array). It writes
+    np.add.at(y_bar_dot, (i, 0, slice, COLUMNS), ...) now: the same layout in NumPy, as the
+    integer and the array are apart. (jit of this Hessian gives the same numbers; its cold
+    compile takes about a minute, so it is not repeated here.)"""
+    y = RNG.standard_normal((2, 3, 4))
+    expected = numeric_jacobian(ad.grad(integer_slice_columns), y)
+    np.testing.assert_allclose(ad.hessian(integer_slice_columns)(y), expected, atol=1e-6)
