@@ -456,8 +456,27 @@ class _Lower(gast.NodeTransformer):
             if result is not None:
                 return result
         if isinstance(node.func, gast.Attribute) and node.func.attr == "reshape" and \
+                func != "np.reshape" and _moved_first_axis_last(node.func.value) is not None:
+            # jacfwd's np.moveaxis(rows, 0, -1).reshape(...): a copy the reshape may view
+            node.func.value = _call(self.helper("first_axis_last"),
+                                    [_moved_first_axis_last(node.func.value)])
+        if isinstance(node.func, gast.Attribute) and node.func.attr == "reshape" and \
                 func != "np.reshape" and not _is_contiguous_call(node.func.value):
             node.func.value = _call("np.ascontiguousarray", [node.func.value])
+        return node
+
+    def visit_Return(self, node):
+        """``return np.moveaxis(rows, 0, -1)`` (jacfwd of a vector function): a new array,
+        as the caller cannot tell (Numba compiles np.moveaxis slowly, see first_axis_last)."""
+        self.generic_visit(node)
+        values = node.value.elts if isinstance(node.value, gast.Tuple) else [node.value]
+        moved = [v if _moved_first_axis_last(v) is None else
+                 _call(self.helper("first_axis_last"), [_moved_first_axis_last(v)])
+                 for v in values]
+        if isinstance(node.value, gast.Tuple):
+            node.value.elts = moved
+        else:
+            node.value = moved[0]
         return node
 
     def reduction(self, node, func):
@@ -761,6 +780,8 @@ class _Lower(gast.NodeTransformer):
         if args is None or "newshape" not in args:
             return None
         base = args["a"]
+        if _moved_first_axis_last(base) is not None:  # jacfwd's last step (first_axis_last)
+            base = _call(self.helper("first_axis_last"), [_moved_first_axis_last(base)])
         if not _is_contiguous_call(base):
             base = _call("np.ascontiguousarray", [base])
         return _call(gast.Attribute(value=base, attr="reshape", ctx=gast.Load()),
@@ -1203,7 +1224,20 @@ def _is_contiguous_call(node):
     return isinstance(node, gast.Call) and dotted_name(node.func) in (
         "np.ascontiguousarray", "np.zeros", "np.ones", "np.empty", "np.array", "np.dot",
         "np.zeros_like", "np.ones_like", "np.full", "np.full_like", "np.outer", "np.copy",
-        "outer_product")
+        "outer_product", "first_axis_last")
+
+
+def _moved_first_axis_last(node):
+    """x of ``np.moveaxis(x, 0, -1)`` (those two constants), alone or in
+    ``np.ascontiguousarray(...)``; None for anything else."""
+    if isinstance(node, gast.Call) and dotted_name(node.func) == "np.ascontiguousarray" and \
+            len(node.args) == 1 and not node.keywords:
+        node = node.args[0]
+    if isinstance(node, gast.Call) and dotted_name(node.func) == "np.moveaxis" and \
+            len(node.args) == 3 and not node.keywords and \
+            [_const(a) for a in node.args[1:]] == [0, -1]:
+        return node.args[0]
+    return None
 
 
 # ---------------------------------------------------------------- einsum

@@ -796,6 +796,22 @@ def test_index_array_gives_a_mask_beside_an_index_array_its_positions():
     np.testing.assert_array_equal(compiled(y, one, cols), y[one, cols])
 
 
+@pytest.mark.numba
+@pytest.mark.parametrize("shape", [(4,), (3, 5), (3, 2, 4), (0, 3), (3, 0, 2)])
+def test_first_axis_last_is_a_contiguous_moveaxis(shape):
+    import numba
+    ns = {"np": np}
+    exec(DIALECT_HELPERS["first_axis_last"], ns)
+    x = np.arange(float(np.prod(shape))).reshape(shape)
+    expected = np.moveaxis(x, 0, -1)
+    for fn in (ns["first_axis_last"], numba.njit(ns["first_axis_last"])):
+        got = fn(x)
+        assert got.shape == expected.shape and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, expected)
+    # a view that is not contiguous (jacfwd's tangents may be one)
+    np.testing.assert_array_equal(ns["first_axis_last"](x[::-1]), np.moveaxis(x[::-1], 0, -1))
+
+
 def test_every_dialect_helper_is_covered():
     tested = {"stack_list", "add_into", "add_at", "outer_product", "reassociated_sum",
               "keep_axis", "mean_axis", "var_axis", "flip_axis", "roll_axis", "sort_axis",
@@ -806,7 +822,7 @@ def test_every_dialect_helper_is_covered():
               "batched_outer", "zeros_like_reusing", "whole_max", "whole_min", "take_axis",
               "repeat_axis", "message_text", "message_format", "diagonal_of",
               "polyval_horner", "number_if_vector", "exp_fast",
-              "sum_axis_of_products", "index_array"}
+              "sum_axis_of_products", "index_array", "first_axis_last"}
     # (zeros_like_reusing: tests/test_hoisting.py; message_text: tests/test_raise.py;
     # message_format: tests/test_message_format.py;
     # diagonal_of: tests/test_ops.py's diagonal-stack row, compiled; exp_fast:
