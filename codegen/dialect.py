@@ -1062,7 +1062,7 @@ class _Lower(gast.NodeTransformer):
         """``y[MASK, COLS]`` with two or more of the module's arrays (or list displays) as
         indices, or an entry's boolean vector argument beside another index: each such name
         as ``index_array(MASK)``, which Numba compiles as the positions of a 1-D boolean
-        mask's True entries (NumPy's meaning there; Numba broadcasts the mask's own length
+        mask's True entries (NumPy's meaning there; Numba checks the mask's own length
         against the other indices) and as the name itself otherwise."""
         if not self.module.numba_overloads:
             return
