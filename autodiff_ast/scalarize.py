@@ -850,7 +850,10 @@ class _Writer:
         if param not in self.params_read:
             out = {}
             for key in self.fn.reads[param]:
-                out[key] = self.fresh(f"{param}_{key[1]}")
+                # (p[-1]: p_m1, a name)
+                negative = isinstance(key[1], int) and key[1] < 0
+                position = f"m{-key[1]}" if negative else key[1]
+                out[key] = self.fresh(f"{param}_{position}")
             self.params_read[param] = out
         return self.params_read[param]
 

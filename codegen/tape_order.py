@@ -106,8 +106,9 @@ def store_values_after(fn):
         bound_at, first_use = plan
         forward.body.remove(store)
         forward.body.insert(forward.body.index(bound_at) + 1, store)
-        backward.body.remove(restore)
-        backward.body.insert(backward.body.index(first_use), restore)
+        if first_use is not restore:  # (no reader before it: it stays where it is)
+            backward.body.remove(restore)
+            backward.body.insert(backward.body.index(first_use), restore)
         if isinstance(binding.value, gast.Subscript):  # a column of a matrix: a vector
             matrix = binding.value.value.id
             binding.value = gast.parse(

@@ -1085,3 +1085,95 @@ def f(w, c, p):
     p9 = pair8[0] * pair8[1] + pair8[0]
     return p['a'] + acc6 + np.sum(np.sin(t7)) + p9
 ''', params=('w', 'c', 'p'), n=3, m=3, seed=320, jit=True)
+
+
+
+@pytest.mark.numba
+def test_regression_jit_scalarized_parameter_read_from_the_end():
+    """jit's scalarizing rewrite named the parameter carrying p['a'][-1] `p_a_-1` (a
+    SyntaxError in the rewritten module; jit then refused under the strict switch). It is
+    `p_a_m1` now."""
+    check_source('''
+import math
+
+import numpy as np
+
+
+def h0(a, b):
+    u1 = np.multiply(b, np.where(a > np.maximum(b, b), np.add(a, b), np.maximum(b, b)))
+    u2 = a
+    return (a - b) * np.maximum(
+        np.where(((b) ** 2.0) > np.where(a > b, b, b), ((u2) ** 2.0), np.where(a > b, b, b)),
+        np.arctan2((b * b), np.square(np.where(b > 1.5, b, 1.5)) + 1.0))
+
+
+def f(w, p, x):
+    av3 = (p['a'] / (2.0 + np.sin(x)))[3]
+    ah4 = av3 * 1
+    for _ in range(1):
+        av3 = av3 * 1.5 + 0.1 * np.sin(av3)
+    acc5 = np.sum(ah4 * ah4) + np.sum(np.cos(av3))
+    acc6 = 0.0
+    for i6 in range(x.shape[0]):
+        for j6 in range(i6):
+            acc6 = acc6 + np.where(p['b'] > x[j6], p['b'], x[j6])
+    v7 = np.sin(x) * h0(acc5, p['a'][-1])
+    m8 = v7[0]
+    for i8 in range(1, v7.shape[0]):
+        if v7[i8] > m8:
+            m8 = v7[i8]
+    r9 = 0.0
+    for i11 in range(2):
+        v10 = np.zeros(x.shape[0])
+        for c11 in range(x.shape[0]):
+            v10[c11] = x[c11] * (i11 + 0.5) - ((p['b']) ** 2) * x[c11] ** 2
+        m11 = np.max(v10)
+        r9 = r9 + m11 * np.sum(v10 * v10)
+    return h0(v10, x) + acc5 + acc6 + m8 + r9 + np.sum(v10)
+''', params=('w', 'p', 'x'), n=4, m=2, seed=2158, jit=True)
+
+
+@pytest.mark.numba
+def test_regression_jit_taped_value_the_backward_step_never_reads():
+    """tape_order moved a restore before its first use in the backward step; a running
+    maximum's value restored but never read there had none, and the restore was moved
+    onto itself (ValueError while lowering the module for Numba)."""
+    check_source('''
+import math
+
+import numpy as np
+
+
+def h0(a, b):
+    u1 = b
+    u2 = np.maximum(np.hypot(np.log(np.square(a) + 1.0), np.square(np.deg2rad(u1)) + 1.0),
+                    (np.minimum(a, a) + np.maximum(u1, a)))
+    return (a - b) * (((b) ** 1) * np.tan(0.5 * np.tanh(a)))
+
+
+def h1(a, b):
+    u3 = (np.add(2.0, a) - ((b) ** 3))
+    u4 = b
+    return ((0.5) ** 0) + a * b
+
+
+def f(p):
+    pair5 = ((p['a'] @ p['a']), (p['a'][1] - p['b']))
+    for _ in range(3):
+        a5, b5 = pair5
+        pair5 = (np.tanh(h0(np.cbrt(np.square(((a5) ** 0)) + 1.0),
+                            math.sin(np.maximum(p['a'][-1], np.sum(p['a']))))),
+                 0.5 * b5 + 0.3 * np.sin(a5))
+    p6 = pair5[0] * pair5[1] + pair5[0]
+    y7 = np.zeros_like(np.square(p['a']))
+    for i7 in range(y7.shape[0]):
+        y7[i7] += p['b']
+    v8 = np.sin(y7) * math.sqrt(p['b'] * p['b'] + 1.0)
+    m9 = v8[0]
+    for i9 in range(1, v8.shape[0]):
+        if v8[i9] > m9:
+            m9 = v8[i9 - 1]
+    y7 = 0.5 * y7 + np.maximum(y7, p['a'])
+    return h1(np.cosh(np.tanh(y7[2])),
+              np.add(np.arctanh(0.5 * np.tanh(p['b'])), (m9 * np.sum(y7)))) + p6 + np.sum(y7) + m9
+''', params=('p',), n=3, m=2, seed=2185, jit=True)

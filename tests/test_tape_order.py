@@ -61,6 +61,16 @@ def test_the_load_goes_before_the_first_use():
     assert changed and "t = 2.0 * c\n        e = tape[c]\n        g[c] = e / s + t" in text
 
 
+def test_a_value_the_backward_step_never_reads_keeps_its_restore():
+    """Found by the fuzzer (a maximum's running value): the backward step restores the value
+    but reads it nowhere, so there is no first use to load it before; the store moves after
+    the computation and the restore stays (it moved onto itself, a ValueError, before)."""
+    changed, text = _rewrite(backward="g[c] = 2.0 * s\n        e = tape[c]")
+    assert changed
+    assert "e = np.exp(terms[c])\n        tape[c] = e" in text
+    assert "g[c] = 2.0 * s\n        e = tape[c]" in text
+
+
 @pytest.mark.parametrize("kwargs", [
     dict(after="g[0] = e"),                                   # read after the loops
     dict(between="s = s + e"),                                # read between them
