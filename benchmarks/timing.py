@@ -151,8 +151,8 @@ def side_by_side(calls, costs, min_time=0.02, max_number=1 << 14):
     round in turn (round 1 of every call, then round 2 of every call, ...), each round after a
     pause of :data:`ROUND_SETTLE_S`: 7 rounds for calls under 0.2 s, 5 under 1 s, a round
     being as many calls as take ``min_time``. This machine has spells of 50-200 ms in which
-    memory-bound code runs up to twice as slow (seen on the same compiled gradient in every
-    process it was timed in, with no page faults nor context switches), so timing one
+    memory-bound code runs up to twice as slow (seen on the same compiled gradient in most
+    processes it was timed in, with no page faults nor context switches), so timing one
     function's rounds back to back, then the next's, could hand a spell to one of them and
     skew a ratio; in turn, each function's median sees the same machine. Slower calls are
     timed alone with
