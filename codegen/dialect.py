@@ -424,15 +424,16 @@ class _Lower(gast.NodeTransformer):
 
     def visit_FunctionDef(self, node):
         self.slices = _slice_names(node)
-        self.local = {a.id for a in node.args.args} | {
-            n.id for n in gast.walk(node)
-            if isinstance(n, gast.Name) and not isinstance(n.ctx, gast.Load)}
+        params = {a.id for a in node.args.args}
+        rebound, declared = set(), set()  # (declared: parameters, a nested lambda's too)
+        for n in gast.walk(node):
+            if isinstance(n, gast.Name) and not isinstance(n.ctx, gast.Load):
+                (declared if isinstance(n.ctx, gast.Param) else rebound).add(n.id)
+        self.local = params | declared | rebound
         # parameters named as an entry's boolean vector argument, never rebound (a function
         # an entry passes it to keeps its name: vmap's per-example function; a namesake that
         # is no mask only gets index_array's identity)
-        rebound = {n.id for n in gast.walk(node)
-                   if isinstance(n, gast.Name) and isinstance(n.ctx, (gast.Store, gast.Del))}
-        self.masks = {a.id for a in node.args.args if a.id in self.module.masks} - rebound
+        self.masks = (params & self.module.masks) - rebound
         self.ints = _int_names(node)
         self.arrays = _local_non_lists(node)
         self.lists = _local_lists(node)
@@ -456,23 +457,25 @@ class _Lower(gast.NodeTransformer):
             if result is not None:
                 return result
         if isinstance(node.func, gast.Attribute) and node.func.attr == "reshape" and \
-                func != "np.reshape" and _moved_first_axis_last(node.func.value) is not None:
-            # jacfwd's np.moveaxis(rows, 0, -1).reshape(...): a copy the reshape may view
-            node.func.value = _call(self.helper("first_axis_last"),
-                                    [_moved_first_axis_last(node.func.value)])
-        if isinstance(node.func, gast.Attribute) and node.func.attr == "reshape" and \
-                func != "np.reshape" and not _is_contiguous_call(node.func.value):
-            node.func.value = _call("np.ascontiguousarray", [node.func.value])
+                func != "np.reshape":
+            node.func.value = self.contiguous(node.func.value)
         return node
+
+    def contiguous(self, array):
+        """`array` as a C-contiguous array a reshape may view: itself when it is one,
+        ``first_axis_last(x)`` for jacfwd's ``np.moveaxis(x, 0, -1)``, else
+        ``np.ascontiguousarray(array)``."""
+        moved = _moved_first_axis_last(array)
+        if moved is not None:
+            return _call(self.helper("first_axis_last"), [moved])
+        return array if _is_contiguous_call(array) else _call("np.ascontiguousarray", [array])
 
     def visit_Return(self, node):
         """``return np.moveaxis(rows, 0, -1)`` (jacfwd of a vector function): a new array,
         as the caller cannot tell (Numba compiles np.moveaxis slowly, see first_axis_last)."""
         self.generic_visit(node)
         values = node.value.elts if isinstance(node.value, gast.Tuple) else [node.value]
-        moved = [v if _moved_first_axis_last(v) is None else
-                 _call(self.helper("first_axis_last"), [_moved_first_axis_last(v)])
-                 for v in values]
+        moved = [v if _moved_first_axis_last(v) is None else self.contiguous(v) for v in values]
         if isinstance(node.value, gast.Tuple):
             node.value.elts = moved
         else:
@@ -779,11 +782,7 @@ class _Lower(gast.NodeTransformer):
         args = _bind(node, ("a", "newshape"))
         if args is None or "newshape" not in args:
             return None
-        base = args["a"]
-        if _moved_first_axis_last(base) is not None:  # jacfwd's last step (first_axis_last)
-            base = _call(self.helper("first_axis_last"), [_moved_first_axis_last(base)])
-        if not _is_contiguous_call(base):
-            base = _call("np.ascontiguousarray", [base])
+        base = self.contiguous(args["a"])
         return _call(gast.Attribute(value=base, attr="reshape", ctx=gast.Load()),
                      [args["newshape"]])
 
