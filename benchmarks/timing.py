@@ -58,22 +58,28 @@ def median_time(call, repeats=7, min_time=0.02, max_number=1 << 14, warmup=True)
     if warmup:
         call()
     time.sleep(SETTLE_S)
+    number, first = _round_size(call, min_time, max_number)
+    times = [first] + [_round(call, number) for _ in range(repeats - 1)]
+    return float(statistics.median(times))
+
+
+def _round(call, number):
+    """Seconds per call of ``number`` calls in a row."""
+    start = time.perf_counter()
+    for _ in range(number):
+        call()
+    return (time.perf_counter() - start) / number
+
+
+def _round_size(call, min_time, max_number):
+    """(number, seconds per call of that round): the first round of ``number`` calls (doubling
+    from 1) that takes at least ``min_time`` seconds, or has ``max_number`` calls."""
     number = 1
     while True:
-        start = time.perf_counter()
-        for _ in range(number):
-            call()
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_time or number >= max_number:
-            break
+        seconds = _round(call, number)
+        if seconds * number >= min_time or number >= max_number:
+            return number, seconds
         number *= 2
-    times = [elapsed / number]
-    for _ in range(repeats - 1):
-        start = time.perf_counter()
-        for _ in range(number):
-            call()
-        times.append((time.perf_counter() - start) / number)
-    return float(statistics.median(times))
 
 
 def timed(call):
@@ -132,18 +138,6 @@ def adaptive_time(call, first_seconds):
     return timed(call)[1]
 
 
-def _round_size(call, min_time, max_number):
-    """How many calls make a round of at least ``min_time`` seconds (doubling from 1)."""
-    number = 1
-    while True:
-        start = time.perf_counter()
-        for _ in range(number):
-            call()
-        if time.perf_counter() - start >= min_time or number >= max_number:
-            return number
-        number *= 2
-
-
 def side_by_side(calls, costs, min_time=0.02, max_number=1 << 14):
     """Median seconds per call of each of ``calls`` (``{label: call}``), their rounds in turn.
 
@@ -167,18 +161,14 @@ def side_by_side(calls, costs, min_time=0.02, max_number=1 << 14):
     out = {label: adaptive_time(call, costs[label]) for label, call in calls.items()
            if label not in repeats}
     time.sleep(SETTLE_S)
-    numbers = {label: _round_size(calls[label], min_time, max_number) for label in repeats}
+    numbers = {label: _round_size(calls[label], min_time, max_number)[0] for label in repeats}
     times = {label: [] for label in repeats}
     for round_ in range(max(repeats.values(), default=0)):
         for label in repeats:
             if round_ >= repeats[label]:
                 continue
             time.sleep(ROUND_SETTLE_S)
-            call, number = calls[label], numbers[label]
-            start = time.perf_counter()
-            for _ in range(number):
-                call()
-            times[label].append((time.perf_counter() - start) / number)
+            times[label].append(_round(calls[label], numbers[label]))
     out.update({label: float(statistics.median(seconds)) for label, seconds in times.items()})
     return {label: out[label] for label in calls}
 
