@@ -29,6 +29,7 @@ import textwrap
 import numpy as np
 import pytest
 import test_ops as OPS
+from test_higher_order import numeric_jacobian  # central differences, out.shape + x.shape
 
 import autodiff_ast as ad
 from autodiff_ast.errors import ArgnumsError, CompileError
@@ -1053,17 +1054,6 @@ def _squashed(m):
     return np.tanh(m) * m[0, 1]
 
 
-def _numeric_jacobian(f, x, eps=1e-6):
-    """Central differences, out.shape + x.shape."""
-    out = np.asarray(f(x))
-    jac = np.zeros(out.shape + x.shape)
-    for idx in np.ndindex(*x.shape):
-        e = np.zeros_like(x)
-        e[idx] = eps
-        jac[(Ellipsis,) + idx] = (f(x + e) - f(x - e)) / (2 * eps)
-    return jac
-
-
 @pytest.mark.numba
 @pytest.mark.parametrize("f, shape", [(_outer_scaled, (4,)), (_squashed, (2, 3))],
                          ids=["matrix-of-a-vector", "matrix-of-a-matrix"])
@@ -1074,6 +1064,6 @@ def test_jacfwd_puts_the_tangent_axis_last_without_np_moveaxis(f, shape):
     6.4 s)."""
     x = np.random.default_rng(5).standard_normal(shape)
     compiled = jit(ad.jacfwd(f))
-    np.testing.assert_allclose(compiled(x), _numeric_jacobian(f, x), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(compiled(x), numeric_jacobian(f, x), rtol=1e-6, atol=1e-8)
     body = compiled.source[compiled.source.index("def jacfwd_"):]
     assert "first_axis_last(out_dot)" in body and "np.moveaxis(" not in body, body
