@@ -42,6 +42,7 @@ from .errors import (
 from .naming import sanitize
 from .nesting import code_to_transform, writing_code_to_transform
 from .output_lists import lists_of, restore_lists, result_lists, tuple_spec
+from .specs import Static, spec_of
 
 # The front end and the passes (frontend, build, normalize, rules) are imported where they are
 # used: a process whose compiled modules are all cached (autodiff_ast.jit) never needs them.
@@ -128,7 +129,7 @@ _ARRAY_SPECS = {}  # (dtype, which axes have size one) -> AType (immutable, so s
 
 
 def _spec_of(value):
-    """``normalize.spec_of(value)``, without importing normalize for arrays and scalars."""
+    """``specs.spec_of(value)``, the spec of an array or a number kept per dtype."""
     if type(value) is np.ndarray and value.ndim:
         key = (value.dtype, tuple(s == 1 for s in value.shape))
         spec = _ARRAY_SPECS.get(key)
@@ -137,15 +138,13 @@ def _spec_of(value):
         return spec
     if type(value) in _LEAF_TYPES:
         return T.abstract_of(value)
-    from .normalize import spec_of
     return spec_of(value)
 
 
 def _spec_kind(spec):
-    """'leaf', 'static' or 'tree' (a spec that is not an AType comes from normalize)."""
+    """'leaf', 'static' or 'tree' (autodiff_ast/specs.py)."""
     if isinstance(spec, T.AType):
         return "leaf"
-    from .normalize import Static
     return "static" if isinstance(spec, Static) else "tree"
 
 
@@ -154,11 +153,6 @@ def _spec_key(specs):
     for k, v in specs.items():
         items.append((k, ("static", id(v.value)) if _spec_kind(v) == "static" else v))
     return tuple(items)
-
-
-def _static(value):
-    from .normalize import Static
-    return Static(value)
 
 
 def _flat_values(specs, names, values):
@@ -394,7 +388,7 @@ class _Transformed:
         for pname, value in zip(names, values):
             if pname in candidates and isinstance(value, (int, np.integer)):
                 key = (type(value), int(value))
-                out[pname] = _static(interned.setdefault(key, value))
+                out[pname] = Static(interned.setdefault(key, value))
         return out
 
     def _generate_concrete(self, specs, concrete, generate):

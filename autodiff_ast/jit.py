@@ -49,6 +49,7 @@ from .api import (
 from .errors import ArgnumsError, AutodiffError, CompileError, StaticArgumentError
 from .naming import sanitize
 from .output_lists import lists_of
+from .specs import Static
 
 # build and normalize (the passes) are imported where they are used: a warm start loads
 # compiled modules without them (autodiff_ast/warmstart.py).
@@ -309,7 +310,6 @@ class _Jitted:
         self._statics = {}
         for n, v in zip(names, values):
             if n in static:
-                from .normalize import Static
                 specs[n] = Static(self._intern(n, v))
                 self._statics[n] = v
         self._hints = {}

@@ -23,7 +23,6 @@ Each core statement carries ``stmt.prim`` (what it computes, for the rules) and
 from __future__ import annotations
 
 import copy
-import dataclasses
 import inspect
 import math
 import operator
@@ -51,6 +50,7 @@ from .naming import Namer, sanitize
 from .nesting import code_to_transform
 from .rules import PrimCall
 from .shared_memory import check_view_writes
+from .specs import Static, TreeSpec, spec_of  # noqa: F401  (re-exported: older imports)
 from .templates import assign, fill, name, to_expr, unparse
 
 BINOPS = {gast.Add: "add", gast.Sub: "subtract", gast.Mult: "multiply", gast.Div: "divide",
@@ -69,82 +69,6 @@ METHODS = {"sum": np.sum, "mean": np.mean, "prod": np.prod, "max": np.max, "min"
            "all": np.all, "argsort": np.argsort, "take": np.take,
            "repeat": np.repeat}
 VARARG_METHODS = {"reshape": "shape", "transpose": "axes"}
-
-
-# ---------------------------------------------------------------- pytree specs
-@dataclass(frozen=True)
-class TreeSpec:
-    """The structure of a pytree argument: its kind and children (key -> TreeSpec | AType)."""
-
-    kind: str
-    children: tuple  # ((key, spec), ...) in flattening order
-    fields: tuple = ()  # NamedTuple/dataclass field names, for attribute access
-
-    def child(self, key):
-        for k, spec in self.children:
-            if k == key:
-                return spec
-        if self.fields and isinstance(key, int) and key < len(self.children):
-            return self.children[key][1]
-        raise KeyError(key)
-
-    def leaves(self, base):
-        """[(flat name, AType)] in flattening order."""
-        out = []
-        for key, spec in self.children:
-            flat = sanitize(f"{base}_{key}")
-            if isinstance(spec, TreeSpec):
-                out.extend(spec.leaves(flat))
-            elif not isinstance(spec, Static):
-                out.append((flat, spec))
-        return out
-
-
-_KIND_NAMES = {"namedtuple": "namedtuple", "dataclass": "dataclass"}
-
-
-def spec_of(value):
-    """The TreeSpec (containers) or AType (leaves) describing a runtime argument.
-
-    Containers are the pytree nodes of :mod:`autodiff_ast.pytrees` (dicts, lists, tuples,
-    NamedTuples, dataclasses, registered classes), in the same leaf order.
-
-    >>> spec_of({"b": 1.0, "W": np.ones(2)}).children[0][0]
-    'W'
-    """
-    from . import pytrees
-    node = pytrees._open_node(value)
-    if node is None:
-        return T.abstract_of(value)
-    if value is None:
-        return Static(None)
-    kind = str(node.kind)
-    fields = tuple(node.keys) if kind in ("namedtuple", "dataclass") or hasattr(
-        value, "_fields") or dataclasses.is_dataclass(value) else ()
-    keys = tuple(node.keys)
-    if kind == "custom":
-        # A registered class's children are numbered; name them after the attributes that
-        # hold them, so that `p.W` in the user's code finds its leaf.
-        named = _attribute_keys(value, node.children)
-        keys, fields = (named, named) if named else (keys, fields)
-    elif hasattr(value, "_fields"):
-        kind = "namedtuple"
-    elif dataclasses.is_dataclass(value):
-        kind = "dataclass"
-    return TreeSpec(kind, tuple((k, spec_of(c)) for k, c in zip(keys, node.children)),
-                    fields)
-
-
-def _attribute_keys(value, children):
-    """The attribute of `value` holding each child (by identity), or None if ambiguous."""
-    attrs = getattr(value, "__dict__", None) or {}
-    keys = []
-    for child in children:
-        found = [k for k, v in attrs.items() if v is child]
-        if len(found) != 1:
-            return None
-        keys.append(found[0])
-    return tuple(keys) if len(set(keys)) == len(keys) else None
 
 
 class LocalFunction:
@@ -197,13 +121,6 @@ class HeldTuple:
     or a LocalDict whose entries the call's tuple bound, so ``aux["acc"]`` reads a name."""
 
     parts: list
-
-
-@dataclass(frozen=True)
-class Static:
-    """A compile-time Python object: a module, a callable, a container of constants."""
-
-    value: object
 
 
 # ---------------------------------------------------------------- core program

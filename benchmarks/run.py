@@ -51,7 +51,9 @@ from timing import fmt as fmt_time  # noqa: E402 (benchmarks/timing.py: one dura
 _VERSIONED = ("numpy", "scipy", "numba", "llvmlite", "gast", "jax", "jaxlib", "autograd",
               "tangent")
 _ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS",
-        "NUMBA_THREADING_LAYER", "JAX_PLATFORMS", "XLA_FLAGS")
+        "NUMBA_THREADING_LAYER", "JAX_PLATFORMS", "XLA_FLAGS",
+        "PYTHONDONTWRITEBYTECODE")  # set: every start compiles the modules pip left no .pyc
+# for (this editable package's) from source: part of the start-up rows' times
 
 
 # Shared code, not benchmarks: this driver, the timing helpers; *_src.py hold user functions.

@@ -40,6 +40,8 @@ SCRIPT = textwrap.dedent("""\
         out = jit(value_and_grad(fn))(x)[1]
     elif how == "primal":
         out = np.atleast_1d(jit(fn)(x))
+    elif how.startswith("int="):  # a Python int beside the differentiated array
+        out = jit(grad(fn))(x, int(how.split("=")[1]))
     else:  # "static=<value>": the second argument is static
         out = jit(grad(fn), static_argnums=1)(x, float(how.split("=")[1]))
     passes = [m for m in {passes!r} if m in sys.modules]
@@ -74,6 +76,10 @@ USER = textwrap.dedent("""\
 
     def uses_constant(x):
         return np.sum(SCALE * x * x)
+
+
+    def powered(x, n):
+        return np.sum(x ** n)
 
 
     def corrupted(x):
@@ -142,6 +148,21 @@ def test_jit_of_a_plain_function_is_indexed_too(run):
     assert events == ["miss", "stored"]
     out, passes, events = run("primal", "square")
     np.testing.assert_allclose(out, [14.0])
+    assert events == ["hit"] and passes == []
+
+
+def test_warm_start_with_int_and_static_arguments_imports_no_pass(run):
+    # a Python int argument is a candidate static value (api's _concrete_ints) and a static
+    # argument's spec is a Static: neither may import the normalizer to say so
+    out, _, events = run("int=3", "powered")
+    np.testing.assert_allclose(out, 3 * X ** 2)
+    assert events == ["miss", "stored"]
+    out, passes, events = run("int=3", "powered")
+    np.testing.assert_allclose(out, 3 * X ** 2)
+    assert events == ["hit"] and passes == []
+    run("static=4.0", "scaled")
+    out, passes, events = run("static=4.0", "scaled")
+    np.testing.assert_allclose(out, 8 * X)
     assert events == ["hit"] and passes == []
 
 
