@@ -702,52 +702,83 @@ class FunctionBatcher:
 
     def add_at_loop(self, stmt):
         """``np.add.at`` into each example's row in turn: ``np.add.at(b, (i, idx...), v[i])``
-        where NumPy lays that region out as it does ``b[i][idx]`` (a named array, so the
-        module reads back as source another transform accepts: hessian's vmap of this),
-        else ``np.add.at(b[i], idx, v[i])``."""
+        (a named array, so the module reads back as source another transform accepts:
+        hessian's vmap of this), with v[i]'s axes reordered where NumPy lays that region out
+        otherwise than ``b[i][idx]`` (:meth:`example_value_order`); ``np.add.at(b[i], idx,
+        v[i])`` when the order cannot be told."""
         base, index, value = stmt.prim.base, stmt.prim.rule, stmt.prim.args[0]
         names = self.batched_names()
         i = self.index
         at_i = {n: R.subscript(n, [name(i)]) for n in names
                 if n in loads(index) or n in loads(value)}
+        order = self.example_value_order(index, value, base)
         index = R.replace_names(index, at_i)
         parts = index.elts if isinstance(index, gast.Tuple) else [index]
-        if self.example_first_keeps_layout(parts):
+        value = R.replace_names(value, at_i)
+        if order is None:
+            target = R.subscript(base, [name(i)])
+        else:
             target, index = name(base), gast.Tuple(elts=[name(i)] + list(parts),
                                                    ctx=gast.Load())
-        else:
-            target = R.subscript(base, [name(i)])
-        call = gast.Call(func=fill("np.add.at"),
-                         args=[target, index, R.replace_names(value, at_i)], keywords=[])
+            if order != tuple(range(len(order))):
+                value = gast.Call(func=fill("np.transpose"),
+                                  args=[to_expr(value), to_expr(order)], keywords=[])
+        call = gast.Call(func=fill("np.add.at"), args=[target, index, value], keywords=[])
         return [comment("np.add.at with an index that differs between examples: once per "
                         "example"),
                 gast.For(target=name(i, store=True), iter=fill("range(n)", n=self.n()),
                          body=[gast.Expr(value=call)], orelse=[], type_comment=None)]
 
-    def example_first_keeps_layout(self, parts):
-        """Whether ``b[i, *parts]`` lays its entries out as ``b[i][*parts]`` does. NumPy puts
-        the broadcast shape of the integer and array indices first when they are not side by
-        side, in their place otherwise: with ``i`` in front, that is the same place when the
-        indices in ``parts`` start the index or are apart (``(0, :, C)``), not when they sit
-        together after a slice (``(:, 0, C)``). An ellipsis or an index of unknown kind: no."""
+    def example_value_order(self, index, value, base):
+        """How to write ``np.add.at(b[i], index, v[i])`` on the named array, as
+        ``np.add.at(b, (i, *index), np.transpose(v[i], order))``: the axis order (``()`` or
+        ``(0, 1, ...)`` when v[i] is written as it is), or None when it cannot be told (an
+        ellipsis, a boolean mask among indices that need the reordering, a rank unknown).
+
+        NumPy puts the broadcast shape of the integer and array indices first when they are
+        not side by side, in their place otherwise. With ``i`` in front, ``b[i, *index]`` lays
+        its entries out as ``b[i][*index]`` does (the order is the identity) when the indices
+        start the index or are apart (``(0, :, C)``); when they sit together after slices
+        (``(:, 0, C)``) their axes come first in ``b[i, :, 0, C]`` and after the slices' in
+        ``b[i][:, 0, C]``, so a value with every axis of the region has them moved to the
+        front (a value that spans only the trailing slices' axes, or a number, broadcasts the
+        same way in both)."""
+        parts = index.elts if isinstance(index, gast.Tuple) else [index]
         slices = {t.id for node in self.core.body for stmt in gast.walk(node)
                   if isinstance(stmt, gast.Assign) and isinstance(stmt.value, gast.Call) and
                   isinstance(stmt.value.func, gast.Name) and stmt.value.func.id == "slice"
                   for t in stmt.targets if isinstance(t, gast.Name)}  # (slice_2 = slice(None))
-        advanced = []
+        advanced, ranks = [], []
         for position, part in enumerate(parts):
             if isinstance(part, gast.Slice) or (isinstance(part, gast.Constant) and
                                                 part.value is None) or \
                     (isinstance(part, gast.Name) and part.id in slices):
                 continue
             if isinstance(part, gast.Constant) and part.value is Ellipsis:
-                return False
-            kind = atom_type(part, self.types).kind
-            if kind not in ("int", "array", "bool") and not isinstance(part, gast.List):
-                return False
+                return None
+            typ = atom_type(part, self.types)
+            if typ.kind not in ("int", "array", "bool") and not isinstance(part, gast.List):
+                return None
             advanced.append(position)
+            integers = typ.kind == "int" or (typ.kind == "array" and
+                                             typ.dtype in ("int64", "int32"))
+            ranks.append(typ.ndim if integers else None)  # (a mask's axes: not known here)
         together = advanced == list(range(advanced[0], advanced[-1] + 1)) if advanced else True
-        return not advanced or advanced[0] == 0 or not together
+        if not advanced or advanced[0] == 0 or not together:
+            return ()  # (the identity, whatever the region's rank)
+        base_rank = self.types.get(base, T.UNKNOWN).ndim
+        if None in ranks or base_rank is None:
+            return None
+        before, count = advanced[0], max(ranks)  # (each slice or None makes one axis)
+        news = sum(1 for p in parts if isinstance(p, gast.Constant) and p.value is None)
+        region = base_rank - (len(parts) - news) + (len(parts) - len(advanced)) + count
+        rank = atom_type(value, self.types).ndim
+        if rank is not None and rank <= region - before - count:
+            return tuple(range(region))
+        if rank != region:
+            return None
+        return tuple(range(before, before + count)) + tuple(range(before)) + \
+            tuple(range(before + count, region))
 
     def write_loop(self, stmt, why):
         """An in-place write done once per example."""

@@ -465,3 +465,27 @@ def test_hessian_through_an_index_with_an_integer_a_slice_and_an_index_array():
     y = RNG.standard_normal((2, 3, 4))
     expected = numeric_jacobian(ad.grad(integer_slice_columns), y)
     np.testing.assert_allclose(ad.hessian(integer_slice_columns)(y), expected, atol=1e-6)
+
+
+def slice_integer_columns(y):
+    z = y[:, 0, COLUMNS]  # slice, then integer and array together: their axis stays second
+    s = np.sum(z, axis=1)
+    return np.sum(s * s) + np.sum(np.max(z, axis=0) ** 3) + np.sum(z[1:] * z[:-1])
+
+
+def slice_pair_columns(y):
+    z = y[:, :, 1, COLUMNS]  # two slices before the integer and the array
+    return np.sum(np.sin(z) * z[::-1])
+
+
+def test_hessian_through_slices_then_an_integer_and_an_index_array():
+    """np.add.at(y_bar, (slice, 0, COLUMNS), v) once per example: y_bar_dot[i, :, 0, COLUMNS]
+    puts the columns' axis first, y_bar_dot[i][:, 0, COLUMNS] second, so the value is written
+    with its axes reordered, np.transpose(v[i], (1, 0)) (before: np.add.at(y_bar_dot[i], ...),
+    which hessian's reading of the module refused)."""
+    y = RNG.standard_normal((2, 3, 4))
+    expected = numeric_jacobian(ad.grad(slice_integer_columns), y)
+    np.testing.assert_allclose(ad.hessian(slice_integer_columns)(y), expected, atol=1e-6)
+    y4 = RNG.standard_normal((2, 3, 2, 4))
+    expected = numeric_jacobian(ad.grad(slice_pair_columns), y4)
+    np.testing.assert_allclose(ad.hessian(slice_pair_columns)(y4), expected, atol=1e-6)
