@@ -1859,8 +1859,8 @@ class _Builder:
         slotted = _slotted_steps(self.core.body)
         self.stacked = _stacked_steps(self.core.body, slotted,
                                       getattr(self.core, "for_compiled_code", False))
-        recomputed = _recompute_index_arithmetic(self.core, self.adj.out, slotted,
-                                                 self.stacked)
+        recomputed, self.recomputable = _recompute_index_arithmetic(
+            self.core, self.adj.out, slotted, self.stacked)
         # A value put back whole is needed by later reads of its shape too when that shape may
         # change from step to step; elements put back after an in-place write only by reads
         # of the values.
@@ -2082,12 +2082,14 @@ class _Builder:
                     visit(stmt.orelse)
                 stack = by_loop.get(id(getattr(stmt, "primal_loop", None)))
                 if stack is not None:
-                    reads = [assign(info["restore"].targets[0].id, _stack_slot(
-                        info, gast.Load())) for info in sorted(
+                    # (the bounds' integer temporaries as the backward sweep reads them:
+                    # computed again from the loop indices, never saved)
+                    reads = [_recomputed(assign(info["restore"].targets[0].id, _stack_slot(
+                        info, gast.Load())), self.recomputable) for info in sorted(
                             moved.get(id(stack["loop"]), ()), key=lambda i: i["column"])]
                     stmt.body[:0] = reads
-                    stmts[k:k] = [assign(stack["top"], fill("t - n", t=stack["top"],
-                                                            n=stack["trips"])),
+                    stmts[k:k] = [_recomputed(assign(stack["top"], fill(
+                        "t - n", t=stack["top"], n=stack["trips"])), self.recomputable),
                                   assign(stack["row"], name(stack["top"]))]
                     k += 2
                 k += 1
@@ -2873,16 +2875,40 @@ def _recompute_index_arithmetic(core, backward, slotted, stacked):
                 in_loop[t] = loop
                 changed = True
     inserted = _insert_recomputation(backward, in_loop, core.namer)
+    for i, stmt in enumerate(backward):
+        backward[i] = _recomputed(stmt, recomputable)
+    # What code added to the backward sweep later (a loop stack's bounds, _stack_returns)
+    # reads as expressions: the recomputed integers, and the loop-local values whose
+    # operands the step never changes (``counts[i]``), good anywhere in the backward step.
+    expressions = dict(recomputable)
+    changed = True
+    while changed:
+        changed = False
+        for t in in_loop:
+            if t in expressions or saved.get(t) is not None:
+                continue
+            value = defs[t][0].value
+            written = loop_local[t][1]
+            operands = [n.id for n in gast.walk(value) if isinstance(n, gast.Name) and
+                        not (isinstance(value, gast.Call) and n is value.func)]
+            if all(o in indices or o in expressions or o not in written for o in operands):
+                expressions[t] = value
+                changed = True
+    return inserted, expressions
+
+
+def _recomputed(node, recomputable):
+    """`node` reading each name of `recomputable` (name -> its expression) as its expression
+    (in place where it can be; returns the node to use)."""
+    if not recomputable:
+        return node
 
     class Substitute(gast.NodeTransformer):
         def visit_Name(self, node):
             if isinstance(node.ctx, gast.Load) and node.id in recomputable:
                 return self.visit(to_expr(recomputable[node.id]))
             return node
-    if recomputable:
-        for i, stmt in enumerate(backward):
-            backward[i] = Substitute().visit(stmt)
-    return inserted
+    return Substitute().visit(node)
 
 
 def _shape_only_operands(value):

@@ -73,7 +73,35 @@ def carried(x, w):
     return total
 
 
-CASES = {"ragged": ragged, "strided": strided, "cells": cells}
+def triangle(x, w):
+    """An inner loop from past the outer index (``range(i + 1, n)``, a pair potential's): its
+    start, an integer temporary the backward step computes again, is in the stack's offsets
+    (the backward sweep read the forward's last value of it, so every saved sin but the
+    last run's came from the wrong slots)."""
+    n = w.shape[0]
+    total = 0.0
+    for i in range(n):
+        for j in range(i + 1, n):
+            total = total + np.sin(w[j]) * w[i] * x[i, j]
+    return total
+
+
+STARTS = np.array([3, 0, 4, 1, 2])
+
+
+def from_table(x, w):
+    """An inner loop starting where an integer table says: its start is read at the top of
+    each backward step (a value of the step), the stack's offsets read it too."""
+    n = w.shape[0]
+    total = 0.0
+    for i in range(n):
+        for j in range(STARTS[i], n):
+            total = total + np.exp(w[j] * 0.3) * x[i, j] * w[i]
+    return total
+
+
+CASES = {"ragged": ragged, "strided": strided, "cells": cells, "triangle": triangle,
+         "from_table": from_table}
 
 
 def test_a_value_the_next_step_reads_is_not_stacked():
