@@ -78,7 +78,8 @@ _READING = _ALLOCATING | {
     "np.where", "np.argmax", "np.argmin", "np.any", "np.all", "np.isnan", "np.isfinite",
     "np.divide", "np.multiply", "np.add", "np.subtract", "np.negative", "np.sign",
     "sum_of_products", "small_dot", "sum_axis", "max_axis", "min_axis", "mean_axis",
-    "outer_product", "tanh_fast", "exp_fast"} | ADD_HELPERS
+    "outer_product", "tanh_fast", "exp_fast",
+    "columns_of", "add_columns"} | ADD_HELPERS  # (codegen/column_layout.py)
 _READING_METHODS = {"copy", "sum", "max", "min", "mean", "any", "all"}
 SHAPE_ATTRS = {"shape", "size", "ndim", "dtype"}
 _EMPTY_LIST = "[]"  # what _bindings records for ``x = []``

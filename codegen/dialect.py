@@ -53,6 +53,7 @@ import gast
 
 from .branch_selects import SELECT_HELPERS, SELECT_UNCOMPILED, select_small_branches
 from .buffer_reuse import reuse_buffers
+from .column_layout import COLUMN_HELPERS, lay_out_columns
 from .common_calls import reuse_math_calls
 from .copy_targets import COPY_HELPERS, COPY_UNCOMPILED, copy_only_outside
 from .dict_outputs import flatten_returned_dicts, rebuilding_expression
@@ -1626,7 +1627,8 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
     for stmt in tree.body:
         (functions if isinstance(stmt, gast.FunctionDef) else header).append(stmt)
     # the entries' boolean vector arguments (the docstring's signature line: `m: bool[N]`)
-    module.masks = param_masks(next((h.value.value for h in header if _is_docstring(h)), ""))
+    module.doc = next((h.value.value for h in header if _is_docstring(h)), "")
+    module.masks = param_masks(module.doc)
     replaced = {fn.name for fn in functions if fn.name in DIALECT_HELPERS}
     functions = [fn for fn in functions if fn.name not in replaced and
                  fn.name not in DIALECT_NOT_COMPILED]
@@ -1679,6 +1681,9 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
                 module.uncompiled |= COPY_UNCOMPILED
             read_rows_in_place(fn, module.taken)  # a tape's rows as row numbers (tape_rows)
             store_values_after(fn)  # a loop's taped number stored once computed (tape_order)
+            if fn.name in entries:  # a double loop's column reads and adds (column_layout)
+                for name in lay_out_columns(fn, module.doc, module.taken):
+                    module.generated[name] = COLUMN_HELPERS[name]
             # a loop summing into a number: a function compiled with reassociation
             outlined = outline_reductions(fn, module.taken, module.generated,
                                           module.jit_options)

@@ -44,6 +44,8 @@ _FRESH = {"np.zeros_like", "np.zeros", "np.empty", "np.empty_like", "np.ones_lik
 #: Dialect helpers that add into their first argument (and keep none of their arguments).
 ADD_HELPERS = frozenset({"add_at", "add_into", "add_outer_at", "subtract_at", "add_tie_share",
                          "add_at_where"})
+#: add_columns(a, rows, columns) adds into a and reads rows (codegen/column_layout.py).
+_READS_SECOND = frozenset({"add_columns"})
 
 
 def fuse_outer_adds(fn):
@@ -154,9 +156,12 @@ def fresh_and_unshared(fn, array):
                     bound = True
         elif isinstance(node, gast.Subscript) and isinstance(node.value, gast.Name):
             allowed.add(id(node.value))
-        elif isinstance(node, gast.Call) and call_name(node) in ADD_HELPERS and node.args and \
-                isinstance(node.args[0], gast.Name):
+        elif isinstance(node, gast.Call) and call_name(node) in ADD_HELPERS | _READS_SECOND \
+                and node.args and isinstance(node.args[0], gast.Name):
             allowed.add(id(node.args[0]))
+            if call_name(node) in _READS_SECOND and len(node.args) > 1 and \
+                    isinstance(node.args[1], gast.Name):
+                allowed.add(id(node.args[1]))
         elif isinstance(node, gast.Return):
             allowed.update(id(n) for n in gast.walk(node) if isinstance(n, gast.Name))
     if not bound:
