@@ -80,6 +80,8 @@ _READING = _ALLOCATING | {
     "sum_of_products", "small_dot", "sum_axis", "max_axis", "min_axis", "mean_axis",
     "outer_product", "tanh_fast", "exp_fast",
     "columns_of", "add_columns"} | ADD_HELPERS  # (codegen/column_layout.py)
+#: Calls that read their arguments and write into none of them.
+READ_ONLY_CALLS = frozenset(_READING - ADD_HELPERS - {"zeros_like_reusing"})
 _READING_METHODS = {"copy", "sum", "max", "min", "mean", "any", "all"}
 SHAPE_ATTRS = {"shape", "size", "ndim", "dtype"}
 _EMPTY_LIST = "[]"  # what _bindings records for ``x = []``

@@ -35,10 +35,11 @@ Which loops: a ``for`` over a ``range`` at the top of an entry function (its par
 types come from the module docstring's signature line; not vmap's, whose line describes an
 example), holding loops whose bodies hold no loop. A *matrix* is a parameter the signature
 calls ``float64[N,N]`` whose every subscript in the function takes two indices, neither a
-slice; a *read* matrix is one that the function
-never binds again, writes into or hands to a call other than ``len``, ``np.zeros_like`` and
-``np.empty_like``; an *adjoint* is a name bound once, to ``np.zeros_like(<read matrix or
-float64[N,N] parameter>)``, before the loop, which inside the loop appears only as
+slice; a *read* matrix is one that the function never binds again, writes into or hands to
+a call other than one that only reads (arithmetic, ``len``, ``np.sum``, ``np.zeros_like``:
+buffer_reuse.READ_ONLY_CALLS); an *adjoint* is a name bound once, to
+``np.zeros_like(<matrix>)``, before the loop (``a += e`` on the whole array elsewhere adds in
+place), which inside the loop appears only as
 ``a[x, c] += e`` or ``a[x, c] -= e``. In an innermost loop over ``j`` (not bound again in
 its body), ``m[j, c]`` with ``c`` a non-negative integer is taken from the copy for each such
 matrix m; every other reading or update stays as it was. The copy of a read matrix holds the
@@ -54,7 +55,9 @@ import re
 
 import gast
 
+from .buffer_reuse import READ_ONLY_CALLS
 from .emit import fresh_name, is_marker
+from .param_writes import dotted_name
 
 #: name -> source of the helpers the rewritten code calls (plain loops: the same in NumPy and
 #: under Numba, which compiles them).
@@ -80,7 +83,6 @@ def add_columns(a, rows, columns):
 }
 
 _MATRIX = re.compile(r"(?:^|[\s,])(\w+): float64\[[^\],.]+,[^\],.]+\](?=[,.\s]|$)")
-_SHAPE_CALLS = {"len", "zeros_like", "empty_like"}
 
 
 def float_matrices(doc):
@@ -201,10 +203,11 @@ def _only_read(fn, name):
                     isinstance(parents.get(id(parent)), gast.AugAssign):
                 return False
             continue
-        if isinstance(parent, gast.Attribute) and parent.attr == "shape":
-            continue
-        if isinstance(parent, gast.Call) and node in parent.args and \
-                _call_name(parent) in _SHAPE_CALLS:
+        if isinstance(parent, gast.Attribute) and parent.attr == "shape" or \
+                isinstance(parent, (gast.BinOp, gast.UnaryOp, gast.Compare)):
+            continue  # (arithmetic makes a new array)
+        if isinstance(parent, gast.Call) and any(a is node for a in parent.args) and \
+                dotted_name(parent.func) in READ_ONLY_CALLS:
             continue
         return False
     return True
@@ -213,9 +216,12 @@ def _only_read(fn, name):
 def _adjoints(fn, position, matrices):
     """Names bound once in `fn`, by ``np.zeros_like(m)`` for a matrix m of `matrices`, in a
     statement of fn.body before `position`."""
+    in_place = {id(node.target) for node in gast.walk(fn)
+                if isinstance(node, gast.AugAssign)}  # (a += e adds into the array a holds)
     bindings = {}
     for node in gast.walk(fn):
-        if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store):
+        if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store) and \
+                id(node) not in in_place:
             bindings[node.id] = bindings.get(node.id, 0) + 1
     out = set()
     for stmt in fn.body[:position]:

@@ -120,6 +120,19 @@ def wide_pairs(pos, w):
     return energy
 
 
+def confined_pairs(pos, sigma):
+    """A pair potential in a quadratic well: the gradient reads pos whole and adds into
+    pos_bar whole (pos_bar += ... * pos) after the pairs' loop."""
+    n = pos.shape[0]
+    energy = 0.01 * np.sum(pos * pos)
+    for i in range(n):
+        for j in range(i + 1, n):
+            dx = pos[i, 0] - pos[j, 0]
+            dy = pos[i, 1] - pos[j, 1]
+            energy = energy + np.exp(-(dx * dx + dy * dy) / sigma)
+    return energy
+
+
 @pytest.mark.numba
 @pytest.mark.filterwarnings("ignore:Cannot cache compiled function")
 def test_compiled_pair_gradients_agree():
@@ -132,3 +145,6 @@ def test_compiled_pair_gradients_agree():
     compiled = _grads_agree(wide_pairs, args, (0, 1))
     assert "columns_of(pos, (0, 3))" in compiled.source
     assert "add_columns(pos_bar, pos_bar_columns, (0, 3))" in compiled.source
+    compiled = _grads_agree(confined_pairs, (rng.standard_normal((8, 2)), 1.3), (0, 1))
+    assert "columns_of(pos, (0, 1))" in compiled.source
+    assert "add_columns(pos_bar, pos_bar_columns, (0, 1))" in compiled.source

@@ -252,12 +252,11 @@ def test_an_outer_index_bound_in_its_loop_gives_no_hint():
     assert names == ["sum_loop"] and "index_at_least" not in sources["sum_loop"]
 
 
-def pairs_and_norm(pos, sigma):
-    """pairs_2d plus a small norm of pos: its gradient reads pos whole (pos_bar += 0.002 *
-    pos), so the inner loop reads pos's rows as written (not from a column copy:
-    codegen/column_layout.py)."""
+def pairs_and_anchor(pos, sigma):
+    """pairs_2d plus a small term of the first column: pos is read by slices too, so the inner
+    loop reads its rows as written (not from a column copy: codegen/column_layout.py)."""
     n = pos.shape[0]
-    energy = 0.001 * np.sum(pos * pos)
+    energy = 0.001 * np.sum(pos[:, 0] ** 2)
     for i in range(n):
         for j in range(i + 1, n):
             dx = pos[i, 0] - pos[j, 0]
@@ -274,7 +273,7 @@ def test_a_pair_potential_on_rows_of_either_length(columns):
     grid = np.array([[a, b] for a in range(5) for b in range(4)], float)
     pos = np.hstack([1.3 * grid[:17], np.ones((17, columns - 2))])
     pos[:, :2] += 0.05 * rng.standard_normal((17, 2))
-    compiled = _grads_agree(pairs_and_norm, (pos, 1.0), (0, 1))
+    compiled = _grads_agree(pairs_and_anchor, (pos, 1.0), (0, 1))
     assert "pos.shape[1] == 2" in compiled.source
     assert "index_at_least(j, 1)" in compiled.source
     compiled = _grads_agree(pairs_2d, (pos, 1.0), (0, 1))  # (the entry's own: by columns)
