@@ -33,20 +33,20 @@ module and a copy edited by hand called in turn, 25 rounds, two processes, AMD E
 
 Which loops: a ``for`` over a ``range`` at the top of an entry function (its parameters'
 types come from the module docstring's signature line; not vmap's, whose line describes an
-example), holding loops whose bodies hold no loop. A *matrix* is a parameter the signature
-calls ``float64[N,N]`` whose every subscript in the function takes two indices, neither a
-slice; a *read* matrix is one that the function never binds again, writes into or hands to
-a call other than one that only reads (arithmetic, ``len``, ``np.sum``, ``np.zeros_like``:
-buffer_reuse.READ_ONLY_CALLS); an *adjoint* is a name bound once, to
-``np.zeros_like(<matrix>)``, before the loop (``a += e`` on the whole array elsewhere adds in
-place), which inside the loop appears only as
-``a[x, c] += e`` or ``a[x, c] -= e``. In an innermost loop over ``j`` (not bound again in
-its body), ``m[j, c]`` with ``c`` a non-negative integer is taken from the copy for each such
-matrix m; every other reading or update stays as it was. The copy of a read matrix holds the
-columns the loops read (made once, before the outer loop; the matrix does not change); the
-adjoint's copy starts at zero and is added into it after the outer loop, where the adjoint
-is first read: each entry receives the same terms, in another order (its last bits may
-differ, as a reordered sum's do).
+example), with no ``return`` inside, holding loops whose bodies hold no loop. A *matrix* is
+a parameter the signature calls ``float64[N,N]`` whose every subscript in the function takes
+two indices, neither a slice; a *read* matrix is one that the function never binds again,
+writes into or hands to a call other than one that only reads (arithmetic, ``len``,
+``np.sum``, ``np.zeros_like``: buffer_reuse.READ_ONLY_CALLS); an *adjoint* is a name bound
+once, to ``np.zeros_like(<matrix>)``, before the loop (``a += e`` on the whole array
+elsewhere adds in place), which inside the loop appears only as ``a[x, c] += e`` or
+``a[x, c] -= e``. In an innermost loop over ``j`` (not bound again in its body), ``m[j, c]``
+with ``c`` a non-negative integer is taken from the copy for each such matrix m; every
+other reading or update stays as it was. The copy of a read matrix holds the columns the
+loops read (made once, before the outer loop; the matrix does not change); the adjoint's
+copy starts at zero and is added into it after the outer loop, where the adjoint is first
+read: each entry receives the same terms, in another order (its last bits may differ, as a
+reordered sum's do).
 """
 
 from __future__ import annotations
@@ -126,6 +126,8 @@ def _rewrite_nest(fn, position, matrices, taken):
     """(statements before, statements after) the loop fn.body[position] once its innermost
     loops read and add into column copies; ([], []) when none qualifies."""
     outer = fn.body[position]
+    if any(isinstance(n, gast.Return) for n in gast.walk(outer)):
+        return [], []  # (a return inside would skip the adjoint's add after the loop)
     inner = [node for node in gast.walk(outer) if isinstance(node, gast.For) and
              node is not outer and _is_range(node) and isinstance(node.target, gast.Name) and
              not any(isinstance(n, (gast.For, gast.While)) for s in node.body

@@ -425,6 +425,8 @@ class _Generator:
             kinds.append("glm")  # (a run of top-level statements: jit's row loop)
         if indent == "    " and self._names_of("V"):  # (jit: codegen/gather_targets.py and
             kinds += ["pair_loop", "time_steps"]    # codegen/invariant_accumulators.py)
+        if indent == "    " and [t for t in self._names_of("M") if t.isidentifier()]:
+            kinds.append("row_pairs")  # (jit: codegen/column_layout.py)
         if indent == "    ":  # (refused inside loops and branches: a known limit)
             kinds.append("nested_tuple")
         kind = self.pick(kinds)
@@ -773,6 +775,23 @@ class _Generator:
         body = self._number_over([(f"{vector}[{i}]", "S", True), (f"{vector}[{j}]", "S", True),
                                   (f"({vector}[{i}] - {vector}[{j}])", "S", True)])
         lines = [f"{indent}{acc} = 0.0", f"{indent}for {i} in range({vector}.shape[0]):",
+                 f"{indent}    for {j} in {inner}:",
+                 f"{indent}        {acc} = {acc} + {body}"]
+        self.bind(acc, "S")
+        return lines
+
+    def _stmt_row_pairs(self, indent):
+        """A sum over the pairs of a matrix's rows, reading entries of fixed columns (a pair
+        potential's form): jit reads a parameter's columns, and adds into its adjoint's,
+        from contiguous copies (codegen/column_layout.py)."""
+        acc, i, j = self.fresh("acc"), f"i{self.counter}", f"j{self.counter}"
+        rows = self.pick([t for t in self._names_of("M") if t.isidentifier()])
+        a, b = self.draw(st.integers(0, 2)), self.draw(st.integers(0, 2))
+        inner = self.pick((f"range({i} + 1, {rows}.shape[0])", f"range({i})"))
+        body = self._number_over([(f"{rows}[{i}, {a}]", "S", True),
+                                  (f"{rows}[{j}, {b}]", "S", True),
+                                  (f"({rows}[{i}, {a}] - {rows}[{j}, {a}])", "S", True)])
+        lines = [f"{indent}{acc} = 0.0", f"{indent}for {i} in range({rows}.shape[0]):",
                  f"{indent}    for {j} in {inner}:",
                  f"{indent}        {acc} = {acc} + {body}"]
         self.bind(acc, "S")

@@ -79,6 +79,9 @@ def test_a_matrix_that_may_change_or_is_not_read_by_element_keeps_its_reads(chan
      "            e = c * (dx * dx + dy * dy) + pos_bar[j, 0]\n"),  # read in the loop
     ("    return pos_bar\n", "    pos_bar = pos_bar * 2.0\n    return pos_bar\n"),  # rebound
     ("            pos_bar[j, 0] -= e * dx\n", "            pos_bar[j, 0] = e * dx\n"),  # stored
+    ("            pos_bar[j, 0] -= e * dx\n",  # a return in the loop would skip the add
+     "            pos_bar[j, 0] -= e * dx\n"
+     "            if e > 9.0:\n                return pos_bar\n"),
 ])
 def test_an_adjoint_read_or_stored_keeps_its_updates(change):
     _, text = _rewrite(PAIRS.replace(*change))
