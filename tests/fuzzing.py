@@ -769,29 +769,28 @@ class _Generator:
         """A sum over the pairs of a vector's entries, ``j`` after ``i`` or before it: the
         gradient adds into the entry at ``i`` at every step of the loop over ``j``, which jit
         sums in a local (codegen/invariant_accumulators.py)."""
-        acc, i, j = self.fresh("acc"), f"i{self.counter}", f"j{self.counter}"
-        vector = self.pick(self._names_of("V"))
-        inner = self.pick((f"range({i} + 1, {vector}.shape[0])", f"range({i})"))
-        body = self._number_over([(f"{vector}[{i}]", "S", True), (f"{vector}[{j}]", "S", True),
-                                  (f"({vector}[{i}] - {vector}[{j}])", "S", True)])
-        lines = [f"{indent}{acc} = 0.0", f"{indent}for {i} in range({vector}.shape[0]):",
-                 f"{indent}    for {j} in {inner}:",
-                 f"{indent}        {acc} = {acc} + {body}"]
-        self.bind(acc, "S")
-        return lines
+        v = self.pick(self._names_of("V"))
+        return self._pair_sum(indent, v, lambda i, j: [
+            (f"{v}[{i}]", "S", True), (f"{v}[{j}]", "S", True),
+            (f"({v}[{i}] - {v}[{j}])", "S", True)])
 
     def _stmt_row_pairs(self, indent):
         """A sum over the pairs of a matrix's rows, reading entries of fixed columns (a pair
         potential's form): jit reads a parameter's columns, and adds into its adjoint's,
         from contiguous copies (codegen/column_layout.py)."""
-        acc, i, j = self.fresh("acc"), f"i{self.counter}", f"j{self.counter}"
-        rows = self.pick([t for t in self._names_of("M") if t.isidentifier()])
+        m = self.pick([t for t in self._names_of("M") if t.isidentifier()])
         a, b = self.draw(st.integers(0, 2)), self.draw(st.integers(0, 2))
-        inner = self.pick((f"range({i} + 1, {rows}.shape[0])", f"range({i})"))
-        body = self._number_over([(f"{rows}[{i}, {a}]", "S", True),
-                                  (f"{rows}[{j}, {b}]", "S", True),
-                                  (f"({rows}[{i}, {a}] - {rows}[{j}, {a}])", "S", True)])
-        lines = [f"{indent}{acc} = 0.0", f"{indent}for {i} in range({rows}.shape[0]):",
+        return self._pair_sum(indent, m, lambda i, j: [
+            (f"{m}[{i}, {a}]", "S", True), (f"{m}[{j}, {b}]", "S", True),
+            (f"({m}[{i}, {a}] - {m}[{j}, {a}])", "S", True)])
+
+    def _pair_sum(self, indent, over, elements):
+        """``acc = acc + <a number of elements(i, j)>`` for the pairs of `over`'s first axis,
+        ``j`` after ``i`` or before it."""
+        acc, i, j = self.fresh("acc"), f"i{self.counter}", f"j{self.counter}"
+        inner = self.pick((f"range({i} + 1, {over}.shape[0])", f"range({i})"))
+        body = self._number_over(elements(i, j))
+        lines = [f"{indent}{acc} = 0.0", f"{indent}for {i} in range({over}.shape[0]):",
                  f"{indent}    for {j} in {inner}:",
                  f"{indent}        {acc} = {acc} + {body}"]
         self.bind(acc, "S")
