@@ -56,7 +56,8 @@ import re
 import gast
 
 from .buffer_reuse import READ_ONLY_CALLS
-from .emit import fresh_name, is_marker
+from .emit import fresh_name, is_marker, names_bound, parent_map
+from .fused_updates import call_name
 from .param_writes import dotted_name
 
 #: name -> source of the helpers the rewritten code calls (plain loops: the same in NumPy and
@@ -103,12 +104,15 @@ def lay_out_columns(fn, doc, taken):
                 if _entries_only(fn, m)}
     if not matrices:
         return set()
+    reads = {m for m in matrices if _only_read(fn, m)}
+    once = _bound_once(fn)
     used = set()
     position = 0
     while position < len(fn.body):
         stmt = fn.body[position]
         if isinstance(stmt, gast.For) and _is_range(stmt):
-            before, after = _rewrite_nest(fn, position, matrices, taken)
+            adjoints = _adjoints(fn.body[:position], matrices, once)
+            before, after, helpers = _rewrite_nest(stmt, reads, adjoints, taken)
             if before or after:
                 start = position
                 while start > 0 and is_marker(fn.body[start - 1]):
@@ -116,27 +120,25 @@ def lay_out_columns(fn, doc, taken):
                 fn.body[position + 1:position + 1] = after
                 fn.body[start:start] = before
                 position += len(before) + len(after)
-                used |= {"columns_of"} if any(_calls(s, "columns_of") for s in before) else set()
-                used |= {"add_columns"} if after else set()
+                used |= helpers
         position += 1
     return used
 
 
-def _rewrite_nest(fn, position, matrices, taken):
-    """(statements before, statements after) the loop fn.body[position] once its innermost
-    loops read and add into column copies; ([], []) when none qualifies."""
-    outer = fn.body[position]
+def _rewrite_nest(outer, reads, adjoints, taken):
+    """(statements before, statements after, helper names they call) the loop `outer` once
+    its innermost loops read the matrices `reads` and add into the `adjoints` from column
+    copies; ([], [], set()) when none qualifies."""
     if any(isinstance(n, gast.Return) for n in gast.walk(outer)):
-        return [], []  # (a return inside would skip the adjoint's add after the loop)
+        return [], [], set()  # (a return inside would skip the adjoint's add after the loop)
     inner = [node for node in gast.walk(outer) if isinstance(node, gast.For) and
              node is not outer and _is_range(node) and isinstance(node.target, gast.Name) and
              not any(isinstance(n, (gast.For, gast.While)) for s in node.body
                      for n in gast.walk(s)) and
-             node.target.id not in _bound(node.body)]
+             node.target.id not in names_bound(node.body)]
     if not inner:
-        return [], []
-    reads = {m for m in matrices if _only_read(fn, m)}
-    adjoints = {a for a in _adjoints(fn, position, matrices) if _only_updated(outer, a)}
+        return [], [], set()
+    adjoints = {a for a in adjoints if _only_updated(outer, a)}
     columns = {}  # name -> sorted columns used at the inner loops' rows
     for loop in inner:
         j = loop.target.id
@@ -146,7 +148,7 @@ def _rewrite_nest(fn, position, matrices, taken):
                 columns.setdefault(hit[0], set()).add(hit[1])
     columns = {name: sorted(cols) for name, cols in columns.items()}
     if not columns:
-        return [], []
+        return [], [], set()
     copies = {name: fresh_name(f"{name}_columns", taken) for name in sorted(columns)}
     for loop in inner:
         _replace_entries(loop, loop.target.id, columns, copies)
@@ -159,18 +161,15 @@ def _rewrite_nest(fn, position, matrices, taken):
             before.append(_parse(f"{copies[name]} = np.zeros(({len(columns[name])}, "
                                  f"{name}.shape[0]))"))
             after.append(_parse(f"add_columns({name}, {copies[name]}, {cols})"))
-    return before, after
+    helpers = ({"columns_of"} if columns.keys() & reads else set()) | \
+        ({"add_columns"} if after else set())
+    return before, after, helpers
 
 
 def _is_range(loop):
     it = loop.iter
     return isinstance(it, gast.Call) and isinstance(it.func, gast.Name) and \
         it.func.id == "range" and not loop.orelse
-
-
-def _bound(stmts):
-    return {n.id for s in stmts for n in gast.walk(s)
-            if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store)}
 
 
 def _entries_only(fn, name):
@@ -189,12 +188,8 @@ def _entries_only(fn, name):
 def _only_read(fn, name):
     """Whether parameter `name` is never bound again, written into or handed to a call that
     might change it in `fn`."""
-    parents = {}
-    nodes = [n for stmt in fn.body for n in gast.walk(stmt)]  # (not the parameter list)
-    for node in nodes:
-        for child in gast.iter_child_nodes(node):
-            parents[id(child)] = node
-    for node in nodes:
+    parents = parent_map(fn.body)  # (not the parameter list)
+    for node in (n for stmt in fn.body for n in gast.walk(stmt)):
         if not (isinstance(node, gast.Name) and node.id == name):
             continue
         if not isinstance(node.ctx, gast.Load):
@@ -215,24 +210,27 @@ def _only_read(fn, name):
     return True
 
 
-def _adjoints(fn, position, matrices):
-    """Names bound once in `fn`, by ``np.zeros_like(m)`` for a matrix m of `matrices`, in a
-    statement of fn.body before `position`."""
-    in_place = {id(node.target) for node in gast.walk(fn)
-                if isinstance(node, gast.AugAssign)}  # (a += e adds into the array a holds)
+def _bound_once(fn):
+    """The names `fn` binds once (``a += e`` adds into the array a holds: no binding)."""
+    in_place = {id(node.target) for node in gast.walk(fn) if isinstance(node, gast.AugAssign)}
     bindings = {}
     for node in gast.walk(fn):
         if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store) and \
                 id(node) not in in_place:
             bindings[node.id] = bindings.get(node.id, 0) + 1
+    return {name for name, count in bindings.items() if count == 1}
+
+
+def _adjoints(stmts, matrices, once):
+    """Names of `once` that one of `stmts` binds to ``np.zeros_like(m)``, m in `matrices`."""
     out = set()
-    for stmt in fn.body[:position]:
+    for stmt in stmts:
         if isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and \
-                isinstance(stmt.targets[0], gast.Name) and isinstance(stmt.value, gast.Call) and \
-                _call_name(stmt.value) == "zeros_like" and _numpy_call(stmt.value) and \
+                isinstance(stmt.targets[0], gast.Name) and \
+                call_name(stmt.value) in ("np.zeros_like", "numpy.zeros_like") and \
                 len(stmt.value.args) == 1 and not stmt.value.keywords and \
                 isinstance(stmt.value.args[0], gast.Name) and \
-                stmt.value.args[0].id in matrices and bindings.get(stmt.targets[0].id) == 1:
+                stmt.value.args[0].id in matrices and stmt.targets[0].id in once:
             out.add(stmt.targets[0].id)
     return out
 
@@ -276,25 +274,6 @@ def _replace_entries(loop, j, columns, copies):
                                           gast.Name(id=j, ctx=gast.Load(), annotation=None,
                                                     type_comment=None)],
                                     ctx=gast.Load())
-
-
-def _call_name(call):
-    func = call.func
-    if isinstance(func, gast.Name):
-        return func.id
-    if isinstance(func, gast.Attribute):
-        return func.attr
-    return None
-
-
-def _numpy_call(call):
-    func = call.func
-    return isinstance(func, gast.Attribute) and isinstance(func.value, gast.Name) and \
-        func.value.id in ("np", "numpy")
-
-
-def _calls(stmt, name):
-    return any(isinstance(n, gast.Call) and _call_name(n) == name for n in gast.walk(stmt))
 
 
 def _tuple(values):
