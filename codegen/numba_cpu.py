@@ -56,6 +56,7 @@ from .blas_threads import calm_blas_threads
 from .helpers import DIALECT_JIT_OPTIONS
 from .llvm_options import allow_more_memory_checks
 from .loader import load_source
+from .overload_sharing import share_overload_implementations
 from .threading_layer import configure_threading
 
 # gast and codegen.dialect are imported when a module is lowered: a module loaded again from
@@ -233,11 +234,13 @@ def _prepare_process():
     BLAS loaded without scipy.linalg, its threads set to sleep when idle
     (codegen/blas_threads.py), glibc's allocator told to keep large blocks
     (codegen/allocator.py), LLVM's vectorizer allowed more overlap checks
-    (codegen/llvm_options.py)."""
+    (codegen/llvm_options.py), Numba's overload implementations shared by callers that differ
+    only in wrappers (codegen/overload_sharing.py)."""
     preload_blas()
     calm_blas_threads()
     keep_large_blocks()
     allow_more_memory_checks()
+    share_overload_implementations()
 
 
 def preload_blas():
