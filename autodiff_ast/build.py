@@ -35,7 +35,7 @@ from .errors import ArgnumsError, NonFloatInputError, UnsupportedSyntaxError
 from .frontend import parse_function
 from .normalize import Program, TreeSpec, normalize_into
 from .reverse import SplitRegistry, _returned_names, _zero_of, reverse
-from .templates import fill, name, to_expr, unparse
+from .templates import assign, fill, name, to_expr, unparse
 from .tidy import tidy_block
 
 
@@ -156,6 +156,58 @@ def _bar_exprs(sweep, core):
 
 def _returned_bar_names(exprs):
     return {e.id for e in exprs if isinstance(e, gast.Name)}
+
+
+#: Calls whose first argument the call writes into.
+_IN_PLACE_CALLS = {"np.add.at", "np.subtract.at", "np.multiply.at", "np.copyto", "np.put",
+                   "np.place", "np.putmask", "add_at", "add_into"}
+
+
+def _written_by(stmts):
+    """(names `stmts` bind, names of arrays they write into) for the statements and
+    everything nested in them."""
+    bound, written = set(), set()
+    for stmt in stmts:
+        for node in gast.walk(stmt):
+            if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store):
+                bound.add(node.id)
+            elif isinstance(node, gast.Subscript) and isinstance(node.ctx, gast.Store):
+                base = node.value
+                while isinstance(base, gast.Subscript):
+                    base = base.value
+                if isinstance(base, gast.Name):
+                    written.add(base.id)
+            elif isinstance(node, gast.Call) and node.args and \
+                    isinstance(node.args[0], gast.Name) and unparse(node.func) in _IN_PLACE_CALLS:
+                written.add(node.args[0].id)
+    return bound, written
+
+
+def _captured_outputs(returns, backward, namer):
+    """(statements, returns): the value and aux outputs in `returns` read as the forward
+    sweep left them. The backward sweep restores the names it taped (``s = s_tape[i]``) and
+    the array elements it saved before overwriting, so a returned name the backward sweep
+    binds is copied to a new name first (``s_out = s``), and an array it writes into is copied
+    whole (``y_out = np.copy(y)``); the other outputs are returned as they are."""
+    bound, written = _written_by(backward)
+    captured, stmts = {}, []
+    for expr in returns:
+        for node in gast.walk(expr):
+            if isinstance(node, gast.Name) and node.id not in captured and \
+                    (node.id in bound or node.id in written):
+                captured[node.id] = namer.fresh(f"{node.id}_out")
+                value = fill("np.copy(v)", v=name(node.id)) if node.id in written else \
+                    name(node.id)
+                stmts.append(assign(captured[node.id], value))
+    if not captured:
+        return [], returns
+
+    class Rename(gast.NodeTransformer):
+        def visit_Name(self, node):
+            if node.id in captured and isinstance(node.ctx, gast.Load):
+                return name(captured[node.id])
+            return node
+    return stmts, [Rename().visit(_copy_nodes(expr)) for expr in returns]
 
 
 class ModuleBuilder:
@@ -370,7 +422,8 @@ def build_reverse(fn, specs, argnums=(0,), has_aux=False, with_value=False, entr
     block = tidy_block(list(sweep.forward) + list(sweep.backward), keep=keep, temps=core.namer)
     forward = [s for s in block if not getattr(s, "backward", False)]
     backward = [s for s in block if getattr(s, "backward", False)]
-    body = list(forward)
+    captures, returns = _captured_outputs(returns, backward, core.namer)
+    body = list(forward) + captures
     if forward and backward:
         body.append(blank())
     body += _with_comments(backward, core.info)

@@ -123,6 +123,63 @@ def test_value_and_grad_with_aux_layout():
     close(g, numeric_grad(lambda x: loss_with_aux(x)[0], (X,)))
 
 
+def product_loop(x):
+    s = 1.0
+    for i in range(x.shape[0]):
+        s = s * x[i]
+    return s
+
+
+def squared_when_positive(x):
+    s = x[0]
+    if s > 0:
+        s = s * s
+    return s
+
+
+def sums_and_product(x):
+    s = 1.0
+    t = 0.0
+    for i in range(x.shape[0]):
+        t = t + s * x[i]
+        s = s * x[i]
+    return t, s
+
+
+def damped_in_place(x):
+    y = np.copy(x)
+    for _ in range(3):
+        y *= np.sin(y)
+    return np.sum(y), y
+
+
+# The backward sweep restores taped names (s = s_tape[i]) and overwritten elements: the value
+# and aux outputs are the forward sweep's (a product loop once returned 1.0, its first value).
+@pytest.mark.parametrize("fn", [product_loop, squared_when_positive], ids=lambda f: f.__name__)
+def test_value_and_grad_returns_the_value_of_a_name_the_backward_sweep_restores(fn):
+    value, g = ad.value_and_grad(fn)(X + 1.0)
+    close(value, fn(X + 1.0))
+    close(g, numeric_grad(fn, (X + 1.0,)))
+
+
+@pytest.mark.parametrize("fn", [sums_and_product, damped_in_place], ids=lambda f: f.__name__)
+def test_has_aux_returns_the_aux_of_the_forward_sweep(fn):
+    value, aux = fn(X)
+    g, aux_1 = ad.grad(fn, has_aux=True)(X)
+    (value_2, aux_2), g_2 = ad.value_and_grad(fn, has_aux=True)(X)
+    close(aux_1, aux)
+    close(aux_2, aux)
+    close(value_2, value)
+    for grad_ in (g, g_2):
+        close(grad_, numeric_grad(lambda x: fn(x)[0], (X,)))
+
+
+def test_jit_value_and_grad_returns_the_value_of_a_restored_name():
+    value, g = ad.jit(ad.value_and_grad(product_loop))(X + 1.0)
+    close(value, product_loop(X + 1.0))
+    close(g, numeric_grad(product_loop, (X + 1.0,)))
+
+
 # ---------------------------------------------------------------- vjp
 def test_vjp_of_a_vector_function():
     def f(x, y):
