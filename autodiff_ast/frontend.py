@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import gast
 
 from .errors import SourceUnavailableError, UnsupportedSyntaxError
-from .templates import unparse
+from .templates import mark_user_constants, unparse
 
 
 @dataclass
@@ -209,6 +209,7 @@ def parse_function(fn):
                 lineno=first_line, code=lines[0], hint="differentiate a plain def")
         node.decorator_list = []
         name = fn.__name__
+    mark_user_constants(node)
     closure = _closure_values(fn)
     if bound_self is not None:
         first = node.args.args.pop(0)

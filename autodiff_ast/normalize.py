@@ -51,7 +51,7 @@ from .nesting import code_to_transform
 from .rules import PrimCall
 from .shared_memory import check_view_writes
 from .specs import Static, TreeSpec, spec_of  # noqa: F401  (re-exported: older imports)
-from .templates import assign, fill, name, to_expr, unparse
+from .templates import USER_CONSTANT, assign, fill, name, to_expr, unparse
 
 BINOPS = {gast.Add: "add", gast.Sub: "subtract", gast.Mult: "multiply", gast.Div: "divide",
           gast.Pow: "power", gast.MatMult: "matmul", gast.Mod: "remainder",
@@ -914,7 +914,7 @@ class Normalizer:
         return self.runtime(result, node)
 
     def expr_Constant(self, node, target):
-        return gast.Constant(value=node.value, kind=None)
+        return _keep_mark(gast.Constant(value=node.value, kind=None), node)
 
     def expr_Name(self, node, target):
         if node.id in self.env:
@@ -1085,7 +1085,7 @@ class Normalizer:
                                    value=value)
         if isinstance(node.op, gast.USub):
             if isinstance(operand, gast.Constant) and isinstance(operand.value, (int, float)):
-                return gast.Constant(value=-operand.value, kind=None)
+                return _keep_mark(gast.Constant(value=-operand.value, kind=None), operand)
             value = gast.UnaryOp(op=gast.USub(), operand=operand)
             return self.apply_rule(rules.by_name("negative"), {"x": operand}, node, target,
                                    value=value)
@@ -2844,3 +2844,10 @@ def normalize(info, specs, program=None):
 
 __all__ = ["normalize", "normalize_into", "Program", "CoreFunction", "TreeSpec", "spec_of",
            "Static", "TreeRef", "Prim", "math", "pytypes"]
+
+
+def _keep_mark(constant, original):
+    """`constant` marked as the user's when `original` is (templates.mark_user_constants)."""
+    if getattr(original, USER_CONSTANT, False):
+        setattr(constant, USER_CONSTANT, True)
+    return constant

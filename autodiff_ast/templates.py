@@ -227,6 +227,8 @@ class _Simplify(gast.NodeTransformer):
                 folded = None
             if folded is not None:
                 return _num(folded)
+        if _converts(left, op) or _converts(right, op):
+            return node  # the user's `1.0 * n`: a float from an int, kept
         if isinstance(op, gast.Mult):
             # (1.0 * mask is a float array; mask alone is a boolean one, which - negates
             # never and + combines by logical or)
@@ -263,6 +265,46 @@ class _Simplify(gast.NodeTransformer):
         if isinstance(op, gast.Pow) and is_const(right, 1):
             return left
         return node
+
+
+#: The attribute the front end sets on the numeric constants of the user's own code.
+USER_CONSTANT = "user_written"
+
+
+def mark_user_constants(tree):
+    """Mark the numeric constants of the user's code (`tree`): :func:`simplify` then keeps
+    ``1.0 * n``, ``n + 0.0``, ``n / 1`` and ``n ** 1.0`` the user wrote, which turn an int
+    ``n`` (or an int array) into a float one, where it drops the same forms in generated code
+    (whose operands are floats).
+
+    >>> tree = gast.parse("k = np.arange(3) * 1.0").body[0]
+    >>> _ = mark_user_constants(tree)
+    >>> unparse(simplify(tree.value))
+    'np.arange(3) * 1.0'
+    >>> unparse(simplify(fill("g * 1.0", g="k_bar")))
+    'k_bar'
+    """
+    for node in gast.walk(tree):
+        if isinstance(node, gast.Constant) and type(node.value) in (int, float):
+            setattr(node, USER_CONSTANT, True)
+    return tree
+
+
+def _converts(node, op):
+    """Whether `node`, an operand of `op`, is a constant of the user's code whose identity
+    operation may turn an int operand into a float: a float 1.0 multiplying, dividing or
+    raising, a float 0.0 added or subtracted, any 1 dividing (``n / 1`` is a float)."""
+    if not getattr(node, USER_CONSTANT, False):
+        if not (isinstance(node, gast.UnaryOp) and getattr(node.operand, USER_CONSTANT, False)):
+            return False
+    value = const_value(node)
+    if isinstance(op, gast.Div):
+        return value in (1, -1)
+    if not isinstance(value, float):
+        return False
+    if isinstance(op, (gast.Mult, gast.Pow)):
+        return value in (1.0, -1.0)
+    return isinstance(op, (gast.Add, gast.Sub)) and value == 0.0
 
 
 _BOOLEAN_CALLS = ("isnan", "isinf", "isfinite", "logical_and", "logical_or", "logical_not",

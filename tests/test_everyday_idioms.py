@@ -525,3 +525,47 @@ def test_second_derivatives_through_convolve_cross_terms():
     w = np.arange(6.0)
     got = ad.grad(lambda x: g(a, x)[0] @ w)(v)
     np.testing.assert_allclose(got, fd_grad(lambda x: g(a, x)[0] @ w, v), rtol=1e-6, atol=1e-8)
+
+
+# ---------------------------------------------------------------- `1.0 * n` makes a float of
+# an int (session 38's bug hunt): simplification dropped the user's 1.0, so np.arange(3) * 1.0
+# stayed an int array and the float written into it was truncated
+def _float_arange(x):
+    k = np.arange(3) * 1.0
+    k[0] = x[0] * 0.5
+    return np.sum(k * x)
+
+
+def _float_fill(x):
+    n = x.shape[0]
+    s = np.full(x.shape, 1.0 * n)
+    s[0] = x[0] * 0.7
+    return np.sum(s * x)
+
+
+def _float_entries(x):
+    v = np.array([x.shape[0] + 0.0, x.shape[0] / 1])
+    v[0] = x[0] * 0.3
+    return np.sum(v * x[:2])
+
+
+def _float_count_aux(x):
+    return np.sum(x ** 2), {"n": 1.0 * x.shape[0]}
+
+
+@pytest.mark.parametrize("f", [_float_arange, _float_fill, _float_entries],
+                         ids=lambda f: f.__name__)
+def test_one_times_an_int_stays_a_float(f):
+    x = np.array([1.0, 2.0, 3.0])
+    value, g = ad.value_and_grad(f)(x)
+    np.testing.assert_allclose(value, f(x), rtol=1e-12)
+    np.testing.assert_allclose(g, fd_grad(f, x), rtol=1e-6, atol=1e-8)
+    value_jit, g_jit = jit(ad.value_and_grad(f))(x)
+    np.testing.assert_allclose(value_jit, f(x), rtol=1e-12)
+    np.testing.assert_allclose(g_jit, g, rtol=1e-12)
+
+
+def test_one_times_an_int_in_an_aux_dict_is_a_float():
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    _, aux = ad.grad(_float_count_aux, has_aux=True)(x)
+    assert isinstance(aux["n"], float) and aux["n"] == 4.0
