@@ -85,6 +85,26 @@ def _merge(old, new):
     return flag_any(old) or flag_any(new)
 
 
+#: Batchings of a recursive function, each with the output flags the last one found, before
+#: it gives up on the vectorized form.
+_MAX_ASSUMPTIONS = 8
+
+
+def _grown(old, new):
+    """Flags `old` turned True wherever `new`'s are, in `new`'s structure (a flag stands for
+    every flag of a tuple in its place).
+
+    >>> _grown((False, False), ((False, True), False))
+    ((False, True), False)
+    >>> _grown((True, False), ((False, False), False))
+    ((True, True), False)
+    """
+    if isinstance(new, tuple):
+        olds = old if isinstance(old, tuple) and len(old) == len(new) else (old,) * len(new)
+        return tuple(_grown(o, n) for o, n in zip(olds, new))
+    return flag_any(old) or flag_any(new)
+
+
 def loads(node):
     """Names a node reads."""
     return [n.id for n in gast.walk(node) if isinstance(n, gast.Name) and
@@ -510,9 +530,12 @@ class FunctionBatcher:
                 pass
         if isinstance(stmt.value, (gast.Name, gast.Constant)) or typ.ndim == 0:
             return R.broadcast_batch(stmt.value, typ, self.n(), writable=True)
-        # Computed once, then one (writable) copy per example.
-        return [assign(target, clone(stmt.value)),
-                assign(target, R.broadcast_batch(name(target), typ, self.n(), writable=True))]
+        # Computed once, then one (writable) copy per example (through a temporary: the name
+        # keeps one rank, as a module read again must type it)
+        once = self.core.namer.fresh(f"{target}_one")
+        self.core.namer.temps.add(once)
+        return [assign(once, clone(stmt.value)),
+                assign(target, R.broadcast_batch(name(once), typ, self.n(), writable=True))]
 
     def batch_call(self, stmt, call=None, value=None, flags=None, store=False):
         call = call or stmt.prim.call
@@ -1137,6 +1160,8 @@ class ModuleBatcher:
         self.program = program
         self.quote_lines = quote_lines  # comments quoting the source line of each block
         self.done = {}
+        self.in_progress = set()  # (function, pattern) keys being batched
+        self.recursive = set()  # those of them reached again while being batched
         self.functions = []
         self._names = {}
 
@@ -1150,13 +1175,36 @@ class ModuleBatcher:
         """The batched variant of helper `core` for this pattern of batched parameters."""
         key = (core.name, tuple(pattern))
         if key in self.done:
-            if self.done[key] is None:
-                raise PerExampleLoop(f"{core.info.name} calls itself")
+            if self.done[key] is None:  # its batching failed (the caller runs per example)
+                raise PerExampleLoop(f"{core.info.name} cannot be batched")
+            if key in self.in_progress:
+                self.recursive.add(key)
             return self.done[key]
-        self.done[key] = None
-        fb = FunctionBatcher(self, core, pattern)
-        result = fb.run()
+        # A call of itself (recursion) reads an assumption of which outputs vary between
+        # examples: none at first, then what the last batching found, until the two agree
+        # (flags only turn from False to True, so this stops). The name is the one the
+        # function gets.
         fname = self.program.module_names.fresh(f"vmap_{core.name}")
+        tuple_out = isinstance(core.returns, gast.Tuple)
+        assumed = (False,) * (len(core.returns.elts) if tuple_out else 1)
+        self.in_progress.add(key)
+        try:
+            for _ in range(_MAX_ASSUMPTIONS):
+                self.done[key] = BatchedFunction(fname, assumed, tuple_out, "vectorized")
+                fb = FunctionBatcher(self, core, pattern)
+                result = fb.run()
+                grown = _grown(assumed, result.out_flags)
+                if key not in self.recursive or result.variant != "vectorized" or \
+                        grown == assumed:
+                    break
+                assumed = grown
+            else:
+                raise PerExampleLoop(f"{core.info.name} calls itself")
+        except BaseException:
+            self.done[key] = None
+            raise
+        finally:
+            self.in_progress.discard(key)
         body, returns = inline_returns(list(result.body), result.returns, core.namer.temps)
         if result.uses_n_batch:
             batched = [p for p, b in zip(core.params, pattern) if b]
