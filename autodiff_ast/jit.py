@@ -812,7 +812,8 @@ def compile_error(failure, user_fn):
                f"{generated}): {failure.reason}")
     return CompileError(message, filename=filename, lineno=lineno, code=code,
                         hint="rewrite the line with NumPy functions Numba supports "
-                             "(numba-notes.md), or call the function without jit")
+                             "(docs/numba.md lists what the lowering rewrites for it), or "
+                             "call the function without jit")
 
 
 def _related_functions(fn, limit=50):

@@ -636,6 +636,14 @@ class _Lower(gast.NodeTransformer):
             return None
         return _call(self.helper("repeat_axis"), [args["a"], args["repeats"], args["axis"]])
 
+    def call_np_tile(self, node):
+        # Numba has no np.tile: one integer count by a helper (a tuple of counts stays)
+        args = _bind(node, ("A", "reps"))
+        if args is None or "reps" not in args or isinstance(args["reps"], (gast.Tuple,
+                                                                            gast.List)):
+            return None
+        return _call(self.helper("tile_count"), [args["A"], args["reps"]])
+
     def call_np_atleast_1d(self, node):
         # Numba's atleast_2d/3d refuse a number (0-d arrays are fine)
         if len(node.args) != 1 or node.keywords or _is_array_call(node.args[0]):

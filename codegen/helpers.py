@@ -560,6 +560,19 @@ def repeat_axis(a, repeats, axis):
     picked = out.reshape((out.shape[0],) + moved.shape[1:])
     return np.ascontiguousarray(np.moveaxis(picked, 0, at))
 ''',
+    "tile_count": '''\
+def tile_count(a, reps):
+    """np.tile(a, reps) for one integer count (Numba has no np.tile): `reps` copies of `a`
+    side by side along its last axis (a number becomes a vector of `reps` entries)."""
+    whole = np.atleast_1d(np.asarray(a))
+    length = whole.shape[-1]
+    rows = np.ascontiguousarray(whole).reshape((whole.size // max(length, 1), length))
+    count = max(reps, 0)
+    out = np.empty((rows.shape[0], length * count), dtype=rows.dtype)
+    for r in range(count):
+        out[:, r * length:(r + 1) * length] = rows
+    return out.reshape(whole.shape[:-1] + (length * count,))
+''',
     "scatter_add": '''\
 def scatter_add(b, index, g):
     """np.add.at(b, index, g) for one integer index array: repeated indices accumulate; `g`

@@ -549,9 +549,23 @@ def _failure(exc, filename, source):
 
 
 def _reason(text):
+    """Numba's first lines of explanation in `text`, without its file references, the source
+    lines it quotes under them or its advice.
+
+    >>> _reason("Use of unsupported NumPy function 'numpy.tile'.\\n\\nFile \\"m.py\\", "
+    ...         "line 9:\\ndef f(x):\\n    <source elided>\\n    t = np.tile(x, 2)\\n    ^\\n")
+    "Use of unsupported NumPy function 'numpy.tile'."
+    """
     kept = []
+    quoting = False  # in the source lines Numba quotes below a file reference
     for line in text.split("\n"):
         stripped = line.strip()
+        if stripped.startswith('File "'):
+            quoting = True
+            continue
+        if quoting:
+            quoting = stripped not in ("^", "") and not stripped.startswith("During:")
+            continue
         if not stripped or stripped.startswith(_NOISE) or stripped.startswith("- Of which"):
             continue
         if stripped.startswith(("There are", "Known signatures", "* (", "- argument")):

@@ -753,7 +753,9 @@ def _tile_vjp(call, g):
     expr.args[0].elts = [to_expr(p) for p in pieces]
     for axis in reversed(range(0, 2 * rank, 2)):
         expr = fill("np.sum(e, axis=a)", e=expr, a=axis)
-    if rank != x.ndim:
+    if x.ndim == 0:  # (a number: its one entry, as a number, which has no reshape)
+        expr = fill("np.sum(e)", e=expr)
+    elif rank != x.ndim:
         expr = fill("e.reshape(x.shape)", e=expr, x=xe)
     return {"x": (expr, x)}
 
