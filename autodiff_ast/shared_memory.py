@@ -65,6 +65,8 @@ class _SharedMemoryCheck:
     def __init__(self, normalizer):
         self.normalizer = normalizer
         self.writes = {}  # id -> the write statement, for the error
+        self.written_in_loops = set()  # ids of those writes made inside a loop
+        self.loop_depth = 0
         # id of an entry -> (callee, its parameter's user name, its write), one entry per
         # parameter a call writes into (kept here, so the ids stay unique)
         self.calls = {}
@@ -86,12 +88,17 @@ class _SharedMemoryCheck:
                     "of them is not rebound: a branch not taken, or a loop that runs zero times)")
         else:
             what = f"{user(alias)} shares memory with {user(base)}"
+        hint = (f"take a copy instead (v = x[1:3].copy(), or b = a.copy()), or write "
+                f"{user(base)} = {user(base)} + ... rather than an in-place update")
+        if key in self.written_in_loops:
+            # two buffers exchanged each step (u, un = un, u) look like one to this analysis
+            hint += (f"; for two buffers exchanged each step ({user(alias)}, {user(base)} = "
+                     f"{user(base)}, {user(alias)}), write {user(alias)} = "
+                     f"{user(base)}.copy() instead")
         raise self.normalizer.info.error(
             UnsupportedSyntaxError, f"{what}, which is written in place before {user(alias)} "
             "is read again; the gradient would miss the shared memory",
-            getattr(self.writes[key], "origin", None) or self.normalizer.info.node,
-            f"take a copy instead (v = x[1:3].copy(), or b = a.copy()), or write "
-            f"{user(base)} = {user(base)} + ... rather than an in-place update")
+            getattr(self.writes[key], "origin", None) or self.normalizer.info.node, hint)
 
     def refuse_call(self, key, base, alias, maybe):
         """A call wrote into `base`'s memory through a parameter, and `alias` is read after."""
@@ -142,6 +149,8 @@ class _SharedMemoryCheck:
             if not sharing:
                 return state
             self.writes[id(stmt)] = stmt
+            if self.loop_depth:
+                self.written_in_loops.add(id(stmt))
             return _State(state.memory, state.pending |
                           {(id(stmt), base, n, maybe) for n, maybe in sharing.items()})
         if prim is not None and prim.kind == "user":
@@ -209,7 +218,11 @@ class _SharedMemoryCheck:
                 self.read(state, _reads(stmt.test))
                 state = self.block(stmt.body, state).join(self.block(stmt.orelse, state))
             elif isinstance(stmt, (gast.For, gast.While)):
-                state = self.loop(stmt, state)
+                self.loop_depth += 1
+                try:
+                    state = self.loop(stmt, state)
+                finally:
+                    self.loop_depth -= 1
             else:
                 state = self.simple(stmt, state)
         return state
