@@ -1212,8 +1212,15 @@ def _check_other_transforms(fn, args, value):
         if not _close_trees(out, value) or not _close_trees(got_tangent, want_tangent):
             return "wrong", (f"linearize disagrees with jvp: {out} vs {value}; "
                              f"{got_tangent} vs {want_tangent}")
+        out_vjp, _ = ad.vjp(fn, *args)
+        if not _close_trees(out_vjp, value):
+            return "wrong", f"vjp's output disagrees with the function's: {out_vjp} vs {value}"
         if np.ndim(value) == 0 and floats:
-            want = ad.grad(fn, argnums=floats)(*args)
+            # value_and_grad's value is the forward sweep's (the backward one restores names)
+            got_value, want = ad.value_and_grad(fn, argnums=floats)(*args)
+            if not _close_trees(got_value, value):
+                return "wrong", (f"value_and_grad's value disagrees with the function's: "
+                                 f"{got_value} vs {value}")
             for jac in (ad.jacfwd, ad.jacrev):
                 got = jac(fn, argnums=floats)(*args)
                 if not _close_trees(got, want):
@@ -1369,13 +1376,16 @@ def _check_jit(fn, args, value):
         return "crash", "plain grad failed:\n" + traceback.format_exc()
     try:
         got_value = jit(fn)(*args)
-        got = jit(ad.grad(target, argnums=argnums))(*args)
+        # (value_and_grad: its value is checked too, against the target's own)
+        got_target, got = jit(ad.value_and_grad(target, argnums=argnums))(*args)
     except AutodiffError as exc:
         return "unsupported", f"{type(exc).__name__}: {exc}"
     except Exception:  # noqa: BLE001
         return "crash", traceback.format_exc()
-    if not _close_trees(got_value, value) or not _close_trees(got, expected):
-        return "wrong", f"jit disagrees with plain: {got_value} vs {value}; {got} vs {expected}"
+    if not _close_trees(got_value, value) or not _close_trees(got, expected) or \
+            not _close_trees(got_target, target(*args)):
+        return "wrong", (f"jit disagrees with plain: {got_value} vs {value}; {got} vs "
+                         f"{expected}; value_and_grad's value {got_target}")
     status, detail = _check_single_precision(jit, target, argnums, args)
     if status != "ok":
         return status, detail
