@@ -1210,6 +1210,8 @@ class ModuleBatcher:
             batched = [p for p, b in zip(core.params, pattern) if b]
             at = after_comments(body) if result.variant == "loop" else 0
             body.insert(at, assign(fb.n_batch, batch_size_of(batched, core.types)))
+        if tuple_out and len(returns) == 1:  # (a 1-tuple stays one: callers index it)
+            returns = gast.Tuple(elts=returns, ctx=gast.Load())
         self.functions.append(function(fname, list(core.params), body, returns))
         done = BatchedFunction(fname, result.out_flags, isinstance(core.returns, gast.Tuple),
                                result.variant)

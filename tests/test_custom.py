@@ -156,6 +156,36 @@ def test_second_order_through_a_custom_vjp():
     assert np.isclose(ad.grad(ad.grad(lambda v: sin_with_residuals(v)))(x), -np.sin(x))
 
 
+def _sum_of_custom_sines(x):
+    return np.sum(sin_with_residuals(x) * x)
+
+
+def _halved(x):
+    return (0.5 * x,)
+
+
+def _sum_of_halves(x):
+    (half,) = _halved(x)
+    return np.sum(half * half) + _halved(x)[0][0]
+
+
+# A helper returning a 1-tuple (a custom_vjp's bwd always does) was batched into a function
+# returning the bare array, which its caller still indexed: [0] picked example 0.
+def test_vmap_and_jacrev_through_a_custom_vjp():
+    xs = np.array([[0.1, 0.2, 0.3], [1.0, 2.0, 3.0]])
+    want = np.sin(xs) + xs * np.cos(xs)
+    np.testing.assert_allclose(ad.vmap(ad.grad(_sum_of_custom_sines))(xs), want, rtol=1e-12)
+    np.testing.assert_allclose(ad.jacrev(sin_with_residuals)(xs[1]), np.diag(np.cos(xs[1])),
+                               rtol=1e-12)
+
+
+def test_vmap_of_a_helper_returning_a_one_tuple():
+    xs = np.array([[0.1, 0.2, 0.3], [1.0, 2.0, 3.0]])
+    want = 0.5 * xs
+    want[:, 0] += 0.5
+    np.testing.assert_allclose(ad.vmap(ad.grad(_sum_of_halves))(xs), want, rtol=1e-12)
+
+
 def test_forward_mode_of_a_custom_vjp_function_is_an_error():
     with pytest.raises(MissingRuleError, match="forward-mode"):
         ad.jvp(lambda v: sin_with_residuals(v), (0.3,), (1.0,))
