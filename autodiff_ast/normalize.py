@@ -914,6 +914,11 @@ class Normalizer:
         return self.runtime(result, node)
 
     def expr_Constant(self, node, target):
+        if isinstance(node.value, complex):  # (typed as floats, they gave wrong derivatives)
+            raise self.unsupported(
+                "complex numbers are not supported", node,
+                "keep the real and imaginary parts as two real arrays (np.exp(1j * x) is "
+                "np.cos(x) + 1j * np.sin(x): work with np.cos(x) and np.sin(x))")
         return _keep_mark(gast.Constant(value=node.value, kind=None), node)
 
     def expr_Name(self, node, target):
@@ -1234,8 +1239,8 @@ class Normalizer:
         from .api import _Transformed
         if isinstance(fn, _Transformed):
             return self.call_transformed(fn, node, target)
-        if getattr(fn, "__module__", "").startswith(("autodiff_ast.api",
-                                                     "autodiff_ast.batching")) and callable(fn):
+        if (getattr(fn, "__module__", None) or "").startswith((
+                "autodiff_ast.api", "autodiff_ast.batching")) and callable(fn):
             # grad(f), vmap(f, ...) written inside the function: built once, now.
             args = [self.expr(a) for a in node.args]
             kwargs = {k.arg: self.expr(k.value) for k in node.keywords}

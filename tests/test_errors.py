@@ -123,6 +123,10 @@ def uses_star_args(*xs):
     return xs[0]
 
 
+def uses_complex(x):
+    return np.sum(np.abs(np.exp(1j * x)))  # complex numbers: once a wrong derivative
+
+
 UNSUPPORTED = [
     (uses_try, "try:", "try/except", "outside"),
     (uses_global, "global G", "global", "argument"),
@@ -138,6 +142,7 @@ UNSUPPORTED = [
     (uses_import, "import math", "import", "module level"),
     (uses_del, "del ys[0]", "del of an element", ""),
     (uses_star_args, "def uses_star_args", "*args", "parameters"),
+    (uses_complex, "np.exp(1j * x)", "complex numbers", "real and imaginary"),
 ]
 
 
@@ -171,12 +176,17 @@ def calls_unknown_method(x):
     return x.ptp()
 
 
+def calls_ufunc_method(x):
+    return np.add.reduce(x * x)  # a callable whose __module__ is None
+
+
 @pytest.mark.parametrize("fn,line_text,name", [
+    (calls_ufunc_method, "np.add.reduce", "reduce"),
     (calls_fft, "np.fft.fft", "np.fft.fft"),
     (calls_unknown_numpy, "np.correlate", "np.correlate"),
     (calls_builtin_without_rule, "sorted(x)", "sorted"),
     (calls_unknown_method, "x.ptp()", ".ptp()"),
-], ids=["fft", "correlate", "builtin-sorted", "method"])
+], ids=["ufunc-method", "fft", "correlate", "builtin-sorted", "method"])
 def test_missing_rule(fn, line_text, name):
     err = raised(MissingRuleError, fn, np.ones(4))
     message = assert_located(err, fn, line_text)
@@ -340,6 +350,16 @@ def test_bad_argnums(argnums, fragment):
     assert fragment in err.message
     assert_located(err, two_args, "def two_args")
     assert isinstance(err, ValueError)
+
+
+@pytest.mark.parametrize("transform", [ad.jacfwd, ad.jacrev, ad.hessian],
+                         ids=lambda t: t.__name__)
+@pytest.mark.parametrize("argnums", [2, -3, (0, 2)])
+def test_bad_argnums_of_the_jacobians(transform, argnums):
+    with pytest.raises(ArgnumsError) as info:  # (an IndexError from inside once)
+        transform(two_args, argnums=argnums)(1.0, 2.0)
+    assert_located(info.value, two_args, "def two_args")
+    assert "names argument" in info.value.message
 
 
 def test_argnums_error_lists_the_parameters():
