@@ -47,6 +47,7 @@ from .templates import assign, fill, name, to_expr, unparse
 _ROUTES = {}  # callable -> handler(normalizer, fn, node, target)
 _REGISTERED = {}  # callable -> _Registration (register_rule)
 _COUNTER = itertools.count(1)
+_INSIDE_OWN_RULE = set()  # ids of the custom_vjp functions whose fwd/bwd are being read
 
 
 class RuleCheckError(AutodiffError, AssertionError):
@@ -696,7 +697,8 @@ class custom_vjp:
         )
         params, defaults = _signature(self.fun)
         atoms = _bind(normalizer, params, defaults, node, self.__name__)
-        if self.fwd is None:
+        if self.fwd is None or id(self) in _INSIDE_OWN_RULE:
+            # (in its own fwd or bwd, JAX's `return f(x), (x,)`: the function as written)
             return normalizer.call_user(self.fun, node, target,
                                         atoms=[atoms[p] for p in params])
         for p in params:
@@ -705,21 +707,25 @@ class custom_vjp:
                                              "an array or a number", node)
         types_ = {p: atom_type(atoms[p], normalizer.types) for p in params}
         program = normalizer.program
-        ret = normalize(parse_callee(self.fwd), dict(types_), Program()).return_type
-        if ret.kind != "tuple" or not ret.elts or len(ret.elts) != 2:
-            raise normalizer.info.error(MissingRuleError, f"the fwd function of "
-                                        f"{self.__name__} must return (output, residuals)",
-                                        node)
-        out_t, res_t = ret.elts
-        paths = _leaf_paths(res_t)
-        flat_fwd = self._flat_forward(res_t)
-        flat_core = normalize_into(program, parse_callee(flat_fwd), dict(types_))
-        leaf_types = [_at(res_t, path) for path in paths]
-        bwd_params, _ = _signature(self.bwd)
-        res_spec = TreeSpec("tuple", tuple((i, t) for i, t in enumerate(leaf_types)))
-        bwd_core = normalize_into(program, parse_callee(self.bwd),
-                                  {bwd_params[0]: res_spec, bwd_params[1]: out_t})
-        bwd_out = bwd_core.return_type
+        _INSIDE_OWN_RULE.add(id(self))  # (its fwd and bwd may call it: see above)
+        try:
+            ret = normalize(parse_callee(self.fwd), dict(types_), Program()).return_type
+            if ret.kind != "tuple" or not ret.elts or len(ret.elts) != 2:
+                raise normalizer.info.error(MissingRuleError, f"the fwd function of "
+                                            f"{self.__name__} must return (output, residuals)",
+                                            node)
+            out_t, res_t = ret.elts
+            paths = _leaf_paths(res_t)
+            flat_fwd = self._flat_forward(res_t)
+            flat_core = normalize_into(program, parse_callee(flat_fwd), dict(types_))
+            leaf_types = [_at(res_t, path) for path in paths]
+            bwd_params, _ = _signature(self.bwd)
+            res_spec = TreeSpec("tuple", tuple((i, t) for i, t in enumerate(leaf_types)))
+            bwd_core = normalize_into(program, parse_callee(self.bwd),
+                                      {bwd_params[0]: res_spec, bwd_params[1]: out_t})
+            bwd_out = bwd_core.return_type
+        finally:
+            _INSIDE_OWN_RULE.discard(id(self))
         floats = [p for p in params if types_[p].is_float]
         fwd_out_t = T.AType("tuple", elts=(out_t,) + tuple(leaf_types))
         owner = self

@@ -186,6 +186,35 @@ def test_vmap_of_a_helper_returning_a_one_tuple():
     np.testing.assert_allclose(ad.vmap(ad.grad(_sum_of_halves))(xs), want, rtol=1e-12)
 
 
+@ad.custom_vjp
+def sin_calling_itself(x):
+    return np.sin(x)
+
+
+def sin_calling_itself_fwd(x):
+    return sin_calling_itself(x), (x,)  # JAX's idiom: the fwd calls the function
+
+
+def sin_calling_itself_bwd(res, g):
+    (x,) = res
+    return (g * np.cos(x),)
+
+
+sin_calling_itself.defvjp(sin_calling_itself_fwd, sin_calling_itself_bwd)
+
+
+def _sum_of_self_calling_sines(x):
+    return np.sum(sin_calling_itself(x))
+
+
+def test_a_fwd_that_calls_its_own_function():
+    # (read the fwd, which calls the function, which has a custom rule: a RecursionError)
+    x = np.array([0.1, 0.2, 0.7])
+    np.testing.assert_allclose(ad.grad(_sum_of_self_calling_sines)(x), np.cos(x), rtol=1e-12)
+    np.testing.assert_allclose(ad.hessian(_sum_of_self_calling_sines)(x), np.diag(-np.sin(x)),
+                               rtol=1e-12, atol=1e-15)
+
+
 def test_forward_mode_of_a_custom_vjp_function_is_an_error():
     with pytest.raises(MissingRuleError, match="forward-mode"):
         ad.jvp(lambda v: sin_with_residuals(v), (0.3,), (1.0,))
