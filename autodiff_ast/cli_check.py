@@ -65,6 +65,10 @@ def fd_jacobian(fun, args, k, eps=1e-6):
     array([[2., 0.],
            [0., 4.]])
     """
+    first = fun(*args)
+    if isinstance(first, (tuple, list)):  # several outputs: one Jacobian each
+        return tuple(fd_jacobian(lambda *a, i=i: fun(*a)[i], args, k, eps)
+                     for i in range(len(first)))
     x = np.asarray(args[k], dtype=float)
     cols = []
     for i in np.ndindex(x.shape or ()):
@@ -207,12 +211,28 @@ def _close(got, want, rtol, atol):
 
 
 def _leaves(value):
+    if isinstance(value, dict):  # (an aux dict: its entries by key)
+        value = [value[key] for key in sorted(value)]
     if isinstance(value, (tuple, list)):
         out = []
         for v in value:
             out += _leaves(v)
         return out
     return [value]
+
+
+def _each_output(f, *parts):
+    """f applied per output: to the entries of tuples (several outputs), else once."""
+    if isinstance(parts[0], tuple):
+        return tuple(f(*entries) for entries in zip(*parts))
+    return f(*parts)
+
+
+def _plus(a, b):
+    """a + b, entry by entry for tuples (several outputs); None is zero."""
+    if a is None:
+        return b
+    return _each_output(lambda x, y: x + y, a, b)
 
 
 def _primary(fn, has_aux):
@@ -256,19 +276,25 @@ def _check_entry(command, fn, entry, options, values, specs, rng, tol):
         dots = [_like(args[k], rng) for k in floats]
         result = entry(*args, *dots)
         out, out_dot = result[0], result[1]
-        want_dot = 0.0
+        want_dot = None
         for k, v in zip(floats, dots):
             jac = fd_jacobian(primal, args, k)
-            want_dot = want_dot + _contract_in(jac, v)
+            want_dot = _plus(want_dot, _each_output(lambda j, v=v: _contract_in(j, v), jac))
         return _close((out, out_dot), (primal(*args), want_dot), rtol, atol) + (
             "a central difference along the tangent",)
     if command == "vjp":
         out = primal(*args)
-        u = _like(out, rng)
-        got_out, bars = entry(*args, u)
+        several = isinstance(out, (tuple, list))
+        u = tuple(_like(o, rng) for o in out) if several else _like(out, rng)
+        got_out, bars = entry(*args, *u) if several else entry(*args, u)
         bars = bars if isinstance(bars, tuple) else (bars,)
-        want = tuple(_contract_out(u, fd_jacobian(primal, args, k)) for k in floats)
-        return _close((got_out, bars), (out, want), rtol, atol) + (
+        want = []
+        for k in floats:
+            jac = fd_jacobian(primal, args, k)
+            pieces = [_contract_out(ui, ji) for ui, ji in zip(u, jac)] if several else \
+                [_contract_out(u, jac)]
+            want.append(sum(pieces[1:], pieces[0]))
+        return _close((got_out, bars), (out, tuple(want)), rtol, atol) + (
             "the finite-difference Jacobian times the cotangent",)
     if command in ("jacfwd", "jacrev"):
         nums = parse_argnums(options.argnums, list(specs))
@@ -278,8 +304,11 @@ def _check_entry(command, fn, entry, options, values, specs, rng, tol):
         if options.has_aux:
             got = got[0]
         want = [fd_jacobian(primal, args, k) for k in ks]
-        return _close(got, want[0] if single else tuple(want), rtol, atol) + (
-            "the finite-difference Jacobian",)
+        if isinstance(want[0], tuple):  # several outputs: the outputs' structure outside
+            want = tuple(w[0] if single else tuple(w) for w in zip(*want))
+        else:
+            want = want[0] if single else tuple(want)
+        return _close(got, want, rtol, atol) + ("the finite-difference Jacobian",)
     if command == "hessian":
         nums = parse_argnums(options.argnums, list(specs))
         single = isinstance(nums, int)

@@ -1033,6 +1033,15 @@ class Normalizer:
             return self.static(value, node, sanitize(f"{unparse(node.value)}_{key.value}"))
         index = self.index(node.slice)
         typ = atom_type(base, self.types)
+        if isinstance(index, gast.Constant) and isinstance(index.value, str) and \
+                typ.kind in ("array", "float", "int", "bool"):
+            # (a dict argument given an array's signature: the command line cannot type one)
+            raise self.unsupported(
+                f"{unparse(node.value)} is {T.describe(typ)} here, which cannot be indexed by "
+                f"the string {index.value!r}", node,
+                "a dict argument is typed from the value passed: call grad(...) from Python "
+                "with the dict (autodiff-ast's --signature describes arrays and numbers only), "
+                "or pass its entries as separate arguments")
         if isinstance(base, (gast.Tuple, gast.List)) and isinstance(index, gast.Constant) and \
                 isinstance(index.value, int) and -len(base.elts) <= index.value < len(base.elts):
             return base.elts[index.value]  # `(a, b)[1]` is b

@@ -321,6 +321,17 @@ def test_syntax_error_in_the_file(project):
     assert_one_line_error(run, "broken.py:4:", "syntax error")
 
 
+def test_a_dict_argument_is_refused_not_written_as_an_array(project):
+    # (once a module exited 0 whose body wrote params_bar['b'] into an array)
+    (project / "dicts.py").write_text(
+        "import numpy as np\n\n\ndef dloss(params, x):\n"
+        "    h = np.tanh(params['w'] @ x + params['b'])\n    return np.sum(h ** 2)\n")
+    run = cli("grad", "dicts.py:dloss", "-o", "out.py", cwd=project, check=False)
+    assert_one_line_error(run, "dicts.py:5:", "cannot be indexed by the string 'w'",
+                          "separate arguments")
+    assert run.returncode == 1 and not (project / "out.py").exists()
+
+
 def test_exception_while_importing_the_file(project):
     (project / "raises.py").write_text("import numpy as np\n\nvalue = 1 / 0\n")
     run = cli("grad", "raises.py:f", cwd=project, check=False)

@@ -42,6 +42,15 @@ def simulate(x: "float64[2]", steps, rate=0.5):
     return np.sum(x * x)
 
 
+def pair(a: "float64[2]", b: "float64[2]"):
+    return np.sum(np.sin(a) * b) * 2.0, a * b
+
+
+def with_aux(x: "float64[2]"):
+    pred = np.tanh(W @ x)
+    return np.sum(pred ** 2), {"pred": pred, "top": np.max(pred)}
+
+
 def unsupported(x):
     try:
         y = x * 2.0
@@ -297,6 +306,22 @@ def test_show_prints_plain_or_highlighted_source(project):
     cli("show", "grad", "model.py:loss", "--html", "page.html", cwd=project)
     page = (project / "page.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "grad_loss" in page
+
+
+def test_check_of_several_outputs_and_an_aux_dict(project):
+    # (check once crashed on these and blamed the axis sizes; the modules were right)
+    cli("jvp", "model.py:pair", "-o", "t.py", cwd=project)
+    cli("vjp", "model.py:pair", "-o", "c.py", cwd=project)
+    cli("jacfwd", "model.py:pair", "--argnums", "0,1", "-o", "j.py", cwd=project)
+    cli("value-and-grad", "model.py:with_aux", "--has-aux", "-o", "v.py", cwd=project)
+    for name in ("t.py", "c.py", "j.py", "v.py"):
+        run = cli("check", name, cwd=project)
+        assert run.stdout.startswith("ok   "), run.stdout
+    wrong = (project / "c.py").read_text()
+    changed = wrong.replace("np.cos(a)", "np.cos(1.001 * a)")
+    assert changed != wrong
+    (project / "bad.py").write_text(changed)
+    assert cli("check", "bad.py", cwd=project, check=False).returncode == 4
 
 
 def test_check_passes_and_catches_a_wrong_module(project):
