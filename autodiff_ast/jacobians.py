@@ -55,10 +55,13 @@ def _flat_specs(specs, what):
 
 def _tangent_leaves(primals, tangents):
     """The tangents of the float leaves of `primals`, checked against their structure."""
-    if not isinstance(tangents, (tuple, list)) or len(tangents) != len(primals):
+    if not isinstance(tangents, (tuple, list)):
+        raise TypeError(f"jvp takes its tangents as a tuple, one per primal, as it takes the "
+                        f"primals: jvp(f, (x,), (v,)); got a {type(tangents).__name__} for "
+                        f"{len(primals)} primal(s)")
+    if len(tangents) != len(primals):
         raise TypeError(f"jvp needs one tangent per primal: got {len(primals)} primal(s) and "
-                        f"{len(tangents) if isinstance(tangents, (tuple, list)) else tangents!r}"
-                        " tangent(s)")
+                        f"{len(tangents)} tangent(s)")
     out = []
     for k, (p, t) in enumerate(zip(primals, tangents)):
         p_leaves, p_def = pytrees.tree_flatten(p)
@@ -137,13 +140,13 @@ class _JvpTransform(_Transformed):
         if FlatView.applies(self.fun, primals) and not self.has_aux:
             # grad(f) of pytree arguments: the jvp of its flat entry, put back into pytrees
             view = FlatView(self.fun, primals)
-            _tangent_leaves(primals, tuple(tangents))  # (checks the tangents' structure)
+            _tangent_leaves(primals, tangents)  # (checks the tangents' structure)
             out, out_dot = jvp_transform(view.entry)(view.flat, view.flat_tangents(tangents))
             return view.outputs(out), view.outputs(out_dot)
         names, values, specs = self._specs(primals, {})
         generated, module = self._generate(specs)
         flat = _flat_values(specs, names, values)
-        dots = _tangent_leaves(values, tuple(tangents))
+        dots = _tangent_leaves(values, tangents)
         result = getattr(module, generated.entry)(*flat, *dots)
         out, out_dot = result[0], result[1]
         out_dot = _match_tree(out_dot, out)

@@ -130,6 +130,14 @@ def test_jvp_value_and_tangent():
     assert np.isclose(out_dot, fd, rtol=1e-7)
 
 
+def test_jvp_tangents_given_as_an_array_are_refused_with_the_tuple_form():
+    x, w = np.array([0.2, -0.4]), np.array([1.5, 0.5])
+    with pytest.raises(TypeError, match=r"as a tuple, one per primal.*jvp\(f, \(x,\), \(v,\)\)"):
+        ad.jvp(lambda v: model(v, w), (x,), x)
+    with pytest.raises(TypeError, match="got 2 primal"):
+        ad.jvp(model, (x, w), (x,))
+
+
 def test_generated_source_names_tangents_after_values_and_quotes_lines():
     source = build_jvp(model, {"x": spec_of(np.ones(2)), "w": spec_of(np.ones(2))}).source
     assert "def jvp_model(x, w, x_dot, w_dot):" in source
