@@ -61,17 +61,23 @@ def _leaves(pname, spec):
     return [pname]
 
 
+def check_argnum(info, params, argnums, i):
+    """Raise ArgnumsError, naming the function's line, unless `i` (one of `argnums`) is the
+    position of one of `params`."""
+    if not isinstance(i, int) or not -len(params) <= i < len(params):
+        raise ArgnumsError(
+            f"argnums {argnums!r} names argument {i}, but {info.name} takes "
+            f"{len(params)} argument(s): {', '.join(params) or 'none'}",
+            filename=info.filename, lineno=info.file_line(info.node),
+            hint=f"use an argnums between 0 and {len(params) - 1}")
+
+
 def active_leaves(info, specs, argnums):
     """Flat names of the differentiated leaves, per argnum; checks argnums and float inputs."""
     params = param_names(info)
     result = []
     for i in argnums:
-        if not isinstance(i, int) or not -len(params) <= i < len(params):
-            raise ArgnumsError(
-                f"argnums {argnums!r} names argument {i}, but {info.name} takes "
-                f"{len(params)} argument(s): {', '.join(params) or 'none'}",
-                filename=info.filename, lineno=info.file_line(info.node),
-                hint=f"use an argnums between 0 and {len(params) - 1}")
+        check_argnum(info, params, argnums, i)
         pname = params[i]
         spec = specs.get(pname, T.UNKNOWN)
         leaves = _leaves(pname, spec)

@@ -24,10 +24,10 @@ import os
 from codegen.loader import load_source
 
 from . import types as T
-from .build import build_vjp, param_names
+from .build import build_vjp, check_argnum, param_names
 from .build_forward import build_jvp
 from .custom import source_function
-from .errors import ArgnumsError, NonFloatOutputError
+from .errors import NonFloatOutputError
 from .frontend import parse_function
 from .naming import sanitize
 from .nesting import code_to_transform
@@ -169,12 +169,7 @@ def _arg_groups(info, specs, argnums):
     params = param_names(info)
     groups = []
     for k in argnums:
-        if not isinstance(k, int) or not -len(params) <= k < len(params):
-            raise ArgnumsError(
-                f"argnums {tuple(argnums)!r} names argument {k}, but {info.name} takes "
-                f"{len(params)} argument(s): {', '.join(params) or 'none'}",
-                filename=info.filename, lineno=info.file_line(info.node),
-                hint=f"use an argnums between 0 and {len(params) - 1}")
+        check_argnum(info, params, tuple(argnums), k)
         spec = specs[params[k]]
         tree = isinstance(spec, TreeSpec)
         leaves = spec.leaves(params[k]) if tree else [(params[k], spec)]
