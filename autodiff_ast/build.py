@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import gast
 
 from codegen.dict_outputs import flatten_returned_dicts
-from codegen.emit import blank, comment, function, is_marker, render_module
+from codegen.emit import blank, comment, function, is_marker, names_bound, render_module
 from codegen.helpers import helper_source
 
 from . import types as T
@@ -35,6 +35,7 @@ from .errors import ArgnumsError, NonFloatInputError, UnsupportedSyntaxError
 from .frontend import parse_function
 from .normalize import Program, TreeSpec, normalize_into
 from .reverse import SplitRegistry, _returned_names, _zero_of, reverse
+from .rules.batching import replace_names
 from .templates import assign, fill, name, to_expr, unparse
 from .tidy import tidy_block
 
@@ -169,15 +170,13 @@ _IN_PLACE_CALLS = {"np.add.at", "np.subtract.at", "np.multiply.at", "np.copyto",
                    "np.place", "np.putmask", "add_at", "add_into"}
 
 
-def _written_by(stmts):
-    """(names `stmts` bind, names of arrays they write into) for the statements and
-    everything nested in them."""
-    bound, written = set(), set()
+def _written_into(stmts):
+    """Names of the arrays `stmts` (and everything nested in them) write into: subscript
+    targets and the first argument of the in-place calls."""
+    written = set()
     for stmt in stmts:
         for node in gast.walk(stmt):
-            if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Store):
-                bound.add(node.id)
-            elif isinstance(node, gast.Subscript) and isinstance(node.ctx, gast.Store):
+            if isinstance(node, gast.Subscript) and isinstance(node.ctx, gast.Store):
                 base = node.value
                 while isinstance(base, gast.Subscript):
                     base = base.value
@@ -186,7 +185,7 @@ def _written_by(stmts):
             elif isinstance(node, gast.Call) and node.args and \
                     isinstance(node.args[0], gast.Name) and unparse(node.func) in _IN_PLACE_CALLS:
                 written.add(node.args[0].id)
-    return bound, written
+    return written
 
 
 def _captured_outputs(returns, backward, namer):
@@ -195,7 +194,7 @@ def _captured_outputs(returns, backward, namer):
     the array elements it saved before overwriting, so a returned name the backward sweep
     binds is copied to a new name first (``s_out = s``), and an array it writes into is copied
     whole (``y_out = np.copy(y)``); the other outputs are returned as they are."""
-    bound, written = _written_by(backward)
+    bound, written = names_bound(backward), _written_into(backward)
     captured, stmts = {}, []
     for expr in returns:
         for node in gast.walk(expr):
@@ -207,13 +206,8 @@ def _captured_outputs(returns, backward, namer):
                 stmts.append(assign(captured[node.id], value))
     if not captured:
         return [], returns
-
-    class Rename(gast.NodeTransformer):
-        def visit_Name(self, node):
-            if node.id in captured and isinstance(node.ctx, gast.Load):
-                return name(captured[node.id])
-            return node
-    return stmts, [Rename().visit(_copy_nodes(expr)) for expr in returns]
+    renamed = {old: name(new) for old, new in captured.items()}
+    return stmts, [replace_names(_copy_nodes(expr), renamed) for expr in returns]
 
 
 class ModuleBuilder:
