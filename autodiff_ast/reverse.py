@@ -3369,10 +3369,26 @@ def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
             current = adj.materialized(base)
             part = gast.Subscript(value=to_expr(current), slice=to_expr(prim.rule),
                                   ctx=gast.Load())
-            adj.add(value.id, fill("p.copy()", p=part) if adj.type_of(value.id).kind == "array"
-                    else part, adj.type_of(value.id))
+            vtype = adj.type_of(value.id)
+            ptype = _scattered_type(adj.type_of(base), atom_type(prim.rule, core.types))
+            if ptype == vtype and vtype.kind == "array":  # the values fill the selection
+                adj.add(value.id, fill("p.copy()", p=part), vtype)
+            else:  # the values were broadcast over the selection (one number per index)
+                adj.add(value.id, *adj.fit(part, ptype, vtype, value.id))
         return None
     return None
+
+
+def _scattered_type(base, index):
+    """The type of ``base[index]`` for np.add.at's index: one integer or an integer array
+    selects along the first axis; other indexes give an array of unknown rank."""
+    if base.kind != "array" or base.dims is None:
+        return T.array(None)
+    if index.kind == "int":
+        return T.array(base.dims[1:])
+    if index.kind == "array" and index.dims is not None:
+        return T.array(index.dims + base.dims[1:])
+    return T.array(None)
 
 
 def _hand_to_elements(adj, value, held, typ, active):

@@ -1151,6 +1151,9 @@ class _Lower(gast.NodeTransformer):
         if isinstance(value, gast.Call) and dotted_name(value.func) == "np.add.at" and \
                 len(value.args) == 3 and not value.keywords:
             target, index, g = value.args
+            if self.is_int(index):  # one element (or row): an ordinary in-place add
+                return gast.AugAssign(target=gast.Subscript(
+                    value=target, slice=index, ctx=gast.Store()), op=gast.Add(), value=g)
             if isinstance(index, gast.List):
                 index = _call("np.array", [index])
             if isinstance(index, gast.Tuple):

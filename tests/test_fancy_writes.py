@@ -323,3 +323,66 @@ def test_rank_generic_code_counts_the_axes_where_it_runs(tmp_path, monkeypatch):
                         (fancy_model.columns, fancy_grads.grad_columns)):
         flat = central_differences(lambda v, fn=fn: fn(v.reshape(3, 4)), x.ravel())
         np.testing.assert_allclose(grad_fn(x), flat.reshape(3, 4), atol=1e-6)
+
+
+# ---------------------------------------------------------------- the user's np.add.at
+# np.add.at(w, idx, v) with v broadcast over w[idx] (one number per index, one row per
+# indexed row): v's adjoint was w_bar[idx] unsummed (`x_bar[i] += w_bar[idx]`, "setting an
+# array element with a sequence"); reverse._scattered_type sums it down to v's shape. An
+# integer index (np.add.at(w, 1, v)) failed under jit in scatter_add (`index.shape` of an
+# int); codegen/dialect.py writes it as `w[1] += v`.
+SCATTER_INDEX = np.array([0, 1, 1])
+
+
+def scatter_a_number_in_a_loop(x, idx):
+    w = np.zeros(3)
+    s = 0.0
+    for i in range(4):
+        for j in range(3):
+            s = s + np.exp(w[j]) * x[j]
+        np.add.at(w, idx, x[i])
+    return s
+
+
+def scatter_a_row(x, idx):
+    w = np.zeros((3, 2))
+    np.add.at(w, idx, x[:2] * x[2])
+    return np.sum(np.sin(w) * np.arange(6.0).reshape(3, 2))
+
+
+def scatter_at_one_index(x, idx):
+    w = np.zeros(3)
+    np.add.at(w, 1, x[0] * x[1])
+    np.add.at(w, idx, x[1:])
+    return np.sum(w * w)
+
+
+def scatter_rows(x, idx):
+    w = np.zeros((3, 2))
+    np.add.at(w, idx, np.outer(x[:3], x[2:4]))
+    return np.sum(np.tanh(w))
+
+
+SCATTERS = [scatter_a_number_in_a_loop, scatter_a_row, scatter_at_one_index, scatter_rows]
+
+
+@pytest.mark.parametrize("fn", SCATTERS, ids=lambda f: f.__name__)
+def test_add_at_matches_finite_differences(fn):
+    expected = numeric_grad(fn, (X, SCATTER_INDEX))
+    np.testing.assert_allclose(ad.grad(fn)(X, SCATTER_INDEX), expected, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(ad.jacfwd(fn)(X, SCATTER_INDEX), expected, rtol=1e-6,
+                               atol=1e-9)
+
+
+def test_add_at_of_a_number_explicit_value():
+    # w = [x0 + x1 + ..., 2 (x0 + ...), 0] as the loop goes; the last x[3] is added after the
+    # last read, so it has no effect
+    assert ad.grad(scatter_a_number_in_a_loop)(X, SCATTER_INDEX)[3] == 0.0
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("fn", SCATTERS, ids=lambda f: f.__name__)
+def test_add_at_under_jit(fn):
+    expected = ad.grad(fn)(X, SCATTER_INDEX)
+    assert jit(fn)(X, SCATTER_INDEX) == pytest.approx(fn(X, SCATTER_INDEX), rel=1e-12)
+    np.testing.assert_allclose(jit(ad.grad(fn))(X, SCATTER_INDEX), expected, rtol=1e-12)
