@@ -28,7 +28,9 @@ import gast
 
 from codegen.dict_outputs import flatten_returned_dicts
 from codegen.emit import blank, comment, function, is_marker, names_bound, render_module
+from codegen.fused_updates import ADD_HELPERS
 from codegen.helpers import helper_source
+from codegen.param_writes import dotted_name, numpy_writes_first_argument
 
 from . import types as T
 from .errors import ArgnumsError, NonFloatInputError, UnsupportedSyntaxError
@@ -165,11 +167,6 @@ def _returned_bar_names(exprs):
     return {e.id for e in exprs if isinstance(e, gast.Name)}
 
 
-#: Calls whose first argument the call writes into.
-_IN_PLACE_CALLS = {"np.add.at", "np.subtract.at", "np.multiply.at", "np.copyto", "np.put",
-                   "np.place", "np.putmask", "add_at", "add_into"}
-
-
 def _written_into(stmts):
     """Names of the arrays `stmts` (and everything nested in them) write into: subscript
     targets and the first argument of the in-place calls."""
@@ -183,9 +180,16 @@ def _written_into(stmts):
                 if isinstance(base, gast.Name):
                     written.add(base.id)
             elif isinstance(node, gast.Call) and node.args and \
-                    isinstance(node.args[0], gast.Name) and unparse(node.func) in _IN_PLACE_CALLS:
+                    isinstance(node.args[0], gast.Name) and _writes_first_argument(node.func):
                 written.add(node.args[0].id)
     return written
+
+
+def _writes_first_argument(func):
+    """Whether a call of `func` writes into its first argument (the dialect's add helpers and
+    NumPy's writing functions)."""
+    called = dotted_name(func) or ""
+    return called in ADD_HELPERS or numpy_writes_first_argument(called)
 
 
 def _captured_outputs(returns, backward, namer):

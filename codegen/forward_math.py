@@ -114,7 +114,7 @@ import gast
 from .emit import fresh_name, is_marker, name_node
 from .fused_updates import ADD_HELPERS
 from .loop_indices import constant_int
-from .param_writes import dotted_name
+from .param_writes import dotted_name, numpy_writes_first_argument
 
 __all__ = ["reuse_forward_math"]
 
@@ -128,12 +128,11 @@ _MATH = frozenset({"np.cos", "np.sin", "np.tan", "np.exp", "np.log", "np.tanh", 
 _PURE = _MATH | frozenset({"np.sqrt", "math.sqrt", "np.abs", "abs", "float", "int", "min",
                            "max", "np.divide", "np.float64", "slice_index", "broadcast_index",
                            "store_index", "same_length", "slice_start", "slice_length", "len"})
-#: Calls that write into their first argument: the dialect's add helpers and NumPy's own.
-#: (Other calls write nothing they are handed: the generated functions never write their
-#: parameters, codegen/param_writes.py, and NumPy's functions write only ``out=``.)
+#: Calls that write into their first argument: the dialect's add helpers and NumPy's own
+#: (param_writes.numpy_writes_first_argument). Other calls write nothing they are handed: the
+#: generated functions never write their parameters, codegen/param_writes.py, and NumPy's
+#: functions write only ``out=``.
 _WRITERS = ADD_HELPERS | {"add_outside", "zeros_outside", "zeros_like_reusing"}
-_NUMPY_WRITERS = frozenset({"np.copyto", "np.put", "np.place", "np.putmask",
-                            "np.fill_diagonal"})
 
 
 def reuse_forward_math(functions, taken, entries=(), doc=""):
@@ -260,7 +259,7 @@ def _written_names(fn):
                         out.add(inner.value.id)
         elif isinstance(node, gast.Call):
             called = dotted_name(node.func) or ""
-            if called in _WRITERS or called in _NUMPY_WRITERS or called.endswith(".at") or \
+            if called in _WRITERS or numpy_writes_first_argument(called) or \
                     called.startswith(("add_", "subtract_")):
                 if node.args and isinstance(node.args[0], gast.Name):
                     out.add(node.args[0].id)

@@ -52,7 +52,7 @@ import gast
 
 from .emit import dotted_node, fresh_name, name_node
 from .fused_updates import ADD_HELPERS
-from .param_writes import dotted_name
+from .param_writes import dotted_name, numpy_writes_first_argument
 
 __all__ = ["tabulate_invariant_calls", "stored_names", "written_names"]
 
@@ -66,8 +66,6 @@ _TABULATED.update({"np.arctan": "np.arctan", "math.atan": "np.arctan",
 #: Calls that write into none of their arguments.
 _PURE_MODULES = ("np.", "math.")
 _PURE_BUILTINS = {"range", "len", "min", "max", "abs", "float", "int", "bool"}
-_WRITING_NUMPY = {"np.copyto", "np.put", "np.place", "np.putmask", "np.fill_diagonal",
-                  "np.put_along_axis"}
 _PURE_METHODS = {"copy", "sum", "max", "min", "mean", "any", "all", "astype", "pop", "append"}
 
 
@@ -232,7 +230,7 @@ def written_names(stmts):
                         _PURE_MODULES):
                     if node.func.attr not in _PURE_METHODS:
                         out |= _roots(node.func.value)
-                elif func in _WRITING_NUMPY or func.startswith("np.random.") or not (
+                elif numpy_writes_first_argument(func) or func.startswith("np.random.") or not (
                         func.startswith(_PURE_MODULES) or func in _PURE_BUILTINS):
                     for arg in node.args:
                         out |= _roots(arg)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import gast
 
-__all__ = ["dotted_name", "keep_params_unwritten"]
+__all__ = ["dotted_name", "keep_params_unwritten", "numpy_writes_first_argument"]
 
 # Calls whose result may share memory with an argument.
 _VIEWS = {"np.asarray", "np.reshape", "np.ravel", "np.transpose", "np.broadcast_to",
@@ -34,6 +34,22 @@ _VIEWS = {"np.asarray", "np.reshape", "np.ravel", "np.transpose", "np.broadcast_
           "np.moveaxis", "np.swapaxes", "np.diagonal", "np.real", "np.ascontiguousarray",
           "np.flip", "np.fliplr", "np.flipud", "np.rot90"}
 _VIEW_METHODS = {"reshape", "ravel", "view", "transpose", "squeeze", "swapaxes", "T"}
+
+
+#: NumPy's functions that write into the array they are handed first (the ufunc methods
+#: ``np.add.at`` and the like are matched by their ``.at``).
+_NUMPY_WRITERS = frozenset({"np.copyto", "np.put", "np.place", "np.putmask",
+                            "np.fill_diagonal", "np.put_along_axis"})
+
+
+def numpy_writes_first_argument(called):
+    """Whether the NumPy function named `called` (a dotted name) writes into its first
+    argument: the one list the passes that track writes share.
+
+    >>> [numpy_writes_first_argument(c) for c in ("np.add.at", "np.copyto", "np.sum")]
+    [True, True, False]
+    """
+    return called in _NUMPY_WRITERS or (called.startswith("np.") and called.endswith(".at"))
 
 
 def dotted_name(node):

@@ -52,6 +52,7 @@ def test_an_elementwise_call_of_the_inner_index_becomes_a_table_before_the_nest(
     ("helper(a)", "a generated function could write into it"),
     ("a.fill(0.0)", "a method writes into it"),
     ("np.copyto(a, x[:3])", "np.copyto writes into it"),
+    ("np.add.at(a, x, 1.0)", "a ufunc's .at writes into it (np.* calls were all pure before)"),
     ("np.add(a, 1.0, out=a)", "an out= argument"),
     ("np.random.shuffle(a)", "np.random writes into it"),
     ("v = a[1:]\nv[0] = 2.0", "a view of it is written"),
