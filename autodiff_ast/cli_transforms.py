@@ -373,6 +373,8 @@ def _vjp(fn, module_name, specs, options):
     from .build import build_vjp
     generated = build_vjp(fn, specs, standalone_module=module_name)
     _check_standalone(generated, fn)
+    generated.source = _with_parameters(generated.source, generated.entry,
+                                        generated.layout["params"], fn)
     return _vjp_wrapper(generated, fn)
 
 
@@ -399,7 +401,8 @@ def _jacobian(command, fn, specs, options):
         transform = make(fn, nums, options.has_aux)
     generated, _, _ = transform._generate(specs)
     _check_standalone(generated, fn)
-    return resolve_generated_imports(generated.source, fn), generated.entry
+    source = resolve_generated_imports(generated.source, fn)
+    return _with_parameters(source, generated.entry, list(specs), fn), generated.entry
 
 
 def _batched(spec, axis, name):
@@ -434,7 +437,13 @@ def _vmap(fn, specs, options):
         raise TransformError("--in-axes maps no argument: map at least one (e.g. 0)", status=2)
     generated, _ = batcher._generate(names, likes, bspecs, leaf_axes, False)
     _check_standalone(generated, fn)
-    return resolve_generated_imports(generated.source, fn), generated.entry
+    source = resolve_generated_imports(generated.source, fn)
+    defaults = inspect.signature(fn).parameters
+    if all(a is None for n, a in zip(names, per_param)
+           if n in defaults and defaults[n].default is not defaults[n].empty):
+        # (a mapped argument takes a batch, so its default for one example would be wrong)
+        source = _with_parameters(source, generated.entry, names, fn)
+    return source, generated.entry
 
 
 def _rename_entry(source, old, new):

@@ -36,6 +36,10 @@ def energy(x: "float64[2]"):
     return np.sum(x ** 4) + x[0] * x[1]
 
 
+def energy_scaled(x: "float64[2]", scale=2.0):
+    return scale * (np.sum(x ** 4) + x[0] * x[1])
+
+
 def simulate(x: "float64[2]", steps, rate=0.5):
     for _ in range(steps):
         x = x - rate * np.tanh(x)
@@ -44,6 +48,10 @@ def simulate(x: "float64[2]", steps, rate=0.5):
 
 def pair(a: "float64[2]", b: "float64[2]"):
     return np.sum(np.sin(a) * b) * 2.0, a * b
+
+
+def scaled(a: "float64[2]", b: "float64[2]", scale=2.0):
+    return np.sin(a) * b * scale
 
 
 def with_aux(x: "float64[2]"):
@@ -180,6 +188,36 @@ def test_vmap(project, run_isolated):
         check(b.vmap_loss(xs, y), [model.loss(xi, y) for xi in xs], rtol=1e-12)
         check(b1.vmap_predict(xs.T), np.stack([model.predict(xi) for xi in xs], 1),
               rtol=1e-12)
+    """, project)
+
+
+def test_number_defaults_are_kept(project, run_isolated):
+    # the entry functions of jacfwd, jacrev, hessian, vjp's forward function and vmap (when
+    # the argument is not mapped) kept FUNC's parameters but dropped `scale=2.0`
+    expected = {"jacfwd": "def jacfwd_scaled(a, b, scale=2.0):",
+                "jacrev": "def jacrev_scaled(a, b, scale=2.0):",
+                "vjp": "def scaled_fwd(a, b, scale=2.0):"}
+    for command, line in expected.items():
+        cli(command, "model.py:scaled", "-o", f"d_{command}.py", cwd=project)
+        assert line in (project / f"d_{command}.py").read_text()
+    cli("hessian", "model.py:energy_scaled", "-o", "d_hessian.py", cwd=project)
+    assert "def hessian_energy_scaled(x, scale=2.0):" in (project / "d_hessian.py").read_text()
+    cli("vmap", "model.py:scaled", "--in-axes", "0,0,None", "-o", "d_vmap.py", cwd=project)
+    assert "def vmap_scaled(a, b, scale=2.0):" in (project / "d_vmap.py").read_text()
+    cli("vmap", "model.py:scaled", "-o", "d_vmap_all.py", cwd=project)  # scale mapped too
+    assert "def vmap_scaled(a, b, scale):" in (project / "d_vmap_all.py").read_text()
+    isolated_ok(run_isolated, """
+        import model, d_jacfwd, d_jacrev, d_hessian, d_vjp, d_vmap
+        b = np.array([1.5, -0.5])
+        for module in (d_jacfwd.jacfwd_scaled, d_jacrev.jacrev_scaled):
+            check(module(x, b), jac(model.scaled, (x, b), 0))
+            check(module(x, b, 0.5), jac(lambda a, b: model.scaled(a, b, 0.5), (x, b), 0))
+        grad = lambda x: jac(model.energy_scaled, (x,), 0, eps=1e-5)
+        check(d_hessian.hessian_energy_scaled(x), jac(grad, (x,), 0, eps=1e-4), rtol=1e-4,
+              atol=1e-5)
+        check(d_vjp.scaled_fwd(x, b)[0], model.scaled(x, b))
+        xs = np.stack([x, 2 * x])
+        check(d_vmap.vmap_scaled(xs, np.stack([b, b])), [model.scaled(v, b) for v in xs])
     """, project)
 
 
