@@ -35,7 +35,7 @@ from codegen.param_writes import dotted_name, numpy_writes_first_argument
 from . import types as T
 from .errors import ArgnumsError, NonFloatInputError, UnsupportedSyntaxError
 from .frontend import parse_function
-from .normalize import Program, TreeSpec, normalize_into
+from .normalize import Program, Static, TreeSpec, normalize_into
 from .reverse import SplitRegistry, _returned_names, _zero_of, reverse
 from .rules.batching import replace_names
 from .templates import assign, fill, name, to_expr, unparse
@@ -87,17 +87,32 @@ def active_leaves(info, specs, argnums):
         leaf_types = spec.leaves(pname) if isinstance(spec, TreeSpec) else [(pname, spec)]
         for flat, t in leaf_types:
             if not getattr(t, "is_float", False):  # a Static (None, a string...) too
-                dtype = getattr(t, "dtype", None)
-                what = "complex" if dtype and "complex" in dtype else (
-                    dtype or getattr(t, "kind", None) or type(getattr(t, "value", t)).__name__)
-                raise NonFloatInputError(
-                    f"grad requires real floating-point inputs, but argument {pname!r} "
-                    f"{'leaf ' + flat + ' ' if flat != pname else ''}is {what}",
-                    filename=info.filename, lineno=info.file_line(info.node),
-                    hint="pass floats (e.g. x.astype(float) or 1.0 instead of 1), or leave "
-                         "this argument out of argnums")
+                raise non_float_input("grad", pname, flat, t, info.filename,
+                                      info.file_line(info.node))
         result.append(leaves)
     return result
+
+
+def non_float_input(transform, pname, flat, t, filename, lineno):
+    """The :class:`NonFloatInputError` for differentiating argument `pname` (its leaf `flat`,
+    of type `t`): an integer, boolean, complex or otherwise non-float value, or a float
+    that jit's static_argnums/static_argnames made a constant of the compiled code."""
+    leaf = f"leaf {flat} " if flat != pname else ""
+    if isinstance(t, Static) and isinstance(t.value, float):
+        return NonFloatInputError(
+            f"{transform} differentiates argument {pname!r} {leaf}but jit's static_argnums/"
+            f"static_argnames make it a constant of the compiled code ({t.value!r}), which "
+            "has no derivative", filename=filename, lineno=lineno,
+            hint=f"leave {pname} out of static_argnums/static_argnames (jit compiles a float "
+                 "argument once for all its values), or out of argnums")
+    dtype = getattr(t, "dtype", None)
+    what = "complex" if dtype and "complex" in dtype else (
+        dtype or getattr(t, "kind", None) or type(getattr(t, "value", t)).__name__)
+    return NonFloatInputError(
+        f"{transform} requires real floating-point inputs, but argument {pname!r} {leaf}"
+        f"is {what}", filename=filename, lineno=lineno,
+        hint="pass floats (e.g. x.astype(float) or 1.0 instead of 1), or leave this argument "
+             "out of argnums")
 
 
 def _copy_nodes(value):

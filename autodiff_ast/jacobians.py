@@ -31,10 +31,11 @@ from .api import (
     _spec_key,
     _Transformed,
 )
+from .build import non_float_input
 from .build_forward import build_jvp, build_linearize
 from .build_jacobian import Argnums, build_jacfwd, build_jacrev
 from .custom import register_route, source_function
-from .errors import ArgnumsError, NonFloatInputError, ShapeMismatchError
+from .errors import ArgnumsError, ShapeMismatchError
 from .frontend import parse_function
 from .nesting import code_to_transform
 from .normalize import Static, TreeSpec
@@ -310,19 +311,12 @@ class _JacobianTransform(_Transformed):
             for flat, t in leaves:
                 if getattr(t, "is_float", False):
                     continue
-                dtype = getattr(t, "dtype", None)
-                what = "complex" if dtype and "complex" in dtype else (
-                    dtype or getattr(t, "kind", None) or type(getattr(t, "value", t)).__name__)
                 code = getattr(self._signature_function(), "__code__", None)
                 if code is not None and code.co_filename.startswith("<autodiff-ast"):
                     code = None  # a NumPy function's stand-in has no file of the user's
-                raise NonFloatInputError(
-                    f"{self.public_name()} requires real floating-point inputs, but argument "
-                    f"{name!r} {'leaf ' + flat + ' ' if flat != name else ''}is {what}",
-                    filename=code.co_filename if code else None,
-                    lineno=code.co_firstlineno if code else None,
-                    hint="pass floats (e.g. x.astype(float) or 1.0 instead of 1), or leave "
-                         "this argument out of argnums")
+                raise non_float_input(self.public_name(), name, flat, t,
+                                      code.co_filename if code else None,
+                                      code.co_firstlineno if code else None)
 
     def public_name(self):
         """``hessian(f)``, ``jacfwd(f)`` or ``jacrev(f)``, as the user wrote it."""

@@ -26,6 +26,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import inspect
 import linecache
@@ -301,16 +302,29 @@ class _Jitted:
 
     def _specs(self, args, kwargs):
         names, values, specs = super()._specs(args, kwargs)
+        where = self._where()
         static = set(self.jit_options.static_argnames)
+        unknown = sorted(static - set(names))
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], names, n=1)
+            raise StaticArgumentError(
+                f"{where['name']}: static_argnames names {', '.join(map(repr, unknown))}, but "
+                f"the function's arguments are {', '.join(names)}",
+                filename=where["filename"], lineno=where["lineno"],
+                hint=f"did you mean {close[0]!r}?" if close else
+                "give the names of the function's own parameters")
         for i in self.jit_options.static_argnums:
             if not -len(names) <= i < len(names):
-                raise ArgnumsError(f"static_argnums {self.jit_options.static_argnums!r} names "
-                                   f"argument {i}, but the function takes {len(names)}")
+                raise ArgnumsError(
+                    f"{where['name']}: static_argnums {self.jit_options.static_argnums!r} "
+                    f"names argument {i}, but the function takes {len(names)}",
+                    filename=where["filename"], lineno=where["lineno"],
+                    hint=f"use positions between 0 and {len(names) - 1}, or static_argnames")
             static.add(names[i])
         self._statics = {}
         for n, v in zip(names, values):
             if n in static:
-                specs[n] = Static(self._intern(n, v))
+                specs[n] = Static(self._intern(n, v, where))
                 self._statics[n] = v
         self._hints = {}
         for n, v in zip(names, values):
@@ -319,15 +333,24 @@ class _Jitted:
                 self._hints[n] = length
         return names, values, specs
 
-    def _intern(self, name, value):
+    def _where(self):
+        """``jit(f)`` and the file and line of the user's function, for errors about how jit
+        was called."""
+        fn = _user_function(self)
+        code = getattr(fn, "__code__", None)
+        return {"name": f"jit({getattr(fn, '__name__', 'the function')})",
+                "filename": code.co_filename if code else None,
+                "lineno": code.co_firstlineno if code else None}
+
+    def _intern(self, name, value, where):
         try:
             key = (type(value), value)
             return self.jit_interned.setdefault(key, value)
         except TypeError:
-            fn = getattr(_user_function(self), "__name__", "the function")
             raise StaticArgumentError(
-                f"jit({fn}): static argument {name!r} must be hashable (jit compiles one "
+                f"{where['name']}: static argument {name!r} must be hashable (jit compiles one "
                 f"version per value), got {type(value).__name__}",
+                filename=where["filename"], lineno=where["lineno"],
                 hint=f"pass {name} as a tuple instead of a list or array, or leave it out of "
                      "static_argnums/static_argnames") from None
 

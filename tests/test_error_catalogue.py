@@ -422,6 +422,16 @@ def _api_cases(p):
         ("jit unhashable static", lambda: ad.jit(p.two_args, static_argnums=1)(X, [1.0]),
          E.StaticArgumentError, "jit(two_args): static argument 'y' must be hashable (jit "
                                 "compiles one version per value), got list"),
+        ("jit unknown static name", lambda: ad.jit(p.two_args, static_argnames="yy")(X, 1.0),
+         E.StaticArgumentError, "jit(two_args): static_argnames names 'yy', but the "
+                                "function's arguments are x, y"),
+        ("jit static argnum out of range", lambda: ad.jit(p.two_args, static_argnums=2)(X, X),
+         E.ArgnumsError, "jit(two_args): static_argnums (2,) names argument 2, but the "
+                         "function takes 2"),
+        ("grad of a static float", lambda: ad.jit(ad.grad(p.two_args, argnums=1),
+                                                   static_argnums=1)(X, 1.5),
+         E.NonFloatInputError, "grad differentiates argument 'y' but jit's static_argnums/"
+                               "static_argnames make it a constant of the compiled code (1.5)"),
     ]
 
 
@@ -437,6 +447,16 @@ def test_api_error(programs, label):
     assert type(info.value) is cls, f"{type(info.value).__name__}: {info.value}"
     assert words in str(info.value)
     assert info.value.hint, f"no hint: {info.value}"
+
+
+@pytest.mark.parametrize("label", ["jit unknown static name", "jit static argnum out of range",
+                                   "jit unhashable static", "grad of a static float"])
+def test_jit_argument_errors_name_the_function_s_file(programs, label):
+    _, call, _, _ = next(c for c in _api_cases(programs) if c[0] == label)
+    with pytest.raises(E.AutodiffError) as info:
+        call()
+    assert info.value.filename == programs.__file__
+    assert info.value.lineno == programs.two_args.__code__.co_firstlineno
 
 
 def test_catalogue_is_large_enough():
