@@ -245,7 +245,7 @@ _CALLS = threading.local()
 
 
 #: Transformations that take debug_nans (the global config applies to these).
-_NAN_KINDS = ("grad", "value_and_grad", "vjp", "jvp")
+_NAN_KINDS = ("grad", "value_and_grad", "vjp", "jvp", "jacfwd", "jacrev", "vmap")
 
 
 def _private_copy(module):

@@ -25,13 +25,14 @@ class Config:
 
     def __init__(self):
         self.__dict__["_values"] = dict(self._DEFAULTS)
+        self.__dict__.update(self._DEFAULTS)  # (read as plain attributes: jit checks per call)
 
     def update(self, name, value):
         """Set option `name` (``debug_nans``, or JAX's ``jax_debug_nans``)."""
         key = name[len("jax_"):] if name.startswith("jax_") else name
         if key not in self._values:
             raise KeyError(f"unknown option {name!r}; options: {', '.join(sorted(self._values))}")
-        self._values[key] = type(self._DEFAULTS[key])(value)
+        self._values[key] = self.__dict__[key] = type(self._DEFAULTS[key])(value)
 
     def __getattr__(self, name):
         values = self.__dict__["_values"]

@@ -9,9 +9,11 @@ generated line comes from (:mod:`autodiff_ast.linemap` keeps the map):
   the command line and imported without autodiff-ast in the call path, call :func:`explain` or
   :func:`install_excepthook`;
 - ``debug_nans=True`` on ``grad``/``value_and_grad``/``vjp``/``jvp`` (or
-  ``autodiff_ast.config.update("debug_nans", True)``, JAX's flag) runs a variant of the module
-  that checks every assignment and raises ``FloatingPointError`` at the first NaN or inf, naming
-  the generated statement and your line (:func:`nan_variant`).
+  ``autodiff_ast.config.update("debug_nans", True)``, JAX's flag, which jacfwd, jacrev, hessian
+  and vmap follow too) runs a variant of the module that checks every assignment and raises
+  ``FloatingPointError`` at the first NaN or inf, naming the generated statement and your line
+  (:func:`nan_variant`); under jit, a call whose output holds one runs again uncompiled
+  (autodiff_ast/jit.py).
 
 >>> import numpy as np
 >>> import autodiff_ast as ad

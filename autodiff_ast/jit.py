@@ -32,6 +32,7 @@ import inspect
 import linecache
 import os
 import sys
+import traceback
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +48,7 @@ from .api import (
     _spec_key,
     _Transformed,
 )
+from .config import config
 from .errors import ArgnumsError, AutodiffError, CompileError, StaticArgumentError
 from .naming import sanitize
 from .output_lists import lists_of
@@ -158,7 +160,37 @@ class _Jitted:
     kind = "jit"
 
     def __call__(self, *args, **kwargs):
-        return _numpy_floats(self._dispatch(args, kwargs))
+        result = _numpy_floats(self._dispatch(args, kwargs))
+        flag = self.jit_plain.debug_nans
+        if (config.debug_nans if flag is None else flag) and not _all_finite(result):
+            self._locate_nans(args, kwargs)
+        return result
+
+    def _locate_nans(self, args, kwargs):
+        """debug_nans under jit, as JAX does it: compiled code carries no checks, so a call
+        whose output holds a NaN or inf runs again uncompiled, where the first one made raises
+        FloatingPointError at its line (a transform's generated code with its checks; for
+        ``jit(f)``, f itself with NumPy raising on invalid operations)."""
+        plain = self.jit_plain
+        fn = _user_function(self)
+        name = f"jit({getattr(fn, '__name__', 'f')})"
+        if not isinstance(plain, _Primal):
+            plain(*args, **kwargs)
+        else:
+            try:
+                with np.errstate(invalid="raise", divide="raise", over="raise"):
+                    plain.fun(*args, **kwargs)
+            except FloatingPointError as exc:
+                code = getattr(fn, "__code__", None)
+                frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                          if code is not None and f.filename == code.co_filename]
+                where = f", at your line {os.path.basename(frames[-1].filename)}:" \
+                    f"{frames[-1].lineno}: {frames[-1].line}" if frames else ""
+                raise FloatingPointError(f"debug_nans: {name} made a NaN or inf ({exc}){where}") \
+                    from exc
+        raise FloatingPointError(
+            f"debug_nans: {name} returned a NaN or inf, and running it uncompiled found none "
+            "made along the way: an argument may hold one")
 
     def _dispatch(self, args, kwargs):
         self._forget_if_redefined()
@@ -799,6 +831,17 @@ def jit(fun, static_argnums=(), static_argnames=(), target="cpu", parallel=False
     jitted.jit_interned = {}
     jitted.jit_plans = {}
     return jitted
+
+
+def _all_finite(result):
+    """Whether every number in `result` (arrays, numbers, and tuples, lists and dicts of them)
+    is finite."""
+    if isinstance(result, (tuple, list)):
+        return all(_all_finite(r) for r in result)
+    if isinstance(result, dict):
+        return all(_all_finite(r) for r in result.values())
+    array = np.asarray(result)
+    return array.dtype.kind not in "fc" or bool(np.all(np.isfinite(array)))
 
 
 # ---------------------------------------------------------------- errors on the user's line

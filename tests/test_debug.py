@@ -206,6 +206,65 @@ def test_debug_nans_leaves_composed_transforms_alone(user):
     assert second == 12.0
 
 
+@pytest.fixture
+def nans_on():
+    ad.config.update("debug_nans", True)
+    try:
+        yield
+    finally:
+        ad.config.update("debug_nans", False)
+
+
+LOG_LINE = "y = np.log(x)"
+
+
+@pytest.mark.parametrize("label", ["jacfwd", "jacrev", "hessian", "vmap", "vmap(grad)"])
+def test_debug_nans_from_the_config_on_jacobians_and_vmap(user, nans_on, label):
+    # (the global flag reached grad, value_and_grad, vjp and jvp only: these ran on and
+    # returned finite Jacobians, or NaNs, without a word)
+    x = np.array([1.0, -1.0])
+    calls = {"jacfwd": lambda: ad.jacfwd(np.log)(x),  # a NumPy function: no line of ours
+             "jacrev": lambda: ad.jacrev(user.logs)(x),
+             "hessian": lambda: ad.hessian(user.logs)(x),
+             "vmap": lambda: ad.vmap(user.logs)(np.stack([x, x])),
+             "vmap(grad)": lambda: ad.vmap(ad.grad(user.logs))(np.stack([x, x]))}
+    message = _nan_message(calls[label])
+    assert message.startswith("debug_nans: NaN or inf in "), message
+    if label != "jacfwd":
+        assert message.endswith(f"user_model.py:{_line(LOG_LINE)}: {LOG_LINE}"), message
+
+
+@pytest.mark.numba
+def test_debug_nans_under_jit_runs_again_uncompiled(user, nans_on):
+    # compiled code has no checks: an output holding a NaN runs the call again uncompiled,
+    # which raises at the line that made it (JAX does the same)
+    x = np.array([1.0, -1.0])
+    message = _nan_message(lambda: ad.jit(ad.grad(user.logs))(x))
+    assert message.startswith("debug_nans: NaN or inf in y, computed by the generated line "
+                              "`y = np.log(x)`"), message
+    message = _nan_message(lambda: ad.jit(user.logs)(x))
+    assert message == (f"debug_nans: jit(logs) made a NaN or inf (invalid value encountered "
+                       f"in log), at your line user_model.py:{_line(LOG_LINE)}: {LOG_LINE}")
+    message = _nan_message(lambda: ad.jit(user.root)(np.array([1.0, np.nan])))
+    assert "found none made along the way: an argument may hold one" in message
+    ok = np.array([1.0, 2.0])
+    np.testing.assert_allclose(ad.jit(ad.grad(user.logs))(ok), 2 * np.log(ok) / ok)
+
+
+def test_debug_nans_flag_of_the_jitted_transform_wins(user):
+    x = np.array([1.0, -1.0])
+    assert "y = np.log(x)" in _nan_message(
+        lambda: ad.jit(ad.grad(user.logs, debug_nans=True), target="python")(x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ad.config.update("debug_nans", True)
+        try:
+            assert np.isnan(ad.jit(ad.grad(user.logs, debug_nans=False),
+                                   target="python")(x)[1])
+        finally:
+            ad.config.update("debug_nans", False)
+
+
 # ---------------------------------------------------------------- show and the line map
 def test_show_side_by_side_text_and_html(user, tmp_path, capsys):
     text = ad.show(ad.grad(user.logs), np.array([0.5, 2.0]), color=False, width=120)
