@@ -637,12 +637,19 @@ class _Lower(gast.NodeTransformer):
         return _call(self.helper("repeat_axis"), [args["a"], args["repeats"], args["axis"]])
 
     def call_np_tile(self, node):
-        # Numba has no np.tile: one integer count by a helper (a tuple of counts stays)
+        # Numba has no np.tile: one count, or a tuple of one or two, by a helper (longer
+        # tuples stay, and Numba refuses them at the user's line)
         args = _bind(node, ("A", "reps"))
-        if args is None or "reps" not in args or isinstance(args["reps"], (gast.Tuple,
-                                                                            gast.List)):
+        if args is None or "reps" not in args:
             return None
-        return _call(self.helper("tile_count"), [args["A"], args["reps"]])
+        reps = args["reps"]
+        if not isinstance(reps, (gast.Tuple, gast.List)):
+            return _call(self.helper("tile_count"), [args["A"], reps])
+        if len(reps.elts) == 1:
+            return _call(self.helper("tile_count"), [args["A"], reps.elts[0]])
+        if len(reps.elts) == 2:
+            return _call(self.helper("tile_rows_columns"), [args["A"]] + list(reps.elts))
+        return None
 
     def call_np_atleast_1d(self, node):
         # Numba's atleast_2d/3d refuse a number (0-d arrays are fine)

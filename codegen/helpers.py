@@ -573,6 +573,21 @@ def tile_count(a, reps):
         out[:, r * length:(r + 1) * length] = rows
     return out.reshape(whole.shape[:-1] + (length * count,))
 ''',
+    "tile_rows_columns": '''\
+def tile_rows_columns(a, rows, columns):
+    """np.tile(a, (rows, columns)) (Numba has no np.tile): the last two axes of `a` (a vector
+    is one row, a number one element) repeated `rows` times down and `columns` across."""
+    whole = np.atleast_2d(np.asarray(a))
+    m, n = whole.shape[-2], whole.shape[-1]
+    stack = np.ascontiguousarray(whole).reshape((whole.size // max(m * n, 1), m, n))
+    down, across = max(rows, 0), max(columns, 0)
+    out = np.empty((stack.shape[0], m * down, n * across), dtype=stack.dtype)
+    for p in range(stack.shape[0]):
+        for i in range(down):
+            for j in range(across):
+                out[p, i * m:(i + 1) * m, j * n:(j + 1) * n] = stack[p]
+    return out.reshape(whole.shape[:-2] + (m * down, n * across))
+''',
     "scatter_add": '''\
 def scatter_add(b, index, g):
     """np.add.at(b, index, g) for one integer index array: repeated indices accumulate; `g`

@@ -213,6 +213,13 @@ def test_tile_count_is_np_tile(shape, count):
     same(helpers("tile_count")["tile_count"](x, count), np.tile(x, count))
 
 
+@pytest.mark.parametrize("shape", [(), (3,), (2, 3), (2, 1, 4), (0,), (2, 0)])
+@pytest.mark.parametrize("counts", [(0, 2), (1, 1), (3, 1), (2, 3)])
+def test_tile_rows_columns_is_np_tile(shape, counts):
+    x = np.arange(float(np.prod(shape))).reshape(shape)
+    same(helpers("tile_rows_columns")["tile_rows_columns"](x, *counts), np.tile(x, counts))
+
+
 def _adjoint_pair(name, forward, x, arg, axis):
     """<forward(v), g> against <v, helper(x, ..., g)> for random v and g: the helper is the
     adjoint (transpose) of the NumPy gather or repeat."""
@@ -845,7 +852,8 @@ def test_every_dialect_helper_is_covered():
               "batched_outer", "zeros_like_reusing", "whole_max", "whole_min", "take_axis",
               "repeat_axis", "message_text", "message_format", "diagonal_of",
               "polyval_horner", "number_if_vector", "exp_fast",
-              "sum_axis_of_products", "index_array", "first_axis_last", "tile_count"}
+              "sum_axis_of_products", "index_array", "first_axis_last", "tile_count",
+              "tile_rows_columns"}
     # (zeros_like_reusing: tests/test_hoisting.py; message_text: tests/test_raise.py;
     # message_format: tests/test_message_format.py;
     # diagonal_of: tests/test_ops.py's diagonal-stack row, compiled; exp_fast:

@@ -85,6 +85,9 @@ REDUCTIONS = [
     ("np.repeat(x, 2, axis=-1)", "repeat_axis"),
     ("np.tile(x, 2)", "tile_count"),
     ("np.tile(x[0, 0, 0], 3)", "tile_count"),
+    ("np.tile(x, (3,))", "tile_count"),
+    ("np.tile(x[0], (2, 3))", "tile_rows_columns"),
+    ("np.tile(x, (1, 2))", "tile_rows_columns"),
     ("np.atleast_3d(x[0, 0, 0])", "np.atleast_3d(np.asarray("),
     ("np.rot90(x, 1, axes=(1, 2))", "np.swapaxes(flip_axis(x, 2), 1, 2)"),
     ("np.rot90(x, 2, (0, -1))", "flip_axis(flip_axis(x, 0), -1)"),
@@ -556,7 +559,7 @@ def test_grad_of_jit_differentiates_the_plain_source(compiled):
 
 def _uncompilable(x):
     y = x * 2.0
-    z = np.tile(y, (2, 2))
+    z = np.tile(y, (2, 2, 2))  # (one or two counts are lowered; three stay)
     return np.sum(z)
 
 
@@ -567,7 +570,7 @@ def test_compile_error_names_the_user_line_and_numba_reason(quick_llvm):
     err = info.value
     assert err.filename == __file__
     assert err.lineno == _uncompilable.__code__.co_firstlineno + 2
-    assert "np.tile(y, (2, 2))" in err.code
+    assert "np.tile(y, (2, 2, 2))" in err.code
     assert "tile" in err.message and "Numba cannot compile" in err.message
     # Numba's reason without the generated lines it quotes; the hint names a page that exists
     assert "def " not in err.message and "<source elided>" not in err.message
@@ -587,6 +590,27 @@ def _tiled_rows(a):
 
 def _tiled_number(x):
     return np.sum(np.tile(x[0] * 2.0, 4) * x[1])
+
+
+def _tiled_down(x):
+    return np.sum(np.sin(np.tile(x, (3, 1)) * np.arange(3.0)[:, None]))
+
+
+def _tiled_both_ways(x):
+    m = np.tile(x[:, None], (1, 2)) + np.tile(x[1:], (3, 1)) * np.tile(x[0], (1, 1))
+    return np.sum(m * m)
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("f,arg", [
+    (_tiled_down, np.array([1.0, 2.0, 3.0])),
+    (_tiled_both_ways, np.array([0.1, 0.2, 0.3])),
+], ids=["rows", "both"])
+def test_tile_with_two_counts_compiles(f, arg, quick_llvm):
+    # (Numba refused np.tile(x, (3, 1)), the way to stack copies of a row)
+    assert jit(f)(arg) == pytest.approx(f(arg), rel=1e-12)
+    np.testing.assert_allclose(jit(ad.grad(f))(arg), numeric_jacobian(f, arg), rtol=1e-6,
+                               atol=1e-8)
 
 
 @pytest.mark.numba
