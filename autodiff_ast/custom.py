@@ -689,6 +689,7 @@ class custom_vjp:
         from .normalize import (
             Prim,
             Program,
+            Static,
             TreeSpec,
             atom_type,
             normalize,
@@ -720,7 +721,7 @@ class custom_vjp:
             flat_core = normalize_into(program, parse_callee(flat_fwd), dict(types_))
             leaf_types = [_at(res_t, path) for path in paths]
             bwd_params, _ = _signature(self.bwd)
-            res_spec = TreeSpec("tuple", tuple((i, t) for i, t in enumerate(leaf_types)))
+            res_spec = _residual_spec(res_t, TreeSpec, Static)
             bwd_core = normalize_into(program, parse_callee(self.bwd),
                                       {bwd_params[0]: res_spec, bwd_params[1]: out_t})
             bwd_out = bwd_core.return_type
@@ -781,6 +782,15 @@ def _leaf_paths(typ, prefix=()):
     if typ.kind == "none":
         return []
     return [prefix]
+
+
+def _residual_spec(typ, tree_spec, static):
+    """The spec of bwd's residuals argument: the structure fwd returned them in (one array,
+    or tuples nested as written; a None is a static None), its leaves in _leaf_paths' order."""
+    if typ.kind == "tuple" and typ.elts is not None:
+        return tree_spec("tuple", tuple((i, _residual_spec(e, tree_spec, static))
+                                        for i, e in enumerate(typ.elts)))
+    return static(None) if typ.kind == "none" else typ
 
 
 def _at(typ, path):

@@ -957,8 +957,15 @@ def _like_terms(expr):
 
 def missing_rule(stmt, core, rule, detail=""):
     """The error for a primitive with no forward-mode rule, naming the user's line."""
-    what = rule.emit or rule.name
     info = getattr(stmt, "info", None) or core.info
+    if rule.name.endswith("@custom_vjp"):  # (as in JAX: a custom_vjp has no forward rule)
+        fn = rule.name[:-len("@custom_vjp")]
+        return info.error(
+            MissingRuleError, f"{fn} is a custom_vjp function: it has a reverse-mode rule "
+            "only, so forward mode (jvp, jacfwd, linearize) cannot differentiate it",
+            stmt.origin, f"use grad, vjp or jacrev, or define {fn} with custom_jvp (which "
+            "reverse mode can use too)")
+    what = rule.emit or rule.name
     return info.error(MissingRuleError, f"{what} has no forward-mode rule {detail}".strip(),
                       stmt.origin, "rewrite it with supported functions, or register a rule "
                       "(autodiff_ast.register_rule, or custom_jvp)")

@@ -215,9 +215,67 @@ def test_a_fwd_that_calls_its_own_function():
                                rtol=1e-12, atol=1e-15)
 
 
+def _sum_of_custom_sines_jvp(x):
+    return np.sum(sin_with_residuals(x))
+
+
 def test_forward_mode_of_a_custom_vjp_function_is_an_error():
-    with pytest.raises(MissingRuleError, match="forward-mode"):
-        ad.jvp(lambda v: sin_with_residuals(v), (0.3,), (1.0,))
+    # (as in JAX; the message named the generated sin_with_residuals_fwd)
+    with pytest.raises(MissingRuleError) as info:
+        ad.jvp(_sum_of_custom_sines_jvp, (np.array([0.3]),), (np.array([1.0]),))
+    assert str(info.value.message) == (
+        "sin_with_residuals is a custom_vjp function: it has a reverse-mode rule only, so "
+        "forward mode (jvp, jacfwd, linearize) cannot differentiate it")
+    assert info.value.filename == __file__ and "custom_jvp" in info.value.hint
+
+
+# Residuals as fwd returns them: one array (not a tuple), or tuples nested with a None. The
+# bwd was handed a flat tuple of the leaves, so `c * g` on one array was refused ("returning
+# a whole pytree argument") and `res[0][1]` read the wrong leaf.
+@ad.custom_vjp
+def sin_one_residual(x):
+    return np.sin(x)
+
+
+def sin_one_residual_fwd(x):
+    return np.sin(x), np.cos(x)
+
+
+def sin_one_residual_bwd(cos, g):
+    return (cos * g,)
+
+
+sin_one_residual.defvjp(sin_one_residual_fwd, sin_one_residual_bwd)
+
+
+@ad.custom_vjp
+def scaled_sin_nested(x, a):
+    return np.sin(x) * a
+
+
+def scaled_sin_nested_fwd(x, a):
+    return np.sin(x) * a, ((x, np.cos(x)), None, a)
+
+
+def scaled_sin_nested_bwd(res, g):
+    pair, _, a = res
+    x, cos = pair
+    return (g * cos * a, np.sum(g * np.sin(x)))
+
+
+scaled_sin_nested.defvjp(scaled_sin_nested_fwd, scaled_sin_nested_bwd)
+
+
+def _residual_losses(x):
+    return np.sum(sin_one_residual(x) ** 2) + np.sum(scaled_sin_nested(x, x[0] * 2.0))
+
+
+def test_residuals_keep_the_structure_fwd_gave_them():
+    x = np.array([0.3, -0.8, 1.2])
+    expected = np.sin(2 * x) + 2 * x[0] * np.cos(x)
+    expected[0] += 2 * np.sum(np.sin(x))
+    np.testing.assert_allclose(ad.grad(_residual_losses)(x), expected, rtol=1e-12)
+    ad.check_grads(_residual_losses, (x,), order=1, modes=("rev",))
 
 
 # ---------------------------------------------------------------- register_rule
