@@ -1182,6 +1182,25 @@ class Normalizer:
         return self._mutable_lists
 
     # -- calls
+    def checkpointed_callee(self, call):
+        """``checkpoint(helper)`` called where it is written: the marked helper (as a Static),
+        or None when `call` is not a call of checkpoint."""
+        from .checkpointing import checkpoint
+        try:
+            maker = self.expr(call.func)
+        except UnsupportedSyntaxError:
+            return None
+        if not (isinstance(maker, Static) and maker.value is checkpoint):
+            return None
+        if len(call.args) != 1 or call.keywords:
+            raise self.unsupported("checkpoint takes one function", call)
+        fn = self.expr(call.args[0])
+        if not (isinstance(fn, Static) and inspect.isfunction(fn.value)):
+            raise self.unsupported("checkpoint(f)(...) inline takes a function defined at "
+                                   "module level", call, "define the helper at module level, "
+                                   "or decorate it with @checkpoint")
+        return Static(checkpoint(fn.value))
+
     def expr_Call(self, node, target):
         if any(isinstance(a, gast.Starred) for a in node.args) or any(
                 k.arg is None for k in node.keywords):
@@ -1199,6 +1218,9 @@ class Normalizer:
                 callee = self.expr(func)
             else:
                 receiver, callee = base, None
+        elif isinstance(func, gast.Call) and isinstance(func.func, (gast.Name, gast.Attribute)) \
+                and (marked := self.checkpointed_callee(func)):
+            callee = marked  # checkpoint(helper)(x), written inline as in JAX
         else:
             callee = self.expr(func)
         if receiver is not None:

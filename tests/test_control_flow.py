@@ -226,6 +226,38 @@ def test_checkpointed_function():
     assert "recomputed here" in g.source
 
 
+def plain_step(y, a):
+    return np.tanh(a * y) + 0.1 * y
+
+
+def simulate_inline(y0, a):
+    # JAX's way of writing it: checkpoint(helper)(...) at the call (the normalizer read
+    # checkpoint's own body: "isinstance has no derivative rule" in checkpointing.py)
+    y = y0
+    for t in range(6):
+        y = ad.checkpoint(plain_step)(y, a)
+    return np.sum(y)
+
+
+def test_checkpoint_written_at_the_call():
+    check_grads(simulate_inline, (np.array([0.3, -0.2]), 0.9), order=2, modes=("rev", "fwd"))
+    g = ad.grad(simulate_inline, argnums=(0, 1))
+    got = g(np.array([0.3, -0.2]), 0.9)
+    want = ad.grad(simulate, argnums=(0, 1))(np.array([0.3, -0.2]), 0.9)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-13)
+    assert "def plain_step_fwd" not in g.source and "recomputed here" in g.source
+
+
+def test_checkpoint_at_the_call_of_a_local_function_is_refused_clearly():
+    def f(x):
+        def inner(v):
+            return v * v
+        return ad.checkpoint(inner)(x)
+    with pytest.raises(UnsupportedSyntaxError, match="takes a function defined at module"):
+        ad.grad(f)(1.0)
+
+
 # ---------------------------------------------------------------- checkpointed loops
 def long_loop(y0, a, steps):
     y = y0.copy()
