@@ -1025,7 +1025,16 @@ class _Generator:
                 terms.append(text)
             elif is_temp:
                 terms.append(self.pick(("np.sum({0})", "np.sum(np.sin({0}))")).format(text))
-        body.append(f"    return {' + '.join(terms)}")
+        if self.draw(st.integers(0, 3)) == 0:
+            # a returned name the loop overwrites: value_and_grad must return the forward
+            # sweep's value, not the one the backward sweep restores
+            out = self.fresh("r")
+            body += [f"    {out} = {' + '.join(terms)}",
+                     f"    for _ in range({self.draw(st.integers(1, 3))}):",
+                     f"        {out} = {out} * 0.5 + np.sin({out})",
+                     f"    return {out}"]
+        else:
+            body.append(f"    return {' + '.join(terms)}")
         head = ["import math", "", "import numpy as np", ""]
         if getattr(self, "checkpointed", False):
             head[2:3] = ["import numpy as np", "", "import autodiff_ast as ad"]
