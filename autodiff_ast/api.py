@@ -767,6 +767,7 @@ class _VjpBuilder(_Transformed):
                              layout["n_seeds"], layout["tuple_out"])
         outs = out[0] if layout["tuple_out"] and isinstance(out[0], tuple) else (out[0],)
         pullback.out_likes = list(outs)
+        pullback.fun, pullback.has_aux = self.fun, self.has_aux  # (for jit(pullback))
         one_tuple = getattr(self.fun, "one_tuple_output", None)
         if one_tuple is not None and not layout["tuple_out"] and one_tuple(specs):
             # grad(f, argnums=(0,)) returns a 1-tuple: so do its vjp and pullback's cotangent

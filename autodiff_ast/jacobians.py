@@ -223,7 +223,9 @@ class _LinearizeTransform(_Transformed):
         if n_res == 0:
             result = (result,)
         out, residuals = result[0], result[1:]
-        return out, _Linearized(generated, module, residuals, out, values, lists_of(self.fun))
+        linearized = _Linearized(generated, module, residuals, out, values, lists_of(self.fun))
+        linearized.fun = self.fun  # (for jit(linearized))
+        return out, linearized
 
 
 def linearize(fun, *primals):
