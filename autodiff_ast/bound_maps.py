@@ -29,18 +29,22 @@ import linecache
 
 import numpy as np
 
-from .errors import UnsupportedError
+from .errors import StaticArgumentError, UnsupportedError
 
 __all__ = ["jit_of_bound_map"]
 
 _COUNTER = itertools.count(1)
 
 
-def jit_of_bound_map(bound, jit_options):
+def jit_of_bound_map(bound, jit_options, static=()):
     """The jitted function for a pullback or a linearized map (`jit_options`: jit's keyword
-    arguments other than the function), or None when `bound` is neither."""
+    arguments other than the function and the static arguments, which such a map does not
+    take), or None when `bound` is neither."""
     from .api import _Pullback
     from .jacobians import _Linearized
+    if static and isinstance(bound, (_Pullback, _Linearized)):
+        raise StaticArgumentError("jit of a pullback or a linearized map takes no static "
+                                  "arguments", hint="leave out static_argnums/static_argnames")
     if isinstance(bound, _Pullback):
         return _jit_pullback(bound, jit_options)
     if isinstance(bound, _Linearized):

@@ -820,12 +820,8 @@ def jit(fun, static_argnums=(), static_argnames=(), target="cpu", parallel=False
             raise ValueError(f"unknown batching {batching!r}; choose one of {STRATEGIES}")
     if not isinstance(fun, _Transformed) and not inspect.isfunction(fun):
         from .bound_maps import jit_of_bound_map  # a pullback or a linearized map
-        if nums or names:
-            raise StaticArgumentError("jit of a pullback or a linearized map takes no static "
-                                      "arguments", hint="leave out static_argnums/"
-                                      "static_argnames")
         bound = jit_of_bound_map(fun, {"target": target, "parallel": parallel,
-                                       "cache": cache})
+                                       "cache": cache}, static=nums + names)
         if bound is not None:
             return bound
     options = JitOptions(target, bool(parallel), bool(cache), nums, names, batching)
