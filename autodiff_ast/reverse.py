@@ -228,6 +228,13 @@ class Adjoints(DerivativeTable):
         if ctype is None:
             ctype = self.expr_type(contrib)
         contrib, fitted = self.fit(contrib, ctype, self.type_of(value), value)
+        if t.is_float and _integral(contrib, self.core.types):
+            # (the seed 1.0 of `np.sum(y * mask)` simplified away: y_bar = mask, a bool or int
+            # array that later float adds into would truncate)
+            contrib = fill("float(c)", c=contrib) if _integral_scalar(
+                contrib, self.core.types) else fill("c.astype(np.float64)", c=contrib)
+            fitted = T.AType("float", "float64") if fitted.kind != "array" else \
+                T.array(fitted.dims)
         bar = self.namer.adjoint(value)
         current = self.exprs.get(value)
         if value in self.accumulate and current is None:
@@ -576,7 +583,7 @@ def _allocates(expr):
         return True
     if isinstance(expr, gast.Call):
         text = unparse(expr.func)
-        return text in _ALLOCATING or text.endswith(".copy")
+        return text in _ALLOCATING or text.endswith((".copy", ".astype"))
     return False
 
 
@@ -3377,6 +3384,34 @@ def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
                 adj.add(value.id, *adj.fit(part, ptype, vtype, value.id))
         return None
     return None
+
+
+_INTEGRAL_OPS = (gast.Add, gast.Sub, gast.Mult, gast.FloorDiv, gast.Mod)
+
+
+def _integral(expr, types):
+    """Whether `expr` surely computes integers or booleans: a name of such a type, an integer
+    constant, and arithmetic other than division on them (the seed ``1.0`` of a product with
+    an integer mask, simplified away, leaves such an adjoint)."""
+    if isinstance(expr, gast.Name):
+        t = types.get(expr.id)
+        return t is not None and t.kind in ("int", "bool", "array") and not t.is_float and \
+            t.dtype is not None and t.dtype.startswith(("int", "uint", "bool"))
+    if isinstance(expr, gast.Constant):
+        return type(expr.value) in (int, bool)
+    if isinstance(expr, gast.BinOp) and isinstance(expr.op, _INTEGRAL_OPS):
+        return _integral(expr.left, types) and _integral(expr.right, types)
+    if isinstance(expr, gast.UnaryOp) and isinstance(expr.op, (gast.USub, gast.UAdd)):
+        return _integral(expr.operand, types)
+    if isinstance(expr, gast.Subscript):
+        return _integral(expr.value, types)
+    return False
+
+
+def _integral_scalar(expr, types):
+    """Whether the integral `expr` reads no array (then float(expr) makes it a float)."""
+    return not any(isinstance(n, gast.Name) and types.get(n.id, T.UNKNOWN).kind == "array"
+                   for n in gast.walk(expr))
 
 
 def _scattered_type(base, index):

@@ -569,3 +569,53 @@ def test_one_times_an_int_in_an_aux_dict_is_a_float():
     x = np.array([1.0, 2.0, 3.0, 4.0])
     _, aux = ad.grad(_float_count_aux, has_aux=True)(x)
     assert isinstance(aux["n"], float) and aux["n"] == 4.0
+
+
+# ---------------------------------------------------------------- masked and integer weights
+# `np.sum(y * mask)` seeds y_bar with `1.0 * mask`, simplified to the bool (or int) mask
+# itself: the float updates written into y_bar in the loop truncated (grad gave [1, 0, 1]
+# for exp(x) * mask; vmap(grad) a bool array; a slice update a casting error). The first
+# adjoint bound to an integral expression is made a float (reverse._integral).
+MASK = np.array([True, False, True])
+
+
+def _masked_loop(x, mask):
+    y = x.copy()
+    for i in range(x.shape[0]):
+        y[i] = np.exp(y[i])
+    return np.sum(y * mask)
+
+
+def _integer_weights(x):
+    y = x.copy()
+    y[1:] = np.sin(y[1:])
+    return np.sum(y * np.arange(3))
+
+
+def _integer_array_weights(x, k):
+    return np.sum(x * k) + np.sum(np.sin(x) * (k * 2))
+
+
+def test_integer_and_boolean_weights_keep_float_gradients():
+    x = np.array([0.3, -0.4, 0.5])
+    expected = np.exp(x) * MASK
+    for mask in (MASK, MASK.astype(np.int64)):
+        np.testing.assert_allclose(ad.grad(_masked_loop)(x, mask), expected, rtol=1e-12)
+    vm = ad.vmap(ad.grad(_masked_loop), in_axes=(0, None))(np.stack([x, x]), MASK)
+    assert vm.dtype == np.float64
+    np.testing.assert_allclose(vm[1], expected, rtol=1e-12)
+    np.testing.assert_allclose(ad.grad(_integer_weights)(x),
+                               fd_grad(_integer_weights, x), rtol=1e-6, atol=1e-8)
+    k = np.array([1, 2, 3])
+    g = ad.grad(_integer_array_weights)(x, k)
+    assert g.dtype == np.float64
+    np.testing.assert_allclose(g, k + 2 * k * np.cos(x), rtol=1e-12)
+
+
+@pytest.mark.numba
+def test_integer_and_boolean_weights_under_jit():
+    x = np.array([0.3, -0.4, 0.5])
+    np.testing.assert_allclose(jit(ad.grad(_masked_loop))(x, MASK), np.exp(x) * MASK,
+                               rtol=1e-12)
+    np.testing.assert_allclose(jit(ad.grad(_integer_weights))(x),
+                               fd_grad(_integer_weights, x), rtol=1e-6, atol=1e-8)
