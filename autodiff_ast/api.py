@@ -19,6 +19,7 @@ import copy
 import dataclasses
 import functools
 import inspect
+import itertools
 import linecache
 import os
 import sys
@@ -489,9 +490,40 @@ class _ReverseTransform(_Transformed):
                                    hint="use hessian(f) for the second derivatives of pytree "
                                         "arguments, jvp or vjp of grad(f) for Hessian-vector "
                                         "products, or pass flat array arguments")
-        _, argnums = self._argnums(len(specs), specs)
+        single, argnums = self._argnums(len(specs), specs)
         generated, module = self._generate(specs, argnums)
-        return getattr(module, generated.entry)
+        entry = getattr(module, generated.entry)
+        layout = generated.layout
+        if not (layout["aux"] or (layout["value"] and not single)):
+            return entry  # (the generated outputs are the call's, in its order)
+        return self._in_call_order(entry, layout, single)
+
+    def _in_call_order(self, entry, layout, single):
+        """`entry` (which returns value, aux and the gradients flat, in that order) wrapped so
+        that it returns what a call does: ``(gradients, aux)``, ``(value, (g0, g1))``,
+        ``((value, aux), gradients)``. Transforms of this one read the wrapper's source."""
+        cache = self.__dict__.setdefault("_call_order", {})
+        if entry in cache:
+            return cache[entry]
+        outputs = iter(f"out[{k}]" for k in itertools.count())
+        value = next(outputs) if layout["value"] else None
+        aux = next(outputs) if layout["aux"] else None
+        grads = [next(outputs) for _ in layout["groups"]]
+        grads_text = grads[0] if single else "(" + ", ".join(grads) + ("," if len(grads) == 1
+                                                                     else "") + ")"
+        if value and aux:
+            returned = f"(({value}, {aux}), {grads_text})"
+        elif value:
+            returned = f"({value}, {grads_text})"
+        else:
+            returned = f"({grads_text}, {aux})"
+        params = ", ".join(inspect.signature(entry).parameters)
+        name = f"{entry.__name__}_in_call_order"
+        text = (f"def {name}({params}):\n    out = {entry.__name__}({params})\n"
+                f"    return {returned}\n")
+        from .custom import source_function
+        cache[entry] = source_function(text, name, {entry.__name__: entry})
+        return cache[entry]
 
     def output_lists(self):
         if not self.has_aux:

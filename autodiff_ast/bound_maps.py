@@ -24,17 +24,11 @@ True
 
 from __future__ import annotations
 
-import itertools
-import linecache
-
 import numpy as np
 
 from .errors import StaticArgumentError, UnsupportedError
 
 __all__ = ["jit_of_bound_map"]
-
-_COUNTER = itertools.count(1)
-
 
 def jit_of_bound_map(bound, jit_options, static=()):
     """The jitted function for a pullback or a linearized map (`jit_options`: jit's keyword
@@ -78,7 +72,7 @@ def _jit_pullback(pullback, jit_options):
         terms = ["np.sum(out * ct)"]
     name = _name("pullback", fun)
     body = [f"out = {out}", f"return {' + '.join(terms)}"]
-    dot = _function(name, params + ["ct"], body, fun)
+    dot = _function(name, params + ["ct"], body, {"fun": fun})
     compiled = jit(grad(dot, argnums=tuple(range(n))), **jit_options)
     primals = tuple(pullback.values)
 
@@ -99,7 +93,7 @@ def _jit_linearized(linearized, jit_options):
     tangents = [f"t{i}" for i in range(n)]
     name = _name("linearized", fun)
     body = [f"return jvp(fun, ({', '.join(params)},), ({', '.join(tangents)},))[1]"]
-    tangent_map = _function(name, params + tangents, body, fun, jvp=jvp)
+    tangent_map = _function(name, params + tangents, body, {"fun": fun, "jvp": jvp})
     compiled = jit(tangent_map, **jit_options)
     primals = tuple(linearized.values)
 
@@ -115,12 +109,9 @@ def _name(kind, fun):
     return f"{kind}_of_{base}"
 
 
-def _function(name, params, body, fun, **names):
-    """A Python function with readable source (registered in linecache, as the front end
-    reads source through inspect) whose globals hold `fun` and `names`."""
+def _function(name, params, body, names):
+    """A Python function with readable source (registered in linecache: the front end reads
+    it like the user's own) whose globals hold NumPy as np and `names`."""
+    from .custom import source_function
     source = f"def {name}({', '.join(params)}):\n" + "".join(f"    {line}\n" for line in body)
-    filename = f"<autodiff-ast {name} {next(_COUNTER)}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = {"np": np, "fun": fun, **names}
-    exec(compile(source, filename, "exec"), namespace)
-    return namespace.pop(name)
+    return source_function(source, name, {"np": np, **names})

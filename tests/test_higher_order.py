@@ -489,3 +489,64 @@ def test_hessian_through_slices_then_an_integer_and_an_index_array():
     y4 = RNG.standard_normal((2, 3, 2, 4))
     expected = numeric_jacobian(ad.grad(slice_pair_columns), y4)
     np.testing.assert_allclose(ad.hessian(slice_pair_columns)(y4), expected, atol=1e-6)
+
+
+# ---------------------------------------------------------------- transforms of grad(has_aux)
+# The gradient module returns (aux, gradient) flat (value and aux first); a call reorders it
+# to JAX's (gradient, aux), but transforms of it and calls of it inside a transformed function
+# read the module as written: jacfwd(grad(f, has_aux=True), has_aux=True) gave the Jacobian
+# of the aux and the gradient as aux; jit/jvp of a function calling it summed the wrong
+# outputs. function_for now hands them a wrapper returning the call's structure.
+def cubes_and_max(w):
+    return np.sum(w ** 3), np.max(w)
+
+
+def uses_grad_with_aux(w):
+    g, m = ad.grad(cubes_and_max, has_aux=True)(w)
+    return np.sum(g) + m
+
+
+def uses_value_and_grad_with_aux(w):
+    vg = ad.value_and_grad(cubes_and_max, has_aux=True)(w)
+    return vg[0][0] + vg[0][1] + np.sum(vg[1])
+
+
+def two_args(x, y):
+    return np.sum(x * y ** 2)
+
+
+def uses_value_and_grad_of_two(x):
+    v, g = ad.value_and_grad(two_args, argnums=(0, 1))(x, x * 2.0)
+    gx, gy = g
+    return v + np.sum(gx * gy)
+
+
+W2 = np.array([1.0, 2.0])
+
+
+def test_jacobians_of_grad_with_aux():
+    grad_aux = ad.grad(cubes_and_max, has_aux=True)
+    for make in (ad.jacfwd, ad.jacrev):
+        jac, aux = make(grad_aux, has_aux=True)(W2)
+        np.testing.assert_allclose(jac, np.diag(6 * W2), rtol=1e-12)
+        assert aux == 2.0
+    g, g_dot, aux = ad.jvp(grad_aux, (W2,), (np.array([1.0, 0.0]),), has_aux=True)
+    np.testing.assert_allclose(g, 3 * W2 ** 2, rtol=1e-12)
+    np.testing.assert_allclose(g_dot, [6.0, 0.0], rtol=1e-12)
+    assert aux == 2.0
+    out, pullback, aux = ad.vjp(grad_aux, W2, has_aux=True)
+    np.testing.assert_allclose(pullback(np.array([1.0, 0.0]))[0], [6.0, 0.0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("f", [uses_grad_with_aux, uses_value_and_grad_with_aux,
+                               uses_value_and_grad_of_two], ids=lambda f: f.__name__)
+def test_functions_calling_grad_with_aux_or_several_argnums(f):
+    value = f(W2)
+    assert ad.jit(f, target="python")(W2) == pytest.approx(value, rel=1e-12)
+    _, tangent = ad.jvp(f, (W2,), (np.array([1.0, 0.0]),))
+    eps = 1e-6
+    step = np.array([eps, 0.0])
+    assert tangent == pytest.approx((f(W2 + step) - f(W2 - step)) / (2 * eps), rel=1e-6)
+    g = ad.grad(f)(W2)
+    fd = [(f(W2 + e * eps) - f(W2 - e * eps)) / (2 * eps) for e in np.eye(2)]
+    np.testing.assert_allclose(g, fd, rtol=1e-6)
