@@ -30,6 +30,7 @@ from .errors import StaticArgumentError, UnsupportedError
 
 __all__ = ["jit_of_bound_map"]
 
+
 def jit_of_bound_map(bound, jit_options, static=()):
     """The jitted function for a pullback or a linearized map (`jit_options`: jit's keyword
     arguments other than the function and the static arguments, which such a map does not
