@@ -207,26 +207,71 @@ def _writes_first_argument(func):
     return called in ADD_HELPERS or numpy_writes_first_argument(called)
 
 
-def _captured_outputs(returns, backward, namer):
+_LIST_CHANGES = ("pop", "append", "extend", "insert", "remove", "clear", "reverse", "sort")
+
+
+def _lists_changed(stmts):
+    """Names of the lists `stmts` change through their methods (the backward sweep pops the
+    lists the forward sweep appended to)."""
+    return {node.func.value.id for stmt in stmts for node in gast.walk(stmt)
+            if isinstance(node, gast.Call) and isinstance(node.func, gast.Attribute) and
+            node.func.attr in _LIST_CHANGES and isinstance(node.func.value, gast.Name)}
+
+
+def _captured_outputs(returns, backward, namer, forward=()):
     """(statements, returns): the value and aux outputs in `returns` read as the forward
-    sweep left them. The backward sweep restores the names it taped (``s = s_tape[i]``) and
-    the array elements it saved before overwriting, so a returned name the backward sweep
-    binds is copied to a new name first (``s_out = s``), and an array it writes into is copied
-    whole (``y_out = np.copy(y)``); the other outputs are returned as they are."""
+    sweep left them. The backward sweep restores the names it taped (``s = s_tape[i]``), the
+    array elements it saved before overwriting, and pops the lists the forward sweep appended
+    to, so a returned name the backward sweep binds is copied to a new name first (``s_out =
+    s``), an array it writes into is copied whole (``y_out = np.copy(y)``), a list it pops is
+    copied (``hist_out = list(hist)``), and a dict or tuple display the forward sweep built
+    from such names (an aux dict, ``returned = {'hist': hist}``) is built again from the
+    copies; the other outputs are returned as they are."""
     bound, written = names_bound(backward), _written_into(backward)
+    popped = _lists_changed(backward)
+
+    def copied(n):
+        if n in popped:
+            return fill("list(v)", v=name(n))
+        return fill("np.copy(v)", v=name(n)) if n in written else name(n)
+    changing = bound | written | popped
+    displays = _last_displays(forward)
     captured, stmts = {}, []
     for expr in returns:
         for node in gast.walk(expr):
-            if isinstance(node, gast.Name) and node.id not in captured and \
-                    (node.id in bound or node.id in written):
+            if not isinstance(node, gast.Name) or node.id in captured:
+                continue
+            display = displays.get(node.id)
+            inner = sorted({n.id for n in gast.walk(display) if isinstance(n, gast.Name)}
+                           & changing) if display is not None else []
+            if inner and node.id not in changing:  # a display holding changing names
                 captured[node.id] = namer.fresh(f"{node.id}_out")
-                value = fill("np.copy(v)", v=name(node.id)) if node.id in written else \
-                    name(node.id)
+                value = replace_names(_copy_nodes(display), {n: copied(n) for n in inner})
                 stmts.append(assign(captured[node.id], value))
+            elif node.id in changing:
+                captured[node.id] = namer.fresh(f"{node.id}_out")
+                stmts.append(assign(captured[node.id], copied(node.id)))
     if not captured:
         return [], returns
     renamed = {old: name(new) for old, new in captured.items()}
     return stmts, [replace_names(_copy_nodes(expr), renamed) for expr in returns]
+
+
+def _last_displays(forward):
+    """name -> the dict, tuple or list display the top-level statements `forward` last bind
+    it to, when no later statement rebinds a name the display reads."""
+    out = {}
+    for k, stmt in enumerate(forward):
+        if isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and \
+                isinstance(stmt.targets[0], gast.Name) and \
+                isinstance(stmt.value, (gast.Dict, gast.Tuple, gast.List)):
+            read = {n.id for n in gast.walk(stmt.value) if isinstance(n, gast.Name)}
+            if not read & names_bound(forward[k + 1:]):
+                out[stmt.targets[0].id] = stmt.value
+                continue
+        for target in names_bound([stmt]):
+            out.pop(target, None)
+    return out
 
 
 class ModuleBuilder:
@@ -441,7 +486,7 @@ def build_reverse(fn, specs, argnums=(0,), has_aux=False, with_value=False, entr
     block = tidy_block(list(sweep.forward) + list(sweep.backward), keep=keep, temps=core.namer)
     forward = [s for s in block if not getattr(s, "backward", False)]
     backward = [s for s in block if getattr(s, "backward", False)]
-    captures, returns = _captured_outputs(returns, backward, core.namer)
+    captures, returns = _captured_outputs(returns, backward, core.namer, forward)
     body = list(forward) + captures
     if forward and backward:
         body.append(blank())

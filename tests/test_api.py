@@ -174,6 +174,37 @@ def test_has_aux_returns_the_aux_of_the_forward_sweep(fn):
         close(grad_, numeric_grad(lambda x: fn(x)[0], (X,)))
 
 
+def history_list(w):
+    hist = []
+    for _ in range(3):
+        w = np.tanh(w)
+        hist.append(np.sum(w))
+    return np.sum(w), hist
+
+
+def history_in_a_dict(w):
+    hist = []
+    for _ in range(3):
+        w = np.tanh(w)
+        hist.append(np.sum(w))
+    return np.sum(w), {"hist": hist, "last": w}
+
+
+# The backward sweep pops the lists the forward sweep appended to: an aux list came back
+# empty (alone and inside a dict aux).
+@pytest.mark.parametrize("fn", [history_list, history_in_a_dict], ids=lambda f: f.__name__)
+def test_has_aux_returns_the_lists_the_forward_sweep_filled(fn):
+    _, aux = fn(X)
+    hist = aux if isinstance(aux, list) else aux["hist"]
+    assert len(hist) == 3
+    for transform in (ad.grad(fn, has_aux=True), ad.jit(ad.grad(fn, has_aux=True))):
+        g, got = transform(X)
+        close(got if isinstance(got, list) else got["hist"], hist)
+        close(g, numeric_grad(lambda x: fn(x)[0], (X,)))
+    (_, got), _ = ad.value_and_grad(fn, has_aux=True)(X)
+    close(got if isinstance(got, list) else got["hist"], hist)
+
+
 def test_jit_value_and_grad_returns_the_value_of_a_restored_name():
     value, g = ad.jit(ad.value_and_grad(product_loop))(X + 1.0)
     close(value, product_loop(X + 1.0))
