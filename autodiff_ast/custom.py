@@ -760,7 +760,8 @@ class custom_vjp:
                                      value=_call(flat_core.name, [atoms[p] for p in params]))
         first = gast.Constant(value=0, kind=None)
         value = gast.Subscript(value=to_expr(pair), slice=first, ctx=gast.Load())
-        kind = "tuple_get" if out_t.is_float else "nondiff"
+        kind = "tuple_get" if out_t.is_float or T.carries_derivative(out_t) else \
+            "nondiff"
         return normalizer.emit(value, out_t, Prim(kind, args=[pair], rule=first), target,
                                f"{_identifier(self.__name__)}_out")
 

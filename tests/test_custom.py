@@ -270,6 +270,54 @@ def _residual_losses(x):
     return np.sum(sin_one_residual(x) ** 2) + np.sum(scaled_sin_nested(x, x[0] * 2.0))
 
 
+# A custom_vjp returning a tuple: its output was read as a non-differentiable value, so
+# grad, jit(grad), vjp and jacrev gave zeros, and jvp a zero tangent without a word.
+@ad.custom_vjp
+def twice_and_thrice(a):
+    return a * 2.0, a * 3.0
+
+
+def twice_and_thrice_fwd(a):
+    return (a * 2.0, a * 3.0), ()
+
+
+def twice_and_thrice_bwd(res, g):
+    g1, g2 = g
+    return (2.0 * g1 + 3.0 * g2,)
+
+
+twice_and_thrice.defvjp(twice_and_thrice_fwd, twice_and_thrice_bwd)
+
+
+def _both_outputs(x):
+    p, s = twice_and_thrice(x)
+    return np.sum(p + s * s)
+
+
+def _first_output(x):
+    p, _ = twice_and_thrice(x)
+    return np.sum(np.sin(p))
+
+
+def _indexed_output(x):
+    t = twice_and_thrice(x)
+    return np.sum(t[1] * x)
+
+
+@pytest.mark.parametrize("f, expected", [
+    (_both_outputs, lambda x: 2.0 + 18.0 * x),
+    (_first_output, lambda x: 2.0 * np.cos(2.0 * x)),
+    (_indexed_output, lambda x: 6.0 * x)], ids=lambda v: getattr(v, "__name__", ""))
+def test_custom_vjp_with_a_tuple_output(f, expected):
+    x = np.array([1.0, 2.0])
+    np.testing.assert_allclose(ad.grad(f)(x), expected(x), rtol=1e-12)
+    np.testing.assert_allclose(ad.vmap(ad.grad(f))(np.stack([x, 2 * x]))[1], expected(2 * x),
+                               rtol=1e-12)
+    ad.check_grads(f, (x,), order=2, modes=("rev",))
+    with pytest.raises(MissingRuleError, match="custom_vjp function"):
+        ad.jvp(f, (x,), (x,))
+
+
 def test_residuals_keep_the_structure_fwd_gave_them():
     x = np.array([0.3, -0.8, 1.2])
     expected = np.sin(2 * x) + 2 * x[0] * np.cos(x)
