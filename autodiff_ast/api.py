@@ -664,7 +664,8 @@ class _Pullback:
                 leaf_grads = [next(it) if _is_float_leaf(v) else np.zeros(np.shape(v))
                               for v in leaves]
             out.append(_rebuild(value, leaf_grads))
-        return tuple(out)
+        # one cotangent per primal passed (parameters their defaults filled are constants)
+        return tuple(out[:getattr(self, "n_primals", len(out))])
 
 
 def _leaf_shapes(value):
@@ -800,6 +801,7 @@ class _VjpBuilder(_Transformed):
         outs = out[0] if layout["tuple_out"] and isinstance(out[0], tuple) else (out[0],)
         pullback.out_likes = list(outs)
         pullback.fun, pullback.has_aux = self.fun, self.has_aux  # (for jit(pullback))
+        pullback.n_primals = len(primals)  # (the others are defaults: constants)
         one_tuple = getattr(self.fun, "one_tuple_output", None)
         if one_tuple is not None and not layout["tuple_out"] and one_tuple(specs):
             # grad(f, argnums=(0,)) returns a 1-tuple: so do its vjp and pullback's cotangent

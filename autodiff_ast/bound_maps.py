@@ -64,7 +64,7 @@ def _jit_pullback(pullback, jit_options):
     likes = getattr(pullback, "out_likes", None) or []
     if any(isinstance(o, (dict, list, tuple)) for o in likes):
         raise _refuse("this pullback", "an output that is itself a pytree is not supported")
-    n = len(pullback.values)
+    n = getattr(pullback, "n_primals", len(pullback.values))
     params = [f"x{i}" for i in range(n)]
     out = "fun(" + ", ".join(params) + ")" + ("[0]" if pullback.has_aux else "")
     if pullback.tuple_out:
@@ -75,7 +75,7 @@ def _jit_pullback(pullback, jit_options):
     body = [f"out = {out}", f"return {' + '.join(terms)}"]
     dot = _function(name, params + ["ct"], body, {"fun": fun})
     compiled = jit(grad(dot, argnums=tuple(range(n))), **jit_options)
-    primals = tuple(pullback.values)
+    primals = tuple(pullback.values[:n])
 
     def jitted_pullback(cotangent):
         return compiled(*primals, cotangent)
@@ -89,14 +89,14 @@ def _jit_linearized(linearized, jit_options):
     fun = getattr(linearized, "fun", None)
     if fun is None or linearized.lists:
         raise _refuse("this linearized map", "its function returns lists built at run time")
-    n = len(linearized.values)
+    n = getattr(linearized, "n_primals", len(linearized.values))
     params = [f"x{i}" for i in range(n)]
     tangents = [f"t{i}" for i in range(n)]
     name = _name("linearized", fun)
     body = [f"return jvp(fun, ({', '.join(params)},), ({', '.join(tangents)},))[1]"]
     tangent_map = _function(name, params + tangents, body, {"fun": fun, "jvp": jvp})
     compiled = jit(tangent_map, **jit_options)
-    primals = tuple(linearized.values)
+    primals = tuple(linearized.values[:n])
 
     def jitted_linearized(*dots):
         return compiled(*primals, *dots)

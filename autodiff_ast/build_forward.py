@@ -34,7 +34,7 @@ from .errors import UnsupportedSyntaxError
 from .forward import JvpRegistry, forward, returned_names, tangent_returns
 from .normalize import TreeSpec, atom_type
 from .reverse import CONTROL, SplitRegistry
-from .templates import name, to_expr
+from .templates import assign, fill, name, to_expr
 from .tidy import free_names, tidy_block
 
 
@@ -178,7 +178,11 @@ def build_linearize(fn, specs, standalone_module=None):
     lin_name = program.module_names.fresh(f"{info.name}_lin")
     fwd_body = tidy_block(primal, keep=returned_names([returns[0]]) | set(residuals),
                           temps=core.namer)
-    fwd = function(fwd_name, core.params, fwd_body, [returns[0]] + [name(r) for r in residuals])
+    entry_values = _inputs_at_entry(fwd_body, [r for r in residuals if r in core.params],
+                                    core.namer)
+    fwd_body = [assign(held, value) for held, value in entry_values.values()] + fwd_body
+    fwd = function(fwd_name, core.params, fwd_body, [returns[0]] + [
+        name(entry_values[r][0]) if r in entry_values else name(r) for r in residuals])
     lin = function(lin_name, residuals + sweep.dot_params, commented(tangent, info), dot_out)
     functions = helper_functions(registry) + [fwd, lin]
     source, injected = _finish(program, functions, sweep.helpers, _doc("linearize", info, specs),
@@ -186,6 +190,23 @@ def build_linearize(fn, specs, standalone_module=None):
     layout = {"groups": groups, "residuals": residuals,
               "tuple_out": isinstance(core.returns, gast.Tuple)}
     return Generated(source, fwd_name, injected, layout, {"lin": lin_name})
+
+
+def _inputs_at_entry(body, residuals, namer):
+    """{residual: (name, value)} for the inputs among `residuals` that `body` rebinds or
+    writes into (a loop's ``x = np.sin(x) * scale``): the linear map reruns the sweep from the
+    inputs, so the forward function keeps their values at entry (``x_in = x``, a copy for an
+    array written in place) and returns those."""
+    from codegen.emit import names_bound
+
+    from .build import _written_into
+    bound, written = names_bound(body), _written_into(body)
+    out = {}
+    for r in residuals:
+        if r in bound or r in written:
+            held = namer.fresh(f"{r}_in")
+            out[r] = (held, fill("np.copy(v)", v=r) if r in written else name(r))
+    return out
 
 
 def _primal_part(block):

@@ -89,6 +89,18 @@ def _tangent_leaves(primals, tangents):
     return out
 
 
+def _with_default_tangents(tangents, n_primals, values):
+    """`tangents` for the `n_primals` primals passed, followed by zero tangents of the
+    parameters their defaults filled in (`values` holds every parameter's value): a default
+    is a constant, as in JAX, where only the primals passed have tangents."""
+    if not isinstance(tangents, (tuple, list)) or len(tangents) != n_primals or \
+            n_primals >= len(values):
+        return tangents
+    zeros = [pytrees.tree_map(lambda x: np.zeros_like(x) if isinstance(x, np.ndarray) else
+                              0.0, v) for v in values[n_primals:]]
+    return tuple(tangents) + tuple(zeros)
+
+
 def _match_tree(values, like):
     """`values` (nested tuples from a generated module) with the dtypes of `like`."""
     if isinstance(like, tuple):
@@ -147,7 +159,7 @@ class _JvpTransform(_Transformed):
         names, values, specs = self._specs(primals, {})
         generated, module = self._generate(specs)
         flat = _flat_values(specs, names, values)
-        dots = _tangent_leaves(values, tangents)
+        dots = _tangent_leaves(values, _with_default_tangents(tangents, len(primals), values))
         result = getattr(module, generated.entry)(*flat, *dots)
         out, out_dot = result[0], result[1]
         out_dot = _match_tree(out_dot, out)
@@ -201,7 +213,9 @@ class _Linearized:
         self.source = generated.source
 
     def __call__(self, *tangents):
-        dots = _tangent_leaves(self.values, tangents)
+        n_primals = getattr(self, "n_primals", len(self.values))
+        dots = _tangent_leaves(self.values, _with_default_tangents(tangents, n_primals,
+                                                                   self.values))
         lin = getattr(self.module, self.generated.extra["lin"])
         return restore_lists(_match_tree(lin(*self.residuals, *dots), self.out), self.lists)
 
@@ -225,6 +239,7 @@ class _LinearizeTransform(_Transformed):
         out, residuals = result[0], result[1:]
         linearized = _Linearized(generated, module, residuals, out, values, lists_of(self.fun))
         linearized.fun = self.fun  # (for jit(linearized))
+        linearized.n_primals = len(primals)  # (the others are defaults: constants)
         return out, linearized
 
 
@@ -543,7 +558,14 @@ def _route_jvp(normalizer, fn, node, target):
         raise normalizer.unsupported("jvp needs one tangent per primal", node)
     transform = _cached(("jvp", has_aux), fun.value,
                         lambda: _JvpTransform(fun.value, has_aux))
-    names = list(inspect.signature(transform._signature_function()).parameters)
+    parameters = inspect.signature(transform._signature_function()).parameters
+    names = list(parameters)
+    tangents = list(tangents)
+    for n in names[len(primals):]:  # filled in by their defaults: constants, as in JAX
+        default = parameters[n].default
+        if isinstance(default, (int, float)) and not isinstance(default, bool):
+            primals.append(gast.Constant(value=default, kind=None))
+            tangents.append(gast.Constant(value=0.0, kind=None))
     specs = {n: atom_type(a, normalizer.types) for n, a in zip(names, primals)}
     try:
         with code_to_transform():  # the caller's code, with this call's, may be transformed

@@ -211,6 +211,26 @@ def test_jit_value_and_grad_returns_the_value_of_a_restored_name():
     close(g, numeric_grad(product_loop, (X + 1.0,)))
 
 
+def with_defaults(x, scale=2.0, n=3):
+    for _ in range(n):
+        x = np.sin(x) * scale
+    return np.sum(x)
+
+
+def test_parameters_filled_by_defaults_are_constants():
+    # (as in JAX: only the primals passed have tangents and cotangents; jvp, linearize and
+    # check_grads refused "got 3 primal(s) and 1 tangent(s)", vjp returned 3 cotangents)
+    g = numeric_grad(with_defaults, (X,))
+    (x_bar,) = ad.vjp(with_defaults, X)[1](1.0)
+    close(x_bar, g)
+    v = np.array([1.0, -0.5, 0.25])
+    close(ad.jvp(with_defaults, (X,), (v,))[1], g @ v)
+    close(ad.linearize(with_defaults, X)[1](v), g @ v)
+    ad.check_grads(with_defaults, (X,), order=2)
+    x_bar, scale_bar = ad.vjp(with_defaults, X, 1.5)[1](1.0)  # scale passed: a primal
+    close(scale_bar, numeric_grad(lambda s: with_defaults(X, s), (1.5,)))
+
+
 # ---------------------------------------------------------------- vjp
 def test_vjp_of_a_vector_function():
     def f(x, y):

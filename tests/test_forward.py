@@ -323,12 +323,28 @@ def column_scaling(q, s):
     return np.sum(q * q)
 
 
+def rebinds_its_input(x, scale):
+    # (linearize's forward function returned the loop's last x as the residual x: the
+    # tangent map then ran the loop from there, -0.0099 for 1.7537)
+    for _ in range(3):
+        x = np.sin(x) * scale
+    return np.sum(x)
+
+
+def writes_its_input(x):
+    for i in range(1, x.shape[0]):
+        x[i] = np.sin(x[i - 1]) * x[i]
+    return np.sum(x * x)
+
+
 CONTROL_FLOW = pytest.mark.parametrize("fun, args", [
     (loop, (V3, 3)), (branch, (V3,)), (branch, (-V3,)), (writes, (V3,)),
     (heat, (np.linspace(0.0, 1.0, 6), 0.1, 3)), (until, (V3,)), (appends, (V3,)),
-    (self_update, (V3,)), (helper_in_loop, (V3, B[:3])), (column_scaling, (A, 1.3))],
+    (self_update, (V3,)), (helper_in_loop, (V3, B[:3])), (column_scaling, (A, 1.3)),
+    (rebinds_its_input, (V3, 1.5)), (writes_its_input, (V3,))],
     ids=["loop", "branch_taken", "branch_not_taken", "in_place_writes", "heat", "while",
-         "list_append", "self_update", "helper_in_loop", "view_then_write"])
+         "list_append", "self_update", "helper_in_loop", "view_then_write",
+         "rebinds_its_input", "writes_its_input"])
 
 
 @CONTROL_FLOW
