@@ -363,6 +363,14 @@ STRUCTURAL = [
     ("einsum-diagonal", lambda a: np.einsum("ii->i", a), [(3, 3)], "real"),
     ("einsum-diagonal-times", lambda a, b: np.einsum("ii,i->", a, b), [(3, 3), (3,)], "real"),
     ("einsum-by-diagonal", lambda a, b: np.einsum("ij,jj->i", a, b), [(2, 3), (3, 3)], "real"),
+    # (reverse mode raised a bare ValueError, "ellipsis in einsum subscripts"; the ranks now
+    # name the ellipsis axes: linalg._expand_ellipsis)
+    ("einsum-ellipsis", lambda a, b: np.einsum("...ij,...j->...i", a, b),
+     [(2, 3, 3), (2, 3)], "real"),
+    ("einsum-ellipsis-broadcast", lambda a, b: np.einsum("...ij,...j->...i", a, b),
+     [(2, 3, 3), (1, 3)], "real"),
+    ("einsum-ellipsis-implicit", lambda a, b: np.einsum("i...,i", a, b), [(2, 3, 4), (2,)],
+     "real"),
     ("multi_dot", lambda a, b, c: np.linalg.multi_dot([a, b, c]), [(2, 3), (3, 4), (4, 2)],
      "real"),
     ("multi_dot-vectors", lambda a, b, c: np.linalg.multi_dot((a, b, c)), [(3,), (3, 4), (4,)],
@@ -751,7 +759,8 @@ NEEDS_RANK = {"inner", "hstack", "hstack-2d", "vstack", "vstack-2d", "tile", "ti
               "hsplit-vector", "eigvalsh", "eigh-vectors", "eigh-both", "cov", "cov-rowvar-bias",
               "cov-vector-ddof", "corrcoef", "corrcoef-rowvar", "trapezoid", "trapezoid-dx",
               "trapezoid-dx-arg", "trapezoid-axis0", "convolve", "convolve-valid",
-              "convolve-same"}
+              "convolve-same", "einsum-ellipsis", "einsum-ellipsis-broadcast",
+              "einsum-ellipsis-implicit"}
 
 
 def _all_cases():

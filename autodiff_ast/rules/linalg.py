@@ -11,6 +11,8 @@ depend on the operands' ranks, which static inference knows.
 
 from __future__ import annotations
 
+import string
+
 import numpy as np
 
 from codegen.dialect import parse_subscripts
@@ -155,9 +157,45 @@ register(Rule("kron", "np.kron", ("a", "b"), {}, ("a", "b"), _infer_kron, _kron_
               _bilinear_jvp), np.kron)
 
 # ---------------------------------------------------------------- einsum
+def _expand_ellipsis(spec, types):
+    """`spec` with each ``...`` written as letters, from the operands' ranks (NumPy aligns the
+    ellipsis axes on the right), so the adjoint's einsums can name them; None when a rank is
+    unknown.
+
+    >>> _expand_ellipsis("...ij,...j->...i", (T.array((T.N, T.N, T.N)), T.array((T.N, T.N))))
+    'Aij,Aj->Ai'
+    """
+    spec = spec.replace(" ", "")
+    if "." not in spec:
+        return spec
+    ins, out = spec.split("->") if "->" in spec else (spec, None)
+    parts = ins.split(",")
+    if len(parts) != len(types) or 3 * ins.count("...") != ins.count("."):
+        return None
+    counts = []
+    for part, t in zip(parts, types):
+        rank = 0 if t.kind == "float" else len(t.dims) if t.kind == "array" and \
+            t.dims is not None else None
+        if rank is None or rank < len(part.replace("...", "")):
+            return None
+        counts.append(rank - len(part.replace("...", "")) if "..." in part else 0)
+    used = set(spec)
+    letters = "".join(c for c in string.ascii_uppercase + string.ascii_lowercase
+                      if c not in used)[:max(counts, default=0)]
+    parts = [p.replace("...", letters[len(letters) - n:]) for p, n in zip(parts, counts)]
+    if out is None:  # NumPy's implicit output: the ellipsis axes, then the letters used once
+        named = "".join(ins.split(",")).replace("...", "")
+        out = letters + "".join(sorted(c for c in set(named) if named.count(c) == 1))
+    else:
+        out = out.replace("...", letters)
+    return ",".join(parts) + "->" + out
+
+
 def _infer_einsum(call):
-    spec = call.const("subscripts")
     operands = call.types["operands"].elts or ()
+    spec = _expand_ellipsis(call.const("subscripts"), operands)
+    if spec is None:
+        return T.AType("array", "float64", None)
     try:
         ins, out = parse_subscripts(spec, len(operands))
     except (ValueError, AttributeError):
@@ -185,9 +223,11 @@ def _einsum_call(spec, operands):
 
 
 def _einsum_vjp(call, g):
-    spec = call.const("subscripts")
     pieces = call.args["operands"].elts
     types = call.types["operands"].elts
+    spec = _expand_ellipsis(call.const("subscripts"), types)
+    if spec is None:
+        return None  # (an operand of unknown rank under an ellipsis: no template)
     ins, out = parse_subscripts(spec, len(pieces))
     sizes = _letter_sizes(ins, types)
     result = {}
