@@ -1457,6 +1457,12 @@ class Normalizer:
                                value=_emit_call(array, {"arrays": atom}, []))
 
     def apply_rule(self, rule, bound, node, target, value, keywords=(), static_values=None):
+        if rule.name == "where" and len(bound) == 1:
+            raise self.unsupported(
+                "np.where(condition) with one argument (the indices where it holds) is not "
+                "supported: how many there are is known only at run time", node,
+                "use the condition as a mask: x[cond], np.where(cond, x, 0.0) or "
+                "np.sum(x * cond)")
         types_ = {p: atom_type(a, self.types) for p, a in bound.items()}
         for p, v in (static_values or {}).items():
             types_[p] = T.AType("object", value=v)

@@ -256,6 +256,11 @@ def rebinds_nonlocal(x):
     return y
 
 
+def where_indices(x):
+    i = np.where(x > 0)[0]  # HERE
+    return np.sum(x[i] ** 2)
+
+
 def plain(x):
     return np.sum(x * x)
 
@@ -295,6 +300,8 @@ X = np.array([0.3, 0.5, 0.7])
 
 # (program, argument, error class, words the message must hold)
 SOURCE_ERRORS = [
+    ("where_indices", X, E.UnsupportedSyntaxError,
+     "np.where(condition) with one argument (the indices where it holds) is not supported"),
     ("try_except", 0.4, E.UnsupportedSyntaxError, "try/except"),
     ("generator", 0.4, E.UnsupportedSyntaxError, "yield is not supported"),
     ("yield_from", 0.4, E.UnsupportedSyntaxError, "yield from is not supported"),
