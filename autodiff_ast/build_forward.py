@@ -129,7 +129,8 @@ def build_jvp(fn, specs, has_aux=False, entry_name=None, standalone_module=None,
         groups = [g if k in argnums else [] for k, g in enumerate(groups)]
     active = [leaf for group in groups for leaf in group]
     registry = JvpRegistry(program)
-    sweep = forward(core, active, registry=registry)
+    # (with has_aux the aux, a dict say, gets no tangent)
+    sweep = forward(core, active, registry=registry, needed={0} if has_aux else None)
     returns = tangent_returns(sweep)
     if has_aux:
         out, aux = core.returns.elts

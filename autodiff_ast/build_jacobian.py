@@ -243,7 +243,7 @@ def build_jacfwd(fn, specs, argnums, has_aux=False, label=None):
     leaf_names = {}
     for role, part in zip(roles, structure):
         for path, _ in _index_paths(part):
-            leaf_names[(role, path)] = role + "".join(f"_{i}" for i in path)
+            leaf_names[(role, path)] = role + "".join(f"_{i}" for i in _positions(part, path))
     order = sorted(leaf_names, key=lambda key: _index_at(structure, roles.index(key[0]),
                                                          key[1]))
     lines.append(f"{', '.join(leaf_names[k] for k in order)} = {call}")
@@ -276,13 +276,28 @@ def build_jacfwd(fn, specs, argnums, has_aux=False, label=None):
 
 
 def _index_paths(part, path=()):
-    """[(path, flat index)] of a placeholder pytree of output indices (nested tuples)."""
+    """[(path, flat index)] of a placeholder pytree of output indices (nested tuples, and
+    dicts: an aux dict), a path holding positions and keys."""
     if isinstance(part, (tuple, list)):
         out = []
         for i, sub in enumerate(part):
             out += _index_paths(sub, path + (i,))
         return out
+    if isinstance(part, dict):
+        out = []
+        for key, sub in part.items():
+            out += _index_paths(sub, path + (key,))
+        return out
     return [(path, part)]
+
+
+def _positions(part, path):
+    """`path` with each dict key replaced by its position (for names of the leaves)."""
+    out = []
+    for key in path:
+        out.append(list(part).index(key) if isinstance(part, dict) else key)
+        part = part[key]
+    return out
 
 
 def _index_at(structure, role, path):
@@ -293,10 +308,14 @@ def _index_at(structure, role, path):
 
 
 def _rebuild_text(part, base, path=()):
-    """Source rebuilding a nested tuple from the leaf names ``base_i_j``."""
+    """Source rebuilding a nested tuple (or dict) from the leaf names ``base_i_j`` (a dict's
+    entries numbered by position)."""
     if isinstance(part, (tuple, list)):
         items = [_rebuild_text(sub, base, path + (i,)) for i, sub in enumerate(part)]
         return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    if isinstance(part, dict):
+        return "{" + ", ".join(f"{key!r}: {_rebuild_text(sub, base, path + (i,))}"
+                               for i, (key, sub) in enumerate(part.items())) + "}"
     return base + "".join(f"_{i}" for i in path)
 
 

@@ -619,3 +619,27 @@ def test_integer_and_boolean_weights_under_jit():
                                rtol=1e-12)
     np.testing.assert_allclose(jit(ad.grad(_integer_weights))(x),
                                fd_grad(_integer_weights, x), rtol=1e-6, atol=1e-8)
+
+
+# ---------------------------------------------------------------- forward mode with a dict aux
+# jacfwd(f, has_aux=True) and jvp(f, ..., has_aux=True) of a loss whose aux is a dict were
+# refused ("f returns a dict, which has no derivative here (a dict is passed back only as
+# has_aux's aux output)"), with has_aux given; jacfwd then crashed laying out the dict.
+def _loss_with_dict_aux(w):
+    return np.sum(w ** 2), {"m": np.max(w), "v": w * 2.0}
+
+
+def test_forward_mode_with_a_dict_aux():
+    w = np.array([1.0, 2.0, 3.0])
+    aux = {"m": 3.0, "v": 2.0 * w}
+    out, out_dot, got = ad.jvp(_loss_with_dict_aux, (w,), (np.ones(3),), has_aux=True)
+    assert out == pytest.approx(14.0) and out_dot == pytest.approx(12.0)
+    _assert_same_tree(got, aux)
+    for transform in (ad.jacfwd(_loss_with_dict_aux, has_aux=True),
+                      jit(ad.jacfwd(_loss_with_dict_aux, has_aux=True))):
+        jac, got = transform(w)
+        np.testing.assert_allclose(jac, 2.0 * w, rtol=1e-12)
+        _assert_same_tree(got, aux)
+    hess, got = ad.jacfwd(ad.grad(_loss_with_dict_aux, has_aux=True), has_aux=True)(w)
+    np.testing.assert_allclose(hess, 2.0 * np.eye(3), rtol=1e-12)
+    _assert_same_tree(got, aux)
