@@ -90,6 +90,18 @@ class TreeRef:
     base: str  # the flat-name prefix of this subtree
 
 
+def _int_tuple_display(ref):
+    """A tuple argument of integers (a shape passed to np.reshape or np.zeros) as the tuple
+    display of its leaves; None for anything else."""
+    if not isinstance(ref, TreeRef) or ref.spec.kind != "tuple" or \
+            any(isinstance(spec, (TreeSpec, Static)) for _, spec in ref.spec.children):
+        return None
+    leaves = ref.spec.leaves(ref.base)
+    if not leaves or any(t.kind != "int" for _, t in leaves):
+        return None
+    return gast.Tuple(elts=[name(flat) for flat, _ in leaves], ctx=gast.Load())
+
+
 @dataclass(eq=False)
 class LocalDict:
     """A dict with string keys built in the function (``p = {"w": w}``, ``layers = {}``):
@@ -950,6 +962,11 @@ class Normalizer:
         return Static(value)
 
     def static_to_atom(self, value, node):
+        if isinstance(value, tuple) and all(
+                isinstance(v, (int, float, np.integer, np.floating)) and
+                not isinstance(v, (bool, np.bool_)) for v in value):
+            # a static tuple of numbers (jit's static shape argument): its display
+            return gast.Tuple(elts=[self.static(v, node, None) for v in value], ctx=gast.Load())
         atom = self.static(value, node, None)
         if isinstance(atom, Static):
             raise self.unsupported(f"{type(value).__name__} values cannot be used here", node)
@@ -1385,7 +1402,7 @@ class Normalizer:
                 params = list(rule.params)
         atoms += [self.expr(a) for a in args]
         atoms = [self.static_to_atom(a.value, node) if isinstance(a, Static) and
-                 isinstance(a.value, (tuple,)) else a for a in atoms]
+                 isinstance(a.value, (tuple,)) else _int_tuple_display(a) or a for a in atoms]
         if rule.name == "len" and len(atoms) == 1 and isinstance(atoms[0], LocalDict):
             return gast.Constant(value=len(atoms[0].entries), kind=None)  # its keys are known
         for a, src in zip(atoms, ([None] if first is not None else []) + list(args)):

@@ -643,3 +643,29 @@ def test_forward_mode_with_a_dict_aux():
     hess, got = ad.jacfwd(ad.grad(_loss_with_dict_aux, has_aux=True), has_aux=True)(w)
     np.testing.assert_allclose(hess, 2.0 * np.eye(3), rtol=1e-12)
     _assert_same_tree(got, aux)
+
+
+# ---------------------------------------------------------------- a shape passed as a tuple
+# `x.reshape(shape)` / `np.zeros(shape)` with shape a tuple argument: refused as "tuple values
+# cannot be used here" under jit(static_argnums) (a static tuple is its display now) and as "a
+# pytree or Python object cannot be passed" without (a tuple of ints is its leaves' display).
+def _reshaped(x, shape):
+    m = x.reshape(shape)
+    return np.sum(m[0] ** 2)
+
+
+def _filled(x, shape):
+    z = np.zeros(shape)
+    z[0] = x[:shape[1]]
+    return np.sum(np.sin(z) * 2.0) + np.sum(x)
+
+
+@pytest.mark.parametrize("f", [_reshaped, _filled], ids=lambda f: f.__name__)
+def test_a_shape_given_as_a_tuple(f):
+    x = np.arange(6.0) / 5.0
+    expected = fd_grad(lambda v: f(v, (2, 3)), x)
+    np.testing.assert_allclose(ad.grad(f)(x, (2, 3)), expected, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(jit(ad.grad(f), static_argnums=1, target="python")(x, (2, 3)),
+                               expected, rtol=1e-6, atol=1e-8)
+    assert jit(f, static_argnames="shape", target="python")(x, (3, 2)) == \
+        pytest.approx(f(x, (3, 2)), rel=1e-12)
