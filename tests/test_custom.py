@@ -318,6 +318,41 @@ def test_custom_vjp_with_a_tuple_output(f, expected):
         ad.jvp(f, (x,), (x,))
 
 
+@ad.custom_vjp
+def safe_norm(x):
+    return np.sqrt(np.sum(x ** 2))
+
+
+def safe_norm_fwd(x):
+    n = np.sqrt(np.sum(x ** 2))
+    return n, (x, n)
+
+
+def safe_norm_bwd(res, g):
+    x, n = res
+    return (g * x / n,)
+
+
+safe_norm.defvjp(safe_norm_fwd, safe_norm_bwd)
+
+
+def _norms_in_a_loop(rows):
+    total = 0.0
+    for i in range(rows.shape[0]):
+        total = total + safe_norm(rows[i])
+    return total
+
+
+def test_vmap_of_grad_through_a_custom_vjp_called_in_a_loop():
+    # the loop tapes the (output, residuals) tuple; its placeholder before the loop was
+    # batched as one array (np.broadcast_to of a tuple: "inhomogeneous shape")
+    rows = np.arange(1.0, 7.0).reshape(2, 3)
+    batch = np.stack([rows, 2.0 * rows])
+    want = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    got = ad.vmap(ad.grad(_norms_in_a_loop))(batch)
+    np.testing.assert_allclose(got, [want, want], rtol=1e-12)
+
+
 def test_residuals_keep_the_structure_fwd_gave_them():
     x = np.array([0.3, -0.8, 1.2])
     expected = np.sin(2 * x) + 2 * x[0] * np.cos(x)

@@ -100,6 +100,11 @@ def broadcast_batch(expr, typ, n_batch, writable=False):
     >>> unparse(broadcast_batch(fill("b"), T.array((T.N,)), fill("n_batch")))
     'np.broadcast_to(b, (n_batch, b.shape[0]))'
     """
+    if typ.kind == "tuple" and typ.elts is not None:  # (a tape's placeholder tuple, say)
+        parts = expr.elts if isinstance(expr, gast.Tuple) and len(expr.elts) == len(
+            typ.elts) else [fill("e[k]", e=expr, k=k) for k in range(len(typ.elts))]
+        return gast.Tuple(elts=[broadcast_batch(p, t, n_batch, writable)
+                                for p, t in zip(parts, typ.elts)], ctx=gast.Load())
     if typ.ndim == 0:
         return fill("np.full(n, v)", n=n_batch, v=expr)
     if typ.ndim is None:
