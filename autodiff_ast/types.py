@@ -102,6 +102,25 @@ def holds_differentiated_tuple(t):
                                      for e in t.elts or ())
 
 
+def as_operand(t):
+    """The array a tuple or list display of numbers stands for where NumPy takes an array
+    (``np.concatenate([x, [1.0]])``, ``np.take(x, [0, 2])``): a vector, or a matrix of equal
+    rows; any other type as it is.
+
+    >>> describe(as_operand(AType("tuple", elts=(const(1.0), const(2)))))
+    'float64[N]'
+    """
+    if t.kind != "tuple" or not t.elts:
+        return t
+    if all(e.kind in ("float", "int", "bool") for e in t.elts):
+        return array((N,), "float64" if any(e.kind == "float" for e in t.elts) else
+                     "int64" if any(e.kind == "int" for e in t.elts) else "bool")
+    rows = [as_operand(e) for e in t.elts]
+    if all(r.kind == "array" and r.ndim == 1 for r in rows) and len({r.dtype for r in rows}) == 1:
+        return array((N, N), rows[0].dtype)
+    return t
+
+
 def array(dims, dtype="float64"):
     """An array of the given axes; rank 0 is a float scalar.
 

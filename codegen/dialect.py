@@ -994,10 +994,15 @@ class _Lower(gast.NodeTransformer):
         return _call(name, operands)
 
     def joined(self, node):
-        # Numba joins a tuple of arrays, not a list display.
-        if node.args and isinstance(node.args[0], gast.List):
-            node.args[0] = gast.Tuple(elts=node.args[0].elts, ctx=gast.Load())
-            return node
+        # Numba joins a tuple of arrays, not a list display (nor a piece written as a list
+        # of numbers: np.concatenate([x, [1.0]]) joins np.array([1.0]))
+        if node.args and isinstance(node.args[0], (gast.List, gast.Tuple)):
+            pieces = [_call("np.array", [e]) if isinstance(e, gast.List) and all(
+                _const(v) is not None for v in e.elts) else e for e in node.args[0].elts]
+            changed = isinstance(node.args[0], gast.List) or any(
+                p is not e for p, e in zip(pieces, node.args[0].elts))
+            node.args[0] = gast.Tuple(elts=pieces, ctx=gast.Load())
+            return node if changed else None
         return None
 
     call_np_concatenate = call_np_hstack = call_np_column_stack = joined

@@ -550,3 +550,29 @@ def test_functions_calling_grad_with_aux_or_several_argnums(f):
     g = ad.grad(f)(W2)
     fd = [(f(W2 + e * eps) - f(W2 - e * eps)) / (2 * eps) for e in np.eye(2)]
     np.testing.assert_allclose(g, fd, rtol=1e-6)
+
+
+# ---------------------------------------------------------------- list displays as operands
+# np.concatenate([x, [1.0]]) and np.take(x, [0, 2]) were typed as arrays of unknown rank, so
+# the gradient summed through the `unbroadcast` helper, whose loop changes rank: jacrev and
+# hessian (which read the gradient module again) failed with a TypeInferenceError, and Numba
+# refused the list piece of np.concatenate under jit. A display of numbers is a vector there
+# (types.as_operand; the dialect writes np.array([1.0])).
+def appends_a_one(x):
+    w = np.concatenate([x, [1.0]])
+    return np.sum(w * np.linspace(0.0, 1.0, w.size) * w)
+
+
+def takes_a_list(x):
+    return np.sum(np.take(x, [0, 2]) ** 3)
+
+
+@pytest.mark.parametrize("f", [appends_a_one, takes_a_list], ids=lambda f: f.__name__)
+def test_list_displays_of_numbers_as_array_operands(f):
+    x = np.array([1.0, 2.0, 3.0])
+    grad_f = ad.grad(f)
+    g = grad_f(x)
+    np.testing.assert_allclose(ad.jacrev(f)(x), g, rtol=1e-12)
+    np.testing.assert_allclose(ad.hessian(f)(x), numeric_hessian(f, x), atol=1e-5)
+    assert "unbroadcast" not in grad_f.source
+    np.testing.assert_allclose(ad.jit(ad.grad(f))(x), g, rtol=1e-12)

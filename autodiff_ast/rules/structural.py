@@ -831,7 +831,8 @@ register(Rule("astype", None, ("x", "dtype"), {}, ("x",), _infer_same, _identity
 def _join_axis(call):
     """(axis, stacked): the axis of the result the pieces are laid along."""
     name = call.rule.name
-    first = call.types["arrays"].elts[0] if call.types["arrays"].elts else T.UNKNOWN
+    first = T.as_operand(call.types["arrays"].elts[0]) if call.types["arrays"].elts else \
+        T.UNKNOWN
     if name == "array":
         return 0, True
     if name == "hstack":
@@ -843,7 +844,7 @@ def _join_axis(call):
 
 
 def _infer_join(call):
-    elts = call.types["arrays"].elts or ()
+    elts = tuple(T.as_operand(e) for e in call.types["arrays"].elts or ())
     if not elts or any(e.ndim is None for e in elts):
         return T.AType("array", "float64", None)
     axis, stacked = _join_axis(call)
@@ -864,7 +865,8 @@ def _index_at(axis, key):
 def _join_vjp(call, g):
     import gast
     axis, stacked = _join_axis(call)
-    if any(t.ndim is None for t in call.types["arrays"].elts or ()) and call.rule.name != "array":
+    if any(T.as_operand(t).ndim is None for t in call.types["arrays"].elts or ()) and \
+            call.rule.name != "array":
         # pieces of any rank: only an explicit, non-negative axis says where they lie
         axis = call.const("axis", 0)
         if call.rule.name not in ("concatenate", "stack") or not isinstance(axis, int) or \
@@ -1115,7 +1117,9 @@ def _infer_creator(call):
 
 
 def _infer_like(call):
-    x = call.types["x"]
+    x = T.as_operand(call.types["x"])  # (np.zeros_like([1.0, 2.0]) is a vector)
+    if x.kind == "tuple":
+        return T.AType("array", _dtype_of(call), None)
     return T.array(x.dims, _dtype_of(call, x.dtype or "float64")) if x.kind == "array" \
         else T.FLOAT
 
@@ -1292,7 +1296,7 @@ def constant_axis(call):
 # indices (the add_taken helper; repeated indices add up), along the flattened array for
 # axis=None. Only NumPy's default mode ("raise") is handled.
 def _infer_take(call):
-    a, indices = call.types["a"], call.types["indices"]
+    a, indices = call.types["a"], T.as_operand(call.types["indices"])
     dtype = a.dtype or "float64"
     picked = () if indices.kind == "int" else indices.dims
     axis = call.const("axis")
