@@ -1942,7 +1942,11 @@ class Normalizer:
                 n = self.zip_length(zipped)
                 self.range_loop(stmt, [n], index_name, list(zip(value_target.elts, zipped)))
                 return
-            seq = self.atom(it.args[0])
+            tree = self.expr(it.args[0])
+            if isinstance(tree, TreeRef) and tree.spec.kind in ("list", "tuple"):
+                self.tree_entries_loop(stmt, tree, value_target, index_name)
+                return
+            seq = self.runtime(tree, it.args[0])
             n = self.emit_len(seq)
             self.range_loop(stmt, [n], index_name, [(value_target, seq)])
             return
@@ -1972,30 +1976,7 @@ class Normalizer:
                     self.visit_stmt(inner)
             return
         if isinstance(seq, TreeRef) and seq.spec.kind in ("list", "tuple"):
-            # `for layer in params["layers"]`: a loop over the entries of a pytree argument
-            # unrolls (each entry is its own leaves, of its own shapes)
-            target = stmt.target
-            if not (isinstance(target, gast.Name) or (isinstance(target, gast.Tuple) and all(
-                    isinstance(e, gast.Name) for e in target.elts))):
-                raise self.unsupported("the loop variable over a pytree's entries must be a "
-                                       "name or names", stmt, "index the entries inside the loop")
-            if any(isinstance(n, (gast.Break, gast.Continue)) for n in gast.walk(stmt)):
-                raise self.unsupported("break/continue in a loop over a pytree's entries is "
-                                       "not supported", stmt, "use a flag")
-            for k in range(len(seq.spec.children)):
-                entry = self.tree_child(seq, seq.spec.children[k][0], stmt)
-                if isinstance(target, gast.Name):
-                    self.bind_value(target, entry)
-                else:  # `for W, b in params`: each entry a tuple of as many parts
-                    if not (isinstance(entry, TreeRef) and
-                            len(entry.spec.children) == len(target.elts)):
-                        raise self.unsupported("an entry does not unpack into "
-                                               f"{len(target.elts)} names", stmt)
-                    for j, e in enumerate(target.elts):
-                        self.bind_value(e, self.tree_child(entry, entry.spec.children[j][0],
-                                                           stmt))
-                for inner in stmt.body:
-                    self.visit_stmt(inner)
+            self.tree_entries_loop(stmt, seq, stmt.target)
             return
         seq = self.runtime(seq, it)
         if self.fixed_sequence_loop(stmt, seq):
@@ -2004,6 +1985,34 @@ class Normalizer:
         index = gast.Name(id=self.namer.temp("k"), ctx=gast.Store(), annotation=None,
                           type_comment=None)
         self.range_loop(stmt, [n], index, [(stmt.target, seq)], raw_index=True)
+
+    def tree_entries_loop(self, stmt, seq, target, index_target=None):
+        """`for layer in params["layers"]` (and `for i, layer in enumerate(...)`): a loop over
+        the entries of a pytree argument unrolls (each entry is its own leaves, of its own
+        shapes; the index, if any, is a constant in each copy)."""
+        if not (isinstance(target, gast.Name) or (isinstance(target, gast.Tuple) and all(
+                isinstance(e, gast.Name) for e in target.elts))):
+            raise self.unsupported("the loop variable over a pytree's entries must be a "
+                                   "name or names", stmt, "index the entries inside the loop")
+        if any(isinstance(n, (gast.Break, gast.Continue)) for n in gast.walk(stmt)):
+            raise self.unsupported("break/continue in a loop over a pytree's entries is "
+                                   "not supported", stmt, "use a flag")
+        for k in range(len(seq.spec.children)):
+            entry = self.tree_child(seq, seq.spec.children[k][0], stmt)
+            if index_target is not None:
+                self.bind_value(index_target, gast.Constant(value=k, kind=None))
+            if isinstance(target, gast.Name):
+                self.bind_value(target, entry)
+            else:  # `for W, b in params`: each entry a tuple of as many parts
+                if not (isinstance(entry, TreeRef) and
+                        len(entry.spec.children) == len(target.elts)):
+                    raise self.unsupported("an entry does not unpack into "
+                                           f"{len(target.elts)} names", stmt)
+                for j, e in enumerate(target.elts):
+                    self.bind_value(e, self.tree_child(entry, entry.spec.children[j][0],
+                                                       stmt))
+            for inner in stmt.body:
+                self.visit_stmt(inner)
 
     def zip_unrolled(self, stmt, seqs, targets, index_target=None):
         """``for m, y in zip([a, b], ys)`` with a list or tuple of a pytree argument (or a

@@ -525,3 +525,23 @@ def test_a_dict_display_has_no_derivative_and_says_so():
                 transform()
         with pytest.raises(ad.NonScalarOutputError, match="returns a dict"):
             ad.grad(f)(w)
+
+
+def _weighted_layers(ws, x):
+    acc = 0.0
+    for i, w in enumerate(ws):
+        acc = acc + (i + 1) * np.sum(np.tanh(w) * x)
+    return acc
+
+
+def test_enumerate_over_a_list_argument_unrolls():
+    # (refused as "returning a whole pytree argument is not supported", at the for line;
+    # `for w in ws` unrolled already)
+    ws = [np.array([0.1, 0.2, 0.3]), np.array([-0.4, 0.5, 0.6])]
+    x = np.array([1.0, 2.0, 3.0])
+    gw = ad.grad(_weighted_layers)(ws, x)
+    for k in range(2):
+        np.testing.assert_allclose(gw[k], (k + 1) * x * (1.0 - np.tanh(ws[k]) ** 2),
+                                   rtol=1e-12)
+    np.testing.assert_allclose(ad.grad(_weighted_layers, argnums=1)(ws, x),
+                               np.tanh(ws[0]) + 2.0 * np.tanh(ws[1]), rtol=1e-12)
