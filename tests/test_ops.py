@@ -509,6 +509,11 @@ STRUCTURAL = [
     ("diff", lambda x: np.diff(x), [(4,)], "real"),
     ("diff-2d", lambda x: np.diff(x) * x[:, 1:], [(2, 4)], "real"),
     ("diff-last-axis", lambda x: np.diff(x, axis=1), [(2, 4)], "real"),
+    # (refused in reverse mode: "no reverse-mode rule for these argument ranks or options")
+    ("diff-second", lambda x: np.diff(x, n=2), [(5,)], "real"),
+    ("diff-first-axis", lambda x: np.diff(x, axis=0), [(3, 4)], "real"),
+    ("diff-second-first-axis", lambda x: np.diff(x, 2, 0) * x[2:], [(4, 3)], "real"),
+    ("diff-size-one-column", lambda x: np.diff(x, axis=0) + x[1:], [(4, 1)], "real"),
     ("take", lambda x: np.take(x, IDX), [(3,)], "real"),
     ("take-flat-2d", lambda x: np.take(x, ROWS) * 2.0, [(2, 3)], "real"),
     ("take-int", lambda x: np.take(x, 4) * x, [(2, 3)], "real"),
@@ -760,7 +765,8 @@ NEEDS_RANK = {"inner", "hstack", "hstack-2d", "vstack", "vstack-2d", "tile", "ti
               "cov-vector-ddof", "corrcoef", "corrcoef-rowvar", "trapezoid", "trapezoid-dx",
               "trapezoid-dx-arg", "trapezoid-axis0", "convolve", "convolve-valid",
               "convolve-same", "einsum-ellipsis", "einsum-ellipsis-broadcast",
-              "einsum-ellipsis-implicit"}
+              "einsum-ellipsis-implicit", "diff-first-axis", "diff-second-first-axis",
+              "diff-size-one-column"}
 
 
 def _all_cases():

@@ -693,18 +693,31 @@ register(Rule("diagflat", "np.diagflat", ("x", "k"), {"k": 0}, ("x",),
 # diff(x) along the last axis: y[i] = x[i + 1] - x[i], so x[j] receives g[j - 1] - g[j]
 # (only the first term at the end, only the second at the start).
 def _infer_diff(call):
-    x = call.types["x"]
-    if x.dims is None:
+    x, axis = call.types["x"], call.const("axis", -1)
+    if x.dims is None or not isinstance(axis, int) or not -len(x.dims) <= axis < len(x.dims):
         return T.AType("array", x.dtype, None)
-    return T.array(tuple(x.dims[:-1]) + (T.N,), x.dtype or "float64")
+    dims = list(x.dims)
+    dims[axis] = T.N  # (the differenced axis is shorter; the others keep their sizes)
+    return T.array(tuple(dims), x.dtype or "float64")
 
 
 def _diff_vjp(call, g):
-    axis, rank = call.const("axis", -1), call.ndim("x")
-    if call.const("n", 1) != 1 or not (axis == -1 or (rank is not None and axis == rank - 1)):
-        return None  # higher differences and other axes: no template yet
-    return {"x": (fill("np.concatenate((-g[..., :1], g[..., :-1] - g[..., 1:], g[..., -1:]), "
-                       "axis=-1)", g=g), call.types["x"])}
+    axis, rank, n = call.const("axis", -1), call.ndim("x"), call.const("n", 1)
+    if not isinstance(n, int) or not 0 <= n <= 3 or not isinstance(axis, int):
+        return None  # (n given at run time, or a difference of a high order)
+    if axis == -1 or (rank is not None and axis == rank - 1):
+        before, at = "..., ", -1  # the last axis, for any rank
+    elif rank is not None and -rank <= axis < rank:
+        at = axis % rank
+        before = ":, " * at
+    else:
+        return None
+    # each difference's transpose, n times: x[j] gets g[j - 1] - g[j]
+    text = "g"
+    for _ in range(n):
+        text = (f"np.concatenate((-({text})[{before}:1], ({text})[{before}:-1] - "
+                f"({text})[{before}1:], ({text})[{before}-1:]), axis={at})")
+    return {"x": (fill(text, g=g), call.types["x"])}
 
 
 register(Rule("diff", "np.diff", ("x", "n", "axis"), {"n": 1, "axis": -1}, ("x",), _infer_diff,
