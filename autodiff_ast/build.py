@@ -260,17 +260,18 @@ def _captured_outputs(returns, backward, namer, forward=()):
 def _last_displays(forward):
     """name -> the dict, tuple or list display the top-level statements `forward` last bind
     it to, when no later statement rebinds a name the display reads."""
-    out = {}
-    for k, stmt in enumerate(forward):
+    out, decided, bound_later = {}, set(), set()
+    for stmt in reversed(forward):
+        bound = names_bound([stmt])
         if isinstance(stmt, gast.Assign) and len(stmt.targets) == 1 and \
                 isinstance(stmt.targets[0], gast.Name) and \
-                isinstance(stmt.value, (gast.Dict, gast.Tuple, gast.List)):
+                isinstance(stmt.value, (gast.Dict, gast.Tuple, gast.List)) and \
+                stmt.targets[0].id not in decided:
             read = {n.id for n in gast.walk(stmt.value) if isinstance(n, gast.Name)}
-            if not read & names_bound(forward[k + 1:]):
+            if not read & bound_later:
                 out[stmt.targets[0].id] = stmt.value
-                continue
-        for target in names_bound([stmt]):
-            out.pop(target, None)
+        decided |= bound
+        bound_later |= bound
     return out
 
 

@@ -636,6 +636,28 @@ class _Lower(gast.NodeTransformer):
             return None
         return _call(self.helper("repeat_axis"), [args["a"], args["repeats"], args["axis"]])
 
+    def call_np_diff(self, node):
+        """np.diff along a given axis (Numba's takes the last axis only): the differences
+        written as slices, `n` times (`x[:, 1:] - x[:, :-1]` along axis 1)."""
+        args = _bind(node, ("a", "n", "axis"))
+        if args is None or "axis" not in args:
+            return None
+        axis, n = _const(args["axis"]), _const(args.get("n", _num(1)))
+        if not isinstance(axis, int) or axis < 0 or not isinstance(n, int) or not 0 <= n <= 3:
+            return None  # (the last axis, -1, is Numba's own)
+        if n == 0:
+            return None
+        before = ":, " * axis
+        text = "a"
+        for _ in range(n):
+            text = f"({text})[{before}1:] - ({text})[{before}:-1]"
+        expr = gast.parse(text, mode="eval").body
+        for parent in gast.walk(expr):
+            for attr, value in gast.iter_fields(parent):
+                if isinstance(value, gast.Name) and value.id == "a":
+                    setattr(parent, attr, copy.deepcopy(args["a"]))
+        return expr
+
     def call_np_tile(self, node):
         # Numba has no np.tile: one count, or a tuple of one or two, by a helper (longer
         # tuples stay, and Numba refuses them at the user's line)
