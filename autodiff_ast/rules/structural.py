@@ -706,17 +706,18 @@ def _diff_vjp(call, g):
     if not isinstance(n, int) or not 0 <= n <= 3 or not isinstance(axis, int):
         return None  # (n given at run time, or a difference of a high order)
     if axis == -1 or (rank is not None and axis == rank - 1):
-        before, at = "..., ", -1  # the last axis, for any rank
+        before, at = "..., ", ""  # the last axis, for any rank (np.diff's own default)
     elif rank is not None and -rank <= axis < rank:
-        at = axis % rank
-        before = ":, " * at
+        before, at = ":, " * (axis % rank), f", axis={axis % rank}"
     else:
         return None
-    # each difference's transpose, n times: x[j] gets g[j - 1] - g[j]
-    text = "g"
-    for _ in range(n):
-        text = (f"np.concatenate((-({text})[{before}:1], ({text})[{before}:-1] - "
-                f"({text})[{before}1:], ({text})[{before}-1:]), axis={at})")
+    if n == 0:
+        return {"x": (to_expr(g), call.types["x"])}
+    # The first difference's transpose is minus the difference of g padded with a zero at
+    # both ends (x[j] gets g[j - 1] - g[j]); n of them, of g padded with n zeros.
+    zeros = f"np.zeros_like(g[{before}:{n}])"
+    padded = f"np.concatenate(({zeros}, g, {zeros}){at or ', axis=-1'})"
+    text = f"{'-' if n % 2 else ''}np.diff({padded}, {n}{at})"
     return {"x": (fill(text, g=g), call.types["x"])}
 
 
