@@ -42,6 +42,7 @@ import numpy as np
 from . import types as T
 from .errors import AutodiffError, MissingRuleError
 from .rules import Rule
+from .specs import Static, TreeSpec
 from .templates import assign, fill, name, to_expr, unparse
 
 _ROUTES = {}  # callable -> handler(normalizer, fn, node, target)
@@ -431,7 +432,7 @@ class custom_jvp:
 
     # -- inside differentiated code
     def _route(self, normalizer, node, target):
-        from .normalize import Static, TreeSpec, atom_type, normalize_into, parse_callee
+        from .normalize import atom_type, normalize_into, parse_callee
         params, defaults = _signature(self.fun)
         atoms = _bind(normalizer, params, defaults, node, self.__name__)
         if self.jvp is None:  # no rule yet: differentiate the function itself
@@ -492,15 +493,13 @@ class custom_jvp:
         of ``<g, out_dot>`` (the rule is linear in the tangents, so any tangent point works;
         zeros are passed)."""
         from .build import build_reverse
-        from .normalize import TreeSpec, normalize_into, parse_callee
+        from .normalize import normalize_into, parse_callee
         if out_t.kind not in ("float", "array"):
             return None
         values = tuple(atoms[p].value for p in static)
         key = (tuple(types_[p] for p in diff), out_t, values)
         if key not in self._transposes:
             from codegen.loader import load_source
-
-            from .normalize import Static
             fname = _identifier(self.__name__)
             scalar, params = _scalarized_rule(self.jvp, f"{fname}_transpose")
             specs = {p: Static(v) for p, v in zip(params, values)}
@@ -689,8 +688,6 @@ class custom_vjp:
         from .normalize import (
             Prim,
             Program,
-            Static,
-            TreeSpec,
             atom_type,
             normalize,
             normalize_into,
@@ -721,7 +718,7 @@ class custom_vjp:
             flat_core = normalize_into(program, parse_callee(flat_fwd), dict(types_))
             leaf_types = [_at(res_t, path) for path in paths]
             bwd_params, _ = _signature(self.bwd)
-            res_spec = _residual_spec(res_t, TreeSpec, Static)
+            res_spec = _residual_spec(res_t)
             bwd_core = normalize_into(program, parse_callee(self.bwd),
                                       {bwd_params[0]: res_spec, bwd_params[1]: out_t})
             bwd_out = bwd_core.return_type
@@ -785,13 +782,12 @@ def _leaf_paths(typ, prefix=()):
     return [prefix]
 
 
-def _residual_spec(typ, tree_spec, static):
+def _residual_spec(typ):
     """The spec of bwd's residuals argument: the structure fwd returned them in (one array,
     or tuples nested as written; a None is a static None), its leaves in _leaf_paths' order."""
     if typ.kind == "tuple" and typ.elts is not None:
-        return tree_spec("tuple", tuple((i, _residual_spec(e, tree_spec, static))
-                                        for i, e in enumerate(typ.elts)))
-    return static(None) if typ.kind == "none" else typ
+        return TreeSpec("tuple", tuple((i, _residual_spec(e)) for i, e in enumerate(typ.elts)))
+    return Static(None) if typ.kind == "none" else typ
 
 
 def _at(typ, path):

@@ -233,8 +233,7 @@ class Adjoints(DerivativeTable):
             # array that later float adds into would truncate)
             contrib = fill("float(c)", c=contrib) if _integral_scalar(
                 contrib, self.core.types) else fill("c.astype(np.float64)", c=contrib)
-            fitted = T.AType("float", "float64") if fitted.kind != "array" else \
-                T.array(fitted.dims)
+            fitted = T.array(fitted.dims) if fitted.kind == "array" else T.FLOAT
         bar = self.namer.adjoint(value)
         current = self.exprs.get(value)
         if value in self.accumulate and current is None:
@@ -3380,8 +3379,8 @@ def _reverse_stmt(stmt, adj, active, core, registry, in_loop=False):
             ptype = _scattered_type(adj.type_of(base), atom_type(prim.rule, core.types))
             if ptype == vtype and vtype.kind == "array":  # the values fill the selection
                 adj.add(value.id, fill("p.copy()", p=part), vtype)
-            else:  # the values were broadcast over the selection (one number per index)
-                adj.add(value.id, *adj.fit(part, ptype, vtype, value.id))
+            else:  # the values were broadcast over the selection: add sums them down
+                adj.add(value.id, part, ptype)
         return None
     return None
 
