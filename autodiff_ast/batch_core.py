@@ -423,7 +423,8 @@ class FunctionBatcher:
             reason, node = self.loop_reasons[0]
             return self.loop_variant(out_flags, reason, node)
         try:
-            body = self.emit_block(self.core.body, set(self.core.params))
+            body = self.params_made_batched() + self.emit_block(self.core.body,
+                                                                 set(self.core.params))
         except PerExampleLoop as exc:
             return self.loop_variant(out_flags, exc.reason, exc.node)
         keep = {n for e in elts for n in loads(e)}
@@ -434,6 +435,19 @@ class FunctionBatcher:
         uses = any(self.n_batch in loads(s) for s in body)
         return BatchedBody(body, [to_expr(e) for e in elts], out_flags, "vectorized",
                            uses_n_batch=uses)
+
+    def params_made_batched(self):
+        """``p = <p repeated per example>`` for each parameter passed unbatched that the body
+        makes batched (a loop-carried ``g_bar = g_bar + v_bar`` with v_bar batched): the
+        body treats the name as batched from its first line."""
+        out = []
+        for p, batched in self.params.items():
+            typ = self.types.get(p, T.UNKNOWN)
+            if batched or not flag_any(self.flags.get(p, False)) or \
+                    typ.kind not in ("array", "float", "int", "bool") or typ.ndim is None:
+                continue  # (a list keeps its entries: the batched ones are appended)
+            out.append(assign(p, R.broadcast_batch(name(p), typ, self.n(), writable=True)))
+        return out
 
     def _with_comments(self, stmts):
         out, last = [], None

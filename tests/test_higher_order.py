@@ -576,3 +576,22 @@ def test_list_displays_of_numbers_as_array_operands(f):
     np.testing.assert_allclose(ad.hessian(f)(x), numeric_hessian(f, x), atol=1e-5)
     assert "unbroadcast" not in grad_f.source
     np.testing.assert_allclose(ad.jit(ad.grad(f))(x), g, rtol=1e-12)
+
+
+def normalised_twice(w):
+    v = np.zeros_like(w)
+    for t in range(2):
+        g = np.cos(w)
+        v = v + g
+        w = w / v
+    return np.sum(w)
+
+
+def test_jacrev_of_jacrev_through_a_loop_carried_sum():
+    """jacrev(jacrev(f)) batches the inner backward function's `g_bar = g_bar + v_bar`: its
+    g_bar arrives the same for every example and becomes one per example in the loop, so the
+    batched function repeats it along the batch at entry (it failed to compile before)."""
+    x = np.array([0.1, 0.2, 0.3])
+    expected = numeric_hessian(normalised_twice, x)
+    assert np.allclose(ad.jacrev(ad.jacrev(normalised_twice))(x), expected, atol=1e-5)
+    assert np.allclose(ad.jacfwd(ad.jacrev(normalised_twice))(x), expected, atol=1e-5)
