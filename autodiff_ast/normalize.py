@@ -437,18 +437,11 @@ class Normalizer:
         if isinstance(target, (gast.Tuple, gast.List)):
             names = target.elts
             if isinstance(value, (gast.Tuple, gast.List)) and len(value.elts) == len(names):
-                atoms = [self.expr(v) for v in value.elts]
                 # `a, b = b, a`: every value is read before any name is bound (inside a loop
                 # or branch a rebound name keeps its core name, so read b into a temporary)
-                bound = {self.env.get(t.id) for t in names if isinstance(t, gast.Name)}
-                for k, a in enumerate(atoms):
-                    if isinstance(a, gast.Name) and a.id in bound:
-                        held = self.namer.temp(f"{a.id}_held")
-                        self.types[held] = atom_type(a, self.types)
-                        self.append(assign(held, a), Prim("copy", args=[a]))
-                        if self.types[held].kind == "array":
-                            self.body[-1].view_of = a.id
-                        atoms[k] = name(held)
+                bound = {self.env.get(t.id) for t in gast.walk(target)
+                         if isinstance(t, gast.Name)}
+                atoms = [self.held_if_bound(self.expr(v), bound) for v in value.elts]
                 for t, a in zip(names, atoms):
                     self.bind_value(t, a)
                 return
@@ -549,6 +542,21 @@ class Normalizer:
         return self.expr_Dict(gast.copy_location(gast.Dict(keys=keys, values=values), node),
                               None)
 
+    def held_if_bound(self, atom, bound):
+        """`atom`, or a temporary copy of it when it names one of the core names `bound`
+        (entry by entry in a tuple display)."""
+        if isinstance(atom, (gast.Tuple, gast.List)):
+            atom.elts = [self.held_if_bound(e, bound) for e in atom.elts]
+            return atom
+        if not (isinstance(atom, gast.Name) and atom.id in bound):
+            return atom
+        held = self.namer.temp(f"{atom.id}_held")
+        self.types[held] = atom_type(atom, self.types)
+        self.append(assign(held, atom), Prim("copy", args=[atom]))
+        if self.types[held].kind == "array":
+            self.body[-1].view_of = atom.id
+        return name(held)
+
     def unpack(self, target, atom, node=None):
         """`a, b = atom` (one level deep): a tuple of known length, a pytree node or a
         constant."""
@@ -558,12 +566,10 @@ class Normalizer:
                 self.bind_value(t, self.tree_child(atom, i, node or target))
             return
         if isinstance(atom, HeldTuple):
-            if len(atom.parts) != len(names) or not all(isinstance(t, gast.Name)
-                                                        for t in names):
-                raise self.unsupported(f"the call returns {len(atom.parts)} values: unpack "
-                                       "them into as many names", target)
+            if len(atom.parts) != len(names):
+                raise self.unpack_mismatch(len(atom.parts), names, target)
             for t, part in zip(names, atom.parts):
-                if isinstance(part, LocalDict):
+                if isinstance(part, LocalDict) and isinstance(t, gast.Name):
                     self.env[t.id] = part
                 else:
                     self.bind_value(t, part)
@@ -572,6 +578,12 @@ class Normalizer:
             for t, v in zip(names, atom.value):
                 self.bind_value(t, self.static(v, node or target, None))
             return
+        if isinstance(atom, (gast.Tuple, gast.List)):  # `(a, b), c = (p, q), r`: a display
+            if len(atom.elts) != len(names):
+                raise self.unpack_mismatch(len(atom.elts), names, target)
+            for t, part in zip(names, atom.elts):
+                self.bind_value(t, part)
+            return
         typ = atom_type(atom, self.types)
         if typ.kind == "unknown":  # e.g. a recursive call, typed on a second pass
             typ = T.AType("tuple", elts=tuple(T.UNKNOWN for _ in names))
@@ -579,16 +591,26 @@ class Normalizer:
                 all(isinstance(t, gast.Name) for t in names):
             self.unpack_array(names, atom, node or target)
             return
-        if typ.kind != "tuple" or typ.elts is None or len(typ.elts) != len(names):
+        if typ.kind == "tuple" and typ.elts is not None and len(typ.elts) != len(names):
+            raise self.unpack_mismatch(len(typ.elts), names, target)
+        if typ.kind != "tuple" or typ.elts is None:
             raise self.unsupported("can only unpack tuples whose length is known", target,
                                    "index the values one by one (a = x[0]) instead")
-        if not all(isinstance(t, gast.Name) for t in names):
-            raise self.unsupported("nested unpacking is not supported", target)
-        out = [self.define(t.id) for t in names]
+        # `(v, m), g = ...`: an inner target is first bound to a temporary, then unpacked
+        inner = {k: self.namer.temp("unpacked") for k, t in enumerate(names)
+                 if not isinstance(t, gast.Name)}
+        out = [inner[k] if k in inner else self.define(t.id) for k, t in enumerate(names)]
         for n, t in zip(out, typ.elts):
             self.types[n] = t
         stmt = assign(out, atom)
         self.append(stmt, Prim("unpack", args=[atom]))
+        for k, held in inner.items():
+            self.unpack(names[k], name(held), node or target)
+
+    def unpack_mismatch(self, count, names, target):
+        """The error for unpacking `count` values into another number of names."""
+        return self.unsupported(f"the value holds {count} values: unpack them into as "
+                                f"many names, not {len(names)}", target)
 
     def unpack_array(self, names, atom, node):
         """`x0, y0 = pts[i]`: the array's entries along its first axis, read one by one, after
@@ -618,12 +640,18 @@ class Normalizer:
                                            type_comment=None)))
 
     def bind_value(self, target, atom):
+        if isinstance(target, (gast.Tuple, gast.List)):  # `(v, m), g = ...`: one level in
+            self.unpack(target, atom, target)
+            return
         if not isinstance(target, gast.Name):
-            raise self.unsupported("nested unpacking is not supported", target)
-        if isinstance(atom, (TreeRef, Static)):
+            raise self.unsupported(f"cannot assign to {type(target).__name__}", target)
+        if isinstance(atom, (TreeRef, Static, HeldTuple)):
             self.env[target.id] = atom
             return
         self.refuse_nested_tuple_in_block(atom_type(atom, self.types))
+        if isinstance(atom, (gast.Tuple, gast.List)):  # `a, b = (p, q), r`: a is (p, q)
+            self.bind_display(atom, target.id)
+            return
         out = self.define(target.id)
         self.types[out] = atom_type(atom, self.types)
         self.append(assign(out, atom), Prim("copy", args=[atom]))
