@@ -1418,6 +1418,9 @@ class Normalizer:
                               first=receiver)
 
     def call_rule(self, rule, args, keywords, node, target, first=None):
+        if rule.name == "diff" and first is None and any(
+                kw.arg in ("prepend", "append") for kw in keywords):
+            return self.diff_with_ends(rule, args, keywords, node, target)
         bound, kws = {}, []
         params = list(rule.params)
         atoms = [first] if first is not None else []
@@ -1476,6 +1479,53 @@ class Normalizer:
         value = _emit_call(rule, bound, kws)
         return self.apply_rule(rule, bound, node, target, value=value, keywords=kws,
                                static_values=static_values)
+
+    def diff_with_ends(self, rule, args, keywords, node, target):
+        """``np.diff(x, n, axis, prepend=p, append=q)``: np.diff of x with p and q joined
+        to it along the axis, each ``p + np.zeros_like(np.take(x, [0], axis=axis))`` (a
+        number becomes a slice of x's shape, as NumPy makes it)."""
+        given = dict(zip(("a", "n", "axis"), args))
+        given.update((kw.arg, kw.value) for kw in keywords)
+        if "a" not in given or set(given) - {"a", "n", "axis", "prepend", "append"}:
+            raise self.unsupported("np.diff takes a, n, axis, prepend and append", node)
+
+        def at(made):
+            for part in gast.walk(made):
+                gast.copy_location(part, node)
+            return made
+
+        def held(atom):  # an atom as a name the calls below can read
+            if not isinstance(atom, gast.Name):
+                return atom
+            label = self.namer.temp("diff_part")
+            self.env[label] = atom.id
+            return at(name(label))
+
+        def call(fn, call_args, **options):
+            keys = [at(gast.keyword(arg=k, value=v)) for k, v in options.items()]
+            return held(self.call_rule(rules.lookup(fn), call_args, keys, node, None))
+        axis = {"axis": given["axis"]} if "axis" in given else {}
+        x = held(self.expr(given["a"]))
+        edge = None
+        pieces = []
+        for key in ("prepend", "append"):
+            if key not in given:
+                pieces.append(x) if key == "prepend" else None
+                continue
+            if edge is None:
+                first = call(np.take, [x, at(gast.List(elts=[gast.Constant(value=0, kind=None)],
+                                                      ctx=gast.Load()))],
+                             axis=axis.get("axis", at(gast.Constant(value=-1, kind=None))))
+                edge = call(np.zeros_like, [first])
+            value = held(self.expr(given[key]))
+            pieces.append(held(self.expr(at(gast.BinOp(left=value, op=gast.Add(),
+                                                       right=edge)))))
+            if key == "prepend":
+                pieces.append(x)
+        joined = call(np.concatenate, [at(gast.Tuple(elts=pieces, ctx=gast.Load()))],
+                      axis=axis.get("axis", at(gast.Constant(value=-1, kind=None))))
+        options = [at(gast.keyword(arg=k, value=given[k])) for k in ("n", "axis") if k in given]
+        return self.call_rule(rule, [joined], options, node, target)
 
     def is_list_of(self, atom, ndim):
         """Whether `atom` names a local list whose elements have `ndim` axes."""

@@ -514,6 +514,11 @@ STRUCTURAL = [
     ("diff-first-axis", lambda x: np.diff(x, axis=0), [(3, 4)], "real"),
     ("diff-second-first-axis", lambda x: np.diff(x, 2, 0) * x[2:], [(4, 3)], "real"),
     ("diff-size-one-column", lambda x: np.diff(x, axis=0) + x[1:], [(4, 1)], "real"),
+    ("diff-prepend-number", lambda x: np.diff(x, prepend=0.5) * x, [(4,)], "real"),
+    ("diff-prepend-append-axis0", lambda x: np.diff(x, axis=0, append=x[:1] * 3.0,
+                                                    prepend=1.5), [(3, 2)], "real"),
+    ("diff-second-append-array", lambda x: np.diff(x, 2, append=np.array([1.0, 2.0])),
+     [(4,)], "real"),
     ("take", lambda x: np.take(x, IDX), [(3,)], "real"),
     ("take-flat-2d", lambda x: np.take(x, ROWS) * 2.0, [(2, 3)], "real"),
     ("take-int", lambda x: np.take(x, 4) * x, [(2, 3)], "real"),
@@ -766,7 +771,8 @@ NEEDS_RANK = {"inner", "hstack", "hstack-2d", "vstack", "vstack-2d", "tile", "ti
               "trapezoid-dx-arg", "trapezoid-axis0", "convolve", "convolve-valid",
               "convolve-same", "einsum-ellipsis", "einsum-ellipsis-broadcast",
               "einsum-ellipsis-implicit", "diff-first-axis", "diff-second-first-axis",
-              "diff-size-one-column"}
+              "diff-size-one-column", "diff-prepend-number", "diff-prepend-append-axis0",
+              "diff-second-append-array"}
 
 
 def _all_cases():
@@ -1047,3 +1053,20 @@ def test_new_rules_hessians_match_differences_of_the_gradient(entry, rng):
     name, f, shapes = entry
     args = tuple(draw("real", s, rng) for s in shapes)
     assert_hessian_matches_gradient_differences(f, args, rng)
+
+
+def _diff_from(x, start):
+    return np.sum(np.diff(x, prepend=start) ** 2)
+
+
+def test_diff_with_prepend_and_append_in_every_mode_and_under_jit(rng):
+    """np.diff's prepend=/append= join their values to x along the axis (a number made a
+    slice of x's shape, as NumPy does): derivatives for x and for a prepended number, in
+    both modes and under jit (they were refused)."""
+    x = rng.normal(size=(3, 4))
+    ad.check_grads(_diff_from, (x, 0.7), order=2, modes=("fwd", "rev"))
+    g = ad.grad(_diff_from, argnums=(0, 1))
+    for got, want in zip(ad.jit(g)(x, 0.7), g(x, 0.7)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    # d/d start of sum((x[:, 0] - start)**2) = -2 * sum(x[:, 0] - start)
+    np.testing.assert_allclose(g(x, 0.7)[1], -2.0 * np.sum(x[:, 0] - 0.7), rtol=1e-12)
