@@ -867,10 +867,20 @@ def _norm(bc):
 
 
 def _solve(bc):
-    rb = _rank_or_fail(bc, "b")
+    """Each example's solve, the batch axis kept outermost: NumPy lines up the stack axes
+    of a and b from the right, so the one with fewer gets size-one axes after the batch
+    axis; a batched vector b becomes a column (NumPy 2 reads a 1-D b only as a vector)."""
+    ra, rb = _rank_or_fail(bc, "a"), _rank_or_fail(bc, "b")
     a, b = bc.arg("a"), bc.arg("b")
-    if rb == 1 and bc.is_batched("b"):
-        return fill("np.linalg.solve(a, b[:, :, None])[:, :, 0]", a=a, b=b)
+    if rb == 1:
+        if not bc.is_batched("b"):
+            return fill("np.linalg.solve(a, b)", a=a, b=b)
+        return fill("np.linalg.solve(a, b[..., None])[..., 0]", a=a,
+                    b=expand_after_batch(b, ra - 2))
+    if bc.is_batched("a") and rb > ra:
+        a = expand_after_batch(a, rb - ra)
+    if bc.is_batched("b") and ra > rb:
+        b = expand_after_batch(b, ra - rb)
     return fill("np.linalg.solve(a, b)", a=a, b=b)
 
 

@@ -39,6 +39,22 @@ def _infer_dot(call):
     return T.array(dims, dtype)
 
 
+#: (a's adjoint, b's adjoint) of np.dot / np.matmul and of np.inner, by (rank of a, rank of
+#: b). inner contracts the last axes of both: inner(A, B) = A B^T, inner(a, B) = B a.
+_DOT_ADJOINTS = {
+    (1, 1): ("g * b", "g * a"),
+    (2, 1): ("np.outer(g, b)", "np.dot(a.T, g)"),
+    (1, 2): ("np.dot(b, g)", "np.outer(a, g)"),
+    (2, 2): ("np.dot(g, b.T)", "np.dot(a.T, g)"),
+}
+_INNER_ADJOINTS = {
+    (1, 1): ("g * b", "g * a"),
+    (2, 1): ("np.outer(g, b)", "np.dot(a.T, g)"),
+    (1, 2): ("np.dot(g, b)", "np.outer(g, a)"),
+    (2, 2): ("np.dot(g, b)", "np.dot(g.T, a)"),
+}
+
+
 def _dot_vjp(call, g):
     a, b = call.args["a"], call.args["b"]
     ta, tb = call.types["a"], call.types["b"]
@@ -75,12 +91,7 @@ def _dot_vjp(call, g):
             da, db = out[:-1] + ta.dims[-1:], out[:-2] + ta.dims[-1:] + out[-1:]
         return {"a": (ga, T.array(tuple(da), ta.dtype or "float64")),
                 "b": (gb, T.array(tuple(db), tb.dtype or "float64"))}
-    table = {
-        (1, 1): ("g * b", "g * a"),
-        (2, 1): ("np.outer(g, b)", "np.dot(a.T, g)"),
-        (1, 2): ("np.dot(b, g)", "np.outer(a, g)"),
-        (2, 2): ("np.dot(g, b.T)", "np.dot(a.T, g)"),
-    }
+    table = _INNER_ADJOINTS if call.rule.name == "inner" else _DOT_ADJOINTS
     if (ra, rb) not in table:
         return None
     ta_expr, tb_expr = table[(ra, rb)]
@@ -109,13 +120,23 @@ register(Rule("vdot", "np.vdot", ("a", "b"), {}, ("a", "b"), lambda call: T.FLOA
               lambda call, g: {"a": (fill("g * b", g=g, b=call.args["b"]), call.types["a"]),
                                "b": (fill("g * a", g=g, a=call.args["a"]), call.types["b"])},
               _bilinear_jvp), np.vdot)
+def _outer_vjp(call, g):
+    """outer(a, b) = a_i b_j of the flattened operands (NumPy ravels them): g b and a g,
+    reshaped back when an operand is not a vector."""
+    a, b = call.args["a"], call.args["b"]
+    flat = {p: fill("v.ravel()", v=v) if call.ndim(p) != 1 else v
+            for p, v in (("a", a), ("b", b))}
+    out = {"a": fill("np.dot(g, b)", g=g, b=flat["b"]), "b": fill("np.dot(a, g)", g=g,
+                                                                  a=flat["a"])}
+    for p, v in (("a", a), ("b", b)):
+        if call.ndim(p) != 1:
+            out[p] = fill("w.reshape(np.shape(v))", w=out[p], v=v)
+    return {p: (out[p], call.types[p]) for p in ("a", "b")}
+
+
 register(Rule("outer", "np.outer", ("a", "b"), {}, ("a", "b"),
               lambda call: T.array((T.N, T.N), T.result_dtype(call.types["a"], call.types["b"])),
-              lambda call, g: {"a": (fill("np.dot(g, b)", g=g, b=call.args["b"]),
-                                     call.types["a"]),
-                               "b": (fill("np.dot(a, g)", g=g, a=call.args["a"]),
-                                     call.types["b"])},
-              _bilinear_jvp), np.outer)
+              _outer_vjp, _bilinear_jvp), np.outer)
 
 
 
@@ -420,9 +441,27 @@ register(Rule("cross", "np.cross", ("a", "b", "axisa", "axisb", "axisc", "axis")
 
 
 # ---------------------------------------------------------------- trace and diagonals
-register(Rule("trace", "np.trace", ("x",), {}, ("x",), lambda call: T.FLOAT,
-              lambda call, g: {"x": (fill("g * np.eye(x.shape[0], x.shape[1])", g=g,
-                                          x=call.args["x"]), call.types["x"])},
+def _infer_trace(call):
+    """A number for a matrix; for more axes, the sums over the first two, an array of the
+    remaining axes (NumPy's np.trace)."""
+    x = call.types["x"]
+    if x.ndim is None:
+        return T.AType("array", x.dtype or "float64", None)
+    return T.FLOAT if x.ndim <= 2 else T.array(tuple(x.dims[2:]), x.dtype or "float64")
+
+
+def _trace_vjp(call, g):
+    """g on the diagonal of the first two axes (each entry of g along the others)."""
+    rank, x = call.ndim("x"), call.args["x"]
+    eye = fill("np.eye(x.shape[0], x.shape[1])", x=x)
+    if rank is None:  # (rank-generic code: the axes past the first two, counted at run time)
+        eye = fill("np.expand_dims(e, tuple(range(2, np.ndim(x))))", e=eye, x=x)
+    elif rank > 2:
+        eye = fill("np.expand_dims(e, k)", e=eye, k=tuple(range(2, rank)))
+    return {"x": (fill("g * e", g=g, e=eye), call.types["x"])}
+
+
+register(Rule("trace", "np.trace", ("x",), {}, ("x",), _infer_trace, _trace_vjp,
               lambda call, dots: fill("np.trace(d)", d=dots["x"]), linear=True), np.trace)
 
 
@@ -557,58 +596,147 @@ register(Rule("norm", "np.linalg.norm", ("x", "ord", "axis", "keepdims"),
               _norm_jvp), np.linalg.norm)
 
 
+def _one_matrix(call):
+    """Whether np.linalg's `a` is one matrix (the readable ``x.T`` / ``np.dot`` forms, which
+    Numba compiles); a stack of matrices (or an unknown rank) takes ``np.swapaxes(x, -1, -2)``
+    and ``np.matmul``, which map over the leading axes."""
+    return call.ndim("a") == 2
+
+
+def _mT(call, x):
+    """x with its last two axes swapped."""
+    return fill("x.T", x=x) if _one_matrix(call) else fill("np.swapaxes(x, -1, -2)", x=x)
+
+
+def _mm(call, p, q):
+    """The matrix product p q (of each matrix of a stack)."""
+    return fill("np.dot(p, q)" if _one_matrix(call) else "np.matmul(p, q)", p=p, q=q)
+
+
+def _traces(call, m):
+    """The trace of m, or of each matrix of a stack."""
+    if _one_matrix(call):
+        return fill("np.trace(m)", m=m)
+    return fill("np.sum(np.diagonal(m, axis1=-2, axis2=-1), axis=-1)", m=m)
+
+
+def _per_matrix(call, v):
+    """A number per matrix (det, logdet) put against its matrix: v[..., None, None]."""
+    return v if _one_matrix(call) else fill("np.expand_dims(v, (-2, -1))", v=v)
+
+
 def _solve_vjp(call, g):
     a, x = call.args["a"], call.out
-    # `solve_bar` is a local the reverse pass binds once and both contributions read.
-    a_bar = "-np.outer(solve_bar, x)" if call.types["b"].ndim == 1 else "-np.dot(solve_bar, x.T)"
-    if call.types["b"].ndim is None:  # vector or matrix right-hand side: one formula for both
-        a_bar = "-np.dot(solve_bar.reshape((x.shape[0], -1)), x.reshape((x.shape[0], -1)).T)"
-    return {"__let__": [("solve_bar", fill("np.linalg.solve(a.T, g)", a=a, g=g))],
-            "a": (fill(a_bar, x=x), call.types["a"]),
-            "b": (fill("solve_bar"), call.types["b"])}
+    ra, rb = call.ndim("a"), call.ndim("b")
+    if ra in (2, None) and rb in (1, 2, None):  # one matrix (or ranks the code leaves open)
+        # `solve_bar` is a local the reverse pass binds once and both contributions read.
+        a_bar = "-np.outer(solve_bar, x)" if rb == 1 else "-np.dot(solve_bar, x.T)"
+        if rb is None:  # vector or matrix right-hand side: one formula for both
+            a_bar = "-np.dot(solve_bar.reshape((x.shape[0], -1)), " \
+                    "x.reshape((x.shape[0], -1)).T)"
+        return {"__let__": [("solve_bar", fill("np.linalg.solve(a.T, g)", a=a, g=g))],
+                "a": (fill(a_bar, x=x), call.types["a"]),
+                "b": (fill("solve_bar"), call.types["b"])}
+    if ra is None or rb is None:
+        return None
+    # Stacks: NumPy 2 reads b as a vector only when it has one axis. Contributions keep the
+    # output's stack axes; accumulation sums those their operand lacks.
+    out = call.out_type.dims
+    n = (call.types["a"].dims or (T.N,))[-1:]
+    if rb == 1:
+        let = fill("np.linalg.solve(np.swapaxes(a, -1, -2), g[..., None])[..., 0]", a=a, g=g)
+        a_bar = fill("-np.expand_dims(solve_bar, -1) * np.expand_dims(x, -2)", x=x)
+        a_dims = tuple(out) + tuple(n)
+    else:
+        let = fill("np.linalg.solve(np.swapaxes(a, -1, -2), g)", a=a, g=g)
+        a_bar = fill("-np.matmul(solve_bar, np.swapaxes(x, -1, -2))", x=x)
+        a_dims = tuple(out[:-1]) + tuple(n)
+    dtype = call.types["a"].dtype or "float64"
+    return {"__let__": [("solve_bar", let)],
+            "a": (a_bar, T.array(a_dims, dtype)),
+            "b": (fill("solve_bar"), T.array(tuple(out), dtype))}
 
 
 def _solve_jvp(call, dots):
     a, x = call.args["a"], call.out
     rhs = dots.get("b")
+    column = call.ndim("b") == 1 and not _one_matrix(call)  # a vector against a stack
     if "a" in dots:
-        term = fill("np.dot(da, x)", da=dots["a"], x=x)
+        term = fill("np.matmul(da, x[..., None])[..., 0]" if column else
+                    "np.dot(da, x)" if _one_matrix(call) else "np.matmul(da, x)",
+                    da=dots["a"], x=x)
         rhs = fill("-t", t=term) if rhs is None else fill("r - t", r=rhs, t=term)
+    if column:
+        return fill("np.linalg.solve(a, r[..., None])[..., 0]", a=a, r=rhs)
     return fill("np.linalg.solve(a, r)", a=a, r=rhs)
 
 
-register(Rule("solve", "np.linalg.solve", ("a", "b"), {}, ("a", "b"),
-              lambda call: call.types["b"], _solve_vjp, _solve_jvp), np.linalg.solve)
+def _infer_per_matrix(call):
+    """A number per matrix: one for a matrix, an array of the stack's axes otherwise."""
+    a = call.types["a"]
+    if a.ndim is None:
+        return T.AType("array", "float64", None)
+    return T.FLOAT if a.ndim <= 2 else T.array(tuple(a.dims[:-2]), "float64")
+
+
+def _inv_vjp(call, g):
+    y_t = _mT(call, call.out)
+    return {"a": (fill("-m", m=_mm(call, _mm(call, y_t, g), y_t)), call.types["a"])}
+
+
+def _det_vjp(call, g):
+    scale = _per_matrix(call, fill("g * y", g=g, y=call.out))
+    inverse_t = _mT(call, fill("np.linalg.inv(a)", a=call.args["a"]))
+    return {"a": (fill("s * i", s=scale, i=inverse_t), call.types["a"])}
+
+
+def _infer_solve(call):
+    """b's type for one matrix; for a stack, the stack's axes, then b's vector (NumPy 2:
+    when b has one axis) or matrix axes."""
+    a, b = call.types["a"], call.types["b"]
+    if a.ndim in (2, None) or b.ndim is None or a.dims is None or b.dims is None:
+        return b
+    dtype = T.result_dtype(a, b)
+    if b.ndim == 1:
+        return T.array(tuple(a.dims[:-1]), dtype)
+    return T.broadcast(T.array(tuple(a.dims[:-1]) + tuple(b.dims[-1:]), dtype), b)
+
+
+register(Rule("solve", "np.linalg.solve", ("a", "b"), {}, ("a", "b"), _infer_solve,
+              _solve_vjp, _solve_jvp), np.linalg.solve)
 register(Rule("inv", "np.linalg.inv", ("a",), {}, ("a",), lambda call: call.types["a"],
-              lambda call, g: {"a": (fill("-np.dot(np.dot(y.T, g), y.T)", y=call.out, g=g),
-                                     call.types["a"])},
-              lambda call, dots: fill("-np.dot(np.dot(y, d), y)", y=call.out, d=dots["a"])),
+              _inv_vjp,
+              lambda call, dots: fill("-m", m=_mm(call, _mm(call, call.out, dots["a"]),
+                                                  call.out))),
          np.linalg.inv)
-register(Rule("det", "np.linalg.det", ("a",), {}, ("a",), lambda call: T.FLOAT,
-              lambda call, g: {"a": (fill("g * y * np.linalg.inv(a).T", g=g, y=call.out,
-                                          a=call.args["a"]), call.types["a"])},
-              lambda call, dots: fill("y * np.trace(np.linalg.solve(a, d))", y=call.out,
-                                      a=call.args["a"], d=dots["a"])), np.linalg.det)
+register(Rule("det", "np.linalg.det", ("a",), {}, ("a",), _infer_per_matrix, _det_vjp,
+              lambda call, dots: fill("y * t", y=call.out, t=_traces(call, fill(
+                  "np.linalg.solve(a, d)", a=call.args["a"], d=dots["a"])))), np.linalg.det)
 
 
 # cholesky: a = l l^T with l lower triangular. The tangent is l phi(l^-1 sym(da) l^-T), phi
 # keeping the lower triangle with the diagonal halved (sym(da) = (da + da^T) / 2: only
 # symmetric perturbations keep a valid input, as in JAX); the cotangent of a is
 # l^-T sym_lower(l^T g) l^-1 / 2 with sym_lower(x) = tril(x) + tril(x, -1)^T, which is
-# symmetric (Murray 2016, "Differentiation of the Cholesky decomposition").
+# symmetric (Murray 2016, "Differentiation of the Cholesky decomposition"). np.tril and
+# np.linalg.solve act on the last two axes, so a stack of matrices takes the same forms.
 def _cholesky_vjp(call, g):
-    x = fill("np.dot(y.T, g)", y=call.out, g=g)
-    lower = fill("np.tril(x) + np.tril(x, -1).T", x=x)
-    left = fill("np.linalg.solve(y.T, q)", y=call.out, q=lower)  # l^-T q
-    return {"a": (fill("0.5 * np.linalg.solve(y.T, w.T).T", y=call.out, w=left),
+    y = call.out
+    x = _mm(call, _mT(call, y), g)
+    lower = fill("np.tril(x) + t", x=x, t=_mT(call, fill("np.tril(x, -1)", x=x)))
+    left = fill("np.linalg.solve(yt, q)", yt=_mT(call, y), q=lower)  # l^-T q
+    return {"a": (fill("0.5 * m", m=_mT(call, fill("np.linalg.solve(yt, wt)", yt=_mT(call, y),
+                                                     wt=_mT(call, left)))),
                   call.types["a"])}
 
 
 def _cholesky_jvp(call, dots):
-    sym = fill("0.5 * (d + d.T)", d=dots["a"])
-    inner = fill("np.linalg.solve(y, np.linalg.solve(y, s).T).T", y=call.out, s=sym)
-    return fill("np.dot(y, np.tril(z) * (1.0 - 0.5 * np.eye(y.shape[0])))", y=call.out,
-                z=inner)
+    y, d = call.out, dots["a"]
+    sym = fill("0.5 * (d + dt)", d=d, dt=_mT(call, d))
+    inner = _mT(call, fill("np.linalg.solve(y, m)", y=y, m=_mT(call, fill(
+        "np.linalg.solve(y, s)", y=y, s=sym))))
+    size = fill("y.shape[0]" if _one_matrix(call) else "y.shape[-1]", y=y)
+    return _mm(call, y, fill("np.tril(z) * (1.0 - 0.5 * np.eye(n))", z=inner, n=size))
 
 
 register(Rule("cholesky", "np.linalg.cholesky", ("a",), {}, ("a",),
@@ -620,16 +748,16 @@ def _slogdet_vjp(call, g):
     g_logdet = g[1]
     if g_logdet is None:
         return {}
-    return {"a": (fill("g * np.linalg.inv(a).T", g=g_logdet, a=call.args["a"]),
-                  call.types["a"])}
+    inverse_t = _mT(call, fill("np.linalg.inv(a)", a=call.args["a"]))
+    return {"a": (fill("g * i", g=_per_matrix(call, g_logdet), i=inverse_t), call.types["a"])}
 
 
 def _slogdet_jvp(call, dots):
-    return (None, fill("np.trace(np.linalg.solve(a, d))", a=call.args["a"], d=dots["a"]))
+    return (None, _traces(call, fill("np.linalg.solve(a, d)", a=call.args["a"], d=dots["a"])))
 
 
 register(Rule("slogdet", "np.linalg.slogdet", ("a",), {}, ("a",),
-              lambda call: T.AType("tuple", elts=(T.FLOAT, T.FLOAT)), _slogdet_vjp,
+              lambda call: T.AType("tuple", elts=(_infer_per_matrix(call),) * 2), _slogdet_vjp,
               _slogdet_jvp), np.linalg.slogdet)
 
 
