@@ -462,9 +462,13 @@ class custom_jvp:
                                              "nondiff_argnums: it must be a number or a "
                                              "string constant", node)
             atoms[p] = gast.Constant(value=value, kind=None)
-        emitted = _data_name(normalizer, self)
+        # The primal is the function written into the module (so jit compiles it; the
+        # custom_jvp object itself cannot be called by Numba), the static arguments folded in.
+        primal_specs = {p: types_[p] if p in types_ else Static(atoms[p].value)
+                        for p in params}
+        primal = normalize_into(normalizer.program, parse_callee(self.fun), primal_specs)
+        emitted, out_t = primal.name, primal.return_type
         rule_core = normalize_into(normalizer.program, parse_callee(self.jvp), specs)
-        out_t = _return_type(self.fun, params, atoms, types_)
         program = normalizer.program
         owner = self
 
@@ -484,7 +488,7 @@ class custom_jvp:
         rule = Rule(f"{_identifier(self.__name__)}@custom_jvp", emitted, tuple(diff), {},
                     float_diff, lambda call: out_t, vjp, jvp)
         rule.joint_jvp = joint
-        value = _call(emitted, [atoms[p] for p in params])
+        value = _call(emitted, [atoms[p] for p in diff])
         return normalizer.apply_rule(rule, {p: atoms[p] for p in diff}, node, target,
                                      value=value)
 
@@ -569,14 +573,6 @@ def _scalarized_rule(rule, fname):
     node = Returns().visit(node)
     source = unparse(node) + "\n"
     return source_function(source, fname, namespace), params
-
-
-def _return_type(fun, params, atoms, types_):
-    """The type of fun's output for these arguments (normalized on the side)."""
-    from .normalize import Program, Static, normalize, parse_callee
-    specs = {p: types_[p] if p in types_ else Static(getattr(atoms[p], "value", None))
-             for p in params}
-    return normalize(parse_callee(fun), specs, Program()).return_type
 
 
 def _joint_call(stmt, tan, func_name, params, types_):
