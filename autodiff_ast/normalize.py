@@ -1471,6 +1471,8 @@ class Normalizer:
             value = self.expr(kw.value)
             bound[kw.arg] = value
             kws.append(kw.arg)
+        if rule.name == "squeeze" and "axis" not in bound and "x" in bound:
+            self.squeeze_axes(bound, kws)
         static_values = {}
         for p, a in list(bound.items()):
             if isinstance(a, Static):
@@ -1479,6 +1481,18 @@ class Normalizer:
         value = _emit_call(rule, bound, kws)
         return self.apply_rule(rule, bound, node, target, value=value, keywords=kws,
                                static_values=static_values)
+
+    def squeeze_axes(self, bound, kws):
+        """``np.squeeze(x)`` of an array whose size-one axes the types know (``x[:, None]``)
+        names them, ``np.squeeze(x, axis=1)``: what its type already assumes (the other
+        axes kept), and a rank Numba can compile."""
+        dims = atom_type(bound["x"], self.types).dims
+        axes = tuple(i for i, d in enumerate(dims or ()) if d == 1)
+        if axes:
+            bound["axis"] = gast.Constant(value=axes[0], kind=None) if len(axes) == 1 else \
+                gast.Tuple(elts=[gast.Constant(value=a, kind=None) for a in axes],
+                           ctx=gast.Load())
+            kws.append("axis")
 
     def diff_with_ends(self, rule, args, keywords, node, target):
         """``np.diff(x, n, axis, prepend=p, append=q)``: np.diff of x with p and q joined

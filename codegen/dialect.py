@@ -714,15 +714,26 @@ class _Lower(gast.NodeTransformer):
 
     def call_np_squeeze(self, node):
         args = _bind(node, ("a", "axis"))
-        if args is None or not isinstance(args["a"], gast.Name):
+        if args is None or not _view_of_a_name(args["a"]):
             return None
         axis = _const(args.get("axis", gast.Constant(value=None, kind=None)))
-        if not isinstance(axis, int):
+        x = text_of(args["a"])
+        if axis is None:  # the types saw no axis of size one: checked, the rank kept
+            if "axis" in args or not self.module.numba_overloads:
+                return None
+            return _call(self.helper("squeeze_none"), [args["a"]])
+        if axis == -1:
+            return _expr(f"np.ascontiguousarray({x}).reshape({x}.shape[:-1])")
+        axes = (axis,) if isinstance(axis, int) else axis
+        if not (isinstance(axes, tuple) and axes and
+                all(isinstance(a, int) and a >= 0 for a in axes)):
             return None
-        x = args["a"].id
-        shape = f"{x}.shape[:-1]" if axis == -1 else \
-            f"{x}.shape[:{axis}] + {x}.shape[{axis + 1}:]"
-        return _expr(f"np.ascontiguousarray({x}).reshape({shape})")
+        # the shape without those axes, read in pieces between them (no rank needed)
+        cuts = sorted(set(axes))
+        pieces = [f"{x}.shape[{lo}:{hi}]" for lo, hi in
+                  zip([0] + [a + 1 for a in cuts], cuts + [None])]
+        pieces = [p.replace(":None]", ":]").replace("[0:", "[:") for p in pieces]
+        return _expr(f"np.ascontiguousarray({x}).reshape({' + '.join(pieces)})")
 
     def call_np_expand_dims(self, node):
         args = _bind(node, ("a", "axis"))
@@ -1253,6 +1264,19 @@ def _view_of(node, name):
             node = node.args[0] if dotted_name(node.func) in _VIEW_CALLS else node.func.value
         else:
             return isinstance(node, gast.Name) and node.id == name
+
+
+def _view_of_a_name(node):
+    """Whether `node` is a name or a view of one written with constants, slices and None
+    (``x[:, None]``): cheap to write twice, with nothing to run twice."""
+    if isinstance(node, gast.Name):
+        return True
+    if not (isinstance(node, gast.Subscript) and isinstance(node.value, gast.Name)):
+        return False
+    parts = node.slice.elts if isinstance(node.slice, gast.Tuple) else [node.slice]
+    return all(isinstance(p, gast.Constant) or isinstance(p, gast.Slice) and all(
+        b is None or isinstance(b, gast.Constant) for b in (p.lower, p.upper, p.step))
+        for p in parts)
 
 
 def _is_array_call(node):

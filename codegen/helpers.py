@@ -1376,6 +1376,32 @@ def whole_min(a):
 '''
 
 
+DIALECT_HELPERS["squeeze_none"] = '''\
+def squeeze_none(a):
+    """np.squeeze(a) of an array none of whose axes the code knew to have size one."""
+    return np.squeeze(a)
+'''
+OVERLOAD_FORMS["squeeze_none"] = DIALECT_HELPERS["squeeze_none"] + '''
+
+@numba.extending.overload(squeeze_none, jit_options={'error_model': 'numpy'})
+def squeeze_none_numba(a):
+    """How Numba compiles squeeze_none: `a` itself, after checking that no axis has size
+    one (NumPy would drop it, and compiled code keeps one rank: a ValueError says to name
+    the axes, np.squeeze(x, axis=...)); a number is returned as it is."""
+    if not isinstance(a, numba.types.Array):
+        return lambda a: a
+
+    def checked(a):
+        for k in range(a.ndim):
+            if a.shape[k] == 1:
+                raise ValueError("np.squeeze(x) under jit: x has an axis of size one the "
+                                 "generated code did not expect (compiled code keeps one "
+                                 "rank); name the axes to drop, np.squeeze(x, axis=...)")
+        return a
+    return checked
+'''
+
+
 OVERLOAD_FORMS["stack_list"] = '''\
 def stack_list(arrays):
     """np.stack(arrays) for a list of arrays of one shape, or of numbers (along a new first
