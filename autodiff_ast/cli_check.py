@@ -395,6 +395,23 @@ def recorded_command(text):
     return None
 
 
+def _recorded_folder(target, path):
+    """Where to read a recorded target from: it is relative to the folder the command ran
+    in, which the module does not record. This folder when the target's file is here, else
+    the written module's folder or the nearest of its parents that holds it (``-o out/m.py``
+    run beside the source, checked from anywhere); this folder when none does (the error
+    then names the file)."""
+    source_file = target.rsplit(":", 1)[0]
+    here = Path.cwd()
+    if not source_file.endswith(".py") or (here / source_file).is_file():
+        return str(here)
+    written = Path(path).resolve().parent
+    for folder in [written, *written.parents][:4]:
+        if (folder / source_file).is_file():
+            return str(folder)
+    return str(here)
+
+
 def check_module(path, parse, load_functions, seed=0, size=3, fixed=None, positive=False,
                  tol=(1e-5, 1e-6)):
     """Check every entry of the written module at `path`; returns the :class:`Result` list.
@@ -403,6 +420,7 @@ def check_module(path, parse, load_functions, seed=0, size=3, fixed=None, positi
     (``(functions, module, where)`` for a target), so that the recorded command is read
     exactly as it was run.
     """
+    resolved = str(Path(path).resolve())  # (imported after moving to the target's folder)
     text = Path(path).read_text(encoding="utf-8")
     argv = recorded_command(text)
     if argv is None:
@@ -410,11 +428,10 @@ def check_module(path, parse, load_functions, seed=0, size=3, fixed=None, positi
                              f"'{COMMAND_PREFIX.strip()} ...' line under the docstring)")
     args = parse(argv)
     here = os.getcwd()
-    folder = str(Path(path).resolve().parent)
-    os.chdir(folder)  # targets are relative to where the module was written
+    os.chdir(_recorded_folder(args.target, resolved))
     try:
         functions, _, _ = load_functions(args.target)
-        module = _import_path(path)
+        module = _import_path(resolved)
     finally:
         os.chdir(here)
     options = options_from(args)

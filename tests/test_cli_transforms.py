@@ -377,6 +377,18 @@ def test_check_passes_and_catches_a_wrong_module(project):
     assert run.stdout.startswith("FAIL grad_loss: max abs error")
 
 
+def test_check_of_a_module_written_into_another_folder(project):
+    """The recorded target is relative to where the command ran: check finds it from the
+    written module's folder and its parents too (it said "model.py: no such file" when run
+    from anywhere but the folder the command ran in)."""
+    (project / "out").mkdir()
+    cli("grad", "model.py:energy", "-o", "out/g.py", cwd=project)
+    for where, name in ((project, "out/g.py"), (project / "out", "g.py"),
+                        (project.parent, str(project / "out" / "g.py"))):
+        run = cli("check", name, cwd=where)
+        assert run.stdout.startswith("ok   grad_energy"), (where, run.stdout)
+
+
 def test_check_without_a_recorded_command(project):
     (project / "plain.py").write_text("x = 1\n")
     run = cli("check", "plain.py", cwd=project, check=False)
