@@ -676,9 +676,9 @@ class Normalizer:
                                          else None for v in values)
                 return gast.Tuple(elts=[self.returned_dict(v, stmt, keep_keys=False)
                                         if isinstance(v, LocalDict) else self.output_entries(
-                                            self.runtime(v, stmt)) for v in values],
+                                            self.runtime(v, stmt, True)) for v in values],
                                   ctx=gast.Load())
-            entries = [self.runtime(v, e) for v, e in zip(values, stmt.value.elts)]
+            entries = [self.runtime(v, e, True) for v, e in zip(values, stmt.value.elts)]
             return gast.Tuple(elts=[self.output_entries(e) for e in entries], ctx=gast.Load())
         value = self.expr(stmt.value)
         if self.called and isinstance(value, HeldTuple) and any(
@@ -688,9 +688,9 @@ class Normalizer:
                                      for p in value.parts)
             return gast.Tuple(elts=[self.returned_dict(p, stmt, keep_keys=False)
                                     if isinstance(p, LocalDict) else self.output_entries(
-                                        self.runtime(p, stmt)) for p in value.parts],
+                                        self.runtime(p, stmt, True)) for p in value.parts],
                               ctx=gast.Load())
-        return self.output_entries(self.runtime(value, stmt.value))
+        return self.output_entries(self.runtime(value, stmt.value, True))
 
     def returned_entry(self, node):
         """An entry of a returned tuple display: a dict display with string keys is made a
@@ -712,7 +712,7 @@ class Normalizer:
                 raise self.unsupported(f"the entry {key!r} of a returned dict holds a dict "
                                        "or a pytree argument: return arrays and numbers",
                                        stmt, "return the inner dict's entries themselves")
-            values.append(self.output_entries(self.runtime(value, stmt)))
+            values.append(self.output_entries(self.runtime(value, stmt, True)))
         if keep_keys:
             self.dict_keys = tuple(local_dict.entries)
         return gast.Tuple(elts=values, ctx=gast.Load())
@@ -868,15 +868,21 @@ class Normalizer:
             self.body[-1].view_of = base.id
         return name(out)
 
-    def runtime(self, atom, node):
+    def runtime(self, atom, node, returned=False):
         if isinstance(atom, LocalDict):
             return self.dict_value(atom, node)
         if isinstance(atom, HeldTuple):
-            return gast.Tuple(elts=[self.runtime(p, node) for p in atom.parts],
+            return gast.Tuple(elts=[self.runtime(p, node, returned) for p in atom.parts],
                               ctx=gast.Load())
         if isinstance(atom, TreeRef):
-            raise self.unsupported("returning a whole pytree argument is not supported", node,
-                                   "return its leaves")
+            if returned:
+                raise self.unsupported("returning a whole pytree argument is not supported",
+                                       node, "return its leaves")
+            raise self.unsupported(
+                f"a pytree argument (a {atom.spec.kind} of arrays and numbers) cannot be used "
+                "as one value here", node,
+                "index its leaves (x[0], x['w']), or pass an array instead (np.asarray(x) "
+                "before the call)")
         if isinstance(atom, Static):
             return self.static_to_atom(atom.value, node)
         return atom
@@ -1444,7 +1450,9 @@ class Normalizer:
             if isinstance(a, TreeRef) or isinstance(a, Static) and not _is_dtype(a) and \
                     not _constant_value(a.value):  # (a static argument under jit: a constant)
                 raise self.unsupported("a pytree or Python object cannot be passed to "
-                                       f"{rule.emit or rule.name}", src or node)
+                                       f"{rule.emit or rule.name}", src or node,
+                                       "pass one of its leaves (x[0], x['w']), or an array "
+                                       "(np.asarray(x) before the call)")
         if rule.name in ("array", "stack") and atoms and isinstance(atoms[0], gast.Name) and \
                 self.types.get(atoms[0].id, T.UNKNOWN).kind == "list" and \
                 _element_type(self.types[atoms[0].id]).kind == "list":

@@ -545,3 +545,17 @@ def test_enumerate_over_a_list_argument_unrolls():
                                    rtol=1e-12)
     np.testing.assert_allclose(ad.grad(_weighted_layers, argnums=1)(ws, x),
                                np.tanh(ws[0]) + 2.0 * np.tanh(ws[1]), rtol=1e-12)
+
+
+def _product_of_lists(x, y):
+    return np.sum(x * y)
+
+
+def test_arithmetic_on_a_whole_pytree_argument_says_what_to_do():
+    # (the message was "returning a whole pytree argument is not supported", at a line that
+    # returns no pytree)
+    with pytest.raises(ad.errors.UnsupportedSyntaxError,
+                       match=r"a pytree argument \(a list of arrays and numbers\) cannot be "
+                             "used as one value here") as info:
+        ad.grad(_product_of_lists)([1.0, 2.0], [3.0, 4.0])
+    assert "np.asarray(x)" in info.value.hint
