@@ -712,6 +712,12 @@ class _Lower(gast.NodeTransformer):
                      for a in node.args]
         return node
 
+    def call_np_vdot(self, node):
+        # Numba's np.vdot takes vectors; NumPy's flattens its operands (real ones here)
+        if len(node.args) != 2 or node.keywords:
+            return None
+        return _call("np.dot", [_call("np.ravel", [a]) for a in node.args])
+
     def call_np_squeeze(self, node):
         args = _bind(node, ("a", "axis"))
         if args is None or not _view_of_a_name(args["a"]):

@@ -1148,3 +1148,21 @@ def test_np_squeeze_without_an_axis_compiles():
     column = x[:, None]
     np.testing.assert_allclose(jit(ad.grad(_squeezed_argument))(column), 2.0 * column,
                                rtol=1e-12)
+
+
+def _vdot_of_matrices(a, b):
+    return np.vdot(a, np.sin(b)) * np.vdot(a[0], b[0])
+
+
+@pytest.mark.numba
+def test_np_vdot_of_matrices_compiles():
+    """np.vdot flattens its operands; Numba's takes vectors only (it was refused)."""
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((2, 3)), rng.standard_normal((2, 3))
+    np.testing.assert_allclose(jit(_vdot_of_matrices)(a, b), _vdot_of_matrices(a, b),
+                               rtol=1e-12)
+    g = ad.grad(_vdot_of_matrices, argnums=(0, 1))
+    for got, want in zip(jit(g)(a, b), g(a, b)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    np.testing.assert_allclose(g(a, b)[0], numeric_jacobian(lambda v: _vdot_of_matrices(v, b),
+                                                            a), rtol=1e-6)
