@@ -1427,6 +1427,8 @@ class Normalizer:
         if rule.name == "diff" and first is None and any(
                 kw.arg in ("prepend", "append") for kw in keywords):
             return self.diff_with_ends(rule, args, keywords, node, target)
+        if rule.name == "trace" and (len(args) > 1 or keywords):
+            return self.trace_along(args, keywords, node, target, first)
         bound, kws = {}, []
         params = list(rule.params)
         atoms = [first] if first is not None else []
@@ -1501,6 +1503,51 @@ class Normalizer:
                 gast.Tuple(elts=[gast.Constant(value=a, kind=None) for a in axes],
                            ctx=gast.Load())
             kws.append("axis")
+
+    def trace_along(self, args, keywords, node, target, first=None):
+        """``np.trace(a, offset, axis1, axis2)`` (or ``a.trace(...)``): the sums of the
+        diagonals of the two axes, moved last (np.transpose) for np.diagonal's template."""
+        given = dict(zip(("a", "offset", "axis1", "axis2"),
+                         ([first] if first is not None else []) + list(args)))
+        given.update((kw.arg, kw.value) for kw in keywords)
+        if set(given) - {"a", "offset", "axis1", "axis2"}:
+            raise self.unsupported("np.trace takes a, offset, axis1 and axis2 here", node)
+        offset = given.get("offset")
+        if offset is not None and not (isinstance(offset, gast.Constant) and
+                                       offset.value == 0):
+            raise self.unsupported("np.trace with an offset is not supported", node,
+                                   "sum the entries by index instead (a[0, 1] + a[1, 2] + ...)")
+
+        def held(atom):  # an atom as a name the calls below can read
+            label = self.namer.temp("trace_part")
+            self.env[label] = atom.id
+            return gast.copy_location(name(label), node)
+
+        def number(value):
+            return gast.copy_location(gast.Constant(value=value, kind=None), node)
+        x = given["a"] if first is not None else self.expr(given["a"])
+        rank = atom_type(x, self.types).ndim
+        def constant(node_):
+            atom = self.expr(node_)
+            return atom.value if isinstance(atom, (gast.Constant, Static)) else None
+        axes = [constant(given[k]) if k in given else d for k, d in (("axis1", 0),
+                                                                   ("axis2", 1))]
+        if not isinstance(x, gast.Name) or rank is None or rank < 2 or \
+                not all(isinstance(a, int) and -rank <= a < rank for a in axes) or \
+                axes[0] % rank == axes[1] % rank:
+            raise self.unsupported("np.trace needs an array whose rank is known and two "
+                                   "different constant axes here", node)
+        pair = [a % rank for a in axes]
+        if pair != [rank - 2, rank - 1]:
+            order = [k for k in range(rank) if k not in pair] + pair
+            x = self.call_rule(rules.lookup(np.transpose), [
+                held(x), gast.copy_location(gast.Tuple(elts=[number(k) for k in order],
+                                                       ctx=gast.Load()), node)], [], node, None)
+        diagonal = self.call_rule(rules.by_name("diagonal"), [held(x)], [
+            gast.keyword(arg="axis1", value=number(rank - 2)),
+            gast.keyword(arg="axis2", value=number(rank - 1))], node, None)
+        last = gast.copy_location(gast.keyword(arg="axis", value=number(-1)), node)
+        return self.call_rule(rules.lookup(np.sum), [held(diagonal)], [last], node, target)
 
     def diff_with_ends(self, rule, args, keywords, node, target):
         """``np.diff(x, n, axis, prepend=p, append=q)``: np.diff of x with p and q joined

@@ -168,3 +168,31 @@ def test_grad_through_vmap_of_an_inverse(stack):
     a = well_conditioned(rng, (stack,))
     np.testing.assert_allclose(ad.grad(total_of_inverses)(a),
                                numeric_grad(total_of_inverses, (a,), 0), rtol=1e-5, atol=1e-7)
+
+
+def trace_of_the_last_axes(a):
+    return np.sum(np.trace(a, axis1=1, axis2=2) * np.array([1.0, -2.0]))
+
+
+def trace_method_first_and_last(a):
+    return np.sum(a.trace(axis1=0, axis2=2) ** 2)
+
+
+def trace_with_an_offset(a):
+    return np.trace(a, 1)
+
+
+@pytest.mark.parametrize("f,shape", [(trace_of_the_last_axes, (2, 3, 3)),
+                                     (trace_method_first_and_last, (3, 2, 3))],
+                         ids=["axis1-axis2", "method"])
+def test_trace_along_other_axes(f, shape):
+    """np.trace(a, axis1=, axis2=) is the sums of np.diagonal's last axis (was refused)."""
+    a = np.random.default_rng(4).normal(size=shape)
+    np.testing.assert_allclose(ad.grad(f)(a), numeric_grad(f, (a,), 0), rtol=1e-6, atol=1e-8)
+    ad.check_grads(f, (a,), order=1, modes=("fwd", "rev"))
+    np.testing.assert_allclose(ad.jit(f)(a), f(a), rtol=1e-12)
+
+
+def test_trace_with_an_offset_is_refused_clearly():
+    with pytest.raises(ad.errors.UnsupportedSyntaxError, match="np.trace with an offset"):
+        ad.grad(trace_with_an_offset)(np.ones((3, 3)))
