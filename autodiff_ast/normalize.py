@@ -1427,7 +1427,11 @@ class Normalizer:
         if rule.name == "diff" and first is None and any(
                 kw.arg in ("prepend", "append") for kw in keywords):
             return self.diff_with_ends(rule, args, keywords, node, target)
-        if rule.name == "trace" and (len(args) > 1 or keywords):
+        if rule.name == "trace" and first is None and args:  # (its rank decides: below)
+            return self.call_rule(rule, args[1:], keywords, node, target,
+                                  first=self.atom(args[0]))
+        if rule.name == "trace" and (args or keywords or (
+                atom_type(first, self.types).ndim or 0) > 2):
             return self.trace_along(args, keywords, node, target, first)
         bound, kws = {}, []
         params = list(rule.params)
@@ -1504,11 +1508,11 @@ class Normalizer:
                            ctx=gast.Load())
             kws.append("axis")
 
-    def trace_along(self, args, keywords, node, target, first=None):
-        """``np.trace(a, offset, axis1, axis2)`` (or ``a.trace(...)``): the sums of the
-        diagonals of the two axes, moved last (np.transpose) for np.diagonal's template."""
-        given = dict(zip(("a", "offset", "axis1", "axis2"),
-                         ([first] if first is not None else []) + list(args)))
+    def trace_along(self, args, keywords, node, target, first):
+        """``np.trace(a, offset, axis1, axis2)`` (or ``a.trace(...)``, or the trace of more
+        than two axes), `first` the atom of a: the sums of the diagonals of the two axes,
+        moved last (np.transpose) for np.diagonal's template (which Numba compiles)."""
+        given = dict(zip(("a", "offset", "axis1", "axis2"), [first] + list(args)))
         given.update((kw.arg, kw.value) for kw in keywords)
         if set(given) - {"a", "offset", "axis1", "axis2"}:
             raise self.unsupported("np.trace takes a, offset, axis1 and axis2 here", node)
@@ -1525,7 +1529,7 @@ class Normalizer:
 
         def number(value):
             return gast.copy_location(gast.Constant(value=value, kind=None), node)
-        x = given["a"] if first is not None else self.expr(given["a"])
+        x = first
         rank = atom_type(x, self.types).ndim
         def constant(node_):
             atom = self.expr(node_)

@@ -183,10 +183,12 @@ def trace_with_an_offset(a):
 
 
 @pytest.mark.parametrize("f,shape", [(trace_of_the_last_axes, (2, 3, 3)),
-                                     (trace_method_first_and_last, (3, 2, 3))],
-                         ids=["axis1-axis2", "method"])
+                                     (trace_method_first_and_last, (3, 2, 3)),
+                                     (trace_of_three_axes, (3, 3, 2))],
+                         ids=["axis1-axis2", "method", "three-axes"])
 def test_trace_along_other_axes(f, shape):
-    """np.trace(a, axis1=, axis2=) is the sums of np.diagonal's last axis (was refused)."""
+    """np.trace(a, axis1=, axis2=) is the sums of np.diagonal's last axis (was refused);
+    so is the trace of three axes, which Numba's np.trace (matrices only) did not compile."""
     a = np.random.default_rng(4).normal(size=shape)
     np.testing.assert_allclose(ad.grad(f)(a), numeric_grad(f, (a,), 0), rtol=1e-6, atol=1e-8)
     ad.check_grads(f, (a,), order=1, modes=("fwd", "rev"))
