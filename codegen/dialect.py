@@ -712,6 +712,11 @@ class _Lower(gast.NodeTransformer):
                      for a in node.args]
         return node
 
+    def call_np_inner(self, node):
+        if len(node.args) != 2 or node.keywords or not self.module.numba_overloads:
+            return None
+        return _call(self.helper("inner_product"), node.args)
+
     def call_np_vdot(self, node):
         # Numba's np.vdot takes vectors; NumPy's flattens its operands (real ones here)
         if len(node.args) != 2 or node.keywords:
@@ -794,8 +799,10 @@ class _Lower(gast.NodeTransformer):
         if args is None:
             return None
         order = _const(args.get("ord", gast.Constant(value=None, kind=None)))
-        if order == "fro" and "axis" not in args and "keepdims" not in args:
-            return _call("np.linalg.norm", [args["x"]])
+        if order in (None, "fro") and "axis" not in args and "keepdims" not in args:
+            if not self.module.numba_overloads:
+                return _call("np.linalg.norm", [args["x"]]) if order == "fro" else None
+            return _call(self.helper("norm_any_rank"), [args["x"]])
         if not isinstance(args["x"], gast.Name) or "axis" not in args and not (
                 "keepdims" in args and order in (None, "fro")):
             return None  # (keepdims without an axis: the 2-norm of every entry, kept)

@@ -1376,6 +1376,50 @@ def whole_min(a):
 '''
 
 
+DIALECT_HELPERS["norm_any_rank"] = '''\
+def norm_any_rank(x):
+    """np.linalg.norm(x): the 2-norm of a vector, the Frobenius norm of any other array."""
+    return np.linalg.norm(x)
+'''
+OVERLOAD_FORMS["norm_any_rank"] = DIALECT_HELPERS["norm_any_rank"] + '''
+
+@numba.extending.overload(norm_any_rank, jit_options={'error_model': 'numpy'})
+def norm_any_rank_numba(x):
+    """How Numba compiles norm_any_rank: Numba's norm for a vector or a matrix; for more
+    axes (which it refuses) the square root of the sum of squares, as NumPy computes it."""
+    if isinstance(x, numba.types.Array) and x.ndim > 2:
+        def flat(x):
+            total = 0.0
+            for v in np.ravel(x):
+                total += v * v
+            return np.sqrt(total)
+        return flat
+    return lambda x: np.linalg.norm(x)
+'''
+DIALECT_HELPERS["inner_product"] = '''\
+def inner_product(a, b):
+    """np.inner(a, b): the sums over the last axes of a and b."""
+    return np.inner(a, b)
+'''
+OVERLOAD_FORMS["inner_product"] = DIALECT_HELPERS["inner_product"] + '''
+
+@numba.extending.overload(inner_product, jit_options={'error_model': 'numpy'})
+def inner_product_numba(a, b):
+    """How Numba compiles inner_product (Numba has no np.inner): for vectors and matrices,
+    np.dot with b's last axis first (inner(A, B) = A B^T, inner(a, B) = B a); a number
+    multiplies; other ranks are refused."""
+    ranks = tuple(t.ndim if isinstance(t, numba.types.Array) else 0 for t in (a, b))
+    if 0 in ranks:
+        return lambda a, b: a * b
+    if ranks == (1, 2):
+        return lambda a, b: np.dot(b, a)
+    if ranks == (2, 2):
+        return lambda a, b: np.dot(a, np.ascontiguousarray(b.T))
+    if max(ranks) <= 2:
+        return lambda a, b: np.dot(a, b)
+    raise numba.core.errors.TypingError("np.inner of arrays of more than two axes is not "
+                                        "compiled")
+'''
 DIALECT_HELPERS["squeeze_none"] = '''\
 def squeeze_none(a):
     """np.squeeze(a) of an array none of whose axes the code knew to have size one."""

@@ -1166,3 +1166,31 @@ def test_np_vdot_of_matrices_compiles():
         np.testing.assert_allclose(got, want, rtol=1e-12)
     np.testing.assert_allclose(g(a, b)[0], numeric_jacobian(lambda v: _vdot_of_matrices(v, b),
                                                             a), rtol=1e-6)
+
+
+def _norm_of_three_axes(a):
+    return np.linalg.norm(a) * np.linalg.norm(a[0])
+
+
+def _inner_of_ranks(a, m, v):
+    return np.sum(np.inner(m, m * 2.0) * np.inner(v, m)[:, None]) + np.inner(v, a[0, 0])
+
+
+@pytest.mark.numba
+def test_norm_of_three_axes_and_inner_compile():
+    """Numba's np.linalg.norm takes vectors and matrices, and it has no np.inner: the
+    dialect's norm_any_rank and inner_product (both from the bug hunt)."""
+    rng = np.random.default_rng(2)
+    a, m, v = rng.standard_normal((2, 3, 2)), rng.standard_normal((4, 2)), \
+        rng.standard_normal(2)
+    np.testing.assert_allclose(jit(_norm_of_three_axes)(a), _norm_of_three_axes(a),
+                               rtol=1e-12)
+    np.testing.assert_allclose(jit(ad.grad(_norm_of_three_axes))(a),
+                               numeric_jacobian(_norm_of_three_axes, a), rtol=1e-6)
+    np.testing.assert_allclose(jit(_inner_of_ranks)(a, m, v), _inner_of_ranks(a, m, v),
+                               rtol=1e-12)
+    g = ad.grad(_inner_of_ranks, argnums=(0, 1, 2))
+    for got, want in zip(jit(g)(a, m, v), g(a, m, v)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(g(a, m, v)[1], numeric_jacobian(
+        lambda w: _inner_of_ranks(a, w, v), m), rtol=1e-6)
