@@ -615,8 +615,7 @@ class Normalizer:
     def unpack_array(self, names, atom, node):
         """`x0, y0 = pts[i]`: the array's entries along its first axis, read one by one, after
         a run-time check of its length (Python raises ValueError for another length)."""
-        held = self.namer.temp("unpacked")
-        self.env[held] = atom.id
+        held = self.readable(atom, node, "unpacked").id
         count = len(names)
 
         def at(made):
@@ -1508,6 +1507,15 @@ class Normalizer:
                            ctx=gast.Load())
             kws.append("axis")
 
+    def readable(self, atom, node, label):
+        """A name user-level code built here can read for `atom` (a core name, bound to a
+        temporary user name); other atoms (constants) as they are."""
+        if not isinstance(atom, gast.Name):
+            return atom
+        held = self.namer.temp(label)
+        self.env[held] = atom.id
+        return gast.copy_location(name(held), node)
+
     def trace_along(self, args, keywords, node, target, first):
         """``np.trace(a, offset, axis1, axis2)`` (or ``a.trace(...)``, or the trace of more
         than two axes), `first` the atom of a: the sums of the diagonals of the two axes,
@@ -1516,24 +1524,21 @@ class Normalizer:
         given.update((kw.arg, kw.value) for kw in keywords)
         if set(given) - {"a", "offset", "axis1", "axis2"}:
             raise self.unsupported("np.trace takes a, offset, axis1 and axis2 here", node)
-        offset = given.get("offset")
-        if offset is not None and not (isinstance(offset, gast.Constant) and
-                                       offset.value == 0):
-            raise self.unsupported("np.trace with an offset is not supported", node,
-                                   "sum the entries by index instead (a[0, 1] + a[1, 2] + ...)")
 
-        def held(atom):  # an atom as a name the calls below can read
-            label = self.namer.temp("trace_part")
-            self.env[label] = atom.id
-            return gast.copy_location(name(label), node)
-
-        def number(value):
-            return gast.copy_location(gast.Constant(value=value, kind=None), node)
-        x = first
-        rank = atom_type(x, self.types).ndim
         def constant(node_):
             atom = self.expr(node_)
             return atom.value if isinstance(atom, (gast.Constant, Static)) else None
+
+        def held(atom):
+            return self.readable(atom, node, "trace_part")
+
+        def number(value):
+            return gast.copy_location(gast.Constant(value=value, kind=None), node)
+        if "offset" in given and constant(given["offset"]) != 0:
+            raise self.unsupported("np.trace with an offset is not supported", node,
+                                   "sum the entries by index instead (a[0, 1] + a[1, 2] + ...)")
+        x = first
+        rank = atom_type(x, self.types).ndim
         axes = [constant(given[k]) if k in given else d for k, d in (("axis1", 0),
                                                                    ("axis2", 1))]
         if not isinstance(x, gast.Name) or rank is None or rank < 2 or \
@@ -1567,34 +1572,27 @@ class Normalizer:
                 gast.copy_location(part, node)
             return made
 
-        def held(atom):  # an atom as a name the calls below can read
-            if not isinstance(atom, gast.Name):
-                return atom
-            label = self.namer.temp("diff_part")
-            self.env[label] = atom.id
-            return at(name(label))
+        def held(atom):
+            return self.readable(atom, node, "diff_part")
 
         def call(fn, call_args, **options):
             keys = [at(gast.keyword(arg=k, value=v)) for k, v in options.items()]
             return held(self.call_rule(rules.lookup(fn), call_args, keys, node, None))
         axis = {"axis": given["axis"]} if "axis" in given else {}
         x = held(self.expr(given["a"]))
-        edge = None
-        pieces = []
-        for key in ("prepend", "append"):
-            if key not in given:
-                pieces.append(x) if key == "prepend" else None
-                continue
+        edge = None  # zeros of the shape of one slice of x along the axis
+
+        def end(key):
+            nonlocal edge
             if edge is None:
-                first = call(np.take, [x, at(gast.List(elts=[gast.Constant(value=0, kind=None)],
-                                                      ctx=gast.Load()))],
-                             axis=axis.get("axis", at(gast.Constant(value=-1, kind=None))))
-                edge = call(np.zeros_like, [first])
+                first_slice = call(np.take, [x, at(gast.List(elts=[gast.Constant(
+                    value=0, kind=None)], ctx=gast.Load()))], axis=axis.get(
+                        "axis", at(gast.Constant(value=-1, kind=None))))
+                edge = call(np.zeros_like, [first_slice])
             value = held(self.expr(given[key]))
-            pieces.append(held(self.expr(at(gast.BinOp(left=value, op=gast.Add(),
-                                                       right=edge)))))
-            if key == "prepend":
-                pieces.append(x)
+            return held(self.expr(at(gast.BinOp(left=value, op=gast.Add(), right=edge))))
+        pieces = ([end("prepend")] if "prepend" in given else []) + [x] + \
+            ([end("append")] if "append" in given else [])
         joined = call(np.concatenate, [at(gast.Tuple(elts=pieces, ctx=gast.Load()))],
                       axis=axis.get("axis", at(gast.Constant(value=-1, kind=None))))
         options = [at(gast.keyword(arg=k, value=given[k])) for k in ("n", "axis") if k in given]

@@ -741,9 +741,8 @@ class _Lower(gast.NodeTransformer):
             return None
         # the shape without those axes, read in pieces between them (no rank needed)
         cuts = sorted(set(axes))
-        pieces = [f"{x}.shape[{lo}:{hi}]" for lo, hi in
+        pieces = [f"{x}.shape[{lo or ''}:{'' if hi is None else hi}]" for lo, hi in
                   zip([0] + [a + 1 for a in cuts], cuts + [None])]
-        pieces = [p.replace(":None]", ":]").replace("[0:", "[:") for p in pieces]
         return _expr(f"np.ascontiguousarray({x}).reshape({' + '.join(pieces)})")
 
     def call_np_expand_dims(self, node):

@@ -853,8 +853,9 @@ def test_every_dialect_helper_is_covered():
               "repeat_axis", "message_text", "message_format", "diagonal_of",
               "polyval_horner", "number_if_vector", "exp_fast",
               "sum_axis_of_products", "index_array", "first_axis_last", "tile_count",
-              "tile_rows_columns"}
-    # (zeros_like_reusing: tests/test_hoisting.py; message_text: tests/test_raise.py;
+              "tile_rows_columns", "squeeze_none", "norm_any_rank", "inner_product"}
+    # (squeeze_none, norm_any_rank, inner_product: tests/test_jit.py, compiled;
+    # zeros_like_reusing: tests/test_hoisting.py; message_text: tests/test_raise.py;
     # message_format: tests/test_message_format.py;
     # diagonal_of: tests/test_ops.py's diagonal-stack row, compiled; exp_fast:
     # tests/test_fast_exp.py)
