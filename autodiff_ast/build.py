@@ -403,7 +403,8 @@ def prepare(fn, specs, program=None, flat_dicts=False):
         flatten_returned_dicts(info.node, [info.node])
     program = program or Program(reserved={"np", "math", "unbroadcast"})
     core = normalize_into(program, info, specs, core_name=info.name)
-    if wanted:
+    from .scalarize import calls_custom_rules
+    if wanted and not calls_custom_rules(program):
         from .inline_calls import inline_calls
         from .scalarize import rebuild, scalarize
         from .vector_loops import vector_loops

@@ -1040,6 +1040,19 @@ class _Writer:
 
 
 # ---------------------------------------------------------------- entry point
+def calls_custom_rules(program):
+    """Whether a function of the program calls one with a rule of the user's (custom_jvp,
+    custom_vjp, register_rule). jit's rewrites (this module, inline_calls, vector_loops)
+    write plain Python that is normalized again, in which such a call is the function's
+    body, differentiated as written: jit(grad) ignored the rule."""
+    for cf in program.functions.values():
+        for stmt in _statements(cf.body):
+            rule = getattr(getattr(stmt, "prim", None), "rule", None)
+            if "@custom" in getattr(rule, "name", ""):
+                return True
+    return False
+
+
 def scalarize(program, core, hints=None):
     """The program rewritten with small vectors as scalars, or None when nothing changes.
 

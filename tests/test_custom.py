@@ -440,3 +440,59 @@ def test_check_rejects_a_wrong_rule_and_keeps_the_registry_clean(registered):
 def test_register_rule_needs_templates():
     with pytest.raises(TypeError, match="partials"):
         ad.register_rule(np.sinc)
+
+
+@ad.custom_vjp
+def halved_sine(x):
+    return np.sin(x)
+
+
+def _halved_sine_fwd(x):
+    return np.sin(x), None
+
+
+def _halved_sine_bwd(residuals, g):
+    return (0.5 * g,)  # deliberately not sin's derivative: the rule must be the one used
+
+
+halved_sine.defvjp(_halved_sine_fwd, _halved_sine_bwd)
+
+
+@ad.custom_jvp
+def halved_sine_jvp(x):
+    return np.sin(x)
+
+
+@halved_sine_jvp.defjvp
+def _halved_sine_tangent(primals, tangents):
+    return np.sin(primals[0]), 0.5 * tangents[0]
+
+
+def _custom_vjp_steps(x):
+    h = x
+    for _ in range(2):
+        h = halved_sine(2.0 * h + 1.0)
+    return np.sum(h)
+
+
+def _custom_jvp_steps(x):
+    h = x
+    for _ in range(2):
+        h = halved_sine_jvp(2.0 * h + 1.0)
+    return np.sum(h)
+
+
+@pytest.mark.parametrize("f", [_custom_vjp_steps, _custom_jvp_steps],
+                         ids=["custom_vjp", "custom_jvp"])
+def test_jit_keeps_a_custom_rule_called_in_a_loop(f):
+    """jit rewrites loops for speed (scalarize, inline_calls, vector_loops) into plain
+    Python normalized again, where the call was the function's body: jit(grad) took sin's
+    derivative and ignored the rule (grad without jit was right). Two steps of a rule
+    giving 0.5 times the cotangent, each times 2: 1.0 per entry."""
+    from autodiff_ast.jit import jit
+    x = np.array([0.3, 0.5])
+    np.testing.assert_allclose(ad.grad(f)(x), [1.0, 1.0], rtol=1e-12)
+    np.testing.assert_allclose(jit(ad.grad(f))(x), [1.0, 1.0], rtol=1e-12)
+    value, g = jit(ad.value_and_grad(f))(x)
+    np.testing.assert_allclose(g, [1.0, 1.0], rtol=1e-12)
+    np.testing.assert_allclose(value, f(x), rtol=1e-12)
