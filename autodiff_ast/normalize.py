@@ -69,6 +69,8 @@ METHODS = {"sum": np.sum, "mean": np.mean, "prod": np.prod, "max": np.max, "min"
            "all": np.all, "argsort": np.argsort, "take": np.take,
            "repeat": np.repeat}
 VARARG_METHODS = {"reshape": "shape", "transpose": "axes"}
+_BITWISE = {gast.BitAnd: operator.and_, gast.BitOr: operator.or_, gast.BitXor: operator.xor,
+            gast.LShift: operator.lshift, gast.RShift: operator.rshift}
 
 
 class LocalFunction:
@@ -1133,9 +1135,32 @@ class Normalizer:
 
     def expr_BinOp(self, node, target):
         left, right = self.atom(node.left), self.atom(node.right)
+        if type(node.op) in _BITWISE:
+            return self.bitwise(node, left, right, target)
         rule = rules.by_name(BINOPS[type(node.op)])
         value = gast.BinOp(left=left, op=node.op, right=right)
         return self.apply_rule(rule, {"a": left, "b": right}, node, target, value=value)
+
+    def bitwise(self, node, left, right, target):
+        """``a & b``, ``a | b``, ``a ^ b``, ``a << b``, ``a >> b`` of booleans or integers
+        (masks, flags, bit tricks): no derivative, computed as written."""
+        if _plain_constant(left) and _plain_constant(right):
+            return gast.Constant(value=_BITWISE[type(node.op)](left.value, right.value),
+                                 kind=None)
+        types_ = [atom_type(a, self.types) for a in (left, right)]
+        if any(t.kind == "float" or t.kind == "array" and t.dtype not in (
+                None, "bool", "int64", "int32") for t in types_):
+            symbol = {gast.BitAnd: "&", gast.BitOr: "|", gast.BitXor: "^", gast.LShift: "<<",
+                      gast.RShift: ">>"}[type(node.op)]
+            raise self.unsupported(f"the operator {symbol} takes booleans or integers", node,
+                                   "compare first: (x > 0.0) & (x < 1.0)")
+        typ = T.broadcast(*types_)
+        dtype = "bool" if all(t.dtype == "bool" or t.kind == "bool" for t in types_) \
+            else "int64"
+        typ = T.array(typ.dims, dtype) if typ.kind == "array" else \
+            (T.BOOL if dtype == "bool" else T.INT)
+        value = gast.BinOp(left=left, op=node.op, right=right)
+        return self.emit(value, typ, Prim("nondiff"), target, "bits")
 
     def expr_UnaryOp(self, node, target):
         operand = self.atom(node.operand)

@@ -734,3 +734,56 @@ def test_unpacking_into_the_wrong_number_of_names_is_refused():
 def _wrong_count(x):
     (a, b), c, d = _pairs(x)
     return a
+
+
+def _between(x):
+    m = (x > 0.0) & (x < 1.0)
+    return np.sum(np.where(m, x ** 2, x))
+
+
+def _masks_narrowed_in_a_loop(x):
+    active = np.ones(x.shape[0], dtype=bool)
+    y = x
+    for _ in range(3):
+        y = np.where(active, 0.5 * y, y)
+        active = active & (np.abs(y) > 0.3)
+    return np.sum(y)
+
+
+def _outside_or_far(x):
+    m = x > 0.0
+    m &= x < 1.0
+    far = (x > 2.0) | (x < -1.0) ^ (x > 5.0)
+    return np.sum(np.where(m, x ** 2, x)) + np.sum(np.where(far, x, 0.0))
+
+
+def _odd_positions(x):
+    s = 0.0
+    for i in range(4):
+        if i & 1:
+            s = s + x[i] * (i >> 1)
+    return s
+
+
+@pytest.mark.parametrize("f", [_between, _masks_narrowed_in_a_loop, _outside_or_far,
+                               _odd_positions], ids=lambda f: f.__name__)
+def test_bitwise_operators_on_masks_and_integers(f):
+    """&, |, ^, &=, << and >> of booleans and integers (they raised a bare KeyError)."""
+    x = np.array([0.5, 1.5, -0.2, 2.5])
+    expected = fd_grad(f, x)
+    np.testing.assert_allclose(ad.grad(f)(x), expected, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(jit(ad.grad(f))(x), expected, rtol=1e-6, atol=1e-8)
+    batch = np.stack([x, -x])
+    np.testing.assert_allclose(ad.vmap(ad.grad(f))(batch), np.stack([fd_grad(f, v)
+                                                                      for v in batch]),
+                               rtol=1e-6, atol=1e-8)
+
+
+def _bits_of_floats(x):
+    return np.sum(x & x)
+
+
+def test_a_bitwise_operator_on_floats_is_refused():
+    with pytest.raises(ad.errors.UnsupportedSyntaxError,
+                       match="the operator & takes booleans or integers"):
+        ad.grad(_bits_of_floats)(np.ones(2))
