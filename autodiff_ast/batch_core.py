@@ -78,8 +78,17 @@ def flag_any(flag):
 
 
 def _merge(old, new):
-    if old is None:
+    """The flag of a name given both flags: a plain False (unbatched, from a pass that saw
+    no batched input yet: a call's output, say) takes the other as it is, a tuple's
+    elements merge one by one, and anything else is batched if either is.
+
+    >>> _merge(False, (False, True)), _merge((True, False), (False, False))
+    ((False, True), (True, False))
+    """
+    if old is None or old is False:
         return new
+    if new is False:
+        return old
     if isinstance(old, tuple) and isinstance(new, tuple) and len(old) == len(new):
         return tuple(_merge(a, b) for a, b in zip(old, new))
     return flag_any(old) or flag_any(new)

@@ -595,3 +595,27 @@ def test_jacrev_of_jacrev_through_a_loop_carried_sum():
     expected = numeric_hessian(normalised_twice, x)
     assert np.allclose(ad.jacrev(ad.jacrev(normalised_twice))(x), expected, atol=1e-5)
     assert np.allclose(ad.jacfwd(ad.jacrev(normalised_twice))(x), expected, atol=1e-5)
+
+
+def _negated(x):
+    return -x
+
+
+def _spring_steps(x0, v0):
+    x, v = x0, v0
+    for _ in range(3):
+        x = x + v
+        v = v + _negated(x)
+    return np.sum(x * x)
+
+
+def test_hessian_of_a_loop_calling_a_linear_helper():
+    """vmap's analysis met the helper's call with no batched argument on its first pass
+    (a plain False for its tuple of outputs), then with one: merging the two made both
+    outputs batched, and hessian / jacfwd(grad) failed with "out_axes is None for output
+    0 ... differs between examples"."""
+    x0, v0 = np.array([0.3, -0.2]), np.array([0.1, 0.4])
+    expected = numeric_hessian(lambda x: _spring_steps(x, v0), x0)
+    np.testing.assert_allclose(ad.hessian(_spring_steps)(x0, v0), expected, atol=1e-5)
+    np.testing.assert_allclose(ad.jacfwd(ad.grad(_spring_steps))(x0, v0), expected,
+                               atol=1e-5)
