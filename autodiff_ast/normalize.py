@@ -1303,6 +1303,8 @@ class Normalizer:
         if not isinstance(callee, Static):
             raise self.unsupported(f"cannot call {unparse(func)}", node)
         fn = callee.value
+        if (value := self.constant_call(fn, node)) is not None:
+            return value  # `k.startswith("W")` of a dict key: decided here
         from .custom import route  # custom_jvp/custom_vjp, registered rules, jvp(...) calls
         routed = route(self, fn, node, target)
         if routed is not None:
@@ -1424,6 +1426,31 @@ class Normalizer:
             return name(emitted)
         return None
 
+    def constant_call(self, method, node):
+        """A method of a constant (a dict key, a static string) called with constants:
+        its result, as a constant of the generated code (Static); None for any other call,
+        or when an argument is not a constant."""
+        if not isinstance(getattr(method, "__self__", None), (str, int, float)):
+            return None
+        values = []
+        for a in node.args:
+            atom = self.expr(a)
+            if not isinstance(atom, (Static, gast.Constant)):
+                return None
+            values.append(atom.value)
+        options = {}
+        for kw in node.keywords:
+            atom = self.expr(kw.value)
+            if not isinstance(atom, (Static, gast.Constant)):
+                return None
+            options[kw.arg] = atom.value
+        try:
+            result = method(*values, **options)
+        except Exception as exc:  # noqa: BLE001 - Python's own error, at the user's line
+            raise self.unsupported(f"{unparse(node.func)}(...) raised {type(exc).__name__}: "
+                                   f"{exc}", node) from None
+        return Static(result)
+
     def method_call(self, receiver, attr, node, target):
         if attr == "pop" and atom_type(receiver, self.types).kind == "list":
             return self.list_pop(node, target, receiver)
@@ -1472,6 +1499,9 @@ class Normalizer:
                  isinstance(a.value, (tuple,)) else _int_tuple_display(a) or a for a in atoms]
         if rule.name == "len" and len(atoms) == 1 and isinstance(atoms[0], LocalDict):
             return gast.Constant(value=len(atoms[0].entries), kind=None)  # its keys are known
+        if rule.name == "len" and len(atoms) == 1 and isinstance(atoms[0], Static) and \
+                isinstance(atoms[0].value, str):
+            return gast.Constant(value=len(atoms[0].value), kind=None)  # a key's length
         for a, src in zip(atoms, ([None] if first is not None else []) + list(args)):
             if isinstance(a, LocalDict):
                 raise self.unsupported("a dict built in the function cannot be passed to "

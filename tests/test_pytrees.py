@@ -559,3 +559,24 @@ def test_arithmetic_on_a_whole_pytree_argument_says_what_to_do():
                              "used as one value here") as info:
         ad.grad(_product_of_lists)([1.0, 2.0], [3.0, 4.0])
     assert "np.asarray(x)" in info.value.hint
+
+
+def _weights_penalty(params):
+    r = 0.0
+    for k in params:
+        if k.startswith("W") and not k.endswith("x"):
+            r = r + np.sum(params[k] ** 2) * len(k.upper())
+    return r
+
+
+def test_string_methods_of_dict_keys_are_decided_where_the_code_is_written():
+    """`k.startswith("W")` of a key (a constant) is evaluated while generating the code (it
+    said "str.startswith has no derivative rule")."""
+    params = {"W1": np.array([1.0, -2.0]), "b1": np.array([3.0]), "Wx": np.array([5.0])}
+    g = ad.grad(_weights_penalty)(params)
+    np.testing.assert_allclose(g["W1"], 4.0 * params["W1"], rtol=1e-12)
+    np.testing.assert_allclose(g["b1"], [0.0])
+    np.testing.assert_allclose(g["Wx"], [0.0])
+    from autodiff_ast.jit import jit
+    np.testing.assert_allclose(jit(ad.grad(_weights_penalty))(params)["W1"], g["W1"],
+                               rtol=1e-12)
