@@ -194,8 +194,9 @@ def _need_ranks(fn, specs, command):
         if isinstance(spec, T.AType) and spec.kind == "array" and spec.dims is None:
             raise TransformError(
                 f"{_where(fn)}: {command} needs the rank of every array argument, and the rank "
-                f"of {name} is unknown (hint: give --signature \"{name}=float64[N]\" or an "
-                f"annotation such as {name}: \"float64[N]\")", status=2)
+                f"of {name} is unknown (hint: give it, --signature \"{name}=float64[N]\" for "
+                f"a vector or \"{name}=float64[N,N]\" for a matrix, or an annotation such as "
+                f"{name}: \"float64[N,N]\")", status=2)
 
 
 # ---------------------------------------------------------------- making the text standalone
