@@ -198,3 +198,25 @@ def test_trace_along_other_axes(f, shape):
 def test_trace_with_an_offset_is_refused_clearly():
     with pytest.raises(ad.errors.UnsupportedSyntaxError, match="np.trace with an offset"):
         ad.grad(trace_with_an_offset)(np.ones((3, 3)))
+
+
+def dot_of_a_stack_and_a_vector(a, v):
+    return np.sum(np.dot(a, v) ** 2)
+
+
+def dot_of_a_stack_and_a_matrix(a, m):
+    return np.sum(np.sin(np.dot(a, m)))
+
+
+@pytest.mark.parametrize("f,shapes", [(dot_of_a_stack_and_a_vector, [(2, 4, 3), (3,)]),
+                                      (dot_of_a_stack_and_a_matrix, [(2, 4, 3), (3, 2)])],
+                         ids=["vector", "matrix"])
+def test_dot_of_a_stack(f, shapes):
+    """np.dot(a, b) of a stack a and a vector or matrix b is np.matmul(a, b) (it was
+    refused: "np.dot has no reverse-mode rule for these argument ranks")."""
+    rng = np.random.default_rng(8)
+    args = [rng.normal(size=s) for s in shapes]
+    for k in (0, 1):
+        np.testing.assert_allclose(ad.grad(f, argnums=k)(*args), numeric_grad(f, args, k),
+                                   rtol=1e-6, atol=1e-8)
+    ad.check_grads(f, tuple(args), order=1, modes=("fwd", "rev"))

@@ -72,7 +72,8 @@ def _dot_vjp(call, g):
     if ra == 0 or rb == 0:
         return {"a": (fill("g * b", g=g, b=b), call.out_type),
                 "b": (fill("g * a", g=g, a=a), call.out_type)}
-    if call.rule.name == "matmul" and (ra > 2 or rb > 2):
+    if call.rule.name == "matmul" and (ra > 2 or rb > 2) or \
+            call.rule.name == "dot" and ra > 2 and rb in (1, 2):  # (then dot is matmul)
         # (contributions may keep batch axes their operand lacks: accumulation sums them)
         # (the batch axes of g's type, out.dims[:-2] or [:-1], tell accumulation what to sum)
         out = call.out_type.dims
