@@ -117,6 +117,33 @@ def test_richardson_refinement_rescues_a_coarse_step():
 
 
 # ---------------------------------------------------------------- regressions found by fuzzing
+@pytest.mark.numba
+def test_regression_jit_subtracted_a_difference_without_parentheses():
+    """jit(grad)'s outlined reduction loop wrote ``acc3_bar = acc3_bar - (c - m)`` as
+    ``total = total - c - m``: the w-gradient was 532.8 where it is -596.5."""
+    check_source('''
+import math
+
+import numpy as np
+
+
+def h0(a, b):
+    return (a - b) * np.cbrt(np.square(a) + 1.0)
+
+
+def f(w, A, x):
+    acc3 = 0.0
+    for i3 in range(A.shape[0]):
+        for j3 in range(i3 + 1, A.shape[0]):
+            acc3 = acc3 + (w - A[i3, 2])
+    acc4 = 0.0
+    for i4 in range(x.shape[0]):
+        for j4 in range(i4 + 1, x.shape[0]):
+            acc4 = acc4 + h0(np.maximum(np.sin((x[i4] - x[j4])), ((acc3) ** 2.0)), np.cos(acc3))
+    return np.cos(np.mean(A)) + acc3 + acc4
+''', params=('w', 'A', 'x'), n=4, m=3, seed=3, order=1, jit=True)
+
+
 def test_regression_empty_loop_body_in_generated_code():
     """grad(f) writes `for _ in range(n_iter): pass` (nothing to restore); differentiating that
     source again raised AttributeError ('Pass' object has no attribute 'prim')."""

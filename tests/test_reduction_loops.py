@@ -310,3 +310,17 @@ def test_a_row_summed_in_a_local_is_summed_in_place():
         g0 = rng.standard_normal(x.shape)
         want = g0 + 2.0 * np.array([x[i + 1:].sum(axis=0) for i in range(6)])
         np.testing.assert_allclose(compiled(x, g0.copy(), 6), want, rtol=1e-12)
+
+
+def test_a_difference_subtracted_keeps_its_parentheses():
+    """Regression (jit fuzzer, a wrong gradient): ``s = s - (a - b)`` was written into the
+    outlined loop as text, ``total = total - a - b``."""
+    _, _, sources, _ = _outlined('''
+def f(x, y):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s = s - (x[i] - y[i] * 2.0)
+    return s
+''')
+    assert "total = total - (x[i] - y[i] * 2.0)" in sources["sum_loop"], sources["sum_loop"]
+
