@@ -1478,6 +1478,8 @@ class Normalizer:
         if rule.name == "diff" and first is None and any(
                 kw.arg in ("prepend", "append") for kw in keywords):
             return self.diff_with_ends(rule, args, keywords, node, target)
+        if rule.name in ("sum", "prod") and any(kw.arg == "where" for kw in keywords):
+            return self.reduce_where(rule, args, keywords, node, target, first)
         if rule.name == "trace" and first is None and args:  # (its rank decides: below)
             return self.call_rule(rule, args[1:], keywords, node, target,
                                   first=self.atom(args[0]))
@@ -1561,6 +1563,23 @@ class Normalizer:
                 gast.Tuple(elts=[gast.Constant(value=a, kind=None) for a in axes],
                            ctx=gast.Load())
             kws.append("axis")
+
+    def reduce_where(self, rule, args, keywords, node, target, first):
+        """``np.sum(x, where=m)`` (``np.prod``, ``x.sum(where=m)``): the reduction of
+        ``np.where(m, x, identity)``, 0.0 for a sum and 1.0 for a product, as NumPy leaves
+        the entries m excludes out."""
+        mask = next(kw.value for kw in keywords if kw.arg == "where")
+        rest = [kw for kw in keywords if kw.arg != "where"]
+        if any(kw.arg == "initial" for kw in rest):
+            raise self.unsupported(f"np.{rule.name} with where= and initial= is not supported",
+                                   node, "add the initial value after the reduction")
+        x = first if first is not None else self.expr(args[0])
+        identity = gast.copy_location(gast.Constant(value=0.0 if rule.name == "sum" else 1.0,
+                                                    kind=None), node)
+        kept = self.call_rule(rules.lookup(np.where), [
+            mask, self.readable(x, node, "reduced"), identity], [], node, None)
+        return self.call_rule(rule, [self.readable(kept, node, "kept")] +
+                              list(args[0 if first is not None else 1:]), rest, node, target)
 
     def readable(self, atom, node, label):
         """A name user-level code built here can read for `atom` (a core name, bound to a

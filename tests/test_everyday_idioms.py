@@ -787,3 +787,26 @@ def test_a_bitwise_operator_on_floats_is_refused():
     with pytest.raises(ad.errors.UnsupportedSyntaxError,
                        match="the operator & takes booleans or integers"):
         ad.grad(_bits_of_floats)(np.ones(2))
+
+
+def _sum_where_positive(x):
+    return np.sum(x * x, where=x > 0.5)
+
+
+def _column_sums_where(x):
+    return np.sum(np.sum(np.sin(x), axis=0, where=x < 0.25) ** 2)
+
+
+def _method_and_product_where(x):
+    return x.sum(where=x > 0.0) + np.prod(x + 2.0, where=x < 1.0)
+
+
+@pytest.mark.parametrize("f", [_sum_where_positive, _column_sums_where,
+                               _method_and_product_where], ids=lambda f: f.__name__)
+def test_sum_and_prod_with_where(f):
+    """np.sum(x, where=m) is the sum of np.where(m, x, 0.0) (np.prod: 1.0); was refused."""
+    x = np.array([[0.3, 0.9, -0.6], [0.7, 0.1, 1.4]])
+    expected = fd_grad(f, x)
+    np.testing.assert_allclose(ad.grad(f)(x), expected, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(jit(ad.grad(f))(x), expected, rtol=1e-6, atol=1e-8)
+    ad.check_grads(f, (x,), order=1, modes=("fwd", "rev"))

@@ -121,6 +121,8 @@ register(Rule("vdot", "np.vdot", ("a", "b"), {}, ("a", "b"), lambda call: T.FLOA
               lambda call, g: {"a": (fill("g * b", g=g, b=call.args["b"]), call.types["a"]),
                                "b": (fill("g * a", g=g, a=call.args["a"]), call.types["b"])},
               _bilinear_jvp), np.vdot)
+
+
 def _outer_vjp(call, g):
     """outer(a, b) = a_i b_j of the flattened operands (NumPy ravels them): g b and a g,
     reshaped back when an operand is not a vector."""
