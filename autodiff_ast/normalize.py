@@ -69,8 +69,10 @@ METHODS = {"sum": np.sum, "mean": np.mean, "prod": np.prod, "max": np.max, "min"
            "all": np.all, "argsort": np.argsort, "take": np.take,
            "repeat": np.repeat}
 VARARG_METHODS = {"reshape": "shape", "transpose": "axes"}
-_BITWISE = {gast.BitAnd: operator.and_, gast.BitOr: operator.or_, gast.BitXor: operator.xor,
-            gast.LShift: operator.lshift, gast.RShift: operator.rshift}
+#: Bitwise operators: (symbol, Python's function of two constants)
+_BITWISE = {gast.BitAnd: ("&", operator.and_), gast.BitOr: ("|", operator.or_),
+            gast.BitXor: ("^", operator.xor), gast.LShift: ("<<", operator.lshift),
+            gast.RShift: (">>", operator.rshift)}
 
 
 class LocalFunction:
@@ -1144,14 +1146,12 @@ class Normalizer:
     def bitwise(self, node, left, right, target):
         """``a & b``, ``a | b``, ``a ^ b``, ``a << b``, ``a >> b`` of booleans or integers
         (masks, flags, bit tricks): no derivative, computed as written."""
+        symbol, compute = _BITWISE[type(node.op)]
         if _plain_constant(left) and _plain_constant(right):
-            return gast.Constant(value=_BITWISE[type(node.op)](left.value, right.value),
-                                 kind=None)
+            return gast.Constant(value=compute(left.value, right.value), kind=None)
         types_ = [atom_type(a, self.types) for a in (left, right)]
         if any(t.kind == "float" or t.kind == "array" and t.dtype not in (
                 None, "bool", "int64", "int32") for t in types_):
-            symbol = {gast.BitAnd: "&", gast.BitOr: "|", gast.BitXor: "^", gast.LShift: "<<",
-                      gast.RShift: ">>"}[type(node.op)]
             raise self.unsupported(f"the operator {symbol} takes booleans or integers", node,
                                    "compare first: (x > 0.0) & (x < 1.0)")
         typ = T.broadcast(*types_)

@@ -349,9 +349,7 @@ def _outline(loop, accumulators, starts, params, name, local, lowest=None):
             if isinstance(stmt, gast.AugAssign) and found[0] in in_place:  # (a row's too)
                 body.append(f"{t} {op}= {text_of(found[2])}")
             else:  # (built as a node: `t - (a - b)` keeps its parentheses)
-                total = gast.BinOp(left=gast.Name(id=t, ctx=gast.Load(), annotation=None,
-                                                  type_comment=None),
-                                   op=found[1], right=found[2])
+                total = gast.BinOp(left=name_node(t), op=found[1], right=found[2])
                 body.append(f"{t} = {text_of(total)}")
         else:
             body.append(text_of(stmt))
