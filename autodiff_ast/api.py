@@ -275,6 +275,9 @@ class _Transformed:
 
     kind = "transform"
     debug_nans = None  # None: follow autodiff_ast.config
+    # whether a transform of this one takes a parameter left to its default as a static
+    # argument (its value written into the code) rather than as an argument of its own
+    defaults_static = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -420,6 +423,11 @@ class _Transformed:
         target = self.py_fun if self.py_fun is not None else self.fun._signature_function()
         names, values = _bind(target, args, kwargs, getattr(self, "kind", None))
         specs = {n: _spec_of(v) for n, v in zip(names, values)}
+        if self.py_fun is None and getattr(self.fun, "defaults_static", False):
+            # a parameter left to its default is the inner transform's constant (vmap does
+            # not map it), not one of its arguments
+            passed = set(names[:len(args)]) | set(kwargs)
+            specs.update({n: Static(v) for n, v in zip(names, values) if n not in passed})
         return names, values, specs
 
     def _signature_function(self):

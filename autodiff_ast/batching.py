@@ -348,6 +348,7 @@ class _Vmapped(_Transformed):
     """A function mapped over an axis of its arguments; `.source` shows the batched code."""
 
     kind = "vmap"
+    defaults_static = True  # (JAX maps only the arguments passed)
 
     def __init__(self, fun, in_axes=0, out_axes=0, axis_size=None, axis_name=None,
                  verbose=False):
@@ -489,6 +490,7 @@ class _Vmapped(_Transformed):
         """
         likes = [like if like is not None else _placeholder(specs[n])
                  for n, like in zip(names, likes)]
+        names, likes, specs = self._with_defaults(names, likes, specs)
         per_arg = self._per_arg_axes(names, len(names), set())
         leaf_axes, _ = self._leaf_axes(names, likes, specs, per_arg)
         if all(a is None for a in leaf_axes):
@@ -496,11 +498,24 @@ class _Vmapped(_Transformed):
         generated, module = self._generate(names, likes, specs, leaf_axes, False)
         return getattr(module, generated.entry), generated.layout["structure"]
 
+    def _with_defaults(self, names, likes, specs):
+        """The parameters a call inside transformed code left out, added with their defaults
+        as static arguments (not mapped: JAX maps only what is passed)."""
+        parameters = inspect.signature(self._signature_function()).parameters
+        missing = [n for n, p in parameters.items() if n not in specs and
+                   p.default is not inspect.Parameter.empty]
+        if not missing:
+            return names, likes, specs
+        specs = dict(specs, **{n: Static(parameters[n].default) for n in missing})
+        return list(names) + missing, list(likes) + [
+            parameters[n].default for n in missing], specs
+
     def function_for(self, specs):
-        """The generated entry function for batched argument specs (flat arrays only)."""
-        if any(isinstance(s, (TreeSpec, Static)) for s in specs.values()):
-            raise NotImplementedError("transforming vmap(f) with pytree or static arguments is "
-                                      "not supported yet")
+        """The generated entry function for batched argument specs (flat arrays, and static
+        arguments: a parameter left to its default)."""
+        if any(isinstance(s, TreeSpec) for s in specs.values()):
+            raise NotImplementedError("transforming vmap(f) with pytree arguments is not "
+                                      "supported yet")
         names = list(specs)
         entry, _ = self._flat_entry(names, [None] * len(names), specs)
         return entry

@@ -384,11 +384,14 @@ def _where(info):
     return f"{os.path.basename(info.filename)}:{line}"
 
 
-def prepare(fn, specs, program=None, flat_dicts=False):
+def prepare(fn, specs, program=None, flat_dicts=False, dict_outputs=False):
     """`fn` parsed, and normalized for `specs`: (info, program, entry core function).
 
     With flat_dicts=True the dict displays `fn` returns are returned as tuples of their
-    values (codegen/dict_outputs.py: vmap's per-example loop rebuilds them outside).
+    values (codegen/dict_outputs.py: vmap's per-example loop rebuilds them outside). With
+    dict_outputs=True every dict it returns (a display, a dict built entry by entry, a
+    helper's or a gradient's) is returned as the tuple of its values, as for a call from
+    another function: :func:`returned_dicts` gives the spec that rebuilds them.
 
     When jit asked for small vectors as scalars (:func:`scalarizing`), the program returned is
     the rewritten one (autodiff_ast/scalarize.py, then autodiff_ast/inline_calls.py for the
@@ -402,7 +405,7 @@ def prepare(fn, specs, program=None, flat_dicts=False):
     if flat_dicts:  # (the parse is this call's own: its tree may change)
         flatten_returned_dicts(info.node, [info.node])
     program = program or Program(reserved={"np", "math", "unbroadcast"})
-    core = normalize_into(program, info, specs, core_name=info.name)
+    core = normalize_into(program, info, specs, core_name=info.name, called=dict_outputs)
     from .scalarize import calls_custom_rules
     if wanted and not calls_custom_rules(program):
         from .inline_calls import inline_calls
@@ -423,6 +426,18 @@ def prepare(fn, specs, program=None, flat_dicts=False):
         for cf in program.functions.values():  # (reverse.py: loop stacks of saved numbers)
             cf.for_compiled_code = True
     return info, program, core
+
+
+def returned_dicts(core):
+    """The spec (codegen/dict_outputs.py) that rebuilds the dicts `core`, normalized with
+    dict_outputs=True, returns as tuples of their values; None when it returns none."""
+    def entry(keys):
+        return ["dict", list(keys), [None] * len(keys)]
+    if core.dict_keys is not None:
+        return entry(core.dict_keys)
+    if core.tuple_dicts is not None:
+        return ["tuple", [None if keys is None else entry(keys) for keys in core.tuple_dicts]]
+    return None
 
 
 _SCALARIZE = contextvars.ContextVar("autodiff_ast_scalarize", default=False)

@@ -29,7 +29,15 @@ from codegen.emit import function, render_module
 from codegen.helpers import helper_source
 
 from . import types as T
-from .build import Generated, ModuleBuilder, _signature_line, _with_comments, param_names, prepare
+from .build import (
+    Generated,
+    ModuleBuilder,
+    _signature_line,
+    _with_comments,
+    param_names,
+    prepare,
+    returned_dicts,
+)
 from .errors import UnsupportedSyntaxError
 from .forward import JvpRegistry, forward, returned_names, tangent_returns
 from .normalize import TreeSpec, atom_type
@@ -122,7 +130,8 @@ def build_jvp(fn, specs, has_aux=False, entry_name=None, standalone_module=None,
     the arguments in `argnums` only, when given), and returns ``(out, out_dot)``
     (``(out, out_dot, aux)`` with has_aux); tuple outputs give tuples of tangents.
     """
-    info, program, core = prepare(fn, specs)
+    # (with has_aux the aux is passed back as it is: a dict there stays one)
+    info, program, core = prepare(fn, specs, dict_outputs=not has_aux)
     _check_aux(info, core, has_aux)
     groups = float_leaf_groups(info, specs)
     if argnums is not None:
@@ -144,7 +153,8 @@ def build_jvp(fn, specs, has_aux=False, entry_name=None, standalone_module=None,
     layout = {"groups": groups, "aux": has_aux, "dot_params": sweep.dot_params,
               "params": core.params, "types": dict(core.types),
               "out_type": atom_type(outputs[0], core.types),
-              "tuple_out": isinstance(core.returns, gast.Tuple) and not has_aux}
+              "tuple_out": isinstance(core.returns, gast.Tuple) and not has_aux,
+              "dicts": returned_dicts(core)}
     return Generated(source, entry, injected, layout)
 
 

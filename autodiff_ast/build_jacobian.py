@@ -271,7 +271,8 @@ def build_jacfwd(fn, specs, argnums, has_aux=False, label=None):
     namespace = {"np": __import__("numpy"), vmapped.__name__: vmapped}
     generated = _write_module("jacfwd", info, lines, namespace, flat, _options(argnums),
                               label)
-    generated.layout.update({"out_type": out_type, "aux": has_aux})
+    generated.layout.update({"out_type": out_type, "aux": has_aux,
+                             "dicts": layout.get("dicts")})
     return generated
 
 

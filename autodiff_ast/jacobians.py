@@ -21,6 +21,8 @@ import weakref
 import gast
 import numpy as np
 
+from codegen.dict_outputs import rebuild_dicts
+
 from . import pytrees
 from .api import (
     FlatView,
@@ -29,6 +31,7 @@ from .api import (
     _normalize_argnums,
     _prepare_leaf,
     _spec_key,
+    _spec_kind,
     _Transformed,
 )
 from .build import non_float_input
@@ -149,6 +152,9 @@ class _JvpTransform(_Transformed):
         return getattr(module, generated.entry)
 
     def __call__(self, primals, tangents):
+        if not isinstance(primals, (tuple, list)):  # (an array would be unpacked)
+            raise TypeError(f"jvp takes its primals as a tuple, one per argument: jvp(f, (x,), "
+                            f"(v,)); got a {type(primals).__name__}")
         primals = tuple(primals)
         if FlatView.applies(self.fun, primals) and not self.has_aux:
             # grad(f) of pytree arguments: the jvp of its flat entry, put back into pytrees
@@ -159,10 +165,18 @@ class _JvpTransform(_Transformed):
         names, values, specs = self._specs(primals, {})
         generated, module = self._generate(specs)
         flat = _flat_values(specs, names, values)
-        dots = _tangent_leaves(values, _with_default_tangents(tangents, len(primals), values))
+        tangents = _with_default_tangents(tangents, len(primals), values)
+        if isinstance(tangents, (tuple, list)) and len(tangents) == len(values):
+            # a static argument (a default vmap leaves out, say) has no tangent
+            kept = [k for k, n in enumerate(names) if _spec_kind(specs[n]) != "static"]
+            values, tangents = [values[k] for k in kept], [tangents[k] for k in kept]
+        dots = _tangent_leaves(values, tangents)
         result = getattr(module, generated.entry)(*flat, *dots)
         out, out_dot = result[0], result[1]
         out_dot = _match_tree(out_dot, out)
+        dicts = generated.layout.get("dicts")
+        if dicts is not None:  # (returned as tuples of their values)
+            out, out_dot = rebuild_dicts(out, dicts), rebuild_dicts(out_dot, dicts)
         if self.has_aux:
             return out, out_dot, result[2]
         return out, out_dot
@@ -380,6 +394,9 @@ class _JacobianTransform(_Transformed):
         if self.has_aux:
             raw, aux = raw
         jac = _single_precision_like(values, self.assemble(values, specs, raw))
+        dicts = generated.layout.get("dicts")
+        if dicts is not None:  # (a dict output's Jacobians come as the tuple of its entries')
+            jac = rebuild_dicts(jac, dicts)
         return (jac, aux) if self.has_aux else jac
 
     def _of_flat_view(self, args):

@@ -43,6 +43,9 @@ class Namer:
         self.taken = set(taken) | _RESERVED
         self._derived = {}
         self.temps = set()  # names of temporaries that tidying may inline away
+        # names of other scopes this one must not hand out either (a module's names avoid
+        # its functions' locals: a local named like a module function hides it)
+        self.avoided = []
 
     def reserve(self, name):
         """Mark `name` as used without handing it out."""
@@ -51,16 +54,19 @@ class Namer:
     def fresh(self, base):
         """A new name from `base`: `base` itself if free, else `base_2`, `base_3`..."""
         base = sanitize(base)
-        if base not in self.taken:
+        if not self._used(base):
             self.taken.add(base)
             return base
         stem = re.sub(r"_\d+$", "", base) or base
         k = 2
-        while f"{stem}_{k}" in self.taken:
+        while self._used(f"{stem}_{k}"):
             k += 1
         name = f"{stem}_{k}"
         self.taken.add(name)
         return name
+
+    def _used(self, name):
+        return name in self.taken or any(name in other for other in self.avoided)
 
     def discard(self):
         """A name for a value unpacked and never read: ``_``, unless the function itself

@@ -252,6 +252,9 @@ class Normalizer:
         taken = set(names_in(info.node)) | set(program.module_names.taken)
         self.namer = Namer(taken)
         self.taken_names = self.namer.taken  # (a dict's entries take names from it too)
+        # a local is not named like a function this one's calls write into the module
+        # later (a custom rule's primal, say): it would hide it
+        self.namer.avoided.append(program.module_names.taken)
         self.dict_counts = {}  # user name -> dicts built under it so far (LocalDict)
         self.origin = None
         self.params = []
@@ -684,6 +687,8 @@ class Normalizer:
             entries = [self.runtime(v, e, True) for v, e in zip(values, stmt.value.elts)]
             return gast.Tuple(elts=[self.output_entries(e) for e in entries], ctx=gast.Load())
         value = self.expr(stmt.value)
+        if self.called and isinstance(value, LocalDict):  # `return loss_grad(p, x)`
+            return self.returned_dict(value, stmt)
         if self.called and isinstance(value, HeldTuple) and any(
                 isinstance(p, LocalDict) for p in value.parts):
             # `return loss_fn(w)` of a function returning a tuple holding a dict: passed on
@@ -1348,7 +1353,8 @@ class Normalizer:
         if isinstance(fn, _Transformed):
             return self.call_transformed(fn, node, target)
         if (getattr(fn, "__module__", None) or "").startswith((
-                "autodiff_ast.api", "autodiff_ast.batching")) and callable(fn):
+                "autodiff_ast.api", "autodiff_ast.batching", "autodiff_ast.pmap")) and \
+                callable(fn):
             # grad(f), vmap(f, ...) written inside the function: built once, now.
             args = [self.expr(a) for a in node.args]
             kwargs = {k.arg: self.expr(k.value) for k in node.keywords}
@@ -1358,6 +1364,10 @@ class Normalizer:
                 return Static(fn(*values[:len(args)], **dict(zip(kwargs, values[len(args):]))))
         if inspect.isfunction(fn) or inspect.ismethod(fn):
             return self.call_user(fn, node, target)
+        if isinstance(fn, type) and issubclass(fn, tuple) and hasattr(fn, "_fields"):
+            raise self.unsupported(f"building a NamedTuple ({fn.__name__}) inside transformed "
+                                   "code is not supported (one passed in as an argument is)",
+                                   node, "return a plain tuple or a dict of its fields")
         error = self.info.error(
             MissingRuleError, f"{_callable_name(fn)} has no derivative rule", node,
             "write it with supported NumPy functions, or register a rule for it "
@@ -1789,12 +1799,16 @@ class Normalizer:
     def call_transformed(self, fn, node, target):
         """A call to grad(f)/jvp(f)/... inside differentiated code: the transformed function's
         generated source is differentiated like any user function (DESIGN.md, decision 1)."""
-        atoms = [self.atom(a) for a in node.args]
         if node.keywords:
             raise self.unsupported("keyword arguments to a transformed function are not "
                                    "supported", node)
+        passed = [self.argument(a) for a in node.args]
         target_fn = fn._signature_function()
-        names = list(inspect.signature(target_fn).parameters)[:len(atoms)]
+        names = list(inspect.signature(target_fn).parameters)[:len(passed)]
+        if any(isinstance(a, (LocalDict, TreeRef)) for a in passed) and \
+                hasattr(fn, "flat_entry"):
+            return self.call_transformed_tree(fn, node, target, names, passed)
+        atoms = [self.runtime(a, node) for a in passed]
         specs = {n: atom_type(a, self.types) for n, a in zip(names, atoms)}
         try:
             with code_to_transform():  # the caller's code, with this call's, may be transformed
@@ -1802,6 +1816,40 @@ class Normalizer:
         except NotImplementedError as exc:
             raise self.unsupported(str(exc), node) from None
         return self.call_user(entry, node, target, atoms=atoms)
+
+    def call_transformed_tree(self, fn, node, target, names, passed):
+        """grad(f)(params, x) inside differentiated code, `params` a pytree (the Hessian-vector
+        product ``jvp(lambda p: grad(loss)(p, x), (p,), (v,))``): a function written for this
+        call takes the pytrees' leaves, calls the generated entry, which takes and returns flat
+        leaves, and returns the gradients' pytrees; that function is called like the user's."""
+        from .batching import _placeholder
+        from .custom import source_function
+        specs, flat = {}, []
+        for pname, value in zip(names, passed):
+            specs[pname], leaves = self.passed(value, node)
+            flat.extend(leaves)
+        try:
+            with code_to_transform():  # the caller's code, with this call's, may be transformed
+                entry, structure = fn.flat_entry(
+                    names, [_placeholder(specs[n]) for n in names], specs)
+        except NotImplementedError as exc:
+            raise self.unsupported(str(exc), node) from None
+        params = [f"leaf_{k}" for k in range(len(flat))]
+
+        def display(part):
+            if isinstance(part, int):
+                return f"out[{part}]" if not isinstance(structure, int) else "out"
+            if isinstance(part, dict):
+                return "{" + ", ".join(f"{k!r}: {display(v)}" for k, v in part.items()) + "}"
+            inner = ", ".join(display(v) for v in part)
+            return f"[{inner}]" if isinstance(part, list) else f"({inner},)"
+        inner = getattr(fn._signature_function(), "__name__", "f").replace("<lambda>", "fn")
+        label = sanitize(f"{fn.kind}_{inner}_tree")
+        source = (f"def {label}({', '.join(params)}):\n"
+                  f"    out = entry({', '.join(params)})\n"
+                  f"    return {display(structure)}\n")
+        wrapper = source_function(source, label, {"entry": entry})
+        return self.call_user(wrapper, node, target, atoms=flat)
 
     def argument(self, node):
         """An argument of a call to a function of the user's: a dict display with string keys

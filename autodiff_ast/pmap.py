@@ -361,6 +361,7 @@ class _Pmapped(_Transformed):
         self.jit = jit
         self._backend = None
         self._compiled = {}
+        self._as_vmap = None  # (what a transformation of this pmap reads: function_for)
 
     def output_lists(self):
         return lists_of(self.fun)
@@ -435,9 +436,30 @@ class _Pmapped(_Transformed):
             raise AttributeError("pmap(f).source is written on the first call")
         return self._last[1][1]
 
+    def function_for(self, specs):
+        """The generated entry for `specs` when pmap(f) is itself transformed (grad of a
+        function calling it, say): on one process pmap computes what vmap with the same axes
+        and axis name computes, so the transformation reads vmap's source."""
+        from .batching import vmap
+        if self._as_vmap is None:
+            self._as_vmap = vmap(self.fun, in_axes=self.in_axes, out_axes=self.out_axes,
+                                 axis_name=self.axis_name)
+        return self._as_vmap.function_for(specs)
+
     def __call__(self, *args):
         names, values = _bind(self._signature_function(), args, {})
         axes = self._axes(names, len(args))
+        for pname, value, axis in zip(names, values, axes):
+            if axis is not None and (isinstance(axis, bool) or not isinstance(axis, int)):
+                raise PmapError(f"pmap in_axes for argument {pname!r} is {axis!r}: pmap takes "
+                                "an int or None per argument (a pytree prefix is vmap's)",
+                                hint="pass the arrays of a pytree as separate arguments, or "
+                                     "use vmap(f, in_axes=..., axis_name=...)")
+            if isinstance(spec_of(value), TreeSpec):
+                raise PmapError(f"pmap: argument {pname!r} is a pytree "
+                                f"({type(value).__name__}); pmap takes arrays and scalars",
+                                hint="pass its arrays as separate arguments, or use "
+                                     "vmap(f, axis_name=...), which takes pytrees")
         sizes = {np.shape(v)[a] for v, a in zip(values, axes) if a is not None}
         if len(sizes) != 1:
             raise BatchingError("pmap needs at least one mapped argument, all mapped axes of "

@@ -28,7 +28,13 @@ from codegen.emit import statement_blocks
 
 from . import types as T
 from .derivative_table import DerivativeTable
-from .errors import MissingRuleError, NonScalarOutputError, UnsupportedError, UnsupportedSyntaxError
+from .errors import (
+    MissingRuleError,
+    NonFloatOutputError,
+    NonScalarOutputError,
+    UnsupportedError,
+    UnsupportedSyntaxError,
+)
 from .loop_shapes import varying_shapes
 from .nesting import writing_code_to_transform
 from .normalize import CoreFunction, atom_type
@@ -856,6 +862,12 @@ def reverse(core, active_params, registry=None, seed="grad", output_index=None):
                         f"{core.info.name} returns a dict", core.return_node,
                         "return the loss, with the dict as aux: return loss, {...} and pass "
                         "has_aux=True")
+                if t.kind in ("int", "bool"):
+                    raise core.info.error(
+                        NonFloatOutputError, f"grad requires a real floating-point output, "
+                        f"but {core.info.name} returns {T.describe(t)}", core.return_node,
+                        "an integer or boolean value has no derivative: return a float "
+                        "(float(value), or compute it from the float inputs)")
                 if t.kind == "array" or not t.is_float and t.kind != "unknown":
                     raise core.info.error(
                         NonScalarOutputError, f"grad requires a real scalar output, but "

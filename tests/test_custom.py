@@ -496,3 +496,13 @@ def test_jit_keeps_a_custom_rule_called_in_a_loop(f):
     value, g = jit(ad.value_and_grad(f))(x)
     np.testing.assert_allclose(g, [1.0, 1.0], rtol=1e-12)
     np.testing.assert_allclose(value, f(x), rtol=1e-12)
+
+
+def test_vmap_of_a_custom_jvp_function_itself():
+    """vmap(log1pexp): its per-example loop named the call's result like the primal written
+    into the module (`log1pexp_2 = log1pexp_2(x)`: UnboundLocalError); a local is never named
+    like a module function now."""
+    xs = np.array([0.3, -1.2, 2.0])
+    np.testing.assert_allclose(ad.vmap(log1pexp)(xs), np.log1p(np.exp(xs)), rtol=1e-14)
+    np.testing.assert_allclose(ad.vmap(ad.grad(log1pexp))(xs), 1.0 / (1.0 + np.exp(-xs)),
+                               rtol=1e-14)

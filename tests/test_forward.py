@@ -136,6 +136,9 @@ def test_jvp_tangents_given_as_an_array_are_refused_with_the_tuple_form():
         ad.jvp(lambda v: model(v, w), (x,), x)
     with pytest.raises(TypeError, match="got 2 primal"):
         ad.jvp(model, (x, w), (x,))
+    # primals as an array were unpacked into arguments ("too many positional arguments")
+    with pytest.raises(TypeError, match=r"its primals as a tuple.*got a ndarray"):
+        ad.jvp(lambda v: model(v, w), x, (x,))
 
 
 def test_generated_source_names_tangents_after_values_and_quotes_lines():

@@ -619,3 +619,27 @@ def test_hessian_of_a_loop_calling_a_linear_helper():
     np.testing.assert_allclose(ad.hessian(_spring_steps)(x0, v0), expected, atol=1e-5)
     np.testing.assert_allclose(ad.jacfwd(ad.grad(_spring_steps))(x0, v0), expected,
                                atol=1e-5)
+
+
+def _tanh_dict_loss(p, x):
+    return np.sum(np.tanh(p["w"] * x) ** 2) + np.sum(p["b"] ** 3)
+
+
+def test_hessian_vector_product_of_dict_parameters_the_jax_way():
+    """``jvp(lambda q: grad(loss)(q, x), (p,), (v,))``: grad(loss) called with a dict inside
+    differentiated code was refused ("a pytree argument cannot be used as one value"), and
+    so was the dict it returns as jvp's output. Checked against hessian's blocks."""
+    x = np.array([0.5, -1.0, 2.0])
+    p = {"w": np.array([1.0, 2.0, 3.0]), "b": np.array([0.3, -0.2])}
+    v = {"w": np.array([1.0, -0.5, 0.25]), "b": np.array([2.0, 1.0])}
+    h = ad.hessian(_tanh_dict_loss)(p, x)
+    expected = {k: h[k]["w"] @ v["w"] + h[k]["b"] @ v["b"] for k in ("w", "b")}
+    g, hv = ad.jvp(lambda q: ad.grad(_tanh_dict_loss)(q, x), (p,), (v,))
+    assert type(hv) is dict and sorted(hv) == ["b", "w"]
+    for k in ("w", "b"):
+        np.testing.assert_allclose(hv[k], expected[k], rtol=1e-12)
+    np.testing.assert_allclose(g["b"], 3.0 * p["b"] ** 2, rtol=1e-14)
+    jac = ad.jacfwd(lambda q: ad.grad(_tanh_dict_loss)(q, x))(p)
+    for k in ("w", "b"):
+        for j in ("w", "b"):
+            np.testing.assert_allclose(jac[k][j], h[k][j], rtol=1e-12, atol=1e-15)

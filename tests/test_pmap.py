@@ -154,3 +154,26 @@ def test_mpi_two_ranks_match_single_process(tmp_path):
     assert (a["backend"], b["backend"]) == ("threads", "mpi")
     for p, q in zip(a["params"], b["params"]):
         np.testing.assert_allclose(np.array(q), np.array(p), rtol=1e-12, atol=1e-15)
+
+
+def _centered_cubes(z):
+    return np.sum(pmap(centered, axis_name='i')(z) ** 3)
+
+
+def test_grad_of_a_function_calling_pmap():
+    """grad through pmap (its source was read as the user's: "function values cannot be
+    used here" at a line of pmap.py): on one process pmap computes vmap's values, so its
+    transformation reads vmap's source."""
+    x = np.array([[1.0, 2.0], [0.5, 3.0], [2.0, -1.0]])
+    np.testing.assert_allclose(grad(_centered_cubes)(x), central(_centered_cubes, x),
+                               rtol=1e-7)
+
+
+def test_pmap_refuses_pytree_arguments_clearly():
+    """A dict argument or a pytree prefix in in_axes was a bare TypeError/IndexError."""
+    xs = np.arange(1.0, 4.0)
+    with pytest.raises(PmapError, match="argument 'w' is a pytree"):
+        pmap(lambda w, x: w["a"] * x, axis_name='i', in_axes=(None, 0))({"a": 2.0}, xs)
+    with pytest.raises(PmapError, match="pmap in_axes for argument 'w' is"):
+        pmap(lambda w, x: w["a"] * x, axis_name='i',
+             in_axes=({"a": None}, 0))({"a": 2.0}, xs)

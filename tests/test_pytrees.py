@@ -512,17 +512,24 @@ def _returns_its_dict(w):
     return d
 
 
-def test_a_dict_display_has_no_derivative_and_says_so():
-    """A dict made in the function is read entry by entry (test_local_dicts.py); as an
-    output it is only passed back as an aux output: differentiating it is refused with the
-    line (never a zero derivative)."""
+def test_a_returned_dict_has_forward_derivatives_and_reverse_ones_are_refused():
+    """A dict made in the function is read entry by entry (test_local_dicts.py). As the
+    output, jvp and jacfwd give dicts of tangents and Jacobians (JAX's output pytrees);
+    jacrev, whose cotangent would be a dict, is refused with the line (never a zero
+    derivative), and grad needs a scalar."""
     w = np.array([0.3, -0.7, 1.1])
+    v = np.array([1.0, -2.0, 0.5])
     np.testing.assert_allclose(ad.grad(_reads_its_dict)(w), [2.0, 2.0, 2.0])
     for f in (_returns_a_dict, _returns_its_dict):
-        for transform in (lambda f=f: ad.jvp(f, (w,), (w,)), lambda f=f: ad.jacfwd(f)(w),
-                          lambda f=f: ad.jacrev(f)(w)):
-            with pytest.raises(ad.UnsupportedSyntaxError, match="returns a dict"):
-                transform()
+        out, out_dot = ad.jvp(f, (w,), (v,))
+        assert type(out) is dict and type(out_dot) is dict and list(out_dot) == ["a"]
+        np.testing.assert_allclose(out["a"], 2.0 * w)
+        np.testing.assert_allclose(out_dot["a"], 2.0 * v)
+        jac = ad.jacfwd(f)(w)
+        assert type(jac) is dict
+        np.testing.assert_allclose(jac["a"], 2.0 * np.eye(3))
+        with pytest.raises(ad.UnsupportedSyntaxError, match="returns a dict"):
+            ad.jacrev(f)(w)
         with pytest.raises(ad.NonScalarOutputError, match="returns a dict"):
             ad.grad(f)(w)
 
@@ -580,3 +587,16 @@ def test_string_methods_of_dict_keys_are_decided_where_the_code_is_written():
     from autodiff_ast.jit import jit
     np.testing.assert_allclose(jit(ad.grad(_weights_penalty))(params)["W1"], g["W1"],
                                rtol=1e-12)
+
+
+def _builds_a_point(x):
+    return Point(x=x * 2.0, y=np.sum(x))
+
+
+def test_building_a_namedtuple_in_transformed_code_is_refused_by_name():
+    """It said "Point has no derivative rule", under vmap too (which takes no derivative)."""
+    xs = np.ones((2, 3))
+    for transform in (lambda: ad.vmap(_builds_a_point)(xs), lambda: ad.jacrev(_builds_a_point)(
+            xs[0])):
+        with pytest.raises(ad.UnsupportedSyntaxError, match=r"building a NamedTuple \(Point\)"):
+            transform()

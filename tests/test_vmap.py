@@ -986,3 +986,29 @@ def test_a_helper_whose_tapes_differ_in_length_between_examples():
     expected = 0.5 / np.sqrt(a)
     np.testing.assert_allclose(ad.vmap(ad.grad(_calls_newton))(a), expected, rtol=1e-10)
     np.testing.assert_allclose(jit(ad.vmap(ad.grad(_calls_newton)))(a), expected, rtol=1e-10)
+
+
+def _scaled_sin(x, s=2.0):
+    return np.sin(x) * s
+
+
+def _scaled_sin_keyword(x, *, s=2.0):
+    return np.sin(x) * s
+
+
+@pytest.mark.parametrize("fn", [_scaled_sin, _scaled_sin_keyword])
+def test_transforms_of_vmap_leave_a_default_unmapped(fn):
+    """JAX maps only the arguments passed: a parameter left to its default is a constant.
+    vjp/jacrev/jvp of vmap(f) mapped the default along axis 0 ("it is a scalar"), and grad
+    of a function calling vmap(f)(z) counted 1 mapped value for 2 parameters."""
+    xs = np.array([[0.5, -1.0, 2.0], [0.1, 0.2, 0.3]])
+    v = np.array([[1.0, 0.5, -2.0], [0.3, -0.1, 1.0]])
+    cos2 = 2.0 * np.cos(xs)
+    (cotangent,) = ad.vjp(vmap(fn), xs)[1](v)
+    np.testing.assert_allclose(cotangent, cos2 * v, rtol=1e-14)
+    _, tangent = ad.jvp(vmap(fn), (xs,), (v,))
+    np.testing.assert_allclose(tangent, cos2 * v, rtol=1e-14)
+    jac = ad.jacrev(vmap(fn))(xs)
+    np.testing.assert_allclose(np.einsum("ijij->ij", jac), cos2, rtol=1e-14)
+    assert np.count_nonzero(jac) == xs.size
+    np.testing.assert_allclose(ad.grad(lambda z: np.sum(vmap(fn)(z)))(xs), cos2, rtol=1e-14)
