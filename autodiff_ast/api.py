@@ -22,6 +22,7 @@ import inspect
 import itertools
 import linecache
 import os
+import re
 import sys
 import threading
 from types import FunctionType
@@ -251,6 +252,21 @@ _CALLS = threading.local()
 _NAN_KINDS = ("grad", "value_and_grad", "vjp", "jvp", "jacfwd", "jacrev", "vmap")
 
 
+_IMPORT_LINE = re.compile(r"^from ([\w.]+) import (\w+)(?: as (\w+))?$", re.MULTILINE)
+
+
+def _rebound_imports(module, source):
+    """Whether a value `source` imports from a module of the user's (``from modw import W``)
+    is no longer what that module holds: the loaded module (shared by every transform of
+    the same source) bound the old one."""
+    for home, attr, alias in _IMPORT_LINE.findall(source):
+        held = sys.modules.get(home)
+        if held is not None and home not in ("numpy", "math", "autodiff_ast") and \
+                getattr(module, alias or attr, None) is not getattr(held, attr, None):
+            return True
+    return False
+
+
 def _private_copy(module):
     """A second module object executing the same file (tracebacks still show its lines)."""
     import sys
@@ -372,6 +388,10 @@ class _Transformed:
                 text = debug.nan_variant(generated.source, debug.user_function_of(self))
                 generated = dataclasses.replace(generated, source=text)
             module = load_source(generated.source, name)
+            if _rebound_imports(module, generated.source):
+                # the user rebound a module global this source imports (`modw.W = new`) since
+                # the module was loaded: a copy of its own imports the value now
+                module = _private_copy(module)
             if generated.injected:
                 # Values this function closes over: its own module object, so that two closures
                 # with the same source never share (and overwrite) each other's data.

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 import gast
 import numpy as np
 
+from codegen.helpers import helper_names
+
 from . import rules
 from . import types as T
 from .comprehensions import (
@@ -196,7 +198,9 @@ class Program:
     def __init__(self, reserved=()):
         self.functions = {}  # key -> CoreFunction
         self.data = {}  # emitted name -> (module name or None, attribute, value)
-        self.module_names = Namer(reserved)
+        # (the helpers a generated module may carry, or jit's dialect may add, are named
+        # as they are: a function of the user's named like one is renamed)
+        self.module_names = Namer(set(reserved) | helper_names())
         self.order = []
         # Variables of a program jit rewrote (autodiff_ast/scalarize.py rebuild) that the
         # user never wrote: their values are temporaries, which tidying may inline (user

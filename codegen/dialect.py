@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 import io
 import re
 import tokenize
@@ -1011,14 +1012,18 @@ class _Lower(gast.NodeTransformer):
         return _call("np.cbrt", node.args)
 
     def call_np_heaviside(self, node):
-        if len(node.args) != 2 or node.keywords or not isinstance(node.args[0], gast.Name):
+        if len(node.args) != 2 or node.keywords or not _repeatable(node.args[0]):
             return None
-        x = node.args[0].id
+        x = node.args[0]
+
+        def test(op):
+            return gast.Compare(left=copy.deepcopy(x), ops=[op()],
+                                comparators=[gast.Constant(value=0, kind=None)])
         # x where it is neither below, above nor equal to 0: NaN stays NaN, as in NumPy
-        at_zero = _call("np.where", [_expr(f"{x} == 0"), node.args[1], _name(x)])
-        inner = _call("np.where", [_expr(f"{x} > 0"), gast.Constant(value=1.0, kind=None),
+        at_zero = _call("np.where", [test(gast.Eq), node.args[1], copy.deepcopy(x)])
+        inner = _call("np.where", [test(gast.Gt), gast.Constant(value=1.0, kind=None),
                                    at_zero])
-        return _call("np.where", [_expr(f"{x} < 0"), gast.Constant(value=0.0, kind=None),
+        return _call("np.where", [test(gast.Lt), gast.Constant(value=0.0, kind=None),
                                   inner])
 
     def call_np_einsum(self, node):
@@ -1701,6 +1706,7 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
     per-example functions, pmap's nogil shards).
     """
     tree = parse_with_comments(source)
+    _rename_user_clashes(tree, entries)
     module = _Module(tree)
     module.general_dot = general_dot
     module.numba_overloads = numba_overloads
@@ -1859,6 +1865,76 @@ def _rebuilding_wrappers(lowered, taken):
                 f"    out = {entry}({', '.join(params + data)})\n"
                 f"    return {rebuilding_expression('out', spec)}\n")
         lowered.wrappers[entry] = gast.parse(text).body[0]
+
+
+def _repeatable(node):
+    """Whether `node` may be written more than once for one value: a name, or an element or
+    slice of one (``x[i]``, ``u[1:-1]``) with names and numbers for indices (no calls)."""
+    if isinstance(node, gast.Name):
+        return True
+    if isinstance(node, gast.Subscript):
+        parts = node.slice.elts if isinstance(node.slice, gast.Tuple) else [node.slice]
+        return _repeatable(node.value) and all(
+            isinstance(n, (gast.Name, gast.Constant, gast.Slice, gast.BinOp, gast.UnaryOp,
+                           gast.Load, gast.operator, gast.unaryop, gast.Tuple))
+            for part in parts for n in gast.walk(part))
+    return False
+
+
+def _rename_user_clashes(tree, entries):
+    """Rename, before lowering, the user's functions and variables named like a helper this
+    pass may add (``exp_fast = np.exp(x)``, a helper of theirs called ``outer_product``): the
+    pass calls its helpers by those names and replaces a function so named with its own (a
+    user's ``outer_product`` was silently swapped for np.outer's). The helpers the module
+    carries already (codegen/helpers.py's HELPERS, their text as written there) keep their
+    names; an entry function never clashes (the module's namer reserves these names)."""
+    from .helpers import HELPERS
+    reserved = _helper_function_names()
+    # the user's: a function so named that is not the helper's text, a variable or parameter
+    # so named (a call of a name the module does not define is a call of the helper)
+    defined = {fn.name for fn in gast.walk(tree) if isinstance(fn, gast.FunctionDef) and
+               fn.name in reserved and not (fn.name in HELPERS and ast.get_docstring(
+                   gast.gast_to_ast(fn)) == _helper_docstring(fn.name))}
+    bound = {n.id for n in gast.walk(tree) if isinstance(n, gast.Name) and
+             n.id in reserved and isinstance(n.ctx, (gast.Store, gast.Param))}
+    clashes = sorted((defined | bound) - set(entries))
+    if not clashes:
+        return
+    used = {n.id for n in gast.walk(tree) if isinstance(n, gast.Name)} | {
+        fn.name for fn in gast.walk(tree) if isinstance(fn, gast.FunctionDef)}
+    taken = used | reserved
+    renamed = {}
+    for old in clashes:
+        k = 2
+        while f"{old}_{k}" in taken:
+            k += 1
+        renamed[old] = f"{old}_{k}"
+        taken.add(renamed[old])
+    for node in gast.walk(tree):
+        if isinstance(node, gast.Name) and node.id in renamed:
+            node.id = renamed[node.id]
+        elif isinstance(node, gast.FunctionDef) and node.name in renamed:
+            node.name = renamed[node.name]
+
+
+@functools.cache
+def _helper_function_names():
+    """Every module-level function a helper this pass may add defines (its overloads and
+    loops too): the top-level def lines of every helper table's sources."""
+    names = set(DIALECT_HELPERS) | set(DIALECT_NOT_COMPILED)
+    for value in list(globals().values()):
+        if isinstance(value, dict) and value and all(isinstance(v, str) for v in
+                                                     value.values()):
+            for text in value.values():
+                names.update(re.findall(r"^def (\w+)\(", text, flags=re.MULTILINE))
+    return frozenset(names)
+
+
+@functools.cache
+def _helper_docstring(name):
+    from .helpers import HELPERS
+    fn = ast.parse(HELPERS[name]).body[0]
+    return ast.get_docstring(fn)
 
 
 def _helper_names(functions):

@@ -246,6 +246,25 @@ def cumprod_adjoint(x, g):
     return out.reshape(x.shape)
 '''
 
+HELPERS["prod_others"] = '''\
+def prod_others(x):
+    """For each entry of x, the product of the other entries along the last axis (the
+    derivative of np.prod), exact where x has zeros: prod(x[:j]) * prod(x[j + 1:])."""
+    n = x.shape[-1]
+    rows = np.ascontiguousarray(x).reshape((-1, n))
+    out = np.empty(rows.shape, dtype=rows.dtype)
+    for r in range(rows.shape[0]):
+        before = 1.0
+        for j in range(n):
+            out[r, j] = before
+            before *= rows[r, j]
+        after = 1.0
+        for j in range(n - 1, -1, -1):
+            out[r, j] *= after
+            after *= rows[r, j]
+    return out.reshape(x.shape)
+'''
+
 HELPERS["cumprod_tangent"] = '''\
 def cumprod_tangent(x, d):
     """The tangent of np.cumprod(x, axis=-1) for the input tangent d, exact where x has
@@ -328,6 +347,16 @@ def along_axes(mask, trailing):
 HELPER_DEPENDS = {"slice_length": ("slice_start",), "dot_adjoints": ("unbroadcast",),
                   "matmul_adjoints": ("dot_adjoints", "unbroadcast"),
                   "add_taken": ("around_axis",), "add_repeated": ("around_axis",)}
+
+
+def helper_names():
+    """The names of the helpers a generated module may carry (HELPERS) and of those jit's
+    dialect pass may add (DIALECT_HELPERS): no function of the user's is emitted under one.
+
+    >>> {"unbroadcast", "outer_product", "exp_fast"} <= helper_names()
+    True
+    """
+    return set(HELPERS) | set(DIALECT_HELPERS)
 
 
 def helper_source(names):

@@ -585,3 +585,27 @@ def test_two_closures_with_the_same_source_keep_their_own_data():
     np.testing.assert_array_equal(g1(x), [1.0, 2.0])
     np.testing.assert_array_equal(g2(x), [5.0, 7.0])
     np.testing.assert_array_equal(g1(x), [1.0, 2.0])  # g2's data did not replace g1's
+
+
+_REBOUND = np.array([[1.0, 2.0], [0.5, -1.0]])
+
+
+def _reads_a_module_array(x):
+    return np.sum(np.tanh(_REBOUND @ x))
+
+
+def test_a_new_transform_sees_a_rebound_module_array():
+    """The generated module imports the array by name and is shared by every transform of
+    the same source: a grad made after `module.W = new` kept the old W."""
+    global _REBOUND
+    x = np.array([0.3, -0.4])
+    old = _REBOUND
+    try:
+        first = ad.grad(_reads_a_module_array)(x)
+        np.testing.assert_allclose(first, old.T @ (1.0 - np.tanh(old @ x) ** 2), rtol=1e-14)
+        _REBOUND = np.array([[0.1, 0.0], [0.0, 0.1]])
+        again = ad.grad(_reads_a_module_array)(x)
+        np.testing.assert_allclose(again, _REBOUND.T @ (1.0 - np.tanh(_REBOUND @ x) ** 2),
+                                   rtol=1e-14)
+    finally:
+        _REBOUND = old

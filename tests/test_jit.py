@@ -1194,3 +1194,75 @@ def test_norm_of_three_axes_and_inner_compile():
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(g(a, m, v)[1], numeric_jacobian(
         lambda w: _inner_of_ranks(a, w, v), m), rtol=1e-6)
+
+
+# ---------------------------------------------------------------- names jit's helpers use
+def outer_product(a, b):
+    """The user's helper, named like the dialect's np.outer helper (it is no outer product)."""
+    return np.sum(a) * b
+
+
+def _calls_own_outer_product(x, m):
+    v = outer_product(x, m)
+    return np.sum(v * v) + np.sum(np.outer(x, m))
+
+
+def prod_axis(a):
+    """An entry function named like the dialect's helper for np.prod(x, axis=k)."""
+    return np.sum(np.prod(a, axis=1) ** 2)
+
+
+def _local_named_exp_fast(x):
+    exp_fast = np.exp(x)
+    s = 0.0
+    for i in range(x.shape[0]):
+        s = s + exp_fast[i] * x[i]
+    return s
+
+
+def test_user_names_that_jits_helpers_use():
+    """jit swapped a user's function named like one of its helpers for the helper (a wrong
+    value: 8.92 for 8.64 here) and broke on such an entry or local name; the module's namer
+    reserves the helpers' names and the dialect renames a user's local before lowering."""
+    from autodiff_ast import grad
+    from autodiff_ast.jit import jit
+    x, m = np.array([0.3, -0.2, 0.5]), np.array([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(jit(_calls_own_outer_product)(x, m),
+                               _calls_own_outer_product(x, m), rtol=1e-14)
+    np.testing.assert_allclose(jit(grad(_calls_own_outer_product))(x, m),
+                               grad(_calls_own_outer_product)(x, m), rtol=1e-14)
+    np.testing.assert_allclose(grad(_calls_own_outer_product)(x, m), [22.8] * 3, rtol=1e-14)
+    a = np.array([[1.5, 0.1, -0.7], [0.5, 1.2, 0.3]])
+    np.testing.assert_allclose(jit(prod_axis)(a), prod_axis(a), rtol=1e-14)
+    np.testing.assert_allclose(jit(grad(prod_axis))(a), grad(prod_axis)(a), rtol=1e-14)
+    v = np.array([0.3, -0.2, 0.5, 1.0])
+    np.testing.assert_allclose(jit(_local_named_exp_fast)(v), _local_named_exp_fast(v),
+                               rtol=1e-14)
+    np.testing.assert_allclose(jit(grad(_local_named_exp_fast))(v), np.exp(v) * (1.0 + v),
+                               rtol=1e-13)
+
+
+def _heaviside_in_a_loop(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s = s + x[i] * x[i] * np.heaviside(x[i], 0.5)
+    return s
+
+
+def _zero_dim_times(s):
+    return np.array(2.0) * s * s
+
+
+def test_heaviside_of_an_element_and_a_0d_array_output():
+    """np.heaviside(x[i], h) reached Numba as written (it has no np.heaviside): the dialect
+    writes it with np.where for an element too. np.array(2.0) (a 0-d array) had an unknown
+    rank, so grad refused its product as "not a scalar"."""
+    from autodiff_ast import grad
+    from autodiff_ast.jit import jit
+    x = np.array([0.3, -0.7, 0.0, 1.6])
+    np.testing.assert_allclose(jit(_heaviside_in_a_loop)(x), _heaviside_in_a_loop(x),
+                               rtol=1e-14)
+    np.testing.assert_allclose(jit(grad(_heaviside_in_a_loop))(x), [0.6, 0.0, 0.0, 3.2],
+                               rtol=1e-14)
+    assert grad(_zero_dim_times)(1.3) == pytest.approx(5.2, rel=1e-14)
+    assert jit(grad(_zero_dim_times))(1.3) == pytest.approx(5.2, rel=1e-14)

@@ -257,6 +257,47 @@ def test_cumprod_at_zeros_is_exact(x, expected):
     np.testing.assert_array_equal(jit(ad.grad(fn))(x), expected)
 
 
+def _prod_of_rows(a):
+    return np.sum(np.prod(a, axis=1) ** 2) + np.sum(np.prod(a, axis=0, keepdims=True) * a)
+
+
+@pytest.mark.parametrize("x, expected", [
+    ([1.5, 0.0, -0.7, 2.0], [0.0, -2.1, 0.0, 0.0]),  # the product of the other entries
+    ([0.0, 0.0, 3.0], [0.0, 0.0, 0.0]),
+    ([2.0, 3.0, 4.0], [12.0, 8.0, 6.0]),
+])
+def test_prod_at_zeros_is_exact(x, expected):
+    """np.prod's derivative is the product of the other entries (it was y / x: nan at a
+    zero), in reverse mode, forward mode, compiled and batched."""
+    from autodiff_ast.jit import jit
+    x = np.array(x)
+    np.testing.assert_allclose(ad.grad(np.prod)(x), expected, rtol=1e-15)
+    np.testing.assert_allclose(_forward_gradient(np.prod, x), expected, rtol=1e-15)
+    np.testing.assert_allclose(jit(ad.grad(np.prod))(x), expected, rtol=1e-15)
+    np.testing.assert_allclose(ad.vmap(ad.grad(np.prod))(np.stack([x, x[::-1]])),
+                               [expected, expected[::-1]], rtol=1e-15)
+
+
+def test_prod_along_axes_at_zeros_and_its_hessian():
+    """Along an axis (kept or not) with a zero in a row: finite differences (exact here,
+    the function is polynomial); hessian of np.prod away from zeros still works."""
+    from autodiff_ast.jit import jit
+    a = np.array([[1.5, 0.0, -0.7], [0.3, 0.4, 0.5]])
+    step = 1e-6
+    expected = np.zeros_like(a)
+    for i in np.ndindex(a.shape):
+        e = np.zeros_like(a)
+        e[i] = step
+        expected[i] = (_prod_of_rows(a + e) - _prod_of_rows(a - e)) / (2 * step)
+    np.testing.assert_allclose(ad.grad(_prod_of_rows)(a), expected, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(jit(ad.grad(_prod_of_rows))(a), expected, rtol=1e-8,
+                               atol=1e-10)
+    x = np.array([1.5, 0.3, -0.7, 2.0])
+    p = np.prod(x)
+    want = p / np.outer(x, x) * (1.0 - np.eye(4))
+    np.testing.assert_allclose(ad.hessian(np.prod)(x), want, rtol=1e-13)
+
+
 @pytest.mark.parametrize("x, expected", [
     ([2.0, 1.0, 2.0], [1.0, 0.0, 0.0]),  # the first 2 is the middle of a stable sort
     ([1.0, 2.0, 2.0, 3.0], [0.0, 0.5, 0.5, 0.0]),

@@ -567,8 +567,8 @@ def _pieces(bc):
 
 def join(bc):
     """concatenate/stack/hstack/np.array of a display: along the shifted axis."""
-    if bc.type("arrays").kind == "array":  # np.array(x) of an array: a copy
-        return _identity(bc)
+    if bc.type("arrays").kind in ("array", "float", "int", "bool"):
+        return _identity(bc)  # np.array(x) of an array or a number: a copy
     axis, stacked = _join_axis(bc.call)
     if bc.type("arrays").kind == "list":  # a list of batched values (built with append)
         func = "np.stack" if stacked else "np.concatenate"
@@ -1086,6 +1086,16 @@ _register(("argmax", "argmin", "argsort", "argpartition", "sort"), _index_reduct
 _register(("take_along_axis",), _take_along_axis)
 _register(("add_along_axis",), _add_along_axis)
 _register(("cumsum", "cumprod"), _cumsum)
+
+
+def _along_last_axis(bc):
+    """A helper that works along the last axis of each example (prod_others): the batch
+    axis in front changes nothing."""
+    _rank_or_fail(bc, "x")
+    return bc.emit()
+
+
+_register(("prod_others",), _along_last_axis)
 _register(("average",), _average)
 _register(("take",), _gather_like("indices"))
 _register(("add_taken",), _added_back("indices"))

@@ -134,10 +134,36 @@ def _mean_vjp(call, g):
     return {"x": (fill("e / n", e=expr, n=_count(call)), typ)}
 
 
+def _prod_others(call):
+    """For each entry of x, the product of the other entries the call multiplies
+    (np.prod's derivative), right where x has zeros (``y / x`` was 0 / 0 there): the
+    helper prod_others along the call's axis, flattened first for axis=None; None for a
+    tuple of axes (``y / x`` then)."""
+    x, axis, rank = call.args["x"], call.axis(), call.ndim("x")
+    if isinstance(axis, tuple) or (axis is not None and rank is None):
+        return None
+    if axis is None:
+        flat = fill("prod_others(np.ravel(x))", x=x)
+        return flat if rank == 1 else fill("e.reshape(np.shape(x))", e=flat, x=x)
+    if axis == rank - 1:
+        return fill("prod_others(x)", x=x)
+    return fill("np.moveaxis(prod_others(np.moveaxis(x, a, -1)), -1, a)", x=x, a=axis)
+
+
 def _prod_vjp(call, g):
     ge, typ = expand_like_input(call, g)
-    ye, _ = expand_like_input(call, call.out)
-    return {"x": (fill("ge * ye / x", ge=ge, ye=ye, x=call.args["x"]), call.types["x"])}
+    others = _prod_others(call)
+    if others is None:
+        ye, _ = expand_like_input(call, call.out)
+        return {"x": (fill("ge * ye / x", ge=ge, ye=ye, x=call.args["x"]), call.types["x"])}
+    return {"x": (fill("ge * o", ge=ge, o=others), call.types["x"])}
+
+
+def _prod_jvp(call, dots):
+    others = _prod_others(call)
+    if others is None:
+        others = fill("ye / x", ye=expand_like_input(call, call.out)[0], x=call.args["x"])
+    return reduce_sum(call, fill("d * o", d=dots["x"], o=others))
 
 
 def _ties(call, ye):
@@ -227,10 +253,16 @@ register(Rule("sum", "np.sum", _REDUCTION, {"axis": None, "keepdims": False}, ("
 register(Rule("mean", "np.mean", _REDUCTION, {"axis": None, "keepdims": False}, ("x",),
               _infer_reduction, _mean_vjp, _relinear, linear=True), np.mean)
 register(Rule("prod", "np.prod", _REDUCTION, {"axis": None, "keepdims": False}, ("x",),
-              _infer_reduction, _prod_vjp,
-              lambda call, dots: reduce_sum(call, fill(
-                  "ye * d / x", ye=expand_like_input(call, call.out)[0], d=dots["x"],
-                  x=call.args["x"]))), np.prod)
+              _infer_reduction, _prod_vjp, _prod_jvp), np.prod)
+# prod_others(x) (the helper the rule above emits) differentiated again, for hessian(np.prod):
+# d o_j / d x_k = o_j / x_k for k != j, so these second derivatives divide by x (not right
+# where x has zeros: the first derivative is).
+register_helper(Rule(
+    "prod_others", "prod_others", ("x",), {}, ("x",), lambda call: call.types["x"],
+    lambda call, g: {"x": (fill("(np.sum(g * o, axis=-1, keepdims=True) - g * o) / x", g=g,
+                                o=call.out, x=call.args["x"]), call.types["x"])},
+    lambda call, dots: fill("o * (np.sum(d / x, axis=-1, keepdims=True) - d / x)",
+                            o=call.out, d=dots["x"], x=call.args["x"])), "prod_others")
 _CHOOSER = ("x", "axis", "out", "keepdims")
 register(Rule("max", "np.max", _CHOOSER, {"axis": None, "keepdims": False}, ("x",),
               _infer_reduction, _chooser_vjp, _chooser_jvp), np.max, np.amax)
@@ -979,8 +1011,13 @@ for _name in _SIDE_BY_SIDE:
 if hasattr(np, "row_stack"):  # vstack's old name: the same rule, emitted as np.vstack
     register(all_rules()["vstack"], np.row_stack)
 
+def _copies(call):
+    """np.array(x) of an array or a number (a 0-d array, typed as the number): a copy."""
+    return call.types["arrays"].kind in ("array", "float", "int", "bool")
+
+
 def _infer_array(call):
-    if call.types["arrays"].kind == "array":  # np.array(x) of an array: a copy
+    if _copies(call):
         return _infer_same(call)
     out = _infer_join(call)
     dtype = call.const("dtype")
@@ -990,7 +1027,7 @@ def _infer_array(call):
 
 
 def _array_vjp(call, g):
-    if call.types["arrays"].kind == "array":
+    if _copies(call):
         return {"arrays": (to_expr(g), None)}
     return _join_vjp(call, g)
 
@@ -998,7 +1035,7 @@ def _array_vjp(call, g):
 # np.array([a, b, c]) of same-shaped values stacks them along a new first axis.
 register(Rule("array", "np.array", ("arrays", "dtype"), {"axis": 0}, ("arrays",), _infer_array,
               _array_vjp, lambda call, dots: _relinear(call, dots, "arrays")
-              if call.types["arrays"].kind == "array" else _join_jvp(call, dots), linear=True),
+              if _copies(call) else _join_jvp(call, dots), linear=True),
          np.array)
 
 
