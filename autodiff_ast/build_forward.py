@@ -161,7 +161,7 @@ def build_jvp(fn, specs, has_aux=False, entry_name=None, standalone_module=None,
 def build_linearize(fn, specs, standalone_module=None):
     """The module of ``linearize(fn)``: ``<f>_lin_fwd`` computes the output and the values the
     tangent map reads (residuals); ``<f>_lin`` maps input tangents to the output tangent."""
-    info, program, core = prepare(fn, specs)
+    info, program, core = prepare(fn, specs, dict_outputs=True)
     groups = float_leaf_groups(info, specs)
     active = [leaf for group in groups for leaf in group]
     registry = JvpRegistry(program)
@@ -199,7 +199,7 @@ def build_linearize(fn, specs, standalone_module=None):
     source, injected = _finish(program, functions, sweep.helpers, _doc("linearize", info, specs),
                                standalone_module)
     layout = {"groups": groups, "residuals": residuals,
-              "tuple_out": isinstance(core.returns, gast.Tuple)}
+              "tuple_out": isinstance(core.returns, gast.Tuple), "dicts": returned_dicts(core)}
     return Generated(source, fwd_name, injected, layout, {"lin": lin_name})
 
 

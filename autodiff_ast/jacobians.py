@@ -231,7 +231,11 @@ class _Linearized:
         dots = _tangent_leaves(self.values, _with_default_tangents(tangents, n_primals,
                                                                    self.values))
         lin = getattr(self.module, self.generated.extra["lin"])
-        return restore_lists(_match_tree(lin(*self.residuals, *dots), self.out), self.lists)
+        out_dot = _match_tree(lin(*self.residuals, *dots), self.out)
+        dicts = self.generated.layout.get("dicts")
+        if dicts is not None:  # (returned as tuples of their values)
+            out_dot = rebuild_dicts(out_dot, dicts)
+        return restore_lists(out_dot, self.lists)
 
 
 class _LinearizeTransform(_Transformed):
@@ -254,7 +258,8 @@ class _LinearizeTransform(_Transformed):
         linearized = _Linearized(generated, module, residuals, out, values, lists_of(self.fun))
         linearized.fun = self.fun  # (for jit(linearized))
         linearized.n_primals = len(primals)  # (the others are defaults: constants)
-        return out, linearized
+        dicts = generated.layout.get("dicts")
+        return (out if dicts is None else rebuild_dicts(out, dicts)), linearized
 
 
 def linearize(fun, *primals):

@@ -469,17 +469,30 @@ class Normalizer:
         names (its values read before the name is rebound). Inside a branch or loop a name
         already holding one keeps its entries' names, as a rebound name keeps its own."""
         current = self.env.get(user_name)
+        values = {key.value: value for key, value in zip(display.keys, display.values)}
+        read = {}  # key -> its value's atom, when the values are read first
         if self.depth > 0 and isinstance(current, LocalDict):
             made = LocalDict(dict(current.entries), current.prefix)
+            if not any(isinstance(v, gast.Dict) for v in values.values()):
+                # the entries keep their names: every value is read before one is written
+                # (`p = {"a": p["a"] * p["b"], "b": p["b"] + p["a"]}` in a loop read the
+                # new p["a"]; a swap made both entries one value)
+                bound = {self.env[n] for n in current.entries.values()
+                         if isinstance(self.env.get(n), str)}
+                read = {key: self.held_if_bound(self.atom(value), bound)
+                        for key, value in values.items()}
         else:
             count = self.dict_counts.get(user_name, 0) + 1
             self.dict_counts[user_name] = count
             made = LocalDict({}, user_name if count == 1 else f"{user_name}_{count}")
-        values = {key.value: value for key, value in zip(display.keys, display.values)}
         kept = {}
         for key, value in values.items():
             kept[key] = made.local_name(key, self.taken_names)
-            self.assign_to(gast.copy_location(name(kept[key], store=True), value), value)
+            target = gast.copy_location(name(kept[key], store=True), value)
+            if key in read:
+                self.bind_value(target, read[key])
+            else:
+                self.assign_to(target, value)
         made.entries = kept  # (the keys of this display only)
         self.env[user_name] = made
 
@@ -2439,9 +2452,32 @@ class Normalizer:
         return self.apply_rule(rule, {"x": seq}, self.origin, None,
                                value=gast.Call(func=name("len"), args=[seq], keywords=[]))
 
+    def dicts_rebuilt_in(self, loop):
+        """A dict argument the loop rebinds to a dict display (``p = {"w": p["w"] - lr *
+        g["w"]}``: a training loop) becomes, before the loop, a dict of its own entries: the
+        loop then writes those entries, read again by its next step (the argument's leaves,
+        read by every step, were the first step's values)."""
+        for node in gast.walk(loop):
+            if not (isinstance(node, gast.Assign) and len(node.targets) == 1 and
+                    isinstance(node.targets[0], gast.Name) and _string_keyed(node.value)):
+                continue
+            ref = self.env.get(node.targets[0].id)
+            if not (isinstance(ref, TreeRef) and ref.spec.kind == "dict") or any(
+                    isinstance(spec, (TreeSpec, Static)) for _, spec in ref.spec.children):
+                continue
+            user = node.targets[0].id
+            count = self.dict_counts.get(user, 0) + 1
+            self.dict_counts[user] = count
+            made = LocalDict({}, user if count == 1 else f"{user}_{count}")
+            for (key, _), (flat, _) in zip(ref.spec.children, ref.spec.leaves(ref.base)):
+                local = made.local_name(key, self.taken_names)
+                self.bind_value(gast.copy_location(name(local, store=True), node), name(flat))
+            self.env[user] = made
+
     def range_loop(self, stmt, bounds, target, elements, raw_index=False):
         if not isinstance(target, gast.Name):
             raise self.unsupported("the loop variable must be a single name", stmt)
+        self.dicts_rebuilt_in(stmt)
         for b in bounds:
             t = atom_type(b, self.types)
             if t.kind not in ("int", "unknown"):
@@ -2496,6 +2532,7 @@ class Normalizer:
     def visit_While(self, stmt):
         if stmt.orelse:
             raise self.unsupported("while/else is not supported", stmt, "use a flag")
+        self.dicts_rebuilt_in(stmt)
         cond = self.namer.temp("cond")
         counter = self.namer.temp("n_iter")
         first = self.runtime(self.expr(stmt.test), stmt.test)

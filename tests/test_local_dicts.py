@@ -237,3 +237,80 @@ def test_entries_written_with_a_loops_constant_key():
     g_w, g_b = ad.grad(written_with_loop_keys, argnums=(0, 1))(w, b, x)
     np.testing.assert_allclose(g_w, 2.0 * x.T @ s, rtol=1e-12)
     assert g_b == pytest.approx(2.0 * np.sum(s))
+
+
+def _rebuilt_in_a_loop(a, b):
+    p = {"a": a, "b": b}
+    for _ in range(2):
+        p = {"a": p["a"] * p["b"], "b": p["b"] + p["a"]}
+    return p["a"]
+
+
+def _pair_in_a_loop(a, b):
+    for _ in range(2):
+        a, b = a * b, b + a
+    return a
+
+
+def _swapped_in_a_branch(a, b):
+    p = {"a": a, "b": b}
+    if a > 0:
+        p = {"a": p["b"], "b": p["a"]}
+    return p["a"] * 10.0 + p["b"]
+
+
+def _descend(params, x):
+    p = params
+    for _ in range(3):
+        g = ad.grad(_quadratic)(p, x)
+        p = {"w": p["w"] - 0.1 * g["w"], "c": p["c"] - 0.1 * g["c"]}
+    return _quadratic(p, x)
+
+
+def _quadratic(p, x):
+    return np.sum((p["w"] * x - p["c"]) ** 2) + np.sum(p["w"] ** 2)
+
+
+def test_a_dict_rebuilt_from_itself_in_a_loop_or_branch():
+    """The display's entries were written one after another, each reading the entries the
+    ones before it had just rebound (the value 0.0156 for 0.03, a swap made both entries
+    one value); every value is read first now. A dict argument rebuilt in a training loop
+    was read as the argument by every step."""
+    a, b = 0.3, 0.2
+    assert _rebuilt_in_a_loop(a, b) == pytest.approx(0.03)
+    assert jit(_rebuilt_in_a_loop)(a, b) == pytest.approx(0.03, rel=1e-14)
+    expected = ad.grad(_pair_in_a_loop, argnums=(0, 1))(a, b)
+    np.testing.assert_allclose(expected, [0.16, 0.21], rtol=1e-12)
+    np.testing.assert_allclose(ad.grad(_rebuilt_in_a_loop, argnums=(0, 1))(a, b), expected,
+                               rtol=1e-14)
+    assert ad.jvp(_rebuilt_in_a_loop, (a, b), (1.0, 0.0))[1] == pytest.approx(0.16, rel=1e-12)
+    assert jit(_swapped_in_a_branch)(a, b) == pytest.approx(2.3, rel=1e-14)
+    np.testing.assert_allclose(ad.grad(_swapped_in_a_branch, argnums=(0, 1))(a, b), [1.0, 10.0])
+    params = {"w": np.array([0.5, -0.3, 0.8]), "c": np.array([0.1, 0.2, -0.4])}
+    x = np.array([1.0, 2.0, -1.5])
+    grads = ad.grad(_descend)(params, x)
+    for key in params:
+        numeric = np.zeros(3)
+        for i in range(3):
+            up = {k: v.copy() for k, v in params.items()}
+            down = {k: v.copy() for k, v in params.items()}
+            up[key][i] += 1e-6
+            down[key][i] -= 1e-6
+            numeric[i] = (_descend(up, x) - _descend(down, x)) / 2e-6
+        np.testing.assert_allclose(grads[key], numeric, rtol=1e-6, atol=1e-9)
+
+
+def _stats(w):
+    return {"s": np.sum(w * w), "v": np.sin(w) * 3.0}
+
+
+def test_linearize_of_a_function_returning_a_dict():
+    """linearize refused a dict output; its output and tangents are dicts now (as jvp's)."""
+    w = np.array([0.3, -0.7, 1.1])
+    v = np.array([1.0, 2.0, -1.0])
+    out, f_jvp = ad.linearize(_stats, w)
+    tangent = f_jvp(v)
+    assert type(out) is dict and type(tangent) is dict and sorted(tangent) == ["s", "v"]
+    assert tangent["s"] == pytest.approx(np.sum(2.0 * w * v), rel=1e-14)
+    np.testing.assert_allclose(tangent["v"], 3.0 * np.cos(w) * v, rtol=1e-14)
+    np.testing.assert_allclose(out["v"], 3.0 * np.sin(w), rtol=1e-14)
