@@ -29,7 +29,7 @@ from .build_forward import build_jvp
 from .custom import source_function
 from .errors import NonFloatOutputError
 from .frontend import parse_function
-from .naming import sanitize
+from .naming import Namer, sanitize
 from .nesting import code_to_transform
 from .normalize import Program, TreeSpec, normalize
 from .primal import build_primal
@@ -240,14 +240,18 @@ def build_jacfwd(fn, specs, argnums, has_aux=False, label=None):
     call = f"{vmapped.__name__}({', '.join([leaf for leaf, _ in flat] + dots)})"
     # The batched function returns the leaves of (out, out_dot[, aux]) one by one.
     roles = ["out", "out_dot", "aux"]
+    # (named apart from the arguments, which the blocks' shapes read after this call)
+    namer = Namer({leaf for leaf, _ in flat} | set(dots))
+    stems = {role: namer.fresh(role) for role in roles}
     leaf_names = {}
     for role, part in zip(roles, structure):
         for path, _ in _index_paths(part):
-            leaf_names[(role, path)] = role + "".join(f"_{i}" for i in _positions(part, path))
+            leaf_names[(role, path)] = stems[role] + "".join(
+                f"_{i}" for i in _positions(part, path))
     order = sorted(leaf_names, key=lambda key: _index_at(structure, roles.index(key[0]),
                                                          key[1]))
     lines.append(f"{', '.join(leaf_names[k] for k in order)} = {call}")
-    aux_expr = _rebuild_text(structure[2], "aux") if has_aux else None
+    aux_expr = _rebuild_text(structure[2], stems["aux"]) if has_aux else None
     exprs = {}
     for path, to in out_leaves(out_type):
         rows_var = leaf_names[("out_dot", path)]
@@ -396,7 +400,13 @@ def build_jacrev(fn, specs, argnums, has_aux=False, label=None):
     res_names = bwd_names[n_params:n_params + n_res]
     seeds = bwd_names[n_params + n_res:]
     lines = []
-    results = ["out"] + (["aux"] if has_aux else []) + res_names
+    # the output's name, not a residual's or an argument's (a residual called `out` took
+    # its place: np.eye of the residual's length was the basis)
+    taken = Namer(set(res_names) | set(layout["bwd_params"]) | set(seeds) |
+                  {leaf for leaf, _ in flat})
+    out_name = taken.fresh("out")
+    aux_name = taken.fresh("aux")
+    results = [out_name] + ([aux_name] if has_aux else []) + res_names
     call = f"{fwd.__name__}({', '.join(leaf for leaf, _ in flat)})"
     lines.append(f"{', '.join(results)} = {call}")
     bars = [f"{leaf}_bar" for g in layout["groups"] for leaf in g]  # parameter order
@@ -409,7 +419,7 @@ def build_jacrev(fn, specs, argnums, has_aux=False, label=None):
         namespace[bwd.__name__] = bwd
         exprs = {((), leaf): f"{leaf}_bar" for leaf, _ in active}
         result = _result(exprs, out_type, groups, layout_single(argnums))
-        lines.append(f"return {result}, aux" if has_aux else f"return {result}")
+        lines.append(f"return {result}, {aux_name}" if has_aux else f"return {result}")
         generated = _write_module("jacrev", info, lines, namespace, flat, _options(argnums),
                                   label)
         generated.layout.update({"out_type": out_type, "aux": has_aux})
@@ -420,8 +430,8 @@ def build_jacrev(fn, specs, argnums, has_aux=False, label=None):
     bspecs.update({s: batched(t) for s, (_, t) in zip(seeds, outs)})
     in_axes = (None,) * (n_params + n_res) + (0,) * len(seeds)
     vmapped = vmap(bwd, in_axes=in_axes, out_axes=0).function_for(bspecs)
-    out_values = [_index("out", path) if len(outs) > 1 or out_type.kind == "tuple" else "out"
-                  for path, _ in outs]
+    out_values = [_index(out_name, path) if len(outs) > 1 or out_type.kind == "tuple" else
+                  out_name for path, _ in outs]
     seed_leaves = [(s, t) for s, (_, t) in zip(seeds, outs)]
     value_of = dict(zip(seeds, out_values))
     blocks = _Basis(lines).write(seed_leaves, lambda s: s, lambda s: value_of[s])
@@ -437,7 +447,7 @@ def build_jacrev(fn, specs, argnums, has_aux=False, label=None):
                 block_expr = f"{rows}.reshape({_shape(_dims(out_var, to) + _dims(leaf, ti))})"
             exprs[(path, leaf)] = block_expr
     result = _result(exprs, out_type, groups, layout_single(argnums))
-    lines.append(f"return {result}, aux" if has_aux else f"return {result}")
+    lines.append(f"return {result}, {aux_name}" if has_aux else f"return {result}")
     namespace[vmapped.__name__] = vmapped
     generated = _write_module("jacrev", info, lines, namespace, flat, _options(argnums),
                               label)

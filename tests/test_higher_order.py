@@ -643,3 +643,32 @@ def test_hessian_vector_product_of_dict_parameters_the_jax_way():
     for k in ("w", "b"):
         for j in ("w", "b"):
             np.testing.assert_allclose(jac[k][j], h[k][j], rtol=1e-12, atol=1e-15)
+
+
+def _sum_of_cumprod(x):
+    return np.sum(np.cumprod(1.0 + 0.1 * x * x))
+
+
+def _columns(out, aux):
+    return np.sum(out * aux, axis=1) * 2.0
+
+
+def test_jacrev_names_its_output_apart_from_residuals_and_arguments():
+    """jacrev(grad(f)) with np.cumprod: the vjp module keeps a residual called `out`, which
+    took the output's name, and the basis was np.eye of its length (a 1 x 3 result for
+    3 x 3, no error). An argument called `out` or `aux` broke jacfwd the same way."""
+    x = np.array([0.3, -0.7, 1.1])
+    h = ad.hessian(_sum_of_cumprod)(x)
+    step = 1e-5
+    numeric = np.array([(ad.grad(_sum_of_cumprod)(x + step * e) -
+                         ad.grad(_sum_of_cumprod)(x - step * e)) / (2 * step)
+                        for e in np.eye(3)])
+    np.testing.assert_allclose(h, numeric, rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(ad.jacrev(ad.grad(_sum_of_cumprod))(x), h, rtol=1e-12)
+    a = np.arange(6.0).reshape(2, 3)
+    b = a[::-1] + 1.0
+    for transform in (ad.jacfwd, ad.jacrev):
+        ja, jb = transform(_columns, argnums=(0, 1))(a, b)
+        assert ja.shape == jb.shape == (2, 2, 3)
+        np.testing.assert_allclose(ja, 2.0 * np.eye(2)[:, :, None] * b[None], rtol=1e-14)
+        np.testing.assert_allclose(jb, 2.0 * np.eye(2)[:, :, None] * a[None], rtol=1e-14)
