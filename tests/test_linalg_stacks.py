@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import autodiff_ast as ad
+from autodiff_ast.jit import jit
 
 WEIGHTS = np.arange(9.0).reshape(3, 3) - 4.0
 
@@ -220,3 +221,29 @@ def test_dot_of_a_stack(f, shapes):
         np.testing.assert_allclose(ad.grad(f, argnums=k)(*args), numeric_grad(f, args, k),
                                    rtol=1e-6, atol=1e-8)
     ad.check_grads(f, tuple(args), order=1, modes=("fwd", "rev"))
+
+
+_A0 = np.array([[2.0, 0.3, 0.1], [0.2, 3.0, -0.4], [0.1, 0.5, 1.5]])
+
+
+def _solved(x):
+    return np.linalg.solve(_A0 + np.diag(x), x)
+
+
+def _solved_squared(x):
+    return np.sum(_solved(x) ** 2)
+
+
+def test_jit_jacobians_of_one_solve():
+    """A Jacobian batches the solve's vector (one per basis direction) against one matrix:
+    written np.linalg.solve(a, b.T).T, one solve with a column each, which Numba compiles
+    (its solve of a matrix and a stack of vectors did not: jit(jacrev) failed)."""
+    x = np.array([0.3, -0.7, 1.1])
+    step = 1e-6
+    numeric = np.array([(_solved(x + step * e) - _solved(x - step * e)) / (2 * step)
+                        for e in np.eye(3)]).T
+    for transform in (ad.jacrev, ad.jacfwd):
+        np.testing.assert_allclose(transform(_solved)(x), numeric, rtol=1e-7, atol=1e-10)
+        np.testing.assert_allclose(jit(transform(_solved))(x), numeric, rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(jit(ad.hessian(_solved_squared))(x),
+                               ad.hessian(_solved_squared)(x), rtol=1e-12)

@@ -875,6 +875,10 @@ def _solve(bc):
     if rb == 1:
         if not bc.is_batched("b"):
             return fill("np.linalg.solve(a, b)", a=a, b=b)
+        if ra == 2 and not bc.is_batched("a"):
+            # one matrix, a vector per example: one solve with a column per example (one
+            # factorization; Numba's solve takes a matrix and a matrix, not a stack)
+            return fill("np.linalg.solve(a, b.T).T", a=a, b=b)
         return fill("np.linalg.solve(a, b[..., None])[..., 0]", a=a,
                     b=expand_after_batch(b, ra - 2))
     if bc.is_batched("a") and rb > ra:
