@@ -1853,6 +1853,19 @@ class Normalizer:
             raise self.unsupported(str(exc), node) from None
         params = [f"leaf_{k}" for k in range(len(flat))]
 
+        def nested(part, depth=0):
+            if isinstance(part, dict):
+                return depth > 0 or any(nested(v, depth + 1) for v in part.values())
+            if isinstance(part, (tuple, list)):
+                return any(nested(v, depth) for v in part)
+            return False
+        if nested(structure):
+            raise self.unsupported(
+                f"{fn.kind}(...) of a dict holding dicts, called inside transformed code, is "
+                "not supported yet (its result would be a dict of dicts)", node,
+                f"pass the inner dicts' arrays as a flat dict, or transform {fn.kind}(f) "
+                "itself: jvp(grad(f), ...), hessian(f)")
+
         def display(part):
             if isinstance(part, int):
                 return f"out[{part}]" if not isinstance(structure, int) else "out"

@@ -672,3 +672,22 @@ def test_jacrev_names_its_output_apart_from_residuals_and_arguments():
         assert ja.shape == jb.shape == (2, 2, 3)
         np.testing.assert_allclose(ja, 2.0 * np.eye(2)[:, :, None] * b[None], rtol=1e-14)
         np.testing.assert_allclose(jb, 2.0 * np.eye(2)[:, :, None] * a[None], rtol=1e-14)
+
+
+def _nested_loss(p):
+    return np.sum(p["a"]["w"] ** 2) + np.sum(p["b"] ** 3)
+
+
+def _nested_gradient_norm(p):
+    g = ad.grad(_nested_loss)(p)
+    return np.sum(g["b"] ** 2)
+
+
+def test_grad_of_nested_dicts_inside_transformed_code_is_refused_at_the_users_line():
+    """It failed inside the function written for the call (`<autodiff-ast custom 2>:3: the
+    entry 'a' of a returned dict holds a dict`); the user's line is named now."""
+    p = {"a": {"w": np.array([1.0, 2.0])}, "b": np.array([0.5])}
+    with pytest.raises(ad.UnsupportedSyntaxError, match="of a dict holding dicts") as info:
+        ad.grad(_nested_gradient_norm)(p)
+    assert "test_higher_order.py" in str(info.value)
+    assert "g = ad.grad(_nested_loss)(p)" in str(info.value)
