@@ -104,6 +104,22 @@ def _with_default_tangents(tangents, n_primals, values):
     return tuple(tangents) + tuple(zeros)
 
 
+def _with_dicts(value, generated):
+    """`value` with the dicts the function returns rebuilt: the generated module returns
+    each as the tuple of its values (layout "dicts", autodiff_ast/build.py returned_dicts)."""
+    dicts = generated.layout.get("dicts")
+    return value if dicts is None else rebuild_dicts(value, dicts)
+
+
+def _refuse_dict_outputs(generated, kind):
+    """Inside transformed code the entry's tuples could not be read as the dicts they stand
+    for: refused (the caller names the line)."""
+    if generated.layout.get("dicts") is not None:
+        raise NotImplementedError(f"{kind} of a function returning a dict, called inside "
+                                  "transformed code, is not supported yet: return the dict's "
+                                  "values as a tuple there")
+
+
 def _match_tree(values, like):
     """`values` (nested tuples from a generated module) with the dtypes of `like`."""
     if isinstance(like, tuple):
@@ -149,6 +165,7 @@ class _JvpTransform(_Transformed):
         """The entry ``jvp_f(x..., x_dot...) -> (out, out_dot)`` for flat argument specs."""
         _flat_specs(specs, "jvp")
         generated, module = self._generate(specs)
+        _refuse_dict_outputs(generated, "jvp")
         return getattr(module, generated.entry)
 
     def __call__(self, primals, tangents):
@@ -174,9 +191,7 @@ class _JvpTransform(_Transformed):
         result = getattr(module, generated.entry)(*flat, *dots)
         out, out_dot = result[0], result[1]
         out_dot = _match_tree(out_dot, out)
-        dicts = generated.layout.get("dicts")
-        if dicts is not None:  # (returned as tuples of their values)
-            out, out_dot = rebuild_dicts(out, dicts), rebuild_dicts(out_dot, dicts)
+        out, out_dot = _with_dicts(out, generated), _with_dicts(out_dot, generated)
         if self.has_aux:
             return out, out_dot, result[2]
         return out, out_dot
@@ -232,10 +247,7 @@ class _Linearized:
                                                                    self.values))
         lin = getattr(self.module, self.generated.extra["lin"])
         out_dot = _match_tree(lin(*self.residuals, *dots), self.out)
-        dicts = self.generated.layout.get("dicts")
-        if dicts is not None:  # (returned as tuples of their values)
-            out_dot = rebuild_dicts(out_dot, dicts)
-        return restore_lists(out_dot, self.lists)
+        return restore_lists(_with_dicts(out_dot, self.generated), self.lists)
 
 
 class _LinearizeTransform(_Transformed):
@@ -258,8 +270,7 @@ class _LinearizeTransform(_Transformed):
         linearized = _Linearized(generated, module, residuals, out, values, lists_of(self.fun))
         linearized.fun = self.fun  # (for jit(linearized))
         linearized.n_primals = len(primals)  # (the others are defaults: constants)
-        dicts = generated.layout.get("dicts")
-        return (out if dicts is None else rebuild_dicts(out, dicts)), linearized
+        return _with_dicts(out, generated), linearized
 
 
 def linearize(fun, *primals):
@@ -378,6 +389,7 @@ class _JacobianTransform(_Transformed):
             raise NotImplementedError(f"transforming {self.kind}(f) with static and pytree "
                                       "arguments together is not supported yet")
         generated, module, _ = self._generate(specs)
+        _refuse_dict_outputs(generated, self.kind)
         entry = getattr(module, generated.entry)
         if any(isinstance(s, TreeSpec) for s in specs.values()):
             return tree_wrapper(entry, specs)
@@ -399,9 +411,7 @@ class _JacobianTransform(_Transformed):
         if self.has_aux:
             raw, aux = raw
         jac = _single_precision_like(values, self.assemble(values, specs, raw))
-        dicts = generated.layout.get("dicts")
-        if dicts is not None:  # (a dict output's Jacobians come as the tuple of its entries')
-            jac = rebuild_dicts(jac, dicts)
+        jac = _with_dicts(jac, generated)  # (a dict output's blocks, per entry)
         return (jac, aux) if self.has_aux else jac
 
     def _of_flat_view(self, args):

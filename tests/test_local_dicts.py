@@ -314,3 +314,13 @@ def test_linearize_of_a_function_returning_a_dict():
     assert tangent["s"] == pytest.approx(np.sum(2.0 * w * v), rel=1e-14)
     np.testing.assert_allclose(tangent["v"], 3.0 * np.cos(w) * v, rtol=1e-14)
     np.testing.assert_allclose(out["v"], 3.0 * np.sin(w), rtol=1e-14)
+
+
+def test_a_dict_output_inside_transformed_code_is_refused_not_returned_as_a_tuple():
+    """jit of a linearized map (jvp inside the code jit compiles) of a function returning a
+    dict returned the dict's values as a tuple; it is refused at the line until the call's
+    tuple can be read as the dict."""
+    w = np.array([0.3, -0.7, 1.1])
+    _, f_jvp = ad.linearize(_stats, w)
+    with pytest.raises(UnsupportedSyntaxError, match="jvp of a function returning a dict"):
+        jit(f_jvp)(np.ones(3))
