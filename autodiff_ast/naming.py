@@ -43,8 +43,9 @@ class Namer:
         self.taken = set(taken) | _RESERVED
         self._derived = {}
         self.temps = set()  # names of temporaries that tidying may inline away
-        # names of other scopes this one must not hand out either (a module's names avoid
-        # its functions' locals: a local named like a module function hides it)
+        # names of other scopes this one must not hand out either, as they grow (a
+        # function's locals avoid its module's names: a local named like a module function
+        # hides it)
         self.avoided = []
 
     def reserve(self, name):

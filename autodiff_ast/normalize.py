@@ -482,9 +482,7 @@ class Normalizer:
                 read = {key: self.held_if_bound(self.atom(value), bound)
                         for key, value in values.items()}
         else:
-            count = self.dict_counts.get(user_name, 0) + 1
-            self.dict_counts[user_name] = count
-            made = LocalDict({}, user_name if count == 1 else f"{user_name}_{count}")
+            made = self.new_local_dict(user_name)
         kept = {}
         for key, value in values.items():
             kept[key] = made.local_name(key, self.taken_names)
@@ -495,6 +493,13 @@ class Normalizer:
                 self.assign_to(target, value)
         made.entries = kept  # (the keys of this display only)
         self.env[user_name] = made
+
+    def new_local_dict(self, user_name):
+        """An empty LocalDict for `user_name`, its entries' names prefixed by the name (then
+        ``name_2``, ... for later dicts bound to it)."""
+        count = self.dict_counts.get(user_name, 0) + 1
+        self.dict_counts[user_name] = count
+        return LocalDict({}, user_name if count == 1 else f"{user_name}_{count}")
 
     def dict_key(self, key, subscript, message, hint):
         """The constant string `key` (an atom, or a loop's constant key) of `subscript` on a
@@ -2479,9 +2484,7 @@ class Normalizer:
                     isinstance(spec, (TreeSpec, Static)) for _, spec in ref.spec.children):
                 continue
             user = node.targets[0].id
-            count = self.dict_counts.get(user, 0) + 1
-            self.dict_counts[user] = count
-            made = LocalDict({}, user if count == 1 else f"{user}_{count}")
+            made = self.new_local_dict(user)
             for (key, _), (flat, _) in zip(ref.spec.children, ref.spec.leaves(ref.base)):
                 local = made.local_name(key, self.taken_names)
                 self.bind_value(gast.copy_location(name(local, store=True), node), name(flat))

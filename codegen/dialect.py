@@ -1903,13 +1903,7 @@ def _rename_user_clashes(tree, entries):
     used = {n.id for n in gast.walk(tree) if isinstance(n, gast.Name)} | {
         fn.name for fn in gast.walk(tree) if isinstance(fn, gast.FunctionDef)}
     taken = used | reserved
-    renamed = {}
-    for old in clashes:
-        k = 2
-        while f"{old}_{k}" in taken:
-            k += 1
-        renamed[old] = f"{old}_{k}"
-        taken.add(renamed[old])
+    renamed = {old: fresh_name(old, taken) for old in clashes}
     for node in gast.walk(tree):
         if isinstance(node, gast.Name) and node.id in renamed:
             node.id = renamed[node.id]
