@@ -29,6 +29,7 @@ from types import FunctionType
 
 import numpy as np
 
+from codegen.dict_outputs import flatten_dicts, rebuild_dicts
 from codegen.loader import load_source
 
 from . import debug, pytrees
@@ -654,6 +655,12 @@ class _Pullback:
         if getattr(self, "one_tuple", False) and isinstance(cotangent, tuple) and \
                 len(cotangent) == 1:
             cotangent = cotangent[0]
+        if layout.get("dicts") is not None:  # a dict output's cotangent is a dict like it
+            try:
+                cotangent = flatten_dicts(cotangent, layout["dicts"])
+            except TypeError as exc:
+                raise ShapeMismatchError(f"vjp: {exc}", hint="pass a cotangent shaped like "
+                                         "the function's output") from None
         cts = list(cotangent) if self.tuple_out else [cotangent]
         likes = getattr(self, "out_likes", None)
         if likes is not None and len(cts) == len(likes):
@@ -837,7 +844,8 @@ class _VjpBuilder(_Transformed):
             out = ((out[0],),) + tuple(out[1:])
         if self.has_aux:
             return out[0], pullback, out[1]
-        return out[0], pullback
+        dicts = layout.get("dicts")
+        return (out[0] if dicts is None else rebuild_dicts(out[0], dicts)), pullback
 
 
 def vjp(fun, *primals, has_aux=False, debug_nans=None):

@@ -533,7 +533,8 @@ def build_vjp(fn, specs, has_aux=False, standalone_module=None, argnums=None):
     """The module of ``vjp``: ``<f>_fwd`` returns the output(s) and residuals, ``<f>_bwd``
     takes the residuals and output cotangent(s) and returns every float input's adjoint
     (only those of the arguments in `argnums` when given: jacrev asks for them)."""
-    info, program, core = prepare(fn, specs)
+    # a dict output is returned as the tuple of its values; its cotangent is flattened alike
+    info, program, core = prepare(fn, specs, dict_outputs=not has_aux)
     params = param_names(info)
     groups = []
     for k, pname in enumerate(params):
@@ -575,7 +576,7 @@ def build_vjp(fn, specs, has_aux=False, standalone_module=None, argnums=None):
     layout = {"groups": groups, "residuals": len(split.residuals), "aux": has_aux,
               "bwd_params": split.bwd_params, "params": core.params,
               "n_seeds": len(sweep.seeds), "tuple_out": isinstance(core.returns, gast.Tuple)
-              and not has_aux}
+              and not has_aux, "dicts": None if has_aux else returned_dicts(core)}
     return Generated(source, split.fwd_name, injected, layout, {"bwd": split.bwd_name})
 
 

@@ -24,14 +24,14 @@ import os
 from codegen.loader import load_source
 
 from . import types as T
-from .build import build_vjp, check_argnum, param_names
+from .build import build_vjp, check_argnum, param_names, returned_dicts
 from .build_forward import build_jvp
 from .custom import source_function
 from .errors import NonFloatOutputError
 from .frontend import parse_function
 from .naming import Namer, sanitize
 from .nesting import code_to_transform
-from .normalize import Program, TreeSpec, normalize
+from .normalize import Program, TreeSpec, normalize, normalize_into
 from .primal import build_primal
 
 
@@ -346,20 +346,37 @@ def _options(argnums):
 
 def _flat_outputs(fn, info, specs):
     """(fn wrapped to return the leaves of its nested tuple output, the output's type, each
-    leaf's index path), or None when no output is nested (``return a, (b, c)`` is nested)."""
-    typ = normalize(info, specs, Program()).return_type
+    leaf's index path, the spec of the dicts it returns), or None when no output is nested
+    (``return a, (b, c)`` is nested, and so is ``return a, {"b": b}``: a dict output is the
+    tuple of its values)."""
+    core = normalize_into(Program(), info, specs, called=True)
+    typ, dicts = core.return_type, returned_dicts(core)
     leaves = out_leaves(typ)
     if all(len(path) <= 1 for path, _ in leaves):
         return None
     params = param_names(info)
     fname = sanitize(f"leaves_of_{info.name}")
-    reads = ", ".join("out" + "".join(f"[{i}]" for i in path) for path, _ in leaves)
+    reads = ", ".join("out" + _subscripts(path, dicts) for path, _ in leaves)
     source = (f"def {fname}({', '.join(params)}):\n"
               f"    out = {sanitize(info.name)}({', '.join(params)})\n"
               f"    return ({reads},)\n")
     wrapper = source_function(source, fname, {sanitize(info.name): fn, "__name__":
                                               getattr(fn, "__module__", None) or "__main__"})
-    return wrapper, typ, [path for path, _ in leaves]
+    return wrapper, typ, [path for path, _ in leaves], dicts
+
+
+def _subscripts(path, dicts):
+    """``[0]['b']``: the reads of the output leaf at `path` (positions), a dict's entry read
+    by its key (`dicts`: codegen/dict_outputs.py's spec of the output)."""
+    text = ""
+    for i in path:
+        if dicts is not None and dicts[0] == "dict":
+            text += f"[{dicts[1][i]!r}]"
+            dicts = dicts[2][i]
+        else:
+            text += f"[{i}]"
+            dicts = None if dicts is None else dicts[1][i]
+    return text
 
 
 def build_jacrev(fn, specs, argnums, has_aux=False, label=None):
@@ -422,7 +439,8 @@ def build_jacrev(fn, specs, argnums, has_aux=False, label=None):
         lines.append(f"return {result}, {aux_name}" if has_aux else f"return {result}")
         generated = _write_module("jacrev", info, lines, namespace, flat, _options(argnums),
                                   label)
-        generated.layout.update({"out_type": out_type, "aux": has_aux})
+        generated.layout.update({"out_type": out_type, "aux": has_aux,
+                                 "dicts": layout.get("dicts")})
         return generated
     types_ = dict(flat)
     bspecs = {p: types_[p] for p in layout["bwd_params"]}
@@ -451,14 +469,15 @@ def build_jacrev(fn, specs, argnums, has_aux=False, label=None):
     namespace[vmapped.__name__] = vmapped
     generated = _write_module("jacrev", info, lines, namespace, flat, _options(argnums),
                               label)
-    generated.layout.update({"out_type": out_type, "aux": has_aux})
+    generated.layout.update({"out_type": out_type, "aux": has_aux,
+                             "dicts": layout.get("dicts")})
     return generated
 
 
 def _nest_blocks(flat_module, info, specs, argnums, nested, label):
     """The module of jacrev of a nested output: the flat leaves' jacrev module, called and its
     blocks nested as the output is."""
-    _, out_type, paths = nested
+    _, out_type, paths, dicts = nested
     flat = flat_leaves(info, specs)
     inner = getattr(load(flat_module), flat_module.entry)
     groups = _arg_groups(info, specs, argnums)
@@ -475,7 +494,7 @@ def _nest_blocks(flat_module, info, specs, argnums, nested, label):
     namespace = {"np": __import__("numpy"), inner.__name__: inner}
     generated = _write_module("jacrev", info, lines, namespace, flat, _options(argnums),
                               label)
-    generated.layout.update({"out_type": out_type, "aux": False})
+    generated.layout.update({"out_type": out_type, "aux": False, "dicts": dicts})
     return generated
 
 

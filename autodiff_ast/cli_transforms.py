@@ -27,6 +27,8 @@ import re
 import sys
 from dataclasses import dataclass, field
 
+from codegen.dict_outputs import rebuilding_expression
+
 from . import types as T
 from .normalize import Static
 from .signatures import DEFAULT, SignatureError, signature_of
@@ -313,13 +315,59 @@ def _vjp_wrapper(generated, fn):
     call_args = bwd_args[:n_bwd_params] + residuals + seeds
     lhs = ", ".join([out] + residuals)
     name = f"vjp_{fn.__name__}"
+    dicts = generated.layout.get("dicts")
+    what = ", ".join(seeds)
+    if dicts is not None:  # a dict's cotangent is the tuple of its values: say in which order
+        what += ("\n    (a dict's cotangent as the tuple of its values: the cotangents of " +
+                 ", ".join(_leaf_reads("out", dicts)) + ")")
     lines = [
         f"def {name}({', '.join(params + seeds)}):",
-        f'    """{fn.__name__}(...) and the cotangents of its inputs for {", ".join(seeds)}."""',
+        f'    """{fn.__name__}(...) and the cotangents of its inputs for {what}."""',
         f"    {lhs} = {generated.entry}({', '.join(params)})",
-        f"    return {out}, {generated.extra['bwd']}({', '.join(call_args)})",
+        f"    return {rebuilding_expression(out, dicts)}, "
+        f"{generated.extra['bwd']}({', '.join(call_args)})",
     ]
     return generated.source + "\n\n" + "\n".join(lines) + "\n", name
+
+
+def _leaf_reads(base, spec):
+    """``out['a']``, ``out[1]['s']``...: how the user reads each leaf of an output whose
+    dicts `spec` describes (codegen/dict_outputs.py), in the generated code's order."""
+    if spec is None:
+        return [base]
+    if spec[0] == "tuple":
+        return [read for i, s in enumerate(spec[1]) for read in _leaf_reads(f"{base}[{i}]", s)]
+    return [read for k, s in zip(spec[1], spec[2]) for read in _leaf_reads(f"{base}[{k!r}]", s)]
+
+
+def _returning_dicts(source, entry, spec, parts=True):
+    """`source` with `entry`'s final ``return (out, out_dot)`` giving both as the dicts the
+    user's function returns (the generated code returns a dict as the tuple of its values);
+    with parts=False the returned value is itself shaped like the output (a Jacobian)."""
+    tree = ast.parse(source)
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == entry)
+    ret = fn.body[-1]
+    if not (isinstance(ret, ast.Return) and isinstance(ret.value, ast.Tuple)):
+        return source
+    values = ret.value.elts if parts else [ret.value]
+    text = ", ".join(ast.unparse(_dict_display(e, spec)) for e in values)
+    lines = source.split("\n")
+    indent = lines[ret.lineno - 1][:ret.col_offset]
+    lines[ret.lineno - 1:ret.end_lineno] = [indent + "return " + (f"({text})" if parts else text)]
+    return "\n".join(lines)
+
+
+def _dict_display(node, spec):
+    """The tuple display `node` with the dicts of `spec` written as dict displays."""
+    if spec is None:
+        return node
+    if not isinstance(node, ast.Tuple):
+        return ast.parse(rebuilding_expression(ast.unparse(node), spec), mode="eval").body
+    if spec[0] == "tuple":
+        return ast.Tuple(elts=[_dict_display(e, s) for e, s in zip(node.elts, spec[1])],
+                         ctx=ast.Load())
+    return ast.Dict(keys=[ast.Constant(value=k) for k in spec[1]],
+                    values=[_dict_display(e, s) for e, s in zip(node.elts, spec[2])])
 
 
 def _jax_layout(source, entry, with_value, has_aux, single):
@@ -383,6 +431,9 @@ def _jvp(fn, module_name, specs, options):
     from .build_forward import build_jvp
     generated = build_jvp(fn, specs, has_aux=options.has_aux, standalone_module=module_name)
     _check_standalone(generated, fn)
+    dicts = generated.layout.get("dicts")
+    if dicts is not None:
+        return _returning_dicts(generated.source, generated.entry, dicts), generated.entry
     return generated.source, generated.entry
 
 
@@ -403,6 +454,9 @@ def _jacobian(command, fn, specs, options):
     generated, _, _ = transform._generate(specs)
     _check_standalone(generated, fn)
     source = resolve_generated_imports(generated.source, fn)
+    dicts = generated.layout.get("dicts")
+    if dicts is not None:  # (not with has_aux: the spec is then None)
+        source = _returning_dicts(source, generated.entry, dicts, parts=False)
     return _with_parameters(source, generated.entry, list(specs), fn), generated.entry
 
 

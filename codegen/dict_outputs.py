@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import gast
 
-__all__ = ["flatten_returned_dicts", "rebuild_dicts", "rebuilding_expression"]
+__all__ = ["flatten_returned_dicts", "flatten_dicts", "rebuild_dicts", "rebuilding_expression"]
 
 
 def flatten_returned_dicts(fn, functions):
@@ -55,6 +55,30 @@ def rebuild_dicts(value, spec):
     if spec[0] == "tuple":
         return tuple(rebuild_dicts(v, s) for v, s in zip(value, spec[1]))
     return {k: rebuild_dicts(v, s) for k, v, s in zip(spec[1], value, spec[2])}
+
+
+def flatten_dicts(value, spec, what="the cotangent"):
+    """`value`, shaped like the output `spec` rebuilds (a dict where the output has one), with
+    each dict made the tuple of its values in the spec's key order: what the generated entry
+    returned, and so what its backward function takes (vjp's cotangent of a dict output).
+
+    >>> flatten_dicts((2.0, {"b": 1.0, "a": 3.0}), ["tuple", [None, ["dict", ["a", "b"],
+    ...                                                          [None, None]]]])
+    (2.0, (3.0, 1.0))
+    """
+    if spec is None:
+        return value
+    if spec[0] == "tuple":
+        if not isinstance(value, (tuple, list)) or len(value) != len(spec[1]):
+            raise TypeError(f"{what} must be a tuple of {len(spec[1])} like the output, "
+                            f"not {type(value).__name__}")
+        return tuple(flatten_dicts(v, s, what) for v, s in zip(value, spec[1]))
+    keys = spec[1]
+    if not isinstance(value, dict) or set(value) != set(keys):
+        got = sorted(value) if isinstance(value, dict) else type(value).__name__
+        raise TypeError(f"{what} must be a dict with the output's keys {sorted(keys)}, "
+                        f"not {got}")
+    return tuple(flatten_dicts(value[k], s, what) for k, s in zip(keys, spec[2]))
 
 
 def rebuilding_expression(value, spec):

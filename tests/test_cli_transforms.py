@@ -422,3 +422,62 @@ def test_doctests_of_the_cli_modules():
     for module in (cli_transforms, cli_module, cli_check):
         result = doctest.testmod(module)
         assert result.failed == 0 and result.attempted > 0
+
+
+DICTS = '''\
+import numpy as np
+
+
+def stats(x: "float64[3]", y: "float64"):
+    return np.sum(x) * y, {"s": np.exp(x) * y, "t": np.tanh(y * x[0])}
+'''
+
+
+@pytest.mark.parametrize("jit", [[], ["--jit", "numba"]], ids=["plain", "numba"])
+def test_jvp_and_vjp_of_a_dict_output_return_dicts(tmp_path, run_isolated, jit):
+    # The generated code returns a dict output as the tuple of its values; the written
+    # jvp_FUNC and vjp_FUNC give the user's dicts back (they returned the tuples). vjp_FUNC
+    # takes a dict's cotangent as the tuple of its values, as its docstring says (compiled
+    # by Numba, it could not take a dict whose values differ in type).
+    (tmp_path / "dicts.py").write_text(DICTS)
+    cli("jvp", "dicts.py:stats", "-o", "j.py", *jit, cwd=tmp_path)
+    cli("vjp", "dicts.py:stats", "-o", "v.py", *jit, cwd=tmp_path)
+    assert "the tuple of its values: the cotangents of out[0], out[1]['s'], out[1]['t'])" \
+        in (tmp_path / "v.py").read_text()
+    isolated_ok(run_isolated, """
+        import dicts, j, v
+        x, y = np.array([0.3, -0.7, 1.1]), 1.3
+        leaves = lambda out: np.concatenate([np.ravel(out[0]), np.ravel(out[1]["s"]),
+                                             np.ravel(out[1]["t"])])
+        flat = lambda x, y: leaves(dicts.stats(x, y))
+        dx, dy = np.array([1.0, 0.5, -2.0]), 0.7
+        out, out_dot = j.jvp_stats(x, y, dx, dy)
+        assert type(out[1]) is dict and type(out_dot[1]) is dict and list(out[1]) == ["s", "t"]
+        check(leaves(out), flat(x, y))
+        check(leaves(out_dot), jac(flat, (x, y), 0) @ dx + jac(flat, (x, y), 1) * dy)
+        u = np.array([0.5, 1.0, -1.0, 2.0, 0.25])
+        out, (x_bar, y_bar) = v.vjp_stats(x, y, u[0], (u[1:4], u[4]))
+        assert type(out[1]) is dict
+        check(leaves(out), flat(x, y))
+        check(x_bar, u @ jac(flat, (x, y), 0))
+        check(y_bar, u @ jac(flat, (x, y), 1))
+    """, tmp_path)
+
+
+@pytest.mark.parametrize("command", ["jacfwd", "jacrev"])
+def test_jacobians_of_a_dict_output_are_dicts(tmp_path, run_isolated, command):
+    # (the written module returned the dict's blocks as a tuple)
+    (tmp_path / "dicts.py").write_text(DICTS)
+    cli(command, "dicts.py:stats", "--argnums", "0,1", "-o", "blocks.py", cwd=tmp_path)
+    isolated_ok(run_isolated, f"""
+        import dicts, blocks as written
+        x, y = np.array([0.3, -0.7, 1.1]), 1.3
+        (d0x, d0y), blocks = written.{command}_stats(x, y)
+        assert type(blocks) is dict and list(blocks) == ["s", "t"]
+        out = lambda k: (lambda x, y: dicts.stats(x, y)[1][k])
+        check(d0x, jac(lambda x, y: dicts.stats(x, y)[0], (x, y), 0))
+        check(d0y, jac(lambda x, y: dicts.stats(x, y)[0], (x, y), 1))
+        for k in ("s", "t"):
+            check(blocks[k][0], jac(out(k), (x, y), 0))
+            check(blocks[k][1], jac(out(k), (x, y), 1))
+    """, tmp_path)

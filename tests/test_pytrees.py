@@ -512,11 +512,10 @@ def _returns_its_dict(w):
     return d
 
 
-def test_a_returned_dict_has_forward_derivatives_and_reverse_ones_are_refused():
+def test_a_returned_dict_has_derivatives_of_both_modes():
     """A dict made in the function is read entry by entry (test_local_dicts.py). As the
-    output, jvp and jacfwd give dicts of tangents and Jacobians (JAX's output pytrees);
-    jacrev, whose cotangent would be a dict, is refused with the line (never a zero
-    derivative), and grad needs a scalar."""
+    output, jvp, jacfwd and jacrev give dicts of tangents and Jacobians (JAX's output pytrees;
+    tests/test_reverse_dict_outputs.py for vjp), and grad needs a scalar."""
     w = np.array([0.3, -0.7, 1.1])
     v = np.array([1.0, -2.0, 0.5])
     np.testing.assert_allclose(ad.grad(_reads_its_dict)(w), [2.0, 2.0, 2.0])
@@ -528,8 +527,9 @@ def test_a_returned_dict_has_forward_derivatives_and_reverse_ones_are_refused():
         jac = ad.jacfwd(f)(w)
         assert type(jac) is dict
         np.testing.assert_allclose(jac["a"], 2.0 * np.eye(3))
-        with pytest.raises(ad.UnsupportedSyntaxError, match="returns a dict"):
-            ad.jacrev(f)(w)
+        jac = ad.jacrev(f)(w)
+        assert type(jac) is dict
+        np.testing.assert_allclose(jac["a"], 2.0 * np.eye(3))
         with pytest.raises(ad.NonScalarOutputError, match="returns a dict"):
             ad.grad(f)(w)
 
