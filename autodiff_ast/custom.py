@@ -40,7 +40,7 @@ import gast
 import numpy as np
 
 from . import types as T
-from .errors import AutodiffError, MissingRuleError
+from .errors import ArgnumsError, AutodiffError, MissingRuleError
 from .rules import Rule
 from .specs import Static, TreeSpec
 from .templates import assign, fill, name, to_expr, unparse
@@ -607,6 +607,12 @@ class custom_vjp:
     Residuals are a tuple (possibly nested) of arrays and numbers. As in JAX, forward mode
     (jvp) of a custom_vjp function is an error.
 
+    ``nondiff_argnums`` (JAX's): those arguments get no cotangent. ``fwd`` takes every
+    argument; ``bwd(*nondiff_args, residuals, g)`` takes them first and returns one cotangent
+    per other argument. A nondiff argument may be a constant (folded into the generated
+    code) or a value computed at run time (passed to bwd as it is; no derivative flows
+    through it, so a gradient with respect to it is zero).
+
     >>> import numpy as np
     >>> @custom_vjp
     ... def clip_gradient(x):
@@ -622,9 +628,14 @@ class custom_vjp:
     """
 
     def __init__(self, fun, nondiff_argnums=()):
-        if nondiff_argnums:
-            raise NotImplementedError("custom_vjp with nondiff_argnums is not supported yet")
         self.fun = fun
+        params, _ = _signature(fun)
+        nums = (nondiff_argnums,) if isinstance(nondiff_argnums, int) else nondiff_argnums
+        for i in nums:
+            if not isinstance(i, int) or not -len(params) <= i < len(params):
+                raise ArgnumsError(f"custom_vjp: nondiff_argnums={nondiff_argnums!r} does "
+                                   f"not name parameters of {fun.__name__} ({len(params)})")
+        self.nondiff_argnums = tuple(sorted({i % len(params) for i in nums}))
         self.fwd = None
         self.bwd = None
         self._flat_fwd = {}
@@ -695,11 +706,23 @@ class custom_vjp:
             # (in its own fwd or bwd, JAX's `return f(x), (x,)`: the function as written)
             return normalizer.call_user(self.fun, node, target,
                                         atoms=[atoms[p] for p in params])
+        nondiff = [params[i] for i in self.nondiff_argnums]
+        types_ = {}
         for p in params:
+            value = getattr(atoms[p], "value", None)
+            if p in nondiff and isinstance(atoms[p], (Static, gast.Constant)) and \
+                    isinstance(value, (int, float, str, bool)):
+                atoms[p] = gast.Constant(value=value, kind=None)  # folded in
+                types_[p] = Static(value)
+                continue
             if not isinstance(atoms[p], gast.AST):
                 raise normalizer.unsupported(f"the argument {p!r} of {self.__name__} must be "
-                                             "an array or a number", node)
-        types_ = {p: atom_type(atoms[p], normalizer.types) for p in params}
+                                             "an array or a number" + (
+                                                 " (or, in nondiff_argnums, a number or "
+                                                 "string constant)" if p in nondiff else ""),
+                                             node)
+            types_[p] = atom_type(atoms[p], normalizer.types)
+        diff = [p for p in params if p not in nondiff]
         program = normalizer.program
         _INSIDE_OWN_RULE.add(id(self))  # (its fwd and bwd may call it: see above)
         try:
@@ -714,13 +737,19 @@ class custom_vjp:
             flat_core = normalize_into(program, parse_callee(flat_fwd), dict(types_))
             leaf_types = [_at(res_t, path) for path in paths]
             bwd_params, _ = _signature(self.bwd)
+            if len(bwd_params) != len(nondiff) + 2:
+                raise normalizer.info.error(
+                    MissingRuleError, f"the bwd function of {self.__name__} must take "
+                    f"{len(nondiff) + 2} arguments: " + "".join(f"{p}, " for p in nondiff) +
+                    "residuals, g", node)
             res_spec = _residual_spec(res_t)
-            bwd_core = normalize_into(program, parse_callee(self.bwd),
-                                      {bwd_params[0]: res_spec, bwd_params[1]: out_t})
+            bwd_specs = {b: types_[p] for b, p in zip(bwd_params, nondiff)}
+            bwd_specs.update({bwd_params[-2]: res_spec, bwd_params[-1]: out_t})
+            bwd_core = normalize_into(program, parse_callee(self.bwd), bwd_specs)
             bwd_out = bwd_core.return_type
         finally:
             _INSIDE_OWN_RULE.discard(id(self))
-        floats = [p for p in params if types_[p].is_float]
+        floats = [p for p in diff if types_[p].is_float]
         fwd_out_t = T.AType("tuple", elts=(out_t,) + tuple(leaf_types))
         owner = self
 
@@ -735,22 +764,27 @@ class custom_vjp:
                 first = gast.Subscript(value=to_expr(tuple_name), slice=to_expr(0),
                                        ctx=gast.Load())
                 cot = fill("g + np.zeros_like(y)", g=cot, y=first)
-            value = _call(bwd_core.name, residuals + [cot])
+            # (a constant is folded into bwd as into fwd; a run-time value is passed)
+            passed = [call.args[p] for p in nondiff if not isinstance(types_[p], Static)]
+            value = _call(bwd_core.name, passed + residuals + [cot])
             result = {"__let__": [("custom_bar", value)]}
             n = len(bwd_out.elts or ()) if bwd_out.kind == "tuple" else 0
-            if n != len(params):
+            if n != len(diff):
+                others = " other than nondiff_argnums" if nondiff else ""
                 raise ValueError(f"the bwd function of {owner.__name__} must return a tuple "
-                                 f"with one cotangent per argument ({len(params)})")
-            for i, p in enumerate(params):
+                                 f"with one cotangent per argument{others} ({len(diff)})")
+            for i, p in enumerate(diff):
                 if p in floats and bwd_out.elts[i].kind != "none":
                     result[p] = (gast.Subscript(value=name("custom_bar"), slice=to_expr(i),
                                                 ctx=gast.Load()), types_[p])
             return result
 
-        rule = Rule(f"{_identifier(self.__name__)}@custom_vjp", flat_core.name, tuple(params), {},
-                    tuple(floats), lambda call: fwd_out_t, vjp, None)
-        pair = normalizer.apply_rule(rule, dict(atoms), node, None,
-                                     value=_call(flat_core.name, [atoms[p] for p in params]))
+        # (a constant nondiff argument is folded into the forward function: not passed)
+        passed = [p for p in params if not isinstance(types_[p], Static)]
+        rule = Rule(f"{_identifier(self.__name__)}@custom_vjp", flat_core.name, tuple(passed),
+                    {}, tuple(floats), lambda call: fwd_out_t, vjp, None)
+        pair = normalizer.apply_rule(rule, {p: atoms[p] for p in passed}, node, None,
+                                     value=_call(flat_core.name, [atoms[p] for p in passed]))
         first = gast.Constant(value=0, kind=None)
         value = gast.Subscript(value=to_expr(pair), slice=first, ctx=gast.Load())
         kind = "tuple_get" if out_t.is_float or T.carries_derivative(out_t) else \

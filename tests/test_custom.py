@@ -382,6 +382,94 @@ def test_residuals_keep_the_structure_fwd_gave_them():
     ad.check_grads(_residual_losses, (x,), order=1, modes=("rev",))
 
 
+# ---------------------------------------------------------------- custom_vjp nondiff_argnums
+# (raised NotImplementedError) JAX's form: fwd takes every argument, bwd takes the nondiff
+# ones first and returns a cotangent per other argument.
+def _clipped(limit, x):
+    return x
+
+
+def _clipped_fwd(limit, x):
+    return x, ()
+
+
+def _clipped_bwd(limit, res, g):
+    return (np.clip(g, -limit, limit),)
+
+
+clip_beyond = ad.custom_vjp(_clipped, nondiff_argnums=(0,))
+clip_beyond.defvjp(_clipped_fwd, _clipped_bwd)
+
+
+def _clipped_loss(x):
+    return np.sum(5.0 * clip_beyond(1.0, x) * x)
+
+
+def _clipped_loss_at(x, limit):
+    return np.sum(5.0 * clip_beyond(limit, x) * x)
+
+
+def _scaled_sine(x, s):
+    return np.sin(x) * s
+
+
+def _scaled_sine_fwd(x, s):
+    return np.sin(x) * s, (np.cos(x),)
+
+
+def _scaled_sine_bwd(s, res, g):
+    (c,) = res
+    return (g * c * s,)
+
+
+scaled_sine = ad.custom_vjp(_scaled_sine, nondiff_argnums=-1)
+scaled_sine.defvjp(_scaled_sine_fwd, _scaled_sine_bwd)
+
+
+def _scaled_sine_loss(x, s):
+    y = scaled_sine(x, 2.0 * s)
+    return np.sum(y * y)
+
+
+def test_custom_vjp_nondiff_argnums_constant_and_run_time():
+    x = np.array([0.3, -2.0, 1.5])
+    # the rule clips the cotangent 5x of clip_beyond's output; the other factor is exact
+    np.testing.assert_allclose(ad.grad(_clipped_loss)(x), 5.0 * x + np.clip(5.0 * x, -1, 1),
+                               rtol=1e-12)
+    expected = 5.0 * x + np.clip(5.0 * x, -0.5, 0.5)
+    np.testing.assert_allclose(ad.grad(_clipped_loss_at)(x, 0.5), expected, rtol=1e-12)
+    # no derivative flows through a nondiff argument
+    assert ad.grad(_clipped_loss_at, argnums=1)(x, 0.5) == 0.0
+    # a rule that is the true derivative agrees with central differences
+    g = ad.grad(_scaled_sine_loss)(x, 0.7)
+    eps, fd = 1e-6, []
+    for e in np.eye(3):
+        fd.append((_scaled_sine_loss(x + eps * e, 0.7) - _scaled_sine_loss(x - eps * e, 0.7)) /
+                  (2 * eps))
+    np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.numba
+def test_custom_vjp_nondiff_argnums_under_jit():
+    x = np.array([0.3, -2.0, 1.5])
+    np.testing.assert_allclose(ad.jit(ad.grad(_clipped_loss_at))(x, 0.5),
+                               5.0 * x + np.clip(5.0 * x, -0.5, 0.5), rtol=1e-12)
+    np.testing.assert_allclose(ad.jit(ad.grad(_scaled_sine_loss))(x, 0.7),
+                               ad.grad(_scaled_sine_loss)(x, 0.7), rtol=1e-12)
+
+
+def test_custom_vjp_nondiff_argnums_errors():
+    with pytest.raises(ad.ArgnumsError, match="does not name parameters of _clipped"):
+        ad.custom_vjp(_clipped, nondiff_argnums=(2,))
+    wrong = ad.custom_vjp(_clipped, nondiff_argnums=(0,))
+    wrong.defvjp(_clipped_fwd, lambda res, g: (g,))  # bwd without the nondiff argument
+
+    def loss(x):
+        return np.sum(wrong(1.0, x))
+    with pytest.raises(MissingRuleError, match="must take 3 arguments: limit, residuals, g"):
+        ad.grad(loss)(np.ones(2))
+
+
 # ---------------------------------------------------------------- register_rule
 @pytest.fixture
 def registered():
