@@ -23,7 +23,7 @@ import numpy as np
 
 from codegen.dict_outputs import rebuild_dicts
 
-from . import pytrees
+from . import pytrees, rules
 from .api import (
     FlatView,
     _flat_values,
@@ -575,10 +575,14 @@ def _route_jvp(normalizer, fn, node, target):
     if len(args) != 3 or keywords:
         raise normalizer.unsupported("write jvp(f, (x, ...), (x_dot, ...)) with the primals "
                                      "and tangents as tuples", node)
+    from .normalize import LocalFunction
     fun = normalizer.expr(args[0])
-    if not isinstance(fun, Static) or not callable(fun.value):
+    local = fun.value if isinstance(fun, Static) and \
+        isinstance(fun.value, LocalFunction) else None
+    if not isinstance(fun, Static) or not (callable(fun.value) or local is not None):
         raise normalizer.unsupported("the function passed to jvp must be known when the code "
-                                     "is transformed (a global or closure function)", node)
+                                     "is transformed (a global, closure or nested function, "
+                                     "or a lambda)", node)
     displays = []
     for arg, what in ((args[1], "primals"), (args[2], "tangents")):
         if not isinstance(arg, (gast.Tuple, gast.List)):
@@ -588,8 +592,22 @@ def _route_jvp(normalizer, fn, node, target):
     primals, tangents = displays
     if len(primals) != len(tangents):
         raise normalizer.unsupported("jvp needs one tangent per primal", node)
-    transform = _cached(("jvp", has_aux), fun.value,
-                        lambda: _JvpTransform(fun.value, has_aux))
+    function = fun.value
+    if local is not None:  # (the lifted function is made once per text: jvp's cache keeps)
+        # (a lambda or nested def: its free variables are passed as primals of their own,
+        # with zero tangents: constants of the derivative, as a closure's values are in JAX)
+        if len(primals) != len(local.node.args.args):
+            raise normalizer.unsupported(f"jvp of {local.name} needs one primal per parameter "
+                                         f"({len(local.node.args.args)})", node)
+        function, free = normalizer.lifted(local, node)
+        for atom in free:
+            primals.append(atom)
+            zeros = normalizer.call_rule(rules.lookup(np.zeros_like), [], [], node, None,
+                                         first=atom) if atom_type(
+                atom, normalizer.types).kind == "array" else gast.Constant(value=0.0, kind=None)
+            tangents.append(zeros)
+    transform = _cached(("jvp", has_aux), function,
+                        lambda: _JvpTransform(function, has_aux))
     parameters = inspect.signature(transform._signature_function()).parameters
     names = list(parameters)
     tangents = list(tangents)
@@ -611,8 +629,12 @@ def _route_jvp(normalizer, fn, node, target):
 def _route_constructor(normalizer, fn, node, target):
     """``jacfwd(f)``, ``hessian(f, 1)``... written in transformed code: built now, once (their
     arguments must be known statically)."""
-    from .normalize import _NOT_STATIC, _static_value
-    args = [_static_value(normalizer.expr(a)) for a in node.args]
+    from .normalize import _NOT_STATIC, LocalFunction, _static_value
+    atoms = [normalizer.expr(a) for a in node.args]
+    if atoms and isinstance(atoms[0], Static) and isinstance(atoms[0].value, LocalFunction):
+        return normalizer.transform_of_local(fn, atoms, {k.arg: normalizer.expr(k.value)
+                                                         for k in node.keywords}, node)
+    args = [_static_value(a) for a in atoms]
     kwargs = {k.arg: _static_value(normalizer.expr(k.value)) for k in node.keywords}
     if any(v is _NOT_STATIC for v in args + list(kwargs.values())):
         raise normalizer.unsupported(f"{fn.__name__}(...) inside transformed code needs "

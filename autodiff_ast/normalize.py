@@ -77,6 +77,20 @@ _BITWISE = {gast.BitAnd: ("&", operator.and_), gast.BitOr: ("|", operator.or_),
             gast.RShift: (">>", operator.rshift)}
 
 
+# (source text, globals' id, closure ids) -> a nested function lifted to the module level
+_LIFTED = {}
+
+
+@dataclass(frozen=True, eq=False)
+class BoundTransform:
+    """A transform (grad, vmap...) of a nested function or lambda made inside transformed
+    code: the transform of the function lifted (its free variables after its parameters),
+    and the atoms each call passes for those variables."""
+
+    transform: object
+    free: tuple
+
+
 class LocalFunction:
     """A function defined inside the differentiated function (keyed by identity)."""
 
@@ -1374,12 +1388,17 @@ class Normalizer:
         from .api import _Transformed
         if isinstance(fn, _Transformed):
             return self.call_transformed(fn, node, target)
+        if isinstance(fn, BoundTransform):  # grad(lambda q: loss(q, x))(p)
+            return self.call_transformed(fn.transform, node, target, extra=fn.free)
         if (getattr(fn, "__module__", None) or "").startswith((
                 "autodiff_ast.api", "autodiff_ast.batching", "autodiff_ast.pmap")) and \
                 callable(fn):
             # grad(f), vmap(f, ...) written inside the function: built once, now.
             args = [self.expr(a) for a in node.args]
             kwargs = {k.arg: self.expr(k.value) for k in node.keywords}
+            if args and isinstance(args[0], Static) and \
+                    isinstance(args[0].value, LocalFunction):
+                return self.transform_of_local(fn, args, kwargs, node)
             values = [_static_value(a) for a in args] + [_static_value(v) for v in
                                                          kwargs.values()]
             if all(v is not _NOT_STATIC for v in values):
@@ -1818,13 +1837,50 @@ class Normalizer:
         callee = normalize_into(self.program, info, specs, called=True)
         return self.call_core(callee, flat_args, target, f"{local.name}_out")
 
-    def call_transformed(self, fn, node, target):
+    def transform_of_local(self, make, args, kwargs, node):
+        """``grad(lambda q: loss(q, x))`` (or vmap, jacfwd... of a nested def) written in
+        transformed code: the transform of the function lifted with its free variables as
+        parameters after its own (:meth:`lifted`), kept with the atoms passed for them. The
+        free variables are constants of the transform: no argnums names them, and vmap maps
+        none of them (in_axes None)."""
+        local = args[0].value
+        lifted, free = self.lifted(local, node)
+        values = [_static_value(a) for a in args[1:]]
+        options = {k: _static_value(v) for k, v in kwargs.items()}
+        if any(v is _NOT_STATIC for v in values + list(options.values())):
+            raise self.unsupported(f"{make.__name__}(...) inside transformed code needs "
+                                   "arguments known when the code is transformed", node)
+        n = len(local.node.args.args)
+        key = "in_axes" if make.__name__ == "vmap" else "argnums"
+        if key in options or values:
+            given = options[key] if key in options else values[0]
+        else:
+            given = 0
+        if key == "in_axes":
+            given = tuple(given) if isinstance(given, (tuple, list)) else (given,) * n
+            if len(given) != n:
+                raise self.unsupported(f"vmap's in_axes has {len(given)} entries for "
+                                       f"{local.name}'s {n} parameters", node)
+            given = given + (None,) * len(free)
+        elif isinstance(given, int):
+            given = given % n if -n <= given < 0 else given
+        elif isinstance(given, tuple):
+            given = tuple(i % n if isinstance(i, int) and -n <= i < 0 else i for i in given)
+        if key in options or not values:
+            options[key] = given
+        else:
+            values[0] = given
+        return Static(BoundTransform(make(lifted, *values, **options), tuple(free)))
+
+    def call_transformed(self, fn, node, target, extra=()):
         """A call to grad(f)/jvp(f)/... inside differentiated code: the transformed function's
-        generated source is differentiated like any user function (DESIGN.md, decision 1)."""
+        generated source is differentiated like any user function (DESIGN.md, decision 1).
+        `extra`: atoms passed after the call's own arguments (a lifted nested function's free
+        variables: :meth:`transform_of_local`)."""
         if node.keywords:
             raise self.unsupported("keyword arguments to a transformed function are not "
                                    "supported", node)
-        passed = [self.argument(a) for a in node.args]
+        passed = [self.argument(a) for a in node.args] + list(extra)
         target_fn = fn._signature_function()
         names = list(inspect.signature(target_fn).parameters)[:len(passed)]
         if any(isinstance(a, (LocalDict, TreeRef)) for a in passed) and \
@@ -2790,9 +2846,57 @@ class Normalizer:
     # -- unsupported expression kinds give specific errors
 
     def expr_Lambda(self, node, target):
-        raise self.unsupported("a lambda is supported when it is bound to a name "
-                               "(f = lambda v: ...), not inline", node,
-                               "bind it to a name first, or use def")
+        """A lambda written inline (``jvp(lambda q: grad(loss)(q, x), (p,), (v,))``, or
+        called where it stands): a nested function of its own, as when bound to a name."""
+        fname = self.namer.temp("lambda")
+        fdef = gast.FunctionDef(name=fname, args=node.args,
+                                body=[gast.copy_location(gast.Return(value=node.body), node)],
+                                decorator_list=[], returns=None, type_comment=None,
+                                type_params=[])
+        self.define_local_function(fname, gast.copy_location(fdef, node))
+        return self.env.pop(fname)
+
+    def lifted(self, local, node):
+        """A nested function (or lambda) as a Python function of the user's module, its free
+        variables made parameters after its own: (that function, the free variables' atoms,
+        which a caller passes for them). Their values must be arrays or numbers here."""
+        from .custom import source_function
+        fdef = local.node
+        params = [a.id for a in fdef.args.args]
+        assigned = {n.id for n in gast.walk(fdef) if isinstance(n, gast.Name) and
+                    isinstance(n.ctx, gast.Store)}
+        free = sorted({n.id for n in gast.walk(fdef) if isinstance(n, gast.Name) and
+                       isinstance(n.ctx, gast.Load) and n.id not in params and
+                       n.id not in assigned and n.id in self.env})
+        atoms = []
+        for v in free:
+            value = self.env[v]
+            if isinstance(value, (TreeRef, Static, LocalDict)):
+                raise self.unsupported(f"{local.name} reads {v!r}, a pytree, dict or constant "
+                                       "of the enclosing function, where it is passed to a "
+                                       "transform: only arrays and numbers can be passed on",
+                                       node, "pass it as one of the function's arguments")
+            atoms.append(name(value))
+        if fdef.args.vararg or fdef.args.kwarg or fdef.args.kwonlyargs or \
+                fdef.args.posonlyargs:
+            raise self.unsupported("a nested function passed to a transform takes plain "
+                                   "parameters only", node)
+        lifted_name = sanitize(f"{self.info.name}_{local.name}")
+        whole = gast.FunctionDef(name=lifted_name, args=gast.arguments(
+            args=[gast.Name(id=p, ctx=gast.Param(), annotation=None, type_comment=None)
+                  for p in params + free], posonlyargs=[], vararg=None, kwonlyargs=[],
+            kw_defaults=[], kwarg=None, defaults=list(fdef.args.defaults)),
+            body=copy.deepcopy(fdef.body), decorator_list=[], returns=None,
+            type_comment=None, type_params=[])
+        text = unparse(whole) + "\n"
+        key = (text, id(self.info.globals),
+               tuple(sorted((k, id(v)) for k, v in self.info.closure.items())))
+        fn = _LIFTED.get(key)
+        if fn is None:  # (once per text and environment: the transforms' caches hold)
+            namespace = dict(self.info.globals)
+            namespace.update(self.info.closure)
+            fn = _LIFTED[key] = source_function(text, lifted_name, namespace)
+        return fn, atoms
 
 
 _HINTS = {

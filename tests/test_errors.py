@@ -99,10 +99,6 @@ def uses_walrus(x):
     return (y := x * 2.0) + y
 
 
-def uses_lambda_inside(x):
-    return (lambda v: v * v)(x)  # a lambda bound to a name is fine; called inline it is not
-
-
 def uses_effect_call(x):
     np.random.seed(0)
     return x * x
@@ -137,7 +133,6 @@ UNSUPPORTED = [
     (is_a_generator, "yield", "yield", "return"),
     (uses_fstring, 'label = f"', "f-string", "outside"),
     (uses_walrus, ":=", "walrus", "own statement"),
-    (uses_lambda_inside, "return (lambda v", "lambda", "def"),
     (uses_effect_call, "    np.random.seed(0)", "expression statements", "remove"),
     (uses_import, "import math", "import", "module level"),
     (uses_del, "del ys[0]", "del of an element", ""),
