@@ -344,7 +344,9 @@ class Tangents(DerivativeTable):
 
 
 _VIEWS = ("reshape", "ravel", "transpose", "squeeze", "expand_dims", "swapaxes", "moveaxis",
-          "broadcast_to", "asarray", "ascontiguousarray", "diagonal", "flip")
+          "broadcast_to", "asarray", "ascontiguousarray", "asanyarray", "asfortranarray",
+          "diagonal", "flip", "fliplr", "flipud", "rot90", "atleast_1d", "atleast_2d",
+          "atleast_3d")
 
 
 def _fresh_array(expr):

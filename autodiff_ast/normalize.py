@@ -907,9 +907,9 @@ class Normalizer:
             self.zero_dim.add(out)
         elif self.depth == 0:  # (in a branch or loop it may still hold the other value)
             self.zero_dim.discard(out)
-        if prim.kind == "rule" and typ.kind == "array" and isinstance(base, gast.Name) and \
-                _makes_view(prim, self.types):
-            self.body[-1].view_of = base.id
+        if prim.kind == "rule" and typ.kind in ("array", "tuple") and \
+                isinstance(base, gast.Name) and _makes_view(prim, self.types):
+            self.body[-1].view_of = base.id  # (a tuple: np.split's pieces, read by index)
         return name(out)
 
     def runtime(self, atom, node, returned=False):
@@ -1972,7 +1972,15 @@ class Normalizer:
         for pname, value in bound.arguments.items():
             param = sig.parameters[pname]
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-                raise self.unsupported(f"{fn.__name__} takes *args/**kwargs", node)
+                from . import api
+                if fn is api.vjp:  # (its pullback is a function value: none in generated code)
+                    raise self.unsupported(
+                        "vjp(...) inside transformed code is not supported: the pullback it "
+                        "returns is a function value", node,
+                        "use grad of np.sum(f(x) * ct) for one cotangent, or jacrev for all")
+                raise self.unsupported(f"{fn.__name__} takes *args/**kwargs, which transformed "
+                                       "code cannot call", node,
+                                       "call it outside the function being transformed")
             if not isinstance(value, (LocalDict, TreeRef, Static, gast.AST)):
                 value = self.static(value, node, pname)  # a default value
             specs[pname], leaves = self.passed(value, node)
@@ -3147,7 +3155,10 @@ def _structure_returns(stmts):
 
 
 _VIEW_RULES = {"T", "transpose", "reshape", "ravel", "squeeze", "expand_dims", "swapaxes",
-               "moveaxis", "broadcast_to", "asarray", "diagonal"}
+               "moveaxis", "broadcast_to", "asarray", "diagonal", "flip", "fliplr", "flipud",
+               "rot90", "atleast_1d", "atleast_2d", "atleast_3d"}
+# rules returning a tuple of views of their first argument (each piece one of its slices)
+_VIEW_TUPLE_RULES = {"split", "array_split", "hsplit", "vsplit", "dsplit"}
 
 
 def _makes_view(prim, types):
@@ -3158,7 +3169,7 @@ def _makes_view(prim, types):
         parts = index.elts if isinstance(index, gast.Tuple) else [index]
         return all(isinstance(p, (gast.Slice, gast.Constant)) or
                    atom_type(p, types).kind in ("int", "bool") for p in parts)
-    return rule in _VIEW_RULES
+    return rule in _VIEW_RULES or rule in _VIEW_TUPLE_RULES
 
 
 # Calls that return a 0-d array (not a NumPy scalar) when given scalars.

@@ -234,9 +234,10 @@ class Adjoints(DerivativeTable):
         if ctype is None:
             ctype = self.expr_type(contrib)
         contrib, fitted = self.fit(contrib, ctype, self.type_of(value), value)
-        if t.is_float and _integral(contrib, self.core.types):
+        if t.is_float and (_integral(contrib, self.core.types) or _integral_type(ctype)):
             # (the seed 1.0 of `np.sum(y * mask)` simplified away: y_bar = mask, a bool or int
-            # array that later float adds into would truncate)
+            # array that later float adds into would truncate; or np.sum(W, axis=0), the
+            # unbroadcast adjoint of `y * W` with W an integer matrix)
             contrib = fill("float(c)", c=contrib) if _integral_scalar(
                 contrib, self.core.types) else fill("c.astype(np.float64)", c=contrib)
             fitted = T.array(fitted.dims) if fitted.kind == "array" else T.FLOAT
@@ -571,10 +572,10 @@ def _index_value(index):
     """An index usable as a value (for np.add.at): slices become slice(...) calls."""
     if isinstance(index, gast.Slice):
         parts = [index.lower, index.upper, index.step]
-        while parts and parts[-1] is None:
+        if parts[2] is None:  # slice(a, b); slice(a) alone would be a stop, not a start
             parts.pop()
-        if not parts:
-            parts = [None]
+            if parts == [None, None]:
+                parts = [None]
         return gast.Call(func=name("slice"), args=[to_expr(p) if p is not None else
                                                    gast.Constant(value=None, kind=None)
                                                    for p in parts], keywords=[])
@@ -3417,6 +3418,13 @@ def _integral(expr, types):
     if isinstance(expr, gast.Subscript):
         return _integral(expr.value, types)
     return False
+
+
+def _integral_type(typ):
+    """Whether a value of type `typ` surely holds integers or booleans (``np.sum(W, axis=0)``
+    of an integer W, the unbroadcast adjoint of ``y * W``)."""
+    return typ is not None and typ.kind in ("int", "bool", "array") and not typ.is_float and \
+        typ.dtype is not None and typ.dtype.startswith(("int", "uint", "bool"))
 
 
 def _integral_scalar(expr, types):

@@ -24,6 +24,8 @@ import math
 
 import numpy as np
 
+from autodiff_ast import vjp
+
 G = 1.0
 
 
@@ -104,6 +106,11 @@ def returns_string(x):
 
 def returns_dict(x):
     return {"a": np.sum(x)}  # HERE
+
+
+def calls_vjp(x):
+    out, pullback = vjp(np.sin, x)  # HERE
+    return np.sum(pullback(x)[0])
 
 
 def with_block(x):
@@ -319,6 +326,8 @@ SOURCE_ERRORS = [
     ("returns_none", 0.4, E.NonScalarOutputError, "returns None"),
     ("returns_string", 0.4, E.NonScalarOutputError, "returns the constant 'hello'"),
     ("returns_dict", X, E.NonScalarOutputError, "returns a dict"),
+    ("calls_vjp", X, E.UnsupportedSyntaxError,
+     "vjp(...) inside transformed code is not supported: the pullback it returns"),
     ("with_block", 0.4, E.UnsupportedSyntaxError, "with np.errstate"),
     ("view_write", X, E.UnsupportedSyntaxError, "shares memory with v"),
     ("shared_in_place_add", X, E.UnsupportedSyntaxError, "z shares memory with y"),

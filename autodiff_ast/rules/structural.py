@@ -856,15 +856,35 @@ def _identity_vjp(call, g):
 def _infer_same(call):
     x = call.types.get("x", call.types.get("arrays"))
     dtype = call.const("dtype")
+    if dtype is None:
+        dtype = _written_dtype(call.args.get("dtype"))
     if dtype is not None and x.kind == "array":
         return T.array(x.dims, np.dtype(dtype).name)
     return x
 
 
+def _written_dtype(node):
+    """The dtype a call's dtype argument names as written: ``bool``, ``float`` or ``int``
+    (Python's types), or ``np.float32`` (normalize writes a dtype so); None otherwise. (Typed
+    as the argument's dtype, ``.astype(bool)`` made an int mask of an int array, which then
+    indexed as positions.)"""
+    import gast
+    if isinstance(node, gast.Name) and node.id in ("bool", "float", "int"):
+        return {"bool": "bool", "float": "float64", "int": "int64"}[node.id]
+    if isinstance(node, gast.Attribute) and isinstance(node.value, gast.Name) and \
+            node.value.id == "np":
+        try:
+            return np.dtype(getattr(np, node.attr)).name
+        except (AttributeError, TypeError):
+            return None
+    return None
+
+
 register(Rule("copy", "np.copy", ("x",), {}, ("x",), _infer_same, _identity_vjp, _relinear,
               linear=True), np.copy)
 register(Rule("asarray", "np.asarray", ("x", "dtype"), {}, ("x",), _infer_same, _identity_vjp,
-              _relinear, linear=True), np.asarray, np.ascontiguousarray)
+              _relinear, linear=True), np.asarray, np.ascontiguousarray, np.asanyarray,
+         np.asfortranarray)
 register(Rule("float", "float", ("x",), {}, ("x",), lambda call: T.FLOAT, _identity_vjp,
               _relinear, linear=True), float)
 # Methods with no function twin are written as methods: `x.astype(dtype)`, `x.copy()`.
@@ -899,7 +919,9 @@ def _infer_join(call):
         dims.insert(axis, T.N)
     else:
         dims[axis] = T.N
-    return T.array(tuple(dims), T.result_dtype(*elts))
+    # booleans joined stay booleans (a mask np.array([True, False])), not arithmetic's int64
+    dtype = "bool" if all(e.dtype == "bool" for e in elts) else T.result_dtype(*elts)
+    return T.array(tuple(dims), dtype)
 
 
 def _index_at(axis, key):
