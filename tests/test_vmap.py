@@ -1012,3 +1012,24 @@ def test_transforms_of_vmap_leave_a_default_unmapped(fn):
     np.testing.assert_allclose(np.einsum("ijij->ij", jac), cos2, rtol=1e-14)
     assert np.count_nonzero(jac) == xs.size
     np.testing.assert_allclose(ad.grad(lambda z: np.sum(vmap(fn)(z)))(xs), cos2, rtol=1e-14)
+
+
+def _window(x, i):
+    return x[i:i + 2]
+
+
+def _tail_energy(x, i):
+    return np.sum(x[i:] ** 2)
+
+
+def test_a_slice_whose_bounds_differ_per_example_loops_over_examples():
+    # (an IndexError inside the batching rule: the slice's bound was batched, but the rule
+    # looked for an index array)
+    x = np.arange(24.0).reshape(6, 4)
+    i = np.array([0, 2, 1, 0, 2, 1])
+    windows = np.stack([_window(a, b) for a, b in zip(x, i)])
+    np.testing.assert_allclose(vmap(_window)(x, i), windows, rtol=0)
+    np.testing.assert_allclose(vmap(_tail_energy)(x, i),
+                               [_tail_energy(a, b) for a, b in zip(x, i)], rtol=1e-14)
+    expected = np.where(np.arange(4) >= i[:, None], 2.0 * x, 0.0)
+    np.testing.assert_allclose(vmap(ad.grad(_tail_energy))(x, i), expected, rtol=1e-14)

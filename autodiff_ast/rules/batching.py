@@ -1026,6 +1026,10 @@ def getitem(bc):
             # of x, which later in-place writes to x must not change.
             return fill("g.copy()", g=gathered)
         return gathered
+    if any(batched[k] for k, p in enumerate(parts) if isinstance(p, gast.Slice)):
+        # x[i:i + 2] with i per example: a window whose place (or x[i:] whose length)
+        # differs per example
+        raise ValueDependentShape("a slice whose bounds differ per example")
     for k in advanced:
         if batched[k] and types[k].kind == "array" and types[k].dtype == "bool":
             raise ValueDependentShape("a boolean mask that differs per example")
