@@ -244,12 +244,24 @@ class _Simplify(gast.NodeTransformer):
             for a, b in ((left, right), (right, left)):
                 if isinstance(b, gast.BinOp) and isinstance(b.op, gast.Div) and is_const(b.left, 1):
                     return gast.BinOp(left=a, op=gast.Div(), right=b.right)
+            # np.where(c, g, 0.0) * e -> np.where(c, g * e, 0.0): where c is false the
+            # product is 0, not 0 * inf = nan (a branch vmap selected with np.where, or the
+            # user's where, whose untaken side has an infinite derivative: sqrt, log at 0)
+            masked = _masked_cotangent(left)
+            if masked is not None:
+                return masked(lambda g: gast.BinOp(left=g, op=gast.Mult(), right=right))
+            masked = _masked_cotangent(right)
+            if masked is not None:
+                return masked(lambda g: gast.BinOp(left=left, op=gast.Mult(), right=g))
             # g * -a -> -(g * a)
             if isinstance(right, gast.UnaryOp) and isinstance(right.op, gast.USub):
                 return gast.UnaryOp(op=gast.USub(), operand=self.visit(
                     gast.BinOp(left=left, op=gast.Mult(), right=right.operand)))
         if isinstance(op, gast.Div) and is_const(right, 1):
             return left
+        if isinstance(op, gast.Div) and _masked_cotangent(left) is not None:
+            return _masked_cotangent(left)(
+                lambda g: gast.BinOp(left=g, op=gast.Div(), right=right))
         if isinstance(op, gast.Add):
             if isinstance(left, gast.UnaryOp) and isinstance(left.op, gast.USub) and not (
                     isinstance(right, gast.UnaryOp) and isinstance(right.op, gast.USub)):
@@ -265,6 +277,30 @@ class _Simplify(gast.NodeTransformer):
         if isinstance(op, gast.Pow) and is_const(right, 1):
             return left
         return node
+
+
+def _masked_cotangent(node):
+    """For ``np.where(c, g, 0.0)`` (or ``np.where(c, 0.0, g)``, either made a float with
+    ``.astype(np.float64)``): a function that puts an expression of g in g's place, keeping
+    the zero; None for any other node."""
+    if isinstance(node, gast.Call) and isinstance(node.func, gast.Attribute) and \
+            node.func.attr == "astype" and len(node.args) == 1 and \
+            unparse(node.args[0]) == "np.float64":
+        node = node.func.value
+    if not (isinstance(node, gast.Call) and isinstance(node.func, gast.Attribute) and
+            node.func.attr == "where" and isinstance(node.func.value, gast.Name) and
+            node.func.value.id == "np" and len(node.args) == 3 and not node.keywords):
+        return None
+    c, a, b = node.args
+    for k, (zero, g) in enumerate(((b, a), (a, b))):
+        value, given = const_value(zero), const_value(g)
+        if isinstance(value, float) and value == 0.0 and given != 0:
+            def rebuild(make, k=k, g=g, zero=zero):
+                made = make(g)
+                args = [c, made, zero] if k == 0 else [c, zero, made]
+                return gast.Call(func=node.func, args=args, keywords=[])
+            return rebuild
+    return None
 
 
 #: The attribute the front end sets on the numeric constants of the user's own code.

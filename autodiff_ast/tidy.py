@@ -852,6 +852,9 @@ def tidy_block(stmts, keep=(), temps=None, gather=False):
             if dropped:
                 facts = _Facts()
                 continue
+            if gather:  # (backward code: a where's masked cotangent stays masked)
+                from .masked_cotangents import mask_products
+                mask_products(stmts)
             return _tidy_branches(stmts)
 
 
