@@ -29,7 +29,6 @@ from types import FunctionType
 
 import numpy as np
 
-from codegen.dict_outputs import flatten_dicts, rebuild_dicts
 from codegen.loader import load_source
 
 from . import debug, pytrees
@@ -656,6 +655,7 @@ class _Pullback:
                 len(cotangent) == 1:
             cotangent = cotangent[0]
         if layout.get("dicts") is not None:  # a dict output's cotangent is a dict like it
+            from codegen.dict_outputs import flatten_dicts  # (gast: not at a warm start)
             try:
                 cotangent = flatten_dicts(cotangent, layout["dicts"])
             except TypeError as exc:
@@ -845,7 +845,10 @@ class _VjpBuilder(_Transformed):
         if self.has_aux:
             return out[0], pullback, out[1]
         dicts = layout.get("dicts")
-        return (out[0] if dicts is None else rebuild_dicts(out[0], dicts)), pullback
+        if dicts is None:
+            return out[0], pullback
+        from codegen.dict_outputs import rebuild_dicts  # (gast: not at a warm start)
+        return rebuild_dicts(out[0], dicts), pullback
 
 
 def vjp(fun, *primals, has_aux=False, debug_nans=None):
