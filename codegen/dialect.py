@@ -378,6 +378,53 @@ def _split_cuts(node):
     return _const(_lists_as_tuples(args["indices_or_sections"]))
 
 
+_BOOLEAN_FUNCTIONS = {"np.logical_and", "np.logical_or", "np.logical_xor", "np.logical_not",
+                      "np.isnan", "np.isinf", "np.isfinite", "np.signbit", "np.isclose",
+                      "np.greater", "np.less", "np.equal", "np.not_equal", "np.greater_equal",
+                      "np.less_equal"}
+
+
+def _boolean_names(fn):
+    """Names `fn` binds only to comparisons, logical functions or operators of those names
+    (``cond = x < 0``, ``keep = ~cond & other``): boolean arrays (or booleans)."""
+    bound = {}
+    for node in gast.walk(fn):
+        if isinstance(node, gast.Assign):
+            for target in node.targets:
+                for n in gast.walk(target):
+                    if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store):
+                        bound.setdefault(n.id, []).append(
+                            node.value if n is target else None)
+        elif isinstance(node, (gast.AugAssign, gast.For, gast.AnnAssign)):
+            for n in gast.walk(node.target):
+                if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store):
+                    bound.setdefault(n.id, []).append(None)
+        elif isinstance(node, gast.arguments):
+            for arg in node.args:
+                bound.setdefault(arg.id, []).append(None)
+    boolean = set()
+
+    def is_boolean(value):
+        if isinstance(value, gast.Compare):
+            return True
+        if isinstance(value, gast.Name):
+            return value.id in boolean
+        if isinstance(value, gast.UnaryOp) and isinstance(value.op, (gast.Invert, gast.Not)):
+            return is_boolean(value.operand)
+        if isinstance(value, gast.BinOp) and isinstance(value.op, (gast.BitAnd, gast.BitOr,
+                                                                   gast.BitXor)):
+            return is_boolean(value.left) and is_boolean(value.right)
+        return isinstance(value, gast.Call) and dotted_name(value.func) in _BOOLEAN_FUNCTIONS
+    changed = True
+    while changed:
+        changed = False
+        for n, values in bound.items():
+            if n not in boolean and all(v is not None and is_boolean(v) for v in values):
+                boolean.add(n)
+                changed = True
+    return boolean
+
+
 def _split_count(node):
     """The number of pieces a call of np.split and its kin gives, or None when `node` is no
     such call or its cuts are not written as constants.
@@ -436,6 +483,8 @@ class _Lower(gast.NodeTransformer):
         # an entry passes it to keeps its name: vmap's per-example function; a namesake that
         # is no mask only gets index_array's identity)
         self.masks = (params & self.module.masks) - rebound
+        # names that only ever hold a comparison's (or a logical function's) boolean array
+        self.boolean = _boolean_names(node)
         self.ints = _int_names(node)
         self.arrays = _local_non_lists(node)
         self.lists = _local_lists(node)
@@ -1098,6 +1147,11 @@ class _Lower(gast.NodeTransformer):
         t_pieces[1], t_pieces[2])``: generated code holds the pieces as a tuple (so does a
         loop's placeholder for them), where Numba's split gives a list."""
         self.generic_visit(node)
+        if len(node.targets) == 1 and self.boolean_index(node.targets[0]):
+            # `a[mask] = v` (a mask of any rank: mask_store)
+            target = node.targets[0]
+            return gast.copy_location(gast.Expr(value=_call(self.helper("mask_store"), [
+                _name(target.value.id), _name(target.slice.id), node.value])), node)
         count = _split_count(node.value)
         if count is None or len(node.targets) != 1 or not isinstance(node.targets[0], gast.Name):
             return node
@@ -1118,8 +1172,17 @@ class _Lower(gast.NodeTransformer):
             out.extend(visited if isinstance(visited, list) else [visited])
         return out
 
+    def boolean_index(self, node):
+        """Whether the subscript `node` indexes with one boolean array alone (``a[b < 0]``
+        with ``b < 0`` bound to a name): under Numba a mask of two or more axes fails."""
+        return self.module.numba_overloads and isinstance(node, gast.Subscript) and \
+            isinstance(node.value, gast.Name) and isinstance(node.slice, gast.Name) and \
+            (node.slice.id in self.boolean or node.slice.id in self.masks)
+
     def visit_Subscript(self, node):
         self.generic_visit(node)
+        if isinstance(node.ctx, gast.Load) and self.boolean_index(node):
+            return _call(self.helper("mask_read"), [node.value, node.slice])
         if isinstance(node.slice, gast.List):  # x[[0, 0, 2]]: an index array
             node.slice = _call("np.array", [node.slice])
         elif isinstance(node.slice, gast.Tuple):  # y[[0, 1], [1, 0]]: index arrays
@@ -1157,6 +1220,12 @@ class _Lower(gast.NodeTransformer):
         message helper alone takes seconds), an in-place add on a view quickly."""
         self.generic_visit(node)
         target = node.target
+        if self.boolean_index(target):  # `a[mask] += v`: read, combine, store (mask_store)
+            read = _call(self.helper("mask_read"), [_name(target.value.id),
+                                                    _name(target.slice.id)])
+            combined = gast.BinOp(left=read, op=node.op, right=node.value)
+            return gast.copy_location(gast.Expr(value=_call(self.helper("mask_store"), [
+                _name(target.value.id), _name(target.slice.id), combined])), node)
         if isinstance(target, gast.Subscript) and isinstance(target.value, gast.Name) and \
                 _view_of(node.value, target.value.id):
             # `a[1:] += a[:-1]`: Numba adds in place element by element, reading entries it

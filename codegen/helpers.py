@@ -779,6 +779,19 @@ def index_array(a):
     return a
 '''
 
+DIALECT_HELPERS["mask_read"] = '''\
+def mask_read(a, mask):
+    """`a[mask]` for a boolean mask: its True entries' values, in C order."""
+    return a[mask]
+'''
+
+DIALECT_HELPERS["mask_store"] = '''\
+def mask_store(a, mask, v):
+    """`a[mask] = v` for a boolean mask: each True entry set to v, or to v's values in C
+    order."""
+    a[mask] = v
+'''
+
 DIALECT_HELPERS["first_axis_last"] = '''\
 def first_axis_last(x):
     """np.ascontiguousarray(np.moveaxis(x, 0, -1)) as one copying loop over x seen as a
@@ -1331,6 +1344,89 @@ def index_array_numba(a):
             isinstance(a.dtype, numba.types.Boolean):
         return lambda a: np.nonzero(a)[0]
     return lambda a: a
+'''
+
+OVERLOAD_FORMS["mask_read"] = DIALECT_HELPERS["mask_read"] + '''
+
+@numba.extending.overload(mask_read, jit_options={'error_model': 'numpy'})
+def mask_read_numba(a, mask):
+    """How Numba compiles mask_read: a mask of two or more axes (Numba's getitem fails on one
+    with an AssertionError) as a count of its True entries, then a loop copying them (over
+    flat views when both arrays are C-contiguous, np.ndindex otherwise); a[mask] else."""
+    if not (isinstance(a, numba.types.Array) and isinstance(mask, numba.types.Array) and
+            mask.ndim > 1 and isinstance(mask.dtype, numba.types.Boolean)):
+        return lambda a, mask: a[mask]
+    flat = a.layout == "C" and mask.layout == "C"
+
+    def gather(a, mask):
+        if a.shape != mask.shape:
+            raise IndexError("boolean index did not match indexed array")
+        out = np.empty(np.count_nonzero(mask), dtype=a.dtype)
+        k = 0
+        if flat:
+            values, chosen = a.reshape(-1), mask.reshape(-1)
+            for i in range(chosen.shape[0]):
+                if chosen[i]:
+                    out[k] = values[i]
+                    k += 1
+        else:
+            for index in np.ndindex(mask.shape):
+                if mask[index]:
+                    out[k] = a[index]
+                    k += 1
+        return out
+    return gather
+'''
+
+OVERLOAD_FORMS["mask_store"] = DIALECT_HELPERS["mask_store"] + '''
+
+@numba.extending.overload(mask_store, jit_options={'error_model': 'numpy'})
+def mask_store_numba(a, mask, v):
+    """How Numba compiles mask_store: a mask of two or more axes (Numba's setitem fails on one
+    with an AssertionError) as a loop over the entries, setting each True one to v (a
+    number) or to v's next value (a vector); a[mask] = v else."""
+    if not (isinstance(a, numba.types.Array) and isinstance(mask, numba.types.Array) and
+            mask.ndim > 1 and isinstance(mask.dtype, numba.types.Boolean)):
+        def plain(a, mask, v):
+            a[mask] = v
+        return plain
+    flat = a.layout == "C" and mask.layout == "C"
+    if isinstance(v, numba.types.Array):
+        def scatter_values(a, mask, v):
+            if a.shape != mask.shape:
+                raise IndexError("boolean index did not match indexed array")
+            given = v.ravel()
+            one = given.shape[0] == 1  # (broadcast, as NumPy does)
+            if not one and given.shape[0] != np.count_nonzero(mask):
+                raise ValueError("NumPy boolean array indexing assignment cannot assign the "
+                                 "values to the True entries: their counts differ")
+            k = 0
+            if flat:
+                values, chosen = a.reshape(-1), mask.reshape(-1)
+                for i in range(chosen.shape[0]):
+                    if chosen[i]:
+                        values[i] = given[0 if one else k]
+                        k += 1
+            else:
+                for index in np.ndindex(mask.shape):
+                    if mask[index]:
+                        a[index] = given[0 if one else k]
+                        k += 1
+        return scatter_values
+
+    def scatter_number(a, mask, v):
+        if a.shape != mask.shape:
+            raise IndexError("boolean index did not match indexed array")
+        if flat:
+            values, chosen = a.reshape(-1), mask.reshape(-1)
+            for i in range(chosen.shape[0]):
+                if chosen[i]:
+                    values[i] = v
+        else:
+            for index in np.ndindex(mask.shape):
+                if mask[index]:
+                    a[index] = v
+    return scatter_number
 '''
 
 OVERLOAD_FORMS["subtract_at"] = '''\

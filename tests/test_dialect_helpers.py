@@ -827,6 +827,73 @@ def test_index_array_gives_a_mask_beside_an_index_array_its_positions():
 
 
 @pytest.mark.numba
+def test_mask_read_and_store_take_masks_of_any_rank():
+    """``a[mask]`` and ``a[mask] = v``: Numba's getitem and setitem fail with an AssertionError
+    on a mask of two or more axes (``B[B < 0] = 0.0``, ReLU written in place, failed even for
+    jit(f)); the dialect writes mask_read and mask_store, compiled as loops for those masks.
+    Checked against NumPy for C-ordered and strided arrays, a number, a vector of values and a
+    one-value vector (which broadcasts), and a 1-D mask."""
+    import numba
+    ns = {"np": np, "numba": numba}
+    exec(OVERLOAD_FORMS["mask_read"], ns)
+    exec(OVERLOAD_FORMS["mask_store"], ns)
+    mask_read, mask_store = ns["mask_read"], ns["mask_store"]
+    read = numba.njit(lambda a, m: mask_read(a, m))
+
+    @numba.njit
+    def store(a, m, v):
+        mask_store(a, m, v)
+        return a
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((4, 6, 2))
+    for a in (base, base[:, ::2], base[..., 0], base[..., 0].T, base[0, :, 0]):
+        m = a < 0.1
+        np.testing.assert_array_equal(read(a, m), a[m])
+        for v in (0.0, np.arange(float(np.count_nonzero(m))), np.array([7.0])):
+            expected = a.copy()
+            expected[m] = v
+            np.testing.assert_array_equal(store(a.copy(), m, v), expected)
+    with pytest.raises(IndexError):
+        read(base[..., 0], np.ones((2, 2), dtype=bool))
+    with pytest.raises(ValueError):
+        store(base[..., 0].copy(), base[..., 0] < 0.1, np.ones(100))
+    plain = {"np": np}
+    exec(DIALECT_HELPERS["mask_read"] + DIALECT_HELPERS["mask_store"], plain)
+    a = base[..., 0].copy()
+    np.testing.assert_array_equal(plain["mask_read"](a, a > 0), a[a > 0])
+    plain["mask_store"](a, a > 0, 0.0)
+    assert np.all(a <= 0)
+
+
+def _relu_in_place(A):
+    B = A.copy()
+    B[B < 0] = 0.0
+    return np.sum(B ** 2)
+
+
+def _masked_scale(A):
+    B = A * 1.0
+    keep = (A > 0.2) & ~(A > 0.8)
+    B[keep] = B[keep] * 3.0
+    return np.sum(np.sin(B)) + np.sum(A[keep] ** 3)
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("f", [_relu_in_place, _masked_scale])
+def test_a_two_axis_mask_under_jit(f):
+    a = np.array([[0.3, -0.7, 0.5], [-0.2, 0.9, 0.25]])
+    assert jit(f)(a) == pytest.approx(f(a), rel=1e-12)
+    expected = np.zeros_like(a)
+    for idx in np.ndindex(a.shape):
+        e = np.zeros_like(a)
+        e[idx] = 1e-6
+        expected[idx] = (f(a + e) - f(a - e)) / 2e-6
+    np.testing.assert_allclose(jit(ad.grad(f))(a), expected, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(jit(ad.grad(f))(np.asfortranarray(a)), expected, rtol=1e-6,
+                               atol=1e-8)
+
+
+@pytest.mark.numba
 @pytest.mark.parametrize("shape", [(4,), (3, 5), (3, 2, 4), (0, 3), (3, 0, 2)])
 def test_first_axis_last_is_a_contiguous_moveaxis(shape):
     import numba
@@ -853,7 +920,8 @@ def test_every_dialect_helper_is_covered():
               "repeat_axis", "message_text", "message_format", "diagonal_of",
               "polyval_horner", "number_if_vector", "exp_fast",
               "sum_axis_of_products", "index_array", "first_axis_last", "tile_count",
-              "tile_rows_columns", "squeeze_none", "norm_any_rank", "inner_product"}
+              "tile_rows_columns", "squeeze_none", "norm_any_rank", "inner_product",
+              "mask_read", "mask_store"}
     # (squeeze_none, norm_any_rank, inner_product: tests/test_jit.py, compiled;
     # zeros_like_reusing: tests/test_hoisting.py; message_text: tests/test_raise.py;
     # message_format: tests/test_message_format.py;
