@@ -187,11 +187,18 @@ def build_batch_loop(target, leaf_axes, out_axes, vectorized, options="", reason
     def call(at):
         args = [f"{args_at[p]}[{at}]" if p in args_at else p for p in params]
         return f"{per.entry}({', '.join(args)})"
-    whole = len(outputs) == 1 and not outputs[0][0]
+    # An array output whose shape differs from the first example's (``x[x > 0]``) is not
+    # written into the batch (a prange loop cannot raise): flagged, then refused after it.
+    shaped = [k for k, (_, _, typ) in enumerate(outputs)
+              if typ.ndim and axes_out.get(k, 0) is not None]
+    whole = len(outputs) == 1 and not outputs[0][0] and not shaped
     first = namer.fresh(f"{outputs[0][1].rstrip('_')}_first" if whole else "first")
     one = namer.fresh("one")
+    differs = namer.fresh("shape_differs")
     lines.append(f"{first} = {call(0)}")
     loop, returns = ([] if whole else [f"{one} = {call(b)}"]), []
+    if shaped:
+        lines.append(f"{differs} = np.zeros({n_batch}, dtype=np.bool_)")
     for k, (path, base, typ) in enumerate(outputs):
         index = "".join(f"[{i}]" for i in path)
         axis = axes_out.get(k, 0)
@@ -202,11 +209,22 @@ def build_batch_loop(target, leaf_axes, out_axes, vectorized, options="", reason
         out = namer.fresh(base)
         lines.append(f"{out} = {_empty(first + index, typ, n_batch)}")
         lines.append(f"{out}[0] = {first}{index}")
-        loop.append(f"{out}[{b}] = {call(b) if whole else one + index}")
+        if k in shaped:
+            loop += [f"if {one}{index}.shape != {first}{index}.shape:",
+                     f"    {differs}[{b}] = True",
+                     "else:",
+                     f"    {out}[{b}] = {one}{index}"]
+        else:
+            loop.append(f"{out}[{b}] = {call(b) if whole else one + index}")
         returns.append(f"np.moveaxis({out}, 0, {axis})" if axis else out)
     if any(axes_out.get(k, 0) is not None for k in range(len(outputs))):
         lines.append(f"for {b} in {loop_kind}(1, {n_batch}):")
         lines += [f"    {line}" for line in loop]
+    if shaped:
+        lines += [f"if np.any({differs}):",
+                  f"    raise ValueError('vmap: an output of {info.name} has a different shape "
+                  "for different examples; keep shapes independent of the mapped values (use "
+                  "masks, np.where, or pad to a fixed size)')"]
     result = ", ".join(returns)
     tuple_out = layout["tuple_out"] or layout["n_out"] > 1
     lines.append(f"return ({result})" if tuple_out else f"return {result}")

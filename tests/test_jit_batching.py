@@ -408,3 +408,19 @@ def test_auto_batching_takes_the_loop_when_numba_refuses_the_vectorized_module()
     assert "Numba could not compile the vectorized module" in auto.source
     with pytest.raises(ad.CompileError, match="test_jit_batching.py"):
         jit(ad.vmap(ad.grad(_cholesky_of_a_gram)), batching="vectorized")(xs)
+
+
+def _positives_doubled(x):
+    return x[x > 0] * 2.0
+
+
+@pytest.mark.parametrize("batching", ["auto", "loop"])
+def test_outputs_whose_shape_differs_per_example_are_refused(batching):
+    # (the prange driver sized the batch from example 0 and wrote the others into it: a
+    # shorter output was broadcast into its row, a longer one read past its end)
+    xs = np.array([[1.0, 2.0, 3.0], [-1.0, 5.0, -2.0], [4.0, -1.0, 2.0]])
+    with pytest.raises(ValueError, match="has a different shape for different examples"):
+        jit(ad.vmap(_positives_doubled), batching=batching)(xs)
+    same = np.array([[1.0, -2.0, 3.0], [4.0, -5.0, 6.0]])
+    np.testing.assert_array_equal(jit(ad.vmap(_positives_doubled), batching=batching)(same),
+                                  [[2.0, 6.0], [8.0, 12.0]])
