@@ -132,9 +132,11 @@ def _function(fn, seen):
     parts = [fn.__module__ or "", fn.__qualname__, text,
              _value(fn.__defaults__, seen), _value(fn.__kwdefaults__, seen)]
     scope = fn.__globals__
-    for name in sorted(_code_names(code)):
+    names = sorted(_code_names(code))
+    for name in names:
         if name in scope:
             parts.append(f"{name}={_value(scope[name], seen)}")
+            parts += _module_reads(name, scope[name], names, seen)
         elif hasattr(builtins, name):
             parts.append(f"{name}=builtin")
     for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
@@ -145,6 +147,24 @@ def _function(fn, seen):
             continue
         parts.append(f"{name}={_value(contents, seen)}")
     return hashlib.sha256("\n\0".join(parts).encode("utf-8")).hexdigest()
+
+
+def _module_reads(path, module, names, seen, depth=3):
+    """``cfg.SCALE=float:2.0``...: the attributes of a user's module (not a library's) that
+    the code may read through it, by the names it uses (``cfg.SCALE`` folds the constant into
+    the generated code; ``layers.act(x)`` differentiates act's source). Without them a new
+    process reused a gradient written for the old value or the old helper."""
+    if not isinstance(module, types.ModuleType) or depth == 0 or \
+            module.__name__.split(".")[0] in _LIBRARIES + ("autodiff_ast", "codegen", "numba"):
+        return []
+    out = []
+    attributes = vars(module)
+    for name in names:
+        if name in attributes:
+            value = attributes[name]
+            out.append(f"{path}.{name}={_value(value, seen)}")
+            out += _module_reads(f"{path}.{name}", value, names, seen, depth - 1)
+    return out
 
 
 def function_fingerprint(fn):

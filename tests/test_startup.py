@@ -300,6 +300,36 @@ def test_fingerprint_covers_source_helpers_and_constants():
     assert warmstart.function_fingerprint(opaque) is None
 
 
+def test_fingerprint_covers_what_is_read_through_a_users_module():
+    """``cfg.SCALE`` and ``layers.act(x)``: a new process reused the gradient written for the
+    old constant (folded into the code) or the old helper, since a module was keyed by its
+    name alone (session 42's bug hunt)."""
+    import types
+    reads = "def f(x):\n    return np.sum(cfg.SCALE * layers.act(x))\n"
+
+    def modules(scale, body):
+        cfg, layers = types.ModuleType("cfg"), types.ModuleType("layers")
+        cfg.SCALE = scale
+        layers.act = _defined(f"def act(x):\n    return {body}\n", "act")
+        return {"cfg": cfg, "layers": layers}
+    base = warmstart.function_fingerprint(_defined(reads, scope=modules(2.0, "np.sin(x)")))
+    assert base == warmstart.function_fingerprint(
+        _defined(reads, scope=modules(2.0, "np.sin(x)")))
+    assert base != warmstart.function_fingerprint(
+        _defined(reads, scope=modules(5.0, "np.sin(x)")))
+    assert base != warmstart.function_fingerprint(
+        _defined(reads, scope=modules(2.0, "np.cos(x)")))
+    # a submodule's attribute too (cfg.sub.LIMIT)
+    nested = "def f(x):\n    return np.sum(cfg.sub.LIMIT * x)\n"
+
+    def with_sub(limit):
+        cfg, sub = types.ModuleType("cfg"), types.ModuleType("cfg.sub")
+        cfg.sub, sub.LIMIT = sub, limit
+        return {"cfg": cfg}
+    assert warmstart.function_fingerprint(_defined(nested, scope=with_sub(1.0))) != \
+        warmstart.function_fingerprint(_defined(nested, scope=with_sub(2.0)))
+
+
 def square(x):
     return np.sum(x * x)
 
