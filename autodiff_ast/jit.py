@@ -495,6 +495,10 @@ def _any_float32(values):
                 return True
         elif kind in (list, tuple) and _any_float32(a):  # (nested: the same scan)
             return True
+        elif kind not in _LEAVES and kind is not dict and not isinstance(a, np.floating):
+            leaves = pytrees.tree_leaves(a)  # (a NamedTuple or a registered dataclass)
+            if not (len(leaves) == 1 and leaves[0] is a) and _any_float32(leaves):
+                return True
         elif kind is dict and any(
                 _any_float32((v,) if type(v) in _LEAVES or isinstance(v, np.floating)
                              else pytrees.tree_leaves(v)) for v in a.values()):
@@ -512,8 +516,10 @@ def _float_dtypes(values):
         if isinstance(a, (np.ndarray, np.floating)):
             if a.dtype.kind == "f":
                 yield a.dtype
-        elif type(a) in (dict, list, tuple):
-            yield from _float_dtypes(pytrees.tree_leaves(a))
+        elif type(a) not in _LEAVES:  # (dicts, lists, tuples, NamedTuples, dataclasses)
+            leaves = pytrees.tree_leaves(a)
+            if not (len(leaves) == 1 and leaves[0] is a):
+                yield from _float_dtypes(leaves)
 
 
 def _widened(value):
@@ -522,9 +528,9 @@ def _widened(value):
         if isinstance(a, (np.ndarray, np.floating)) and a.dtype == np.float32:
             return a.astype(np.float64)
         return a
-    if type(value) in (dict, list, tuple):
-        return pytrees.tree_map(widen, value)
-    return widen(value)
+    if isinstance(value, (np.ndarray, np.floating)):
+        return widen(value)
+    return pytrees.tree_map(widen, value)  # (a NamedTuple or registered dataclass too)
 
 
 def _grads_like(jitted, args, result):

@@ -25,6 +25,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -1266,3 +1267,24 @@ def test_heaviside_of_an_element_and_a_0d_array_output():
                                rtol=1e-14)
     assert grad(_zero_dim_times)(1.3) == pytest.approx(5.2, rel=1e-14)
     assert jit(grad(_zero_dim_times))(1.3) == pytest.approx(5.2, rel=1e-14)
+
+
+class _Float32Params(NamedTuple):
+    w: np.ndarray
+    b: float
+
+
+def _named_params_loss(p, x):
+    return np.sum((x @ p.w + p.b) ** 2)
+
+
+def test_float32_leaves_of_a_named_tuple_run_as_float64():
+    # (only dicts, lists and tuples were widened: a NamedTuple's float32 leaves reached
+    # Numba's np.dot beside float64 arrays, a CompileError)
+    p = _Float32Params(np.array([1.0, 2.0, 3.0], dtype=np.float32), np.float32(0.5))
+    x = np.arange(6.0).reshape(2, 3) / 4
+    got = jit(ad.grad(_named_params_loss))(p, x)
+    want = ad.grad(_named_params_loss)(p, x)
+    assert isinstance(got, _Float32Params)
+    np.testing.assert_allclose(got.w, want.w, rtol=1e-6)
+    assert float(got.b) == pytest.approx(float(want.b), rel=1e-6)
