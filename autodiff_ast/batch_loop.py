@@ -210,10 +210,14 @@ def build_batch_loop(target, leaf_axes, out_axes, vectorized, options="", reason
         lines.append(f"{out} = {_empty(first + index, typ, n_batch)}")
         lines.append(f"{out}[0] = {first}{index}")
         if k in shaped:
-            loop += [f"if {one}{index}.shape != {first}{index}.shape:",
+            # (compared with the batch array's own shape: Numba's parfor takes no tuple from
+            # outside the loop, "scalar type Tuple(...) given for non scalar argument")
+            part = namer.fresh(f"{base}_part")  # (`whole` is False here: `one` is bound)
+            loop += [f"{part} = {one}{index}",
+                     f"if {part}.shape != {out}.shape[1:]:",
                      f"    {differs}[{b}] = True",
                      "else:",
-                     f"    {out}[{b}] = {one}{index}"]
+                     f"    {out}[{b}] = {part}"]
         else:
             loop.append(f"{out}[{b}] = {call(b) if whole else one + index}")
         returns.append(f"np.moveaxis({out}, 0, {axis})" if axis else out)

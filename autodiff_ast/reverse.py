@@ -3421,9 +3421,11 @@ def _integral(expr, types):
 
 
 def _integral_type(typ):
-    """Whether a value of type `typ` surely holds integers or booleans (``np.sum(W, axis=0)``
-    of an integer W, the unbroadcast adjoint of ``y * W``)."""
-    return typ is not None and typ.kind in ("int", "bool", "array") and not typ.is_float and \
+    """Whether `typ` is an array of integers or booleans (``np.sum(W, axis=0)`` of an integer
+    W, the unbroadcast adjoint of ``y * W``). Numbers are left to :func:`_integral`, which
+    reads the expression (a number's inferred kind may be int where the value is a float:
+    ``1.0 / x.shape[0]``)."""
+    return typ is not None and typ.kind == "array" and not typ.is_float and \
         typ.dtype is not None and typ.dtype.startswith(("int", "uint", "bool"))
 
 
