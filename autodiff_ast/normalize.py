@@ -91,6 +91,15 @@ class BoundTransform:
     free: tuple
 
 
+def _lambda_def(fname, node):
+    """The lambda `node` as ``def fname(...): return <its body>`` (at its location)."""
+    fdef = gast.FunctionDef(name=fname, args=node.args,
+                            body=[gast.copy_location(gast.Return(value=node.body), node)],
+                            decorator_list=[], returns=None, type_comment=None,
+                            type_params=[])
+    return gast.copy_location(fdef, node)
+
+
 class LocalFunction:
     """A function defined inside the differentiated function (keyed by identity)."""
 
@@ -438,12 +447,7 @@ class Normalizer:
 
     def assign_to(self, target, value):
         if isinstance(target, gast.Name) and isinstance(value, gast.Lambda):
-            fdef = gast.FunctionDef(name=target.id, args=value.args,
-                                    body=[gast.copy_location(gast.Return(value=value.body),
-                                                             value)],
-                                    decorator_list=[], returns=None, type_comment=None,
-                                    type_params=[])
-            self.define_local_function(target.id, gast.copy_location(fdef, value))
+            self.define_local_function(target.id, _lambda_def(target.id, value))
             return
         if isinstance(target, gast.Name) and isinstance(value, gast.Dict) and \
                 all(isinstance(k, gast.Constant) and isinstance(k.value, str)
@@ -1788,6 +1792,15 @@ class Normalizer:
                                        "differentiated code yet", inner, _HINTS["Nonlocal"])
         self.env[name_] = Static(LocalFunction(node, name_))
 
+    def free_variables(self, fdef, params):
+        """The names a nested function reads from the enclosing one (bound here, neither
+        its parameters nor assigned in it), sorted."""
+        assigned = {n.id for n in gast.walk(fdef) if isinstance(n, gast.Name) and
+                    isinstance(n.ctx, gast.Store)}
+        return sorted({n.id for n in gast.walk(fdef) if isinstance(n, gast.Name) and
+                       isinstance(n.ctx, gast.Load) and n.id not in params and
+                       n.id not in assigned and n.id in self.env})
+
     def call_local(self, local, node, target):
         fdef = local.node
         args = fdef.args
@@ -1810,11 +1823,7 @@ class Normalizer:
                 if p not in defaults:
                     raise self.unsupported(f"missing argument {p} for {local.name}", node)
                 bound[p] = self.expr(defaults[p])
-        assigned = {n.id for n in gast.walk(fdef) if isinstance(n, gast.Name) and
-                    isinstance(n.ctx, gast.Store)}
-        free = sorted({n.id for n in gast.walk(fdef) if isinstance(n, gast.Name) and
-                       isinstance(n.ctx, gast.Load) and n.id not in params and
-                       n.id not in assigned and n.id in self.env})
+        free = self.free_variables(fdef, params)
         for v in free:
             value = self.env[v]
             bound[v] = value if isinstance(value, (TreeRef, Static, LocalDict)) else name(value)
@@ -2857,11 +2866,7 @@ class Normalizer:
         """A lambda written inline (``jvp(lambda q: grad(loss)(q, x), (p,), (v,))``, or
         called where it stands): a nested function of its own, as when bound to a name."""
         fname = self.namer.temp("lambda")
-        fdef = gast.FunctionDef(name=fname, args=node.args,
-                                body=[gast.copy_location(gast.Return(value=node.body), node)],
-                                decorator_list=[], returns=None, type_comment=None,
-                                type_params=[])
-        self.define_local_function(fname, gast.copy_location(fdef, node))
+        self.define_local_function(fname, _lambda_def(fname, node))
         return self.env.pop(fname)
 
     def lifted(self, local, node):
@@ -2871,11 +2876,7 @@ class Normalizer:
         from .custom import source_function
         fdef = local.node
         params = [a.id for a in fdef.args.args]
-        assigned = {n.id for n in gast.walk(fdef) if isinstance(n, gast.Name) and
-                    isinstance(n.ctx, gast.Store)}
-        free = sorted({n.id for n in gast.walk(fdef) if isinstance(n, gast.Name) and
-                       isinstance(n.ctx, gast.Load) and n.id not in params and
-                       n.id not in assigned and n.id in self.env})
+        free = self.free_variables(fdef, params)
         atoms = []
         for v in free:
             value = self.env[v]
