@@ -803,6 +803,10 @@ class FunctionBatcher:
             if isinstance(part, gast.Constant) and part.value is Ellipsis:
                 return None
             typ = atom_type(part, self.types)
+            listed = typ.kind in ("tuple", "list") and bool(typ.elts) and all(
+                e.kind == "int" for e in typ.elts)  # (`[0, 2]` bound to a name)
+            if listed:
+                typ = T.array((T.N,), "int64")
             if typ.kind not in ("int", "array", "bool") and not isinstance(part, gast.List):
                 return None
             advanced.append(position)

@@ -498,6 +498,13 @@ class _Vmapped(_Transformed):
         generated, module = self._generate(names, likes, specs, leaf_axes, False)
         return getattr(module, generated.entry), generated.layout["structure"]
 
+    def flat_entry(self, names, likes, specs):
+        """(entry, structure) for a call inside transformed code with pytree arguments
+        (``vmap(loss, in_axes=(None, 0))(params, X)``, params a dict): the generated entry
+        takes the arguments' flat leaves; `structure` indexes its outputs as a call returns
+        them (see ``Normalizer.call_transformed_tree``)."""
+        return self._flat_entry(names, likes, specs)
+
     def _with_defaults(self, names, likes, specs):
         """The parameters a call inside transformed code left out, added with their defaults
         as static arguments (not mapped: JAX maps only what is passed)."""

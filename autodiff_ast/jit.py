@@ -31,6 +31,7 @@ import hashlib
 import inspect
 import linecache
 import os
+import re
 import sys
 import traceback
 from dataclasses import dataclass
@@ -888,10 +889,15 @@ def compile_error(failure, user_fn):
     what = "this line" if failure.lineno else "this function"
     message = (f"Numba cannot compile the generated code for {what} ({where}"
                f"{generated}): {failure.reason}")
-    return CompileError(message, filename=filename, lineno=lineno, code=code,
-                        hint="rewrite the line with NumPy functions Numba supports "
-                             "(docs/numba.md lists what the lowering rewrites for it), or "
-                             "call the function without jit")
+    hint = ("rewrite the line with NumPy functions Numba supports (docs/numba.md lists what "
+            "the lowering rewrites for it), or call the function without jit")
+    mixed = re.search(r"Cannot unify (.+?) and (.+?) for '([A-Za-z_]\w*)", failure.reason or "")
+    if mixed:  # one name an array on one path, a number on another (`a[i] if i else 0.0`)
+        first, second, var = mixed.groups()
+        hint = (f"`{var}` is {first} on one path and {second} on another, and Numba gives a "
+                "variable one type: make the paths agree (an array on both, e.g. "
+                "np.zeros_like(...) for 0.0), or call the function without jit")
+    return CompileError(message, filename=filename, lineno=lineno, code=code, hint=hint)
 
 
 def _related_functions(fn, limit=50):

@@ -1398,8 +1398,10 @@ class Normalizer:
                 "autodiff_ast.api", "autodiff_ast.batching", "autodiff_ast.pmap")) and \
                 callable(fn):
             # grad(f), vmap(f, ...) written inside the function: built once, now.
-            args = [self.expr(a) for a in node.args]
-            kwargs = {k.arg: self.expr(k.value) for k in node.keywords}
+            # (options written as displays, `in_axes=({"w": None}, 0)`, are read as written)
+            args = [_display_value(a) or self.expr(a) for a in node.args]
+            kwargs = {k.arg: _display_value(k.value) or self.expr(k.value)
+                      for k in node.keywords}
             if args and isinstance(args[0], Static) and \
                     isinstance(args[0].value, LocalFunction):
                 return self.transform_of_local(fn, args, kwargs, node)
@@ -1407,6 +1409,13 @@ class Normalizer:
                                                          kwargs.values()]
             if all(v is not _NOT_STATIC for v in values):
                 return Static(fn(*values[:len(args)], **dict(zip(kwargs, values[len(args):]))))
+            if fn.__name__ in _TRANSFORM_MAKERS:
+                raise self.unsupported(
+                    f"the options of {fn.__name__}(...) written inside transformed code must "
+                    "be known when the code is generated (constants, or names bound to "
+                    "constants outside the function)", node,
+                    f"write {fn.__name__}'s options as constants: in_axes=(None, 0), "
+                    "argnums=(0, 1)")
         if inspect.isfunction(fn) or inspect.ismethod(fn):
             return self.call_user(fn, node, target)
         if isinstance(fn, type) and issubclass(fn, tuple) and hasattr(fn, "_fields"):
@@ -3178,6 +3187,38 @@ _ZERO_DIM_RULES = frozenset({"where", "copy", "asarray", "array"})
 
 
 _NOT_STATIC = object()
+
+
+#: The transforms a function may build inside transformed code (``vmap(loss, ...)(p, X)``).
+_TRANSFORM_MAKERS = frozenset({"grad", "value_and_grad", "jvp", "vjp", "jacfwd", "jacrev",
+                               "jacobian", "hessian", "vmap", "linearize", "checkpoint"})
+
+
+def _display_value(node):
+    """Static(value) of a display made of constants only (``({"w": None, "b": 0}, 0)``), for
+    a transform's options; None for anything else (a name, a call, a plain constant)."""
+    def value(part):
+        if isinstance(part, gast.Constant):
+            return part.value
+        if isinstance(part, gast.UnaryOp) and isinstance(part.op, gast.USub) and \
+                isinstance(part.operand, gast.Constant) and \
+                isinstance(part.operand.value, (int, float)):
+            return -part.operand.value
+        if isinstance(part, (gast.Tuple, gast.List)):
+            values = [value(e) for e in part.elts]
+            if any(v is _NOT_STATIC for v in values):
+                return _NOT_STATIC
+            return tuple(values)  # (a list, as a tuple: what the options took before)
+        if isinstance(part, gast.Dict) and None not in part.keys:
+            keys, values = [value(k) for k in part.keys], [value(v) for v in part.values]
+            if any(v is _NOT_STATIC for v in keys + values):
+                return _NOT_STATIC
+            return dict(zip(keys, values))
+        return _NOT_STATIC
+    if not isinstance(node, (gast.Tuple, gast.List, gast.Dict)):
+        return None
+    found = value(node)
+    return None if found is _NOT_STATIC else Static(found)
 
 
 def _static_value(atom):

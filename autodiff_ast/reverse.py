@@ -1927,7 +1927,9 @@ class _Builder:
                 # its first forward step: t_bar, reset to that shape, would give a sweep over
                 # this backward pass (which reads shapes from last values) a wrong shape.
                 t, bar = restore.targets[0].id, reset.targets[0].id
-                reset.value = fill("np.zeros_like(t) if t.size else np.zeros_like(b)",
+                # (np.size when t is also bound to a number: `a[i] if i > 0 else 0.0`)
+                test = "np.size(t)" if _bound_to_number(self.core, t) else "t.size"
+                reset.value = fill(f"np.zeros_like(t) if {test} else np.zeros_like(b)",
                                    t=t, b=bar)
         self.stale_views = _stale_views(self.core, self.adj.out)
         self.preallocated = self._plan_preallocated_tapes(needed)
@@ -2322,6 +2324,22 @@ def _steps_of_nest(loop, step, trips):
                 yield from visit(stmt.body, fill("s * t + o", s=step, t=inner, o=offset),
                                  fill("n * t", n=trips, t=inner))
     yield from visit(loop.body, step, trips)
+
+
+def _bound_to_number(core, t):
+    """Whether some statement of `core` binds `t` to a number (a constant, or a name typed as
+    one): t is then an array on some paths and a number on others."""
+    numbers = ("float", "int", "bool")
+    for node in (n for stmt in core.body for n in gast.walk(stmt)):
+        if isinstance(node, gast.Assign) and any(isinstance(e, gast.Name) and e.id == t
+                                                 for e in node.targets):
+            value = node.value
+            if isinstance(value, gast.Constant) and type(value.value) in (int, float, bool):
+                return True
+            if isinstance(value, gast.Name) and \
+                    core.types.get(value.id, T.UNKNOWN).kind in numbers:
+                return True
+    return False
 
 
 def _slotted_steps(body):

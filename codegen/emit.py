@@ -136,9 +136,30 @@ def _negated(node):
     return node
 
 
+class _CountDivisions(ast.NodeTransformer):
+    """``1.0 / x.size`` (a constant over an array's size, length or extent) as
+    ``np.divide(1.0, x.size)``: the mean of an empty selection (``np.mean(x[x > c])``) is nan
+    in NumPy, and its adjoint must not raise ZeroDivisionError (Python's int and float)."""
+
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        left, right = node.left, node.right
+        constant = isinstance(left, ast.Constant) and type(left.value) in (int, float)
+        count = (isinstance(right, ast.Attribute) and right.attr == "size") or \
+            (isinstance(right, ast.Subscript) and isinstance(right.value, ast.Attribute) and
+             right.value.attr == "shape") or \
+            (isinstance(right, ast.Call) and isinstance(right.func, ast.Name) and
+             right.func.id == "len")
+        if not (isinstance(node.op, ast.Div) and constant and count):
+            return node
+        divide = ast.Attribute(value=ast.Name(id="np", ctx=ast.Load()), attr="divide",
+                               ctx=ast.Load())
+        return ast.copy_location(ast.Call(func=divide, args=[left, right], keywords=[]), node)
+
+
 def render_function(fn, decorator=None):
     """Source text of one FunctionDef (markers turned into comments)."""
-    text = ast.unparse(to_ast(fn))
+    text = ast.unparse(_CountDivisions().visit(to_ast(fn)))
     if decorator:
         text = f"@{decorator}\n{text}"
     return _unmark(text)

@@ -810,3 +810,48 @@ def test_sum_and_prod_with_where(f):
     np.testing.assert_allclose(ad.grad(f)(x), expected, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(jit(ad.grad(f))(x), expected, rtol=1e-6, atol=1e-8)
     ad.check_grads(f, (x,), order=1, modes=("fwd", "rev"))
+
+
+# ---------------------------------------------------------------- an empty selection's mean,
+# and a name that is an array on one path and a number on another (session 43)
+def _mean_of_outliers(x):
+    return np.mean(x[x > 10.0]) + np.sum(x * x)
+
+
+def _mean_by_size(x):
+    y = x[x > 10.0]
+    return np.sum(y) / y.size + np.sum(x * x)
+
+
+@pytest.mark.parametrize("f", [_mean_of_outliers, _mean_by_size])
+def test_the_mean_of_an_empty_selection_has_a_gradient(f):
+    # The primal is nan (NumPy warns); the gradient divided a Python 1.0 by the selection's
+    # size 0 and raised ZeroDivisionError. The empty selection's adjoint is empty: the
+    # gradient is that of the other term, as under jit.
+    x = np.array([0.5, -1.0, 2.0])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        got = ad.grad(f)(x)
+    np.testing.assert_allclose(got, 2.0 * x)
+    np.testing.assert_allclose(jit(ad.grad(f))(x), 2.0 * x)
+    y = np.array([0.5, 11.0, 12.0])  # not empty: central differences
+    np.testing.assert_allclose(ad.grad(f)(y), fd_grad(f, y), rtol=1e-6)
+
+
+def _rows_or_zero(A):
+    n = A.shape[0]
+    s = np.zeros(n)
+    for i in range(n):
+        s[-i:] += A[i - 1, -i:] if i > 0 else 0.0
+    return np.sum(s * s)
+
+
+def test_a_name_bound_to_an_array_or_a_number():
+    # The backward sweep reset the choice's adjoint with `t.size`: AttributeError on the
+    # step that had bound 0.0.
+    A = RNG.standard_normal((4, 4))
+    np.testing.assert_allclose(ad.grad(_rows_or_zero)(A), fd_grad(_rows_or_zero, A),
+                               rtol=1e-6, atol=1e-8)
+    with pytest.raises(ad.CompileError) as info:  # Numba gives a name one type
+        jit(ad.grad(_rows_or_zero))(A)
+    assert "`choice` is array(float64, 1d, C) on one path and float64 on another" in \
+        str(info.value)

@@ -125,3 +125,22 @@ def test_a_write_through_a_view_is_refused(tmp_path, monkeypatch, view):
     finally:
         import sys
         sys.modules.pop("viewed", None)
+
+
+# ---------------------------------------------------------------- session 43: jacrev of an
+# index list beside a slice (the pullback's np.add.at batched over cotangent rows)
+def _listed_columns(A):
+    return A[:, [0, 2]] * 2.0
+
+
+@pytest.mark.parametrize("transform", [ad.jacrev, ad.jacfwd, lambda f: jit(ad.jacrev(f))])
+def test_jacobian_of_an_index_list_beside_a_slice(transform):
+    # vmap of the pullback wrote np.add.at(A_bar[i], (slice, cols), v[i]), which the front
+    # end refused on the generated file: the list bound to a name was not taken for an
+    # integer index when ordering the example's axes.
+    A = np.arange(6.0).reshape(2, 3)
+    want = np.zeros((2, 2, 2, 3))
+    for r in range(2):
+        for s, b in enumerate([0, 2]):
+            want[r, s, r, b] = 2.0
+    np.testing.assert_array_equal(transform(_listed_columns)(A), want)
