@@ -55,9 +55,13 @@ def rename_names(source, mapping):
     """
     lines = source.split("\n")
     edits = []
+    before = None
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type == tokenize.NAME and tok.string in mapping:
+        if tok.type == tokenize.NAME and tok.string in mapping and \
+                not (before is not None and before.type == tokenize.OP and before.string == "."):
             edits.append((tok.start[0], tok.start[1], tok.end[1], mapping[tok.string]))
+        if tok.type not in (tokenize.NL, tokenize.COMMENT):
+            before = tok
     for row, start, end, new in reversed(edits):
         line = lines[row - 1]
         lines[row - 1] = line[:start] + new + line[end:]
@@ -141,6 +145,57 @@ def _merged_doc(parts_list, entries):
     return "\n".join(lines) + "\n"
 
 
+def _imported(line):
+    """{bound name: what it is bound to} for one import line (``from m import a as b`` ->
+    {"b": ("m", "a")}, ``import numpy as np`` -> {"np": ("numpy", None)})."""
+    node = ast.parse(line).body[0]
+    if isinstance(node, ast.ImportFrom):
+        module = "." * node.level + (node.module or "")
+        return {a.asname or a.name: (module, a.name) for a in node.names}
+    return {a.asname or a.name.split(".")[0]: (a.name if a.asname else a.name.split(".")[0],
+                                                None) for a in node.names}
+
+
+def _import_line(bound, what):
+    module, name = what
+    if name is None:
+        return f"import {module}" if bound == module else f"import {module} as {bound}"
+    return f"from {module} import {name}" if bound == name else \
+        f"from {module} import {name} as {bound}"
+
+
+def _agree_on_imported_names(parts_list):
+    """Rename, in place, the names a module binds by import to something another module
+    already binds under the same name (each module named the data it reads on its own:
+    ``from lib import W`` in one, ``from model import W`` in the next), so that every name
+    of the merged module means one thing."""
+    bound = {}  # name -> (module, attribute) over the modules seen so far
+    for k, parts in enumerate(parts_list):
+        own = {}
+        for line in parts.imports:
+            own.update(_imported(line))
+        taken = set(bound) | set(own) | {n for p in parts_list for n in p.functions} | {
+            n for text in parts.functions.values() for n in re.findall(r"\b[A-Za-z_]\w*", text)}
+        renames = {}
+        for name, what in own.items():
+            if name in bound and bound[name] != what:
+                known = [b for b, w in bound.items() if w == what]
+                if known:
+                    renames[name] = known[0]
+                    continue
+                j = 2
+                while f"{name}_{j}" in taken:
+                    j += 1
+                renames[name] = f"{name}_{j}"
+                taken.add(renames[name])
+        if renames:
+            parts.imports = [_import_line(renames.get(n, n), w) for n, w in own.items()]
+            parts.functions = {n: rename_names(t, renames) for n, t in parts.functions.items()}
+            parts.other = [rename_names(o, renames) for o in parts.other]
+        for name, what in own.items():
+            bound.setdefault(renames.get(name, name), what)
+
+
 def _import_order(line):
     if line.startswith("import "):
         rank = {"import math": 0, "import numpy as np": 1, "import numba": 2}.get(line, 3)
@@ -156,6 +211,7 @@ def merge(sources, command=None, entries=None):
     """
     parts_list = [split_module(s) for s in sources]
     entries = list(entries or [next(reversed(p.functions), "") for p in parts_list])
+    _agree_on_imported_names(parts_list)
     merged = {}
     keep = set(entries)
     for parts in parts_list:

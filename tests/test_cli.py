@@ -272,6 +272,35 @@ def test_package_module_target(tmp_path, run_isolated):
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
+def test_functions_reading_data_of_the_same_name_from_two_modules(tmp_path, run_isolated):
+    # Each function's module named the data it reads on its own (W from lib.py as W in one,
+    # as W_2 in the other); the merged module imported both under both names, and both
+    # gradients read model.W for lib.W (silently wrong). Session 43's CLI hunt.
+    (tmp_path / "lib.py").write_text(
+        "import numpy as np\nW = np.array([2.0, 3.0, 4.0])\n\n\n"
+        "def smooth(v):\n    return np.sin(v) * W\n")
+    (tmp_path / "twodata.py").write_text(
+        "import numpy as np\nfrom lib import smooth\nW = np.array([-1.0, 0.5, 0.25])\n\n\n"
+        "def f(x):\n    return np.sum(smooth(x) * W)\n\n\n"
+        "def g(x):\n    return np.sum(smooth(x * W))\n")
+    cli("grad", "twodata.py:f,g", "--signature", "x=float64[N]", "-o", "grads.py",
+        cwd=tmp_path)
+    out = run_isolated(FD + textwrap.dedent("""
+        import twodata
+        from grads import grad_f, grad_g
+        x = np.array([0.3, -0.8, 1.1])
+        check(grad_f(x), fd(twodata.f, (x,), 0))
+        check(grad_g(x), fd(twodata.g, (x,), 0))
+        print("ok")
+    """), tmp_path)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_merged_imports_rename_only_bare_names():
+    from autodiff_ast.cli_module import rename_names
+    assert rename_names("y = W * cfg.W  # W\n", {"W": "W_2"}) == "y = W_2 * cfg.W  # W\n"
+
+
 # ---------------------------------------------------------------- writing
 def test_output_is_written_atomically_and_replaced(project):
     target = project / "out.py"
