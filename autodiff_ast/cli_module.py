@@ -170,7 +170,7 @@ def _agree_on_imported_names(parts_list):
     ``from lib import W`` in one, ``from model import W`` in the next), so that every name
     of the merged module means one thing."""
     bound = {}  # name -> (module, attribute) over the modules seen so far
-    for k, parts in enumerate(parts_list):
+    for parts in parts_list:
         own = {}
         for line in parts.imports:
             own.update(_imported(line))
