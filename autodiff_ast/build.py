@@ -27,7 +27,15 @@ from dataclasses import dataclass, field
 import gast
 
 from codegen.dict_outputs import flatten_returned_dicts
-from codegen.emit import blank, comment, function, is_marker, names_bound, render_module
+from codegen.emit import (
+    blank,
+    comment,
+    function,
+    is_marker,
+    names_bound,
+    render_function,
+    render_module,
+)
 from codegen.fused_updates import ADD_HELPERS
 from codegen.helpers import helper_source
 from codegen.param_writes import dotted_name, numpy_writes_first_argument
@@ -319,6 +327,10 @@ class ModuleBuilder:
                 self.functions.insert(0, function(core.name, core.params, body, core.returns,
                                                   doc=None))
                 self.emitted_primals.add(fname)
+                owner = self.program.custom_primals.get(fname)
+                if owner is not None:  # (its text names the rule: custom.emitted_primal)
+                    from .custom import note_emitted_primal
+                    note_emitted_primal(render_function(self.functions[0]), owner)
                 changed = True
 
     def imports_and_data(self, standalone_module=None):

@@ -40,7 +40,7 @@ import gast
 import numpy as np
 
 from . import types as T
-from .errors import ArgnumsError, AutodiffError, MissingRuleError
+from .errors import ArgnumsError, AutodiffError, MissingRuleError, ShapeMismatchError
 from .rules import Rule
 from .specs import Static, TreeSpec
 from .templates import assign, fill, name, to_expr, unparse
@@ -61,10 +61,40 @@ def register_route(fn, handler):
     _ROUTES[fn] = handler
 
 
+#: The text of a generated module's copy of a custom function's primal -> the custom object.
+_EMITTED_PRIMALS = {}
+_EMITTED_BY_CODE = {}  # a generated function's code object -> its owner, or None
+
+
+def note_emitted_primal(text, owner):
+    """Remember that a generated module defines `text`, the primal of custom function `owner`:
+    when that module is differentiated again (hessian, jacfwd(grad(f))), a call to it is the
+    custom function's, with its rule, not a function whose body is differentiated."""
+    _EMITTED_PRIMALS[text] = owner
+
+
+def emitted_primal(fn):
+    """The custom object whose primal `fn` (a function of a generated module) is, or None."""
+    if not _EMITTED_PRIMALS or not inspect.isfunction(fn) or \
+            not (getattr(fn, "__module__", None) or "").startswith("autodiff_ast_generated"):
+        return None
+    code = fn.__code__
+    if code not in _EMITTED_BY_CODE:
+        try:
+            text = inspect.getsource(fn)
+        except (OSError, TypeError):
+            text = None
+        _EMITTED_BY_CODE[code] = _EMITTED_PRIMALS.get(text.rstrip("\n")) if text else None
+    return _EMITTED_BY_CODE[code]
+
+
 def route(normalizer, fn, node, target):
     """Normalize a call to a function with a custom rule; None for every other callable."""
     if isinstance(fn, (custom_jvp, custom_vjp)):
         return fn._route(normalizer, node, target)
+    owner = emitted_primal(fn)
+    if owner is not None:
+        return owner._route(normalizer, node, target)
     try:
         handler = _ROUTES.get(fn)
         registration = _REGISTERED.get(fn)
@@ -468,6 +498,8 @@ class custom_jvp:
                         for p in params}
         primal = normalize_into(normalizer.program, parse_callee(self.fun), primal_specs)
         emitted, out_t = primal.name, primal.return_type
+        if not static:  # (with static arguments folded in, the copy takes fewer parameters)
+            normalizer.program.custom_primals[emitted] = self
         rule_core = normalize_into(normalizer.program, parse_callee(self.jvp), specs)
         program = normalizer.program
         owner = self
@@ -750,6 +782,18 @@ class custom_vjp:
         finally:
             _INSIDE_OWN_RULE.discard(id(self))
         floats = [p for p in diff if types_[p].is_float]
+        if bwd_out.kind == "tuple" and len(bwd_out.elts or ()) == len(diff):
+            for p, cot_t in zip(diff, bwd_out.elts):
+                ranks = (types_[p].ndim, cot_t.ndim)
+                if p in floats and cot_t.kind != "none" and None not in ranks and \
+                        ranks[0] != ranks[1]:  # (JAX refuses a cotangent of another shape)
+                    what = "a number" if not ranks[0] else f"an array of rank {ranks[0]}"
+                    got = "a number" if not ranks[1] else f"an array of rank {ranks[1]}"
+                    raise normalizer.info.error(
+                        ShapeMismatchError, f"the bwd function of {self.__name__} returns "
+                        f"{got} as the cotangent of {p!r}, which is {what}", node,
+                        "return a cotangent of the argument's shape (for a number broadcast "
+                        "into an array, np.sum of the array's cotangent)")
         fwd_out_t = T.AType("tuple", elts=(out_t,) + tuple(leaf_types))
         owner = self
 

@@ -221,6 +221,9 @@ class Program:
     def __init__(self, reserved=()):
         self.functions = {}  # key -> CoreFunction
         self.data = {}  # emitted name -> (module name or None, attribute, value)
+        # emitted name of a custom_jvp/custom_vjp function's primal -> the custom object (the
+        # module's copy of it keeps the rule when the module is differentiated again)
+        self.custom_primals = {}
         # (the helpers a generated module may carry, or jit's dialect may add, are named
         # as they are: a function of the user's named like one is renamed)
         self.module_names = Namer(set(reserved) | helper_names())

@@ -594,3 +594,77 @@ def test_vmap_of_a_custom_jvp_function_itself():
     np.testing.assert_allclose(ad.vmap(log1pexp)(xs), np.log1p(np.exp(xs)), rtol=1e-14)
     np.testing.assert_allclose(ad.vmap(ad.grad(log1pexp))(xs), 1.0 / (1.0 + np.exp(-xs)),
                                rtol=1e-14)
+
+
+# ---------------------------------------------------------------- session 43: a second
+# derivative through a custom_jvp function's own value
+@ad.custom_jvp
+def _round_ste(x):
+    return np.round(x)
+
+
+@_round_ste.defjvp
+def _round_ste_jvp(primals, tangents):
+    x, = primals
+    t, = tangents
+    return _round_ste(x), t  # straight through: d round / dx taken as 1
+
+
+def _ste_loss(x):
+    return np.sum(_round_ste(x) * x)
+
+
+@ad.custom_jvp
+def _sin_thrice(x):
+    return np.sin(x)
+
+
+@_sin_thrice.defjvp
+def _sin_thrice_jvp(primals, tangents):
+    x, = primals
+    t, = tangents
+    return _sin_thrice(x), 3.0 * np.cos(x) * t
+
+
+def _sin_thrice_times_x(x):
+    return _sin_thrice(x) * x
+
+
+def test_second_derivatives_keep_a_custom_jvp_rule():
+    # The first-order module wrote the custom function's primal as a plain helper; a second
+    # transform of that module differentiated the helper's body (np.round: 0) instead of
+    # taking the rule (1). JAX's values: d2/dx2 of round_ste(x) * x is 2 on the diagonal.
+    x = np.array([0.3, 1.6, -2.2])
+    np.testing.assert_allclose(ad.hessian(_ste_loss)(x), 2.0 * np.eye(3))
+    np.testing.assert_allclose(ad.jacfwd(ad.grad(_ste_loss))(x), 2.0 * np.eye(3))
+    # f' = 3 cos by the rule: (f x)'' = 2 * 3 cos x - 3 x sin x
+    want = 6.0 * np.cos(0.3) - 3.0 * 0.3 * np.sin(0.3)
+    np.testing.assert_allclose(ad.grad(ad.grad(_sin_thrice_times_x))(0.3), want, rtol=1e-12)
+
+
+@ad.custom_vjp
+def _scale(x, a):
+    return a * x
+
+
+def _scale_fwd(x, a):
+    return a * x, (x, a)
+
+
+def _scale_bwd(res, g):
+    x, a = res
+    return g * a, g * x  # wrong: a is a number, its cotangent must be np.sum(g * x)
+
+
+_scale.defvjp(_scale_fwd, _scale_bwd)
+
+
+def _scale_loss(x, a):
+    return np.sum(_scale(x, a) ** 2)
+
+
+def test_a_bwd_cotangent_of_another_rank_is_refused():
+    # It was returned as the number's gradient: an array of x's shape (JAX refuses it).
+    with pytest.raises(ad.ShapeMismatchError, match="returns an array of rank 1 as the "
+                       "cotangent of 'a', which is a number"):
+        ad.grad(_scale_loss, argnums=1)(np.array([0.3, -0.8, 1.1]), 0.7)
