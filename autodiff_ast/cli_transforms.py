@@ -244,13 +244,55 @@ def resolve_generated_imports(source, fn):
     return _GEN_IMPORT.sub(replace, source)
 
 
+def _entry_path(value, container, spelled, depth=0):
+    """How `value` is reached from `container` (a dict, list or tuple), spelled from `spelled`
+    (``P['w']``, ``LAYERS[1]``), or None."""
+    if depth > 4:
+        return None
+    items = container.items() if isinstance(container, dict) else \
+        enumerate(container) if isinstance(container, (list, tuple)) else ()
+    for key, item in items:
+        here = f"{spelled}[{key!r}]"
+        if item is value:
+            return here
+        if isinstance(item, (dict, list, tuple)):
+            found = _entry_path(value, item, here, depth + 1)
+            if found:
+                return found
+    return None
+
+
 def _check_standalone(generated, fn):
-    if generated.injected:
-        names = ", ".join(sorted(generated.injected))
+    if not generated.injected:
+        return
+    module_globals = getattr(fn, "__globals__", {})
+    described, entries = [], []
+    for emitted, value in sorted(generated.injected.items()):
+        found = next((path for holder, held in module_globals.items()
+                      if isinstance(held, (dict, list, tuple)) and not holder.startswith("__")
+                      for path in [_entry_path(value, held, holder)] if path), None)
+        described.append(found or emitted)
+        if found:
+            entries.append(found)
+    if entries:
+        first = entries[0]
         raise TransformError(
-            f"{_where(fn)}: {fn.__name__} reads {names}, which the generated module cannot "
-            "import (not a module-level name of an importable module) (hint: make it a "
-            "module-level name or pass it as an argument)")
+            f"{_where(fn)}: {fn.__name__} reads {', '.join(described)}, "
+            f"{'an entry' if len(described) == 1 else 'entries'} of a "
+            "module-level dict, list or tuple; the generated module imports module-level "
+            "arrays by name only (hint: bind the entry to a module-level name, "
+            f"`{_identifier_for(first)} = {first}`, and read that, or pass it as an argument; "
+            "grad(f) in Python takes it as it is)")
+    raise TransformError(
+        f"{_where(fn)}: {fn.__name__} reads {', '.join(described)}, which the generated module "
+        "cannot import (not a module-level name of an importable module) (hint: make it a "
+        "module-level name or pass it as an argument)")
+
+
+def _identifier_for(path):
+    """A module-level name for an entry (``P['w']`` -> ``P_w``)."""
+    text = "".join(c if c.isalnum() or c == "_" else "_" for c in path)
+    return "_".join(part for part in text.split("_") if part)
 
 
 # ---------------------------------------------------------------- reverse mode (grad, vjp)

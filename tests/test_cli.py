@@ -361,6 +361,18 @@ def test_a_dict_argument_is_refused_not_written_as_an_array(project):
     assert run.returncode == 1 and not (project / "out.py").exists()
 
 
+def test_an_entry_of_a_module_dict_is_refused_by_its_spelling(tmp_path):
+    # The message named the flattened leaf (P_w, LAYERS_1), which the user never wrote, and
+    # told them to make it a module-level name, which P already is.
+    (tmp_path / "entries.py").write_text(
+        "import numpy as np\nP = {'w': np.array([1.0, -2.0])}\n\n\n"
+        "def f(x):\n    return np.sum(x * P['w'])\n")
+    run = cli("grad", "entries.py:f", "--signature", "x=float64[N]", "-o", "g.py",
+              cwd=tmp_path, check=False)
+    assert_one_line_error(run, "entries.py:5: f reads P['w'], an entry of a module-level "
+                          "dict", "`P_w = P['w']`")
+
+
 def test_exception_while_importing_the_file(project):
     (project / "raises.py").write_text("import numpy as np\n\nvalue = 1 / 0\n")
     run = cli("grad", "raises.py:f", cwd=project, check=False)
