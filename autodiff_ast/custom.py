@@ -474,7 +474,7 @@ class custom_jvp:
             if not isinstance(atoms[p], gast.AST):
                 raise normalizer.unsupported(f"the argument {p!r} of {self.__name__} must be "
                                              "an array or a number (or listed in "
-                                             "nondiff_argnums)", node)
+                                             "nondiff_argnums)", node, _PYTREE_HINT)
         types_ = {p: atom_type(atoms[p], normalizer.types) for p in diff}
         rule_params, _ = _signature(self.jvp)
         specs = {}
@@ -752,7 +752,7 @@ class custom_vjp:
                                              "an array or a number" + (
                                                  " (or, in nondiff_argnums, a number or "
                                                  "string constant)" if p in nondiff else ""),
-                                             node)
+                                             node, _PYTREE_HINT)
             types_[p] = atom_type(atoms[p], normalizer.types)
         diff = [p for p in params if p not in nondiff]
         program = normalizer.program
@@ -835,6 +835,12 @@ class custom_vjp:
             "nondiff"
         return normalizer.emit(value, out_t, Prim(kind, args=[pair], rule=first), target,
                                f"{_identifier(self.__name__)}_out")
+
+
+#: What to do when a custom function is passed a pytree (JAX takes one; we do not yet).
+_PYTREE_HINT = ("a custom_jvp/custom_vjp function takes arrays and numbers, not a dict, "
+                "list or tuple of them yet: pass the entries as arguments of their own "
+                "(f(p['w'], x) for f(p, x))")
 
 
 def _unused(base, taken):

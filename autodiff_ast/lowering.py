@@ -50,6 +50,17 @@ def _const(value):
     return gast.Constant(value=value, kind=None)
 
 
+def _checkpointed(loop):
+    """Whether `loop` is ``for t in checkpoint(range(...))`` (or ``ad.checkpoint(...)``)."""
+    it = getattr(loop, "iter", None)
+    if not (isinstance(it, gast.Call) and len(it.args) == 1):
+        return False
+    func = it.func
+    called = func.id if isinstance(func, gast.Name) else \
+        func.attr if isinstance(func, gast.Attribute) else None
+    return called == "checkpoint"
+
+
 def _exits(stmts, kinds):
     """Whether `stmts` contain one of `kinds` outside nested loops (and nested defs)."""
     for stmt in stmts:
@@ -99,7 +110,14 @@ class _Lowerer:
 
     def loop(self, loop):
         before, after = [], []
-        if _exits(loop.body, gast.Return):
+        returns = _exits(loop.body, gast.Return)
+        if (returns or _exits(loop.body, gast.Break)) and _checkpointed(loop):
+            word = "return" if returns else "break"
+            self.fail(f"{word} inside a checkpointed loop (`for t in checkpoint(range(n))`) "
+                      "is not supported: its backward sweep recomputes whole segments of "
+                      "steps", loop, "use a plain range loop, or keep the loop running and "
+                      "stop changing the state once done (a flag, or np.where)")
+        if returns:
             returned = self.namer.temp("returned")
             value = self.namer.temp("returned_value")
             loop.body = self.replace_returns(loop.body, returned, value)

@@ -442,3 +442,63 @@ def test_vmap_refuses_an_axis_known_only_at_run_time():
     err = info.value
     assert_located(err, doubled_sum_along, "np.sum")
     assert "axis is only known at run time" in err.message
+
+
+# ---------------------------------------------------------------- session 43's custom-rule
+# and checkpoint hunt: messages that named the wrong thing
+def _return_in_checkpointed_loop(x, n):
+    y = x.copy()
+    for _ in ad.checkpoint(range(n)):
+        y = y + 0.1 * np.tanh(y)
+        if np.max(y) > 2.0:
+            return np.sum(y)
+    return np.sum(y * y)
+
+
+def _break_in_checkpointed_loop(x, n):
+    y = x.copy()
+    for _ in ad.checkpoint(range(n)):
+        y = y + 0.1 * np.tanh(y)
+        if np.sum(y) > 3.0:
+            break
+    return np.sum(y ** 2)
+
+
+@pytest.mark.parametrize("fn, word", [(_return_in_checkpointed_loop, "return"),
+                                      (_break_in_checkpointed_loop, "break")])
+def test_leaving_a_checkpointed_loop_is_refused_for_what_it_is(fn, word):
+    # Both were told "break is supported in `for i in range(...)` loops" (a range loop, and
+    # a return, not a break).
+    with pytest.raises(UnsupportedSyntaxError) as info:
+        ad.grad(fn)(np.array([0.3, -0.8, 1.1]), 5)
+    message = assert_located(info.value, fn, "for _ in ad.checkpoint(range(n)):")
+    assert f"{word} inside a checkpointed loop" in message
+
+
+@ad.custom_vjp
+def _scaled_by_entry(p, x):
+    return p["w"] * x
+
+
+def _scaled_fwd(p, x):
+    return _scaled_by_entry(p, x), (p, x)
+
+
+def _scaled_bwd(res, g):
+    p, x = res
+    return {"w": g * x}, g * p["w"]
+
+
+_scaled_by_entry.defvjp(_scaled_fwd, _scaled_bwd)
+
+
+def _custom_of_a_dict(p, x):
+    return np.sum(_scaled_by_entry(p, x))
+
+
+def test_a_custom_function_given_a_dict_says_what_to_do():
+    x = np.array([0.3, -0.8, 1.1])
+    with pytest.raises(UnsupportedSyntaxError) as info:
+        ad.grad(_custom_of_a_dict)({"w": x}, x)
+    message = assert_located(info.value, _custom_of_a_dict, "_scaled_by_entry(p, x)")
+    assert "pass the entries as arguments of their own" in message
