@@ -468,6 +468,7 @@ class _Lower(gast.NodeTransformer):
         self.ints = set()  # names that only ever hold an integer in this function
         self.arrays = set()  # local names never bound to a list (so a[...] += v updates an array)
         self.lists = set()  # local names bound to a list built with append
+        self.index_lists = set()  # local names bound once to a list of int constants
         self.local = set()  # names this function binds, its parameters among them
         self.masks = set()  # its parameters that may be boolean vectors (see visit_FunctionDef)
 
@@ -488,6 +489,7 @@ class _Lower(gast.NodeTransformer):
         self.ints = _int_names(node)
         self.arrays = _local_non_lists(node)
         self.lists = _local_lists(node)
+        self.index_lists = _index_lists(node)
         self.generic_visit(node)
         return node
 
@@ -1186,9 +1188,15 @@ class _Lower(gast.NodeTransformer):
         if isinstance(node.slice, gast.List):  # x[[0, 0, 2]]: an index array
             node.slice = _call("np.array", [node.slice])
         elif isinstance(node.slice, gast.Tuple):  # y[[0, 1], [1, 0]]: index arrays
-            node.slice.elts = [_call("np.array", [e]) if isinstance(e, gast.List) else e
-                               for e in node.slice.elts]
+            # (a list display bound to a name, `cols = [0, 2]` then `a[:, cols]`, too: Numba
+            # indexes with arrays, not lists)
+            node.slice.elts = [
+                _call("np.array", [e]) if isinstance(e, gast.List) or (
+                    isinstance(e, gast.Name) and e.id in self.index_lists) else e
+                for e in node.slice.elts]
             self.module_index_arrays(node.slice)
+        elif isinstance(node.slice, gast.Name) and node.slice.id in self.index_lists:
+            node.slice = _call("np.array", [node.slice])
         return node
 
     def module_index_arrays(self, index):
@@ -1607,6 +1615,23 @@ def _int_names(fn):
                 id(node) not in good:
             other.add(node.id)
     return set(good.values()) - other
+
+
+def _index_lists(fn):
+    """Names `fn` binds once, to a list display of integer constants (``tup = [0, 0, 2]``: an
+    index list the normalizer named), and never changes (no call of a list method on it)."""
+    bound, once = {}, set()
+    for node in gast.walk(fn):
+        if isinstance(node, gast.Name) and not isinstance(node.ctx, gast.Load):
+            bound[node.id] = bound.get(node.id, 0) + 1
+        if isinstance(node, gast.Assign) and len(node.targets) == 1 and \
+                isinstance(node.targets[0], gast.Name) and isinstance(node.value, gast.List) \
+                and node.value.elts and all(isinstance(e, gast.Constant) and
+                                            type(e.value) is int for e in node.value.elts):
+            once.add(node.targets[0].id)
+    changed = {node.value.id for node in gast.walk(fn)
+               if isinstance(node, gast.Attribute) and isinstance(node.value, gast.Name)}
+    return {n for n in once if bound.get(n) == 1 and n not in changed}
 
 
 def _local_lists(fn):

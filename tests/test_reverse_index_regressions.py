@@ -144,3 +144,19 @@ def test_jacobian_of_an_index_list_beside_a_slice(transform):
         for s, b in enumerate([0, 2]):
             want[r, s, r, b] = 2.0
     np.testing.assert_array_equal(transform(_listed_columns)(A), want)
+
+
+def _scatter_beside_a_slice(x):
+    a = np.zeros((3, 4))
+    np.add.at(a, (slice(None), [0, 0, 2]), x)
+    return np.sum(a ** 2)
+
+
+def test_add_at_with_a_slice_and_an_index_list_under_jit():
+    # The backward read a_bar[slice_2, tup] with tup a Python list: Numba has no getitem
+    # for a list index (CompileError); the dialect indexes with np.array(tup).
+    x = np.arange(9.0).reshape(3, 3)
+    col = x[:, 0] + x[:, 1]
+    want = np.stack([2.0 * col, 2.0 * col, 2.0 * x[:, 2]], axis=1)
+    np.testing.assert_allclose(ad.grad(_scatter_beside_a_slice)(x), want)
+    np.testing.assert_allclose(jit(ad.grad(_scatter_beside_a_slice))(x), want)
