@@ -103,12 +103,21 @@ def choose_strategy(strategy, vectorized, per_example_source):
     >>> choose_strategy("auto", gen, "def f(W, x):\\n    return W @ x\\n")[0]
     'vectorized'
     """
+    collective = "collectives." in per_example_source  # psum(x, 'i') needs every example
     if strategy == "vectorized":
         return "vectorized", "batching='vectorized' was asked for"
     if strategy == "loop":
+        if collective:
+            from .batching import BatchingError
+            raise BatchingError(
+                "jit(vmap(f), batching='loop') cannot run f's collective (psum, pmean...): "
+                "it reduces over every example, and the loop runs one example at a time",
+                hint="use batching='auto' or 'vectorized'")
         return "loop", "batching='loop' was asked for"
     if strategy != "auto":
         raise ValueError(f"unknown batching strategy {strategy!r}; choose one of {STRATEGIES}")
+    if collective:
+        return "vectorized", "the function calls a collective (psum, pmean...) over the batch"
     if vectorized.layout.get("variant") != "vectorized":
         return "loop", "vmap could not vectorize the function"
     loops, products = _code_kinds(per_example_source)

@@ -67,14 +67,27 @@ class BatchingError(AutodiffError, ValueError):
 
 
 # ---------------------------------------------------------------- axes
+def _sequences_like(axes, tree):
+    """`axes` with each list or tuple made the kind of sequence `tree` has in its place (a
+    list of axes for a list argument, ``in_axes=([0, None], 0)``, matches it as in JAX; a
+    list where the value has a tuple, or none, is read as a tuple)."""
+    if isinstance(axes, (list, tuple)):
+        if isinstance(tree, (list, tuple)) and len(tree) == len(axes):
+            return type(tree)(_sequences_like(a, t) for a, t in zip(axes, tree))
+        return tuple(_sequences_like(a, None) for a in axes)
+    if isinstance(axes, dict):
+        return {k: _sequences_like(a, tree.get(k) if isinstance(tree, dict) else None)
+                for k, a in axes.items()}
+    return axes
+
+
 def _axes_leaves(axes, tree, what):
     """Flatten an in_axes/out_axes prefix tree against `tree`: one axis per leaf of `tree`.
 
     >>> _axes_leaves({"W": None, "b": 0}, {"W": 1.0, "b": 2.0}, "in_axes")
     [None, 0]
     """
-    if isinstance(axes, list):
-        axes = tuple(axes)
+    axes = _sequences_like(axes, tree)
     leaves, treedef = pytrees.tree_flatten(axes, is_leaf=lambda a: a is None)
     for a in leaves:
         if isinstance(a, bool) or not (a is None or isinstance(a, (int, np.integer))):

@@ -489,7 +489,12 @@ class _Pmapped(_Transformed):
                 state.update(zip(plan.outs[k], values_k))
             cut = plan.cuts[k]
             operands = [_operand(cut, state) for state in states]
-            reduced = backend.collective(cut.kind, operands, n, mine)
+            if isinstance(cut.operand, gast.Tuple):  # psum((x, y), 'i'): each leaf reduced
+                leaves = [backend.collective(cut.kind, list(leaf), n, mine)
+                          for leaf in zip(*operands)]
+                reduced = [tuple(leaf[s] for leaf in leaves) for s in range(len(states))]
+            else:
+                reduced = backend.collective(cut.kind, operands, n, mine)
             for state, value in zip(states, reduced):
                 state[cut.target] = value
         results = backend.gather(results, n, mine)
@@ -533,8 +538,14 @@ def _operand(cut, state):
     atom = cut.operand
     if atom is None:
         return None
+    return _operand_value(atom, state)
+
+
+def _operand_value(atom, state):
     if isinstance(atom, gast.Name):
         return state[atom.id]
+    if isinstance(atom, gast.Tuple):
+        return tuple(_operand_value(e, state) for e in atom.elts)
     return ast.literal_eval(unparse(atom))
 
 

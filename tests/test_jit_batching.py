@@ -424,3 +424,18 @@ def test_outputs_whose_shape_differs_per_example_are_refused(batching):
     same = np.array([[1.0, -2.0, 3.0], [4.0, -5.0, 6.0]])
     np.testing.assert_array_equal(jit(ad.vmap(_positives_doubled), batching=batching)(same),
                                   [[2.0, 6.0], [8.0, 12.0]])
+
+
+# ---------------------------------------------------------------- session 43: a collective
+def _share_of_batch(x):
+    return x / ad.psum(x, "i")
+
+
+def test_auto_batching_keeps_a_collective_over_the_whole_batch():
+    # 'auto' chose the per-example loop (no matrix product), whose examples each ran psum
+    # alone: a CompileError naming the user's line, and a wrong answer had it compiled.
+    X = np.arange(1.0, 13.0).reshape(4, 3)
+    want = X / X.sum(axis=0)
+    np.testing.assert_allclose(jit(ad.vmap(_share_of_batch, axis_name="i"))(X), want)
+    with pytest.raises(ad.BatchingError, match="cannot run f's collective"):
+        jit(ad.vmap(_share_of_batch, axis_name="i"), batching="loop")(X)

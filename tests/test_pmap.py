@@ -177,3 +177,18 @@ def test_pmap_refuses_pytree_arguments_clearly():
     with pytest.raises(PmapError, match="pmap in_axes for argument 'w' is"):
         pmap(lambda w, x: w["a"] * x, axis_name='i',
              in_axes=({"a": None}, 0))({"a": 2.0}, xs)
+
+
+# ---------------------------------------------------------------- session 43: a collective
+# of a tuple
+def _sum_of_pair(x, y):
+    a, b = psum((x, y), "i")  # JAX: psum of a pytree reduces each leaf
+    return a + b
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_psum_of_a_tuple_reduces_each_leaf(jit):
+    # pmap read the tuple operand with ast.literal_eval: ValueError "malformed node".
+    X, Y = np.arange(6.0).reshape(2, 3), np.ones((2, 3))
+    got = pmap(_sum_of_pair, axis_name="i", jit=jit)(X, Y)
+    np.testing.assert_allclose(got, np.tile(X.sum(0) + Y.sum(0), (2, 1)))

@@ -600,3 +600,19 @@ def test_building_a_namedtuple_in_transformed_code_is_refused_by_name():
             xs[0])):
         with pytest.raises(ad.UnsupportedSyntaxError, match=r"building a NamedTuple \(Point\)"):
             transform()
+
+
+# ---------------------------------------------------------------- session 43: a list of axes
+# for a list argument
+def _affine_of_list(p, x):
+    return p[0] * x + p[1]
+
+
+def test_vmap_takes_a_list_of_axes_for_a_list_argument():
+    # in_axes=([0, None], 0): the inner list was read as a tuple, which a list argument never
+    # matches (BatchingError whatever the spelling).
+    P = [np.arange(12.0).reshape(4, 3), np.array([0.5, -1.0, 2.0])]
+    x = np.linspace(-1.0, 1.0, 12).reshape(4, 3)
+    want = np.stack([_affine_of_list([P[0][i], P[1]], x[i]) for i in range(4)])
+    got = ad.vmap(_affine_of_list, in_axes=([0, None], 0))(P, x)
+    np.testing.assert_allclose(got, want)
