@@ -942,9 +942,10 @@ def refuse_dict_output(core, atom):
     dict is passed back only as has_aux's aux output, which is not differentiated)."""
     if isinstance(atom, gast.Name) and core.types.get(atom.id) == T.DICT:
         raise core.info.error(
-            UnsupportedSyntaxError, f"{core.info.name} returns a dict, which has no "
-            "derivative here (a dict is passed back only as has_aux's aux output)",
-            core.return_node, "return its values as a tuple")
+            UnsupportedSyntaxError, f"{core.info.name} returns a dict where a differentiated "
+            "value is expected: a dict output is supported by jacrev, jacfwd, jvp and vjp "
+            "without has_aux, and as has_aux's aux output, not yet as the main output beside "
+            "an aux", core.return_node, "return the dict's values as a tuple")
 
 
 def _element_zero(elt):

@@ -69,7 +69,8 @@ from .param_writes import dotted_name
 __all__ = ["reuse_buffers", "holds_alone", "SHAPE_ATTRS"]
 
 _ALLOCATING = {"np.zeros", "np.zeros_like", "np.empty", "np.empty_like", "np.ones",
-               "np.ones_like", "np.full", "np.full_like", "np.copy", "zeros_like_reusing"}
+               "np.ones_like", "np.full", "np.full_like", "np.copy", "zeros_like_reusing",
+               "full_like_any"}
 #: Calls that read their arguments and return a new array or a number, never a view.
 _READING = _ALLOCATING | {
     "len", "float", "int", "np.sum", "np.max", "np.min", "np.mean", "np.prod", "np.dot",

@@ -1049,12 +1049,27 @@ class _Lower(gast.NodeTransformer):
             return None
         return _call(self.helper("stack_list"), node.args)
 
+    def call_np_full_like(self, node):
+        # Numba's np.full_like takes a number to fill with; a cotangent there may be an array
+        # (np.full_like(y, y_bar) in a transform of a transform)
+        if not self.module.numba_overloads or len(node.args) != 2 or node.keywords or \
+                isinstance(node.args[1], gast.Constant):
+            return None
+        return _call(self.helper("full_like_any"), node.args)
+
     def call_np_array(self, node):
         # Numba's np.array takes no list of arrays: a local list is stacked (np.array(rows))
-        if len(node.args) != 1 or node.keywords or not isinstance(node.args[0], gast.Name) or \
-                node.args[0].id not in self.lists:
+        if len(node.args) != 1 or node.keywords:
             return None
-        return _call(self.helper("stack_list"), node.args)
+        value = node.args[0]
+        if isinstance(value, gast.Name) and value.id in self.lists:
+            return _call(self.helper("stack_list"), node.args)
+        if isinstance(value, gast.Call) and dotted_name(value.func) in _ARRAY_MAKERS:
+            # nor an array (np.array(sum_axis(...)): a 0-d output's batched tangent); a copy
+            # of np.asarray's view is NumPy's np.array of one
+            return _call(gast.Attribute(value=_call("np.asarray", [value]), attr="copy",
+                                        ctx=gast.Load()), [])
+        return None
 
     def call_math_cbrt(self, node):
         # Numba has no math.cbrt; np.cbrt of a float is the same number.
@@ -1378,7 +1393,8 @@ def _is_array_call(node):
     return isinstance(node, gast.Call) and (dotted_name(node.func) in (
         "np.asarray", "np.expand_dims", "np.zeros", "np.ones", "np.empty", "np.array",
         "np.zeros_like", "np.ones_like", "np.full", "np.full_like", "np.outer",
-        "np.ascontiguousarray", "outer_product") or (isinstance(node.func, gast.Attribute) and
+        "np.ascontiguousarray", "outer_product", "full_like_any") or (
+            isinstance(node.func, gast.Attribute) and
                                     node.func.attr == "reshape"))
 
 
@@ -1387,7 +1403,7 @@ def _is_contiguous_call(node):
     return isinstance(node, gast.Call) and dotted_name(node.func) in (
         "np.ascontiguousarray", "np.zeros", "np.ones", "np.empty", "np.array", "np.dot",
         "np.zeros_like", "np.ones_like", "np.full", "np.full_like", "np.outer", "np.copy",
-        "outer_product", "first_axis_last")
+        "outer_product", "first_axis_last", "full_like_any")
 
 
 def _moved_first_axis_last(node):
@@ -1615,6 +1631,13 @@ def _int_names(fn):
                 id(node) not in good:
             other.add(node.id)
     return set(good.values()) - other
+
+
+#: Calls whose value is an array under Numba, wrapped by np.array in generated code.
+_ARRAY_MAKERS = frozenset({"sum_axis_of_products", "sum_axis", "np.sum", "np.dot",
+                           "small_dot", "dot_nd", "matmul_nd", "np.zeros", "np.ones",
+                           "np.full", "np.zeros_like", "np.ones_like", "np.full_like",
+                           "full_like_any"})
 
 
 def _index_lists(fn):

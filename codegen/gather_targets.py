@@ -384,7 +384,8 @@ def _new_array(value):
     if not isinstance(value, gast.Call):
         return False
     name = dotted_name(value.func)
-    return name in {f"np.{f}" for f in _ALLOCATING} or name == "zeros_outside" or \
+    return name in {f"np.{f}" for f in _ALLOCATING} or name in ("zeros_outside",
+                                                                 "full_like_any") or \
         (isinstance(value.func, gast.Attribute) and value.func.attr == "copy" and
          not value.args and not value.keywords)
 

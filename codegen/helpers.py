@@ -769,6 +769,13 @@ for _op, _whole, _row, _dtype, _two_d in (
     DIALECT_HELPERS[f"{_op}_axis"] = _REDUCE_ALONG_AXIS.format(op=_op, whole=_whole, row=_row,
                                                                dtype=_dtype, two_d=_two_d)
 
+DIALECT_HELPERS["full_like_any"] = '''\
+def full_like_any(a, v):
+    """np.full_like(a, v) for a fill value `v` that may be an array (broadcast to a's shape):
+    reverse mode's cotangent of a number, which at second order can come out an array."""
+    return np.full_like(a, v)
+'''
+
 DIALECT_HELPERS["index_array"] = '''\
 def index_array(a):
     """An index among several index arrays of a subscript (``y[mask, cols]``): a 1-D boolean
@@ -1344,6 +1351,17 @@ def index_array_numba(a):
             isinstance(a.dtype, numba.types.Boolean):
         return lambda a: np.nonzero(a)[0]
     return lambda a: a
+'''
+
+OVERLOAD_FORMS["full_like_any"] = DIALECT_HELPERS["full_like_any"] + '''
+
+@numba.extending.overload(full_like_any, inline='always')
+def full_like_any_numba(a, v):
+    """How Numba compiles full_like_any: an array fill value broadcast onto zeros of a's shape
+    (Numba's np.full_like takes a number only), a number as np.full_like."""
+    if isinstance(v, numba.types.Array):
+        return lambda a, v: np.zeros_like(a) + v
+    return lambda a, v: np.full_like(a, v)
 '''
 
 OVERLOAD_FORMS["mask_read"] = DIALECT_HELPERS["mask_read"] + '''

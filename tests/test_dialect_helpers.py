@@ -827,6 +827,22 @@ def test_index_array_gives_a_mask_beside_an_index_array_its_positions():
 
 
 @pytest.mark.numba
+def test_full_like_any_fills_with_a_number_or_broadcasts_an_array():
+    import numba
+    ns = {"np": np, "numba": numba}
+    exec(OVERLOAD_FORMS["full_like_any"], ns)
+    plain = {"np": np}
+    exec(DIALECT_HELPERS["full_like_any"], plain)
+    full_like_any = ns["full_like_any"]
+    compiled = numba.njit(lambda a, v: full_like_any(a, v))
+    a = np.zeros((2, 3))
+    for v in (2.5, np.array([1.0, 2.0, 3.0]), np.arange(6.0).reshape(2, 3)):
+        expected = np.full_like(a, v)
+        np.testing.assert_array_equal(compiled(a, v), expected)
+        np.testing.assert_array_equal(plain["full_like_any"](a, v), expected)
+
+
+@pytest.mark.numba
 def test_mask_read_and_store_take_masks_of_any_rank():
     """``a[mask]`` and ``a[mask] = v``: Numba's getitem and setitem fail with an AssertionError
     on a mask of two or more axes (``B[B < 0] = 0.0``, ReLU written in place, failed even for
@@ -921,7 +937,7 @@ def test_every_dialect_helper_is_covered():
               "polyval_horner", "number_if_vector", "exp_fast",
               "sum_axis_of_products", "index_array", "first_axis_last", "tile_count",
               "tile_rows_columns", "squeeze_none", "norm_any_rank", "inner_product",
-              "mask_read", "mask_store"}
+              "mask_read", "mask_store", "full_like_any"}
     # (squeeze_none, norm_any_rank, inner_product: tests/test_jit.py, compiled;
     # zeros_like_reusing: tests/test_hoisting.py; message_text: tests/test_raise.py;
     # message_format: tests/test_message_format.py;

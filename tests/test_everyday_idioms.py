@@ -855,3 +855,34 @@ def test_a_name_bound_to_an_array_or_a_number():
         jit(ad.grad(_rows_or_zero))(A)
     assert "`choice` is array(float64, 1d, C) on one path and float64 on another" in \
         str(info.value)
+
+
+def _zero_d_output(x):
+    return np.array(np.sum(x ** 2))
+
+
+def test_jit_of_jacfwd_of_a_zero_d_array_output():
+    # The batched tangent kept np.array(...) around a vector, which Numba refuses.
+    x = np.array([0.1, 0.2, 0.3])
+    np.testing.assert_allclose(jit(ad.jacfwd(_zero_d_output))(x), 2.0 * x)
+    np.testing.assert_allclose(ad.jacfwd(_zero_d_output)(x), 2.0 * x)
+
+
+def _cross_weighted(a, b):
+    return np.sum(a ** 2 * b)
+
+
+def _cross_block_sum(x, y):
+    H = ad.hessian(_cross_weighted, argnums=(0, 1))(x, y)
+    return np.sum(H[0][1])  # d2/da db of sum(a^2 b): diag(2a)
+
+
+def test_jit_of_grad_through_a_hessian_block():
+    # A cotangent the generated code fills an array with came out an array at this depth:
+    # np.full_like(y, y_bar) with an array y_bar, which NumPy takes and Numba's does not.
+    x, y = np.array([0.3, -1.2, 0.5]), np.array([1.1, 0.4, -0.7])
+    for g in (ad.grad(_cross_block_sum, argnums=(0, 1)),
+              jit(ad.grad(_cross_block_sum, argnums=(0, 1)))):
+        gx, gy = g(x, y)
+        np.testing.assert_allclose(gx, 2.0 * np.ones(3))
+        np.testing.assert_allclose(gy, np.zeros(3), atol=1e-12)
