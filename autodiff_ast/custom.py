@@ -70,7 +70,9 @@ def note_emitted_primal(text, owner):
     """Remember that a generated module defines `text`, the primal of custom function `owner`:
     when that module is differentiated again (hessian, jacfwd(grad(f))), a call to it is the
     custom function's, with its rule, not a function whose body is differentiated."""
-    _EMITTED_PRIMALS[text] = owner
+    known = _EMITTED_PRIMALS.setdefault(text, owner)
+    if known is not owner:  # two custom functions with one text: neither is told apart
+        _EMITTED_PRIMALS[text] = None
 
 
 def emitted_primal(fn):

@@ -3192,9 +3192,10 @@ _ZERO_DIM_RULES = frozenset({"where", "copy", "asarray", "array"})
 _NOT_STATIC = object()
 
 
-#: The transforms a function may build inside transformed code (``vmap(loss, ...)(p, X)``).
-_TRANSFORM_MAKERS = frozenset({"grad", "value_and_grad", "jvp", "vjp", "jacfwd", "jacrev",
-                               "jacobian", "hessian", "vmap", "linearize", "checkpoint"})
+#: The transforms a function may build inside transformed code (``vmap(loss, ...)(p, X)``)
+#: from the function and options alone (jvp, vjp, linearize take values as well).
+_TRANSFORM_MAKERS = frozenset({"grad", "value_and_grad", "jacfwd", "jacrev", "jacobian",
+                               "hessian", "vmap", "checkpoint"})
 
 
 def _display_value(node):

@@ -1210,8 +1210,6 @@ class _Lower(gast.NodeTransformer):
                     isinstance(e, gast.Name) and e.id in self.index_lists) else e
                 for e in node.slice.elts]
             self.module_index_arrays(node.slice)
-        elif isinstance(node.slice, gast.Name) and node.slice.id in self.index_lists:
-            node.slice = _call("np.array", [node.slice])
         return node
 
     def module_index_arrays(self, index):
@@ -1640,6 +1638,37 @@ _ARRAY_MAKERS = frozenset({"sum_axis_of_products", "sum_axis", "np.sum", "np.dot
                            "full_like_any"})
 
 
+def _divide_counts_plainly(tree):
+    """``np.divide(1.0, x.shape[0])`` (how generated modules divide a constant by a count,
+    codegen/emit.py) back as ``1.0 / x.shape[0]``: compiled with error_model='numpy' the
+    division gives inf at 0 as np.divide does, and the passes below read the plain form (a
+    mean's ``1.0 / X.shape[0]`` in codegen/row_products.py)."""
+    for node in gast.walk(tree):
+        for attribute, value in gast.iter_fields(node):
+            items = value if isinstance(value, list) else [value]
+            for k, item in enumerate(items):
+                if not (isinstance(item, gast.Call) and dotted_name(item.func) == "np.divide"
+                        and len(item.args) == 2 and not item.keywords and
+                        isinstance(item.args[0], gast.Constant) and
+                        type(item.args[0].value) in (int, float) and
+                        _is_count(item.args[1])):
+                    continue
+                plain = gast.BinOp(left=item.args[0], op=gast.Div(), right=item.args[1])
+                if isinstance(value, list):
+                    value[k] = plain
+                else:
+                    setattr(node, attribute, plain)
+
+
+def _is_count(node):
+    """``x.size``, ``x.shape[k]`` or ``len(x)``."""
+    return (isinstance(node, gast.Attribute) and node.attr == "size") or \
+        (isinstance(node, gast.Subscript) and isinstance(node.value, gast.Attribute) and
+         node.value.attr == "shape") or \
+        (isinstance(node, gast.Call) and isinstance(node.func, gast.Name) and
+         node.func.id == "len")
+
+
 def _index_lists(fn):
     """Names `fn` binds once, to a list display of integer constants (``tup = [0, 0, 2]``: an
     index list the normalizer named), and never changes (no call of a list method on it)."""
@@ -1824,6 +1853,7 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
     """
     tree = parse_with_comments(source)
     _rename_user_clashes(tree, entries)
+    _divide_counts_plainly(tree)
     module = _Module(tree)
     module.general_dot = general_dot
     module.numba_overloads = numba_overloads

@@ -162,8 +162,7 @@ def scalar_safe(call, expr):
     """`expr` (a partial derivative) with divisions and negative powers done by NumPy when
     every operand of the call is a number: the partial then gives inf/nan at a pole instead of
     raising. Array operands already divide with NumPy's rules; so does the primal `a / b` of
-    Python floats, which raises first at b = 0 (its partials are left as they are), but not
-    NumPy's float over a Python int (``np.sum(y) / y.size`` of an empty y is nan).
+    Python floats, which raises first at b = 0 (its partials are left as they are).
 
     >>> from autodiff_ast.rules import PrimCall, by_name
     >>> from autodiff_ast.templates import unparse
@@ -172,8 +171,7 @@ def scalar_safe(call, expr):
     >>> unparse(scalar_safe(call, fill("0.5 / y")))
     'np.divide(0.5, y)'
     """
-    divisor = call.types.get("b") if call.rule.name.split("@")[0] == "divide" else None
-    if (divisor is not None and divisor.kind not in ("int", "bool")) or any(
+    if call.rule.name.split("@")[0] == "divide" or any(
             t.kind == "array" or t.kind not in ("float", "int", "bool")
             for p, t in call.types.items() if p in call.rule.diff):
         return expr
