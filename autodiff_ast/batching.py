@@ -188,7 +188,7 @@ def _transformed_target(fun, names, likes, specs):
     if isinstance(fun, _ReverseTransform):
         target = _reverse_target(fun, names, likes, specs)
     elif isinstance(fun, _Vmapped):
-        entry, structure = fun._flat_entry(names, likes, specs)
+        entry, structure = fun.flat_entry(names, likes, specs)
         target = _Target(entry, _flat_specs(entry, specs), structure)
     elif any(isinstance(s, (TreeSpec, Static)) for s in specs.values()):
         raise BatchingError(f"vmap of {fun.kind}(...) with pytree or static arguments is not "
@@ -498,9 +498,12 @@ class _Vmapped(_Transformed):
             return _assemble(layout, entry(*flat))
         return plan
 
-    def _flat_entry(self, names, likes, specs):
-        """(generated entry, output structure) for batched `specs` (used by other transforms).
-        """
+    def flat_entry(self, names, likes, specs):
+        """(generated entry, output structure) for batched `specs`: the entry takes the
+        arguments' flat leaves, and `structure` indexes its outputs as a call returns them
+        (used by other transforms, and by a call inside transformed code with pytree
+        arguments, ``vmap(loss, in_axes=(None, 0))(params, X)``: see
+        ``Normalizer.call_transformed_tree``)."""
         likes = [like if like is not None else _placeholder(specs[n])
                  for n, like in zip(names, likes)]
         names, likes, specs = self._with_defaults(names, likes, specs)
@@ -510,13 +513,6 @@ class _Vmapped(_Transformed):
             raise NotImplementedError("a vmap with no mapped argument cannot be transformed")
         generated, module = self._generate(names, likes, specs, leaf_axes, False)
         return getattr(module, generated.entry), generated.layout["structure"]
-
-    def flat_entry(self, names, likes, specs):
-        """(entry, structure) for a call inside transformed code with pytree arguments
-        (``vmap(loss, in_axes=(None, 0))(params, X)``, params a dict): the generated entry
-        takes the arguments' flat leaves; `structure` indexes its outputs as a call returns
-        them (see ``Normalizer.call_transformed_tree``)."""
-        return self._flat_entry(names, likes, specs)
 
     def _with_defaults(self, names, likes, specs):
         """The parameters a call inside transformed code left out, added with their defaults
@@ -537,7 +533,7 @@ class _Vmapped(_Transformed):
             raise NotImplementedError("transforming vmap(f) with pytree arguments is not "
                                       "supported yet")
         names = list(specs)
-        entry, _ = self._flat_entry(names, [None] * len(names), specs)
+        entry, _ = self.flat_entry(names, [None] * len(names), specs)
         return entry
 
 

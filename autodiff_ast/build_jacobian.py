@@ -232,7 +232,7 @@ def build_jacfwd(fn, specs, argnums, has_aux=False, label=None):
     bspecs.update({d: batched(types_[leaf]) for d, leaf in zip(
         dots, [leaf for g in layout["groups"] for leaf in g])})
     batcher = vmap(entry, in_axes=in_axes, out_axes=out_axes)
-    vmapped, structure = batcher._flat_entry(list(bspecs), [None] * len(bspecs), bspecs)
+    vmapped, structure = batcher.flat_entry(list(bspecs), [None] * len(bspecs), bspecs)
     lines = []
     in_order = [leaf for g in layout["groups"] for leaf in g]  # parameter order
     dot_of = dict(zip(in_order, dots))

@@ -171,9 +171,8 @@ def _agree_on_imported_names(parts_list):
     of the merged module means one thing."""
     bound = {}  # name -> (module, attribute) over the modules seen so far
     for parts in parts_list:
-        own = {}
-        for line in parts.imports:
-            own.update(_imported(line))
+        by_line = [_imported(line) for line in parts.imports]
+        own = {name: what for names in by_line for name, what in names.items()}
         taken = set(bound) | set(own) | {n for p in parts_list for n in p.functions} | {
             n for text in parts.functions.values() for n in re.findall(r"\b[A-Za-z_]\w*", text)}
         renames = {}
@@ -188,8 +187,11 @@ def _agree_on_imported_names(parts_list):
                     j += 1
                 renames[name] = f"{name}_{j}"
                 taken.add(renames[name])
-        if renames:
-            parts.imports = [_import_line(renames.get(n, n), w) for n, w in own.items()]
+        if renames:  # (a line binding nothing renamed stays as written: `import a.b`)
+            parts.imports = [
+                line if not set(names) & set(renames) else
+                "\n".join(_import_line(renames.get(n, n), w) for n, w in names.items())
+                for line, names in zip(parts.imports, by_line)]
             parts.functions = {n: rename_names(t, renames) for n, t in parts.functions.items()}
             parts.other = [rename_names(o, renames) for o in parts.other]
         for name, what in own.items():

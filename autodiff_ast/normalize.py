@@ -3200,39 +3200,34 @@ _TRANSFORM_MAKERS = frozenset({"grad", "value_and_grad", "jacfwd", "jacrev", "ja
 
 def _display_value(node):
     """Static(value) of a display made of constants only (``({"w": None, "b": 0}, 0)``), for
-    a transform's options; None for anything else (a name, a call, a plain constant)."""
-    def value(part):
-        if isinstance(part, gast.Constant):
-            return part.value
-        if isinstance(part, gast.UnaryOp) and isinstance(part.op, gast.USub) and \
-                isinstance(part.operand, gast.Constant) and \
-                isinstance(part.operand.value, (int, float)):
-            return -part.operand.value
-        if isinstance(part, (gast.Tuple, gast.List)):
-            values = [value(e) for e in part.elts]
-            if any(v is _NOT_STATIC for v in values):
-                return _NOT_STATIC
-            return tuple(values)  # (a list, as a tuple: what the options took before)
-        if isinstance(part, gast.Dict) and None not in part.keys:
-            keys, values = [value(k) for k in part.keys], [value(v) for v in part.values]
-            if any(v is _NOT_STATIC for v in keys + values):
-                return _NOT_STATIC
-            return dict(zip(keys, values))
-        return _NOT_STATIC
+    a transform's options, read before it is normalized (a dict display would become a local
+    dict); None for anything else (a name, a call, a plain constant)."""
     if not isinstance(node, (gast.Tuple, gast.List, gast.Dict)):
         return None
-    found = value(node)
+    found = _static_value(node)
     return None if found is _NOT_STATIC else Static(found)
 
 
 def _static_value(atom):
+    """The value of a compile-time atom, or of a display of constants (a list as a tuple, a
+    dict with constant keys, ``-1``); _NOT_STATIC otherwise."""
     if isinstance(atom, Static):
         return atom.value
     if isinstance(atom, gast.Constant):
         return atom.value
+    if isinstance(atom, gast.UnaryOp) and isinstance(atom.op, gast.USub) and \
+            isinstance(atom.operand, gast.Constant) and \
+            isinstance(atom.operand.value, (int, float)):
+        return -atom.operand.value
     if isinstance(atom, (gast.Tuple, gast.List)):
         values = [_static_value(e) for e in atom.elts]
         return _NOT_STATIC if any(v is _NOT_STATIC for v in values) else tuple(values)
+    if isinstance(atom, gast.Dict) and None not in atom.keys:
+        keys, values = [_static_value(k) for k in atom.keys], \
+            [_static_value(v) for v in atom.values]
+        if any(v is _NOT_STATIC for v in keys + values):
+            return _NOT_STATIC
+        return dict(zip(keys, values))
     return _NOT_STATIC
 
 

@@ -58,7 +58,16 @@ from .column_layout import COLUMN_HELPERS, lay_out_columns
 from .common_calls import reuse_math_calls
 from .copy_targets import COPY_HELPERS, COPY_UNCOMPILED, copy_only_outside
 from .dict_outputs import flatten_returned_dicts, rebuilding_expression
-from .emit import comment, fresh_name, is_marker, mentions, render_function, text_of, to_ast
+from .emit import (
+    comment,
+    fresh_name,
+    is_count,
+    is_marker,
+    mentions,
+    render_function,
+    text_of,
+    to_ast,
+)
 from .expression_sizes import SIZE_HELPERS, SIZE_UNCOMPILED, sizes_from_shapes
 from .fast_exp import fast_exp_in_source, use_fast_exp
 from .forward_math import param_masks, reuse_forward_math
@@ -1064,7 +1073,8 @@ class _Lower(gast.NodeTransformer):
         value = node.args[0]
         if isinstance(value, gast.Name) and value.id in self.lists:
             return _call(self.helper("stack_list"), node.args)
-        if isinstance(value, gast.Call) and dotted_name(value.func) in _ARRAY_MAKERS:
+        if _is_array_call(value) or (isinstance(value, gast.Call) and
+                                     dotted_name(value.func) in _ARRAY_OR_NUMBER):
             # nor an array (np.array(sum_axis(...)): a 0-d output's batched tangent); a copy
             # of np.asarray's view is NumPy's np.array of one
             return _call(gast.Attribute(value=_call("np.asarray", [value]), attr="copy",
@@ -1631,11 +1641,10 @@ def _int_names(fn):
     return set(good.values()) - other
 
 
-#: Calls whose value is an array under Numba, wrapped by np.array in generated code.
-_ARRAY_MAKERS = frozenset({"sum_axis_of_products", "sum_axis", "np.sum", "np.dot",
-                           "small_dot", "dot_nd", "matmul_nd", "np.zeros", "np.ones",
-                           "np.full", "np.zeros_like", "np.ones_like", "np.full_like",
-                           "full_like_any"})
+#: Calls whose value may be an array (or a number) under Numba, wrapped by np.array in
+#: generated code (the calls always giving an array: _is_array_call).
+_ARRAY_OR_NUMBER = frozenset({"sum_axis_of_products", "sum_axis", "np.sum", "np.dot",
+                              "small_dot", "dot_nd", "matmul_nd"})
 
 
 def _divide_counts_plainly(tree):
@@ -1651,22 +1660,13 @@ def _divide_counts_plainly(tree):
                         and len(item.args) == 2 and not item.keywords and
                         isinstance(item.args[0], gast.Constant) and
                         type(item.args[0].value) in (int, float) and
-                        _is_count(item.args[1])):
+                        is_count(item.args[1])):
                     continue
                 plain = gast.BinOp(left=item.args[0], op=gast.Div(), right=item.args[1])
                 if isinstance(value, list):
                     value[k] = plain
                 else:
                     setattr(node, attribute, plain)
-
-
-def _is_count(node):
-    """``x.size``, ``x.shape[k]`` or ``len(x)``."""
-    return (isinstance(node, gast.Attribute) and node.attr == "size") or \
-        (isinstance(node, gast.Subscript) and isinstance(node.value, gast.Attribute) and
-         node.value.attr == "shape") or \
-        (isinstance(node, gast.Call) and isinstance(node.func, gast.Name) and
-         node.func.id == "len")
 
 
 def _index_lists(fn):

@@ -136,6 +136,16 @@ def _negated(node):
     return node
 
 
+def is_count(node, tree=gast):
+    """Whether `node` (of the `tree` module's classes: gast, or the standard library's ast)
+    is ``x.size``, ``x.shape[k]`` or ``len(x)``: a count that may be 0."""
+    return (isinstance(node, tree.Attribute) and node.attr == "size") or \
+        (isinstance(node, tree.Subscript) and isinstance(node.value, tree.Attribute) and
+         node.value.attr == "shape") or \
+        (isinstance(node, tree.Call) and isinstance(node.func, tree.Name) and
+         node.func.id == "len")
+
+
 class _CountDivisions(ast.NodeTransformer):
     """``1.0 / x.size`` (a constant over an array's size, length or extent) as
     ``np.divide(1.0, x.size)``: the mean of an empty selection (``np.mean(x[x > c])``) is nan
@@ -145,12 +155,7 @@ class _CountDivisions(ast.NodeTransformer):
         self.generic_visit(node)
         left, right = node.left, node.right
         constant = isinstance(left, ast.Constant) and type(left.value) in (int, float)
-        count = (isinstance(right, ast.Attribute) and right.attr == "size") or \
-            (isinstance(right, ast.Subscript) and isinstance(right.value, ast.Attribute) and
-             right.value.attr == "shape") or \
-            (isinstance(right, ast.Call) and isinstance(right.func, ast.Name) and
-             right.func.id == "len")
-        if not (isinstance(node.op, ast.Div) and constant and count):
+        if not (isinstance(node.op, ast.Div) and constant and is_count(right, ast)):
             return node
         divide = ast.Attribute(value=ast.Name(id="np", ctx=ast.Load()), attr="divide",
                                ctx=ast.Load())

@@ -296,6 +296,17 @@ def test_functions_reading_data_of_the_same_name_from_two_modules(tmp_path, run_
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
+def test_merged_imports_keep_lines_that_bind_nothing_renamed():
+    from autodiff_ast.cli_module import merge
+    one = '"""One."""\nfrom lib import W\n\n\ndef f(x):\n    return x * W\n'
+    two = ('"""Two."""\nimport os.path\nfrom model import W\n\n\n'
+           'def g(x):\n    return x * W + len(os.path.sep)\n')
+    merged = merge([one, two], entries=["f", "g"])
+    assert "import os.path\n" in merged
+    assert "from model import W as W_2" in merged
+    assert "return x * W_2 + len(os.path.sep)" in merged
+
+
 def test_merged_imports_rename_only_bare_names():
     from autodiff_ast.cli_module import rename_names
     assert rename_names("y = W * cfg.W  # W\n", {"W": "W_2"}) == "y = W_2 * cfg.W  # W\n"
