@@ -60,6 +60,7 @@ from .copy_targets import COPY_HELPERS, COPY_UNCOMPILED, copy_only_outside
 from .dict_outputs import flatten_returned_dicts, rebuilding_expression
 from .emit import (
     comment,
+    count_names,
     fresh_name,
     is_count,
     is_marker,
@@ -1652,6 +1653,7 @@ def _divide_counts_plainly(tree):
     codegen/emit.py) back as ``1.0 / x.shape[0]``: compiled with error_model='numpy' the
     division gives inf at 0 as np.divide does, and the passes below read the plain form (a
     mean's ``1.0 / X.shape[0]`` in codegen/row_products.py)."""
+    names = count_names(tree)
     for node in gast.walk(tree):
         for attribute, value in gast.iter_fields(node):
             items = value if isinstance(value, list) else [value]
@@ -1660,7 +1662,7 @@ def _divide_counts_plainly(tree):
                         and len(item.args) == 2 and not item.keywords and
                         isinstance(item.args[0], gast.Constant) and
                         type(item.args[0].value) in (int, float) and
-                        is_count(item.args[1])):
+                        is_count(item.args[1], names=names)):
                     continue
                 plain = gast.BinOp(left=item.args[0], op=gast.Div(), right=item.args[1])
                 if isinstance(value, list):

@@ -136,26 +136,47 @@ def _negated(node):
     return node
 
 
-def is_count(node, tree=gast):
+def is_count(node, tree=gast, names=()):
     """Whether `node` (of the `tree` module's classes: gast, or the standard library's ast)
-    is ``x.size``, ``x.shape[k]`` or ``len(x)``: a count that may be 0."""
+    is ``x.size``, ``x.shape[k]``, ``len(x)``, ``float(...)`` of one, or one of `names` (names
+    bound to a count, count_names): a count that may be 0."""
+    if isinstance(node, tree.Call) and isinstance(node.func, tree.Name) and \
+            node.func.id in ("float", "int") and len(node.args) == 1 and not node.keywords:
+        node = node.args[0]
     return (isinstance(node, tree.Attribute) and node.attr == "size") or \
         (isinstance(node, tree.Subscript) and isinstance(node.value, tree.Attribute) and
          node.value.attr == "shape") or \
         (isinstance(node, tree.Call) and isinstance(node.func, tree.Name) and
-         node.func.id == "len")
+         node.func.id == "len") or \
+        (isinstance(node, tree.Name) and node.id in names)
+
+
+def count_names(fn, tree=gast):
+    """Names `fn` binds to a count (``n = len(y)``, ``m = float(x.size)``), in the order of
+    their bindings, so a name bound to another count name counts too."""
+    names = set()
+    for node in tree.walk(fn):
+        if isinstance(node, tree.Assign) and len(node.targets) == 1 and \
+                isinstance(node.targets[0], tree.Name) and is_count(node.value, tree, names):
+            names.add(node.targets[0].id)
+    return names
 
 
 class _CountDivisions(ast.NodeTransformer):
-    """``1.0 / x.size`` (a constant over an array's size, length or extent) as
-    ``np.divide(1.0, x.size)``: the mean of an empty selection (``np.mean(x[x > c])``) is nan
-    in NumPy, and its adjoint must not raise ZeroDivisionError (Python's int and float)."""
+    """``1.0 / x.size`` (a constant over an array's size, length or extent, or a name bound
+    to one) as ``np.divide(1.0, x.size)``: the mean of an empty selection
+    (``np.mean(x[x > c])``) is nan in NumPy, and its adjoint must not raise ZeroDivisionError
+    (Python's int and float)."""
+
+    def __init__(self, names=()):
+        self.names = names
 
     def visit_BinOp(self, node):
         self.generic_visit(node)
         left, right = node.left, node.right
         constant = isinstance(left, ast.Constant) and type(left.value) in (int, float)
-        if not (isinstance(node.op, ast.Div) and constant and is_count(right, ast)):
+        if not (isinstance(node.op, ast.Div) and constant and
+                is_count(right, ast, self.names)):
             return node
         divide = ast.Attribute(value=ast.Name(id="np", ctx=ast.Load()), attr="divide",
                                ctx=ast.Load())
@@ -164,7 +185,8 @@ class _CountDivisions(ast.NodeTransformer):
 
 def render_function(fn, decorator=None):
     """Source text of one FunctionDef (markers turned into comments)."""
-    text = ast.unparse(_CountDivisions().visit(to_ast(fn)))
+    tree = to_ast(fn)
+    text = ast.unparse(_CountDivisions(count_names(tree, ast)).visit(tree))
     if decorator:
         text = f"@{decorator}\n{text}"
     return _unmark(text)

@@ -823,7 +823,14 @@ def _mean_by_size(x):
     return np.sum(y) / y.size + np.sum(x * x)
 
 
-@pytest.mark.parametrize("f", [_mean_of_outliers, _mean_by_size])
+def _mean_by_named_count(x):
+    y = x[x > 10.0]
+    n = len(y)
+    total = float(n)
+    return np.sum(y) / n + 2.0 * np.sum(y) / total + np.sum(x * x)
+
+
+@pytest.mark.parametrize("f", [_mean_of_outliers, _mean_by_size, _mean_by_named_count])
 def test_the_mean_of_an_empty_selection_has_a_gradient(f):
     # The primal is nan (NumPy warns); the gradient divided a Python 1.0 by the selection's
     # size 0 and raised ZeroDivisionError. The empty selection's adjoint is empty: the
@@ -835,6 +842,22 @@ def test_the_mean_of_an_empty_selection_has_a_gradient(f):
     np.testing.assert_allclose(jit(ad.grad(f))(x), 2.0 * x)
     y = np.array([0.5, 11.0, 12.0])  # not empty: central differences
     np.testing.assert_allclose(ad.grad(f)(y), fd_grad(f, y), rtol=1e-6)
+
+
+def _sum_over_other_length(x, y):
+    n = len(y)
+    return np.sum(x) / n
+
+
+def test_a_constant_over_a_named_count_of_zero_is_inf():
+    # NumPy: np.sum(x) / 0 is inf; the gradient's `1.0 / n` (n = len(y) bound to a name)
+    # raised ZeroDivisionError; now inf, as under jit.
+    x, empty = np.array([1.0, 2.0]), np.zeros(0)
+    with np.errstate(divide="ignore"):
+        np.testing.assert_array_equal(ad.grad(_sum_over_other_length)(x, empty), [np.inf] * 2)
+    np.testing.assert_array_equal(jit(ad.grad(_sum_over_other_length))(x, empty), [np.inf] * 2)
+    y = np.ones(4)
+    np.testing.assert_allclose(ad.grad(_sum_over_other_length)(x, y), [0.25, 0.25])
 
 
 def _rows_or_zero(A):
