@@ -636,12 +636,13 @@ def scatter_add(b, index, g):
 ''',
     "dot_nd": '''\
 def dot_nd(a, b):
-    """np.dot for operands of any rank (Numba's np.dot takes 1-D and 2-D arrays)."""
+    """np.dot for operands of any rank and dtype (Numba's np.dot takes 1-D and 2-D arrays of
+    one float or complex dtype)."""
     if a.ndim <= 2 and b.ndim <= 2:
-        return np.dot(a, b)
+        return dot_of_any_dtype(a, b)
     rows = np.ascontiguousarray(a).reshape((-1, a.shape[-1]))
     if b.ndim == 1:
-        return np.dot(rows, b).reshape(a.shape[:-1])
+        return dot_of_any_dtype(rows, b).reshape(a.shape[:-1])
     # b's second-to-last axis first, as a (that axis, the rest) matrix: copied in loops
     # (np.moveaxis took Numba ~8 s to compile here; these loops under 1 s)
     m, q = b.shape[b.ndim - 2], b.shape[b.ndim - 1]
@@ -654,15 +655,16 @@ def dot_nd(a, b):
         for r in range(p):
             for k in range(q):
                 columns[j, r, k] = stack[r, j, k]
-    out = np.dot(rows, columns.reshape((m, p * q)))
+    out = dot_of_any_dtype(rows, columns.reshape((m, p * q)))
     return out.reshape(a.shape[:-1] + b.shape[:-2] + (q,))
 ''',
     "matmul_nd": '''\
 def matmul_nd(a, b):
-    """a @ b for operands of any rank (Numba's @ takes 1-D and 2-D arrays): a loop over the
-    stacked matrices, their batch axes broadcast against each other as np.matmul does."""
+    """a @ b for operands of any rank and dtype (Numba's @ takes 1-D and 2-D arrays of one
+    float or complex dtype): a loop over the stacked matrices, their batch axes broadcast
+    against each other as np.matmul does."""
     if a.ndim <= 2 and b.ndim <= 2:
-        return np.dot(a, b)
+        return dot_of_any_dtype(a, b)
     if a.ndim == 1 or b.ndim == 1 or b.ndim == 2:
         return dot_nd(a, b)
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
@@ -671,8 +673,8 @@ def matmul_nd(a, b):
     dtype = (np.zeros(1, dtype=a.dtype) * np.zeros(1, dtype=b.dtype)).dtype
     out = np.empty(batch + (a.shape[-2], b.shape[-1]), dtype=dtype)
     for index in np.ndindex(batch):
-        out[index] = np.dot(np.ascontiguousarray(a_stack[index]),
-                            np.ascontiguousarray(b_stack[index]))
+        out[index] = dot_of_any_dtype(np.ascontiguousarray(a_stack[index]),
+                                      np.ascontiguousarray(b_stack[index]))
     return out
 ''',
     "unbroadcast": '''\
@@ -1240,10 +1242,10 @@ def small_dot(a, b):
 def small_dot_numba(a, b):
     """How Numba compiles small_dot: a float64 matrix times a vector, a vector times a matrix
     or two vectors, with at most 4096 matrix entries, in loops; anything else (larger
-    operands, matrix products, other dtypes and ranks) as np.dot."""
+    operands, matrix products, other dtypes and ranks) as np.dot (dot_of_any_dtype)."""
     if not (isinstance(a, numba.types.Array) and isinstance(b, numba.types.Array) and
             a.dtype == numba.types.float64 and b.dtype == numba.types.float64):
-        return lambda a, b: np.dot(a, b)
+        return lambda a, b: dot_of_any_dtype(a, b)
     if a.ndim == 2 and b.ndim == 1:
         def matrix_vector(a, b):
             rows, cols = a.shape
@@ -1278,6 +1280,34 @@ def small_dot_numba(a, b):
             return total
         return vector_vector
     return lambda a, b: np.dot(a, b)
+'''
+
+# Numba's np.dot and @ take two arrays of one float or complex dtype: an integer matrix (a
+# graph's adjacency, a design matrix of counts) times a float vector is a TypingError there.
+DIALECT_HELPERS["dot_of_any_dtype"] = '''\
+def dot_of_any_dtype(a, b):
+    """np.dot(a, b) (under Numba, operands of other dtypes are converted first)."""
+    return np.dot(a, b)
+'''
+OVERLOAD_FORMS = {}
+OVERLOAD_FORMS["dot_of_any_dtype"] = DIALECT_HELPERS["dot_of_any_dtype"] + '''
+
+@numba.extending.overload(dot_of_any_dtype, jit_options={'error_model': 'numpy'})
+def dot_of_any_dtype_numba(a, b):
+    """How Numba compiles dot_of_any_dtype: two arrays of one float or complex dtype with
+    np.dot; otherwise both are converted to the dtype NumPy's product has (integer and boolean
+    operands multiplied as float64, an integer product rounded back, exact below 2**53)."""
+    if not (isinstance(a, numba.types.Array) and isinstance(b, numba.types.Array)) or \\
+            (a.dtype == b.dtype and isinstance(a.dtype, (numba.types.Float,
+                                                         numba.types.Complex))):
+        return lambda a, b: np.dot(a, b)
+    result = np.result_type(numba.np.numpy_support.as_dtype(a.dtype),
+                            numba.np.numpy_support.as_dtype(b.dtype))
+    work = result if result.kind in "fc" else np.dtype(np.float64)
+
+    def converted(a, b):
+        return np.dot(a.astype(work), b.astype(work)).astype(result)
+    return converted
 '''
 
 # A new small array per loop step costs an allocation and a free (~45 ns each under Numba);
@@ -1318,7 +1348,6 @@ def zeros_like_reusing_numba(buffer, like):
 #: takes instead of DIALECT_HELPERS's: a plain function and an overload written into the caller
 #: (``inline='always'``), where a call in an inner loop kept LLVM from optimizing the loop
 #: (ADBench GMM's gradient: 4.7 -> 3.2 ms, compile +0.6 s).
-OVERLOAD_FORMS = {}
 OVERLOAD_FORMS["add_at"] = '''\
 def add_at(a, i, v):
     """`a[i] += v` for one integer `i`: a row added in place when `a` has two or more axes."""
@@ -1926,7 +1955,8 @@ DIALECT_NOT_COMPILED = frozenset({"batched_outer", "batched_outer_numba", "tanh_
                                   "sum_of_products",
                                   "sum_of_products_numba", "sum_axis", "sum_axis_numba",
                                   "sum_axis_of_products", "sum_axis_of_products_numba",
-                                  "small_dot", "small_dot_numba", "zeros_like_reusing",
+                                  "small_dot", "small_dot_numba", "dot_of_any_dtype",
+                                  "dot_of_any_dtype_numba", "zeros_like_reusing",
                                   "zeros_like_reusing_numba", "add_at_numba",
                                   "subtract_at_numba", "stack_list_numba",
                                   "whole_max_numba", "whole_min_numba",
@@ -1938,7 +1968,9 @@ DIALECT_JIT_OPTIONS = {"reassociated_sum": "fastmath={'reassoc'}",
 
 #: Helpers a dialect helper calls (emitted with it).
 DIALECT_DEPENDS = {"var_axis": ("keep_axis", "mean_axis"), "tanh_fast": ("exp_fast",),
-                   "sum_axis_of_products": ("sum_axis",), "matmul_nd": ("dot_nd",),
+                   "sum_axis_of_products": ("sum_axis",),
+                   "matmul_nd": ("dot_nd", "dot_of_any_dtype"),
+                   "dot_nd": ("dot_of_any_dtype",), "small_dot": ("dot_of_any_dtype",),
                    "add_outer_at": ("add_at", "outer_product"),
                    "message_format": ("message_text",)}
 

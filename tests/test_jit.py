@@ -310,6 +310,40 @@ def test_any_rank_products_match_numpy(sa, sb):
     np.testing.assert_allclose(ns["dot_nd"](a, b), np.dot(a, b), rtol=1e-12)
 
 
+def _integer_matrix_products(x, A, B):
+    return np.sum(np.dot(A, x) ** 2) + np.sum((x @ B) ** 3) + np.sum(A @ B)
+
+
+def _integer_matrix_in_a_loop(x, A):
+    s = np.zeros(A.shape[0])
+    for i in range(3):
+        s = s + np.dot(A, x) * i
+    return np.sum(s ** 2)
+
+
+def _integer_product(A, B):
+    return A @ B
+
+
+@pytest.mark.numba
+def test_integer_and_mixed_dtype_matrix_products_compile():
+    # Numba's np.dot and @ take two arrays of one float dtype: an int matrix times a float
+    # vector was a CompileError (dot_nd, matmul_nd and small_dot now convert, as NumPy does).
+    A = np.array([[1, 2], [3, 4], [0, -1]])
+    B = np.array([[True, False, True], [False, True, True]])
+    x = np.array([0.5, -1.0])
+    for f, args in ((_integer_matrix_products, (x, A, B)), (_integer_matrix_in_a_loop, (x, A))):
+        expected = numeric_jacobian(lambda v, f=f, rest=args[1:]: f(v, *rest), x)
+        np.testing.assert_allclose(jit(ad.grad(f))(*args), expected, rtol=1e-6)
+        np.testing.assert_allclose(jit(f)(*args), f(*args), rtol=1e-12)
+    product = jit(_integer_product)(A, A.T)  # int @ int stays int, as in NumPy
+    assert product.dtype == (A @ A.T).dtype
+    np.testing.assert_array_equal(product, A @ A.T)
+    mixed = jit(_integer_product)(x.astype(np.float32), A.T.astype(np.float64))
+    assert mixed.dtype == np.float64
+    np.testing.assert_allclose(mixed, x @ A.T, rtol=1e-6)
+
+
 UNBROADCAST = [((2, 3), (2, 3)), ((2, 3), (3,)), ((2, 3), (2, 1)), ((2, 3), (1, 3)),
                ((4, 2, 3), (2, 1)), ((2, 3), ()), ((3,), (1,)), ((), (2, 2))]
 
