@@ -445,6 +445,8 @@ def returned_dicts(core):
     dict_outputs=True, returns as tuples of their values; None when it returns none."""
     def entry(keys):
         return ["dict", list(keys), [None] * len(keys)]
+    if core.nested_dicts is not None:
+        return core.nested_dicts
     if core.dict_keys is not None:
         return entry(core.dict_keys)
     if core.tuple_dicts is not None:

@@ -203,6 +203,10 @@ class CoreFunction:
     # the same for each entry of a tuple it returns (None for an entry that is no dict):
     # `return loss, {"acc": acc}` returns (loss, (acc,)) and the caller gets a HeldTuple
     tuple_dicts: tuple | None = None
+    # the spec (codegen/dict_outputs.py) of dicts it returns deeper inside displays
+    # (`return x, [y, {"k": z}]`): the transformed function returns their values as tuples
+    # and the call rebuilds them; a caller of the user's cannot read them
+    nested_dicts: list | None = None
 
     @property
     def return_type(self):
@@ -275,6 +279,7 @@ class Normalizer:
         self.called = called
         self.dict_keys = None
         self.tuple_dicts = None
+        self.nested_dicts = None
         self.program = program
         self.body = []
         self.types = {}
@@ -359,6 +364,7 @@ class Normalizer:
         core.written_params = self.written_params
         core.dict_keys = self.dict_keys
         core.tuple_dicts = self.tuple_dicts
+        core.nested_dicts = self.nested_dicts
         return core
 
     # -- statements
@@ -717,6 +723,10 @@ class Normalizer:
         if self.called and isinstance(stmt.value, gast.Name) and \
                 isinstance(self.env.get(stmt.value.id), LocalDict):
             return self.returned_dict(self.env[stmt.value.id], stmt)
+        if self.called and any(self.holds_dict(e) for e in getattr(stmt.value, "elts", ())
+                               if isinstance(e, (gast.Tuple, gast.List))):
+            returned, self.nested_dicts = self.returned_tree(stmt.value, stmt)
+            return returned
         if isinstance(stmt.value, (gast.Tuple, gast.List)):
             values = [self.returned_entry(e) for e in stmt.value.elts]
             if self.called and any(isinstance(v, LocalDict) for v in values):
@@ -733,6 +743,11 @@ class Normalizer:
         if self.called and isinstance(value, LocalDict):  # `return loss_grad(p, x)`
             return self.returned_dict(value, stmt)
         if self.called and isinstance(value, HeldTuple) and any(
+                isinstance(p, HeldTuple) for p in value.parts):
+            # `return helper(w)` of a helper returning dicts deeper inside its tuple
+            returned, self.nested_dicts = self.returned_atom(value, stmt, stmt)
+            return returned
+        if self.called and isinstance(value, HeldTuple) and any(
                 isinstance(p, LocalDict) for p in value.parts):
             # `return loss_fn(w)` of a function returning a tuple holding a dict: passed on
             self.tuple_dicts = tuple(tuple(p.entries) if isinstance(p, LocalDict) else None
@@ -742,6 +757,38 @@ class Normalizer:
                                         self.runtime(p, stmt, True)) for p in value.parts],
                               ctx=gast.Load())
         return self.output_entries(self.runtime(value, stmt.value, True))
+
+    def holds_dict(self, node):
+        """Whether display `node` holds a string-keyed dict display, or a name bound to a
+        dict built entry by entry, in it or in a display inside it."""
+        if isinstance(node, (gast.Tuple, gast.List)):
+            return any(self.holds_dict(e) for e in node.elts)
+        return (_string_keyed(node) and bool(node.keys)) or (
+            isinstance(node, gast.Name) and isinstance(self.env.get(node.id), LocalDict))
+
+    def returned_tree(self, node, stmt):
+        """A returned display holding dict displays below its first level (`return x, [y,
+        {"k": z}]`), or a HeldTuple holding HeldTuples (a helper's such output): the nested
+        tuple of its entries, each dict the tuple of its values, and the spec that rebuilds
+        the dicts (codegen/dict_outputs.py)."""
+        if isinstance(node, (gast.Tuple, gast.List)):
+            return self.returned_parts([self.returned_tree(e, stmt) for e in node.elts])
+        return self.returned_atom(self.returned_entry(node), node, stmt)
+
+    def returned_atom(self, value, node, stmt):
+        if isinstance(value, HeldTuple):
+            return self.returned_parts([self.returned_atom(p, stmt, stmt) for p in value.parts])
+        if isinstance(value, LocalDict):
+            keys = list(value.entries)
+            return self.returned_dict(value, stmt, keep_keys=False), \
+                ["dict", keys, [None] * len(keys)]
+        return self.output_entries(self.runtime(value, node, True)), None
+
+    @staticmethod
+    def returned_parts(parts):
+        specs = [spec for _, spec in parts]
+        return gast.Tuple(elts=[part for part, _ in parts], ctx=gast.Load()), \
+            None if all(spec is None for spec in specs) else ["tuple", specs]
 
     def returned_entry(self, node):
         """An entry of a returned tuple display: a dict display with string keys is made a
@@ -773,7 +820,7 @@ class Normalizer:
         read entry by entry (a LocalDict whose entries the call's tuple binds)."""
         value = gast.Call(func=name(callee.name), args=flat_args, keywords=[])
         prim = Prim("user", callee=callee, args=flat_args)
-        if callee.tuple_dicts is not None:
+        if callee.tuple_dicts is not None or callee.nested_dicts is not None:
             return self.held_tuple(callee, value, prim, base)
         if callee.dict_keys is None:
             return self.emit(value, callee.return_type, prim, target, base)
@@ -790,27 +837,39 @@ class Normalizer:
         return made
 
     def held_tuple(self, callee, value, prim, base):
-        """The call of a function returning a tuple that holds dicts (tuple_dicts): its
-        entries bound to names, each dict's entries to a LocalDict's names; a HeldTuple."""
+        """The call of a function returning a tuple that holds dicts (tuple_dicts, or
+        nested_dicts deeper down): its entries bound to names, each dict's entries to a
+        LocalDict's names; a HeldTuple (of HeldTuples where tuples hold dicts)."""
         held = self.emit(value, callee.return_type, prim, None, base)
-        types_ = callee.return_type.elts
+        spec = callee.nested_dicts or ["tuple", [
+            None if keys is None else ["dict", list(keys), [None] * len(keys)]
+            for keys in callee.tuple_dicts]]
+        return self.held_parts(held, callee.return_type, spec, base)
+
+    def held_parts(self, held, typ, spec, base):
+        """Name `held` (a tuple of type `typ` holding dicts where `spec` has them) unpacked:
+        a HeldTuple of its entries, a dict's entries bound to a LocalDict's names."""
+        types_ = typ.elts
         parts = [self.define(self.namer.temp(f"{base}_{k}"), t) for k, t in enumerate(types_)]
         for part, t in zip(parts, types_):
             self.types[part] = self.join(part, t) if self.depth > 0 else t
         self.append(assign(parts, held), Prim("unpack", args=[held]))
         out = []
-        for part, keys, t in zip(parts, callee.tuple_dicts, types_):
-            if keys is None:
+        for part, inner, t in zip(parts, spec[1], types_):
+            if inner is None:
                 out.append(name(part))
-                continue
-            made = LocalDict({}, base)
-            cores = []
-            for key, typ in zip(keys, t.elts):
-                core = self.define(made.local_name(key, self.taken_names), typ)
-                self.types[core] = self.join(core, typ) if self.depth > 0 else typ
-                cores.append(core)
-            self.append(assign(cores, name(part)), Prim("unpack", args=[name(part)]))
-            out.append(made)
+            elif inner[0] == "tuple":
+                out.append(self.held_parts(name(part), t, inner, base))
+            else:
+                made = LocalDict({}, base)
+                cores = []
+                for key, entry_type in zip(inner[1], t.elts):
+                    core = self.define(made.local_name(key, self.taken_names), entry_type)
+                    self.types[core] = self.join(core, entry_type) if self.depth > 0 \
+                        else entry_type
+                    cores.append(core)
+                self.append(assign(cores, name(part)), Prim("unpack", args=[name(part)]))
+                out.append(made)
         return HeldTuple(out)
 
     def output_entries(self, atom):

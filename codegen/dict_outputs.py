@@ -126,7 +126,7 @@ def _string_keyed(node):
 
 
 def _spec(node, displays):
-    if isinstance(node, gast.Tuple):
+    if isinstance(node, (gast.Tuple, gast.List)):  # (a list is returned as a tuple)
         return ["tuple", [_spec(e, displays) for e in node.elts]]
     if _string_keyed(node):
         return ["dict", [k.value for k in node.keys], [_spec(v, displays) for v in node.values]]
@@ -147,7 +147,7 @@ def _flatten(ret, displays):
         return gast.Tuple(elts=list(node.values), ctx=gast.Load())
 
     def visit(node):
-        if isinstance(node, gast.Tuple):
+        if isinstance(node, (gast.Tuple, gast.List)):
             node.elts = [visit(e) for e in node.elts]
             return node
         if _string_keyed(node):

@@ -41,7 +41,7 @@ FUNCTIONS = [_display, _built_entry_by_entry, _tuple_holding_a_dict]
 def _leaves(tree):
     if isinstance(tree, dict):
         return [leaf for key in sorted(tree) for leaf in _leaves(tree[key])]
-    if isinstance(tree, tuple):
+    if isinstance(tree, (tuple, list)):
         return [leaf for part in tree for leaf in _leaves(part)]
     return [np.asarray(tree, dtype=float)]
 
@@ -70,8 +70,8 @@ def _fd_jacobian(f, x, y, argnum):
 def _random_like(tree):
     if isinstance(tree, dict):
         return {key: _random_like(value) for key, value in reversed(list(tree.items()))}
-    if isinstance(tree, tuple):
-        return tuple(_random_like(part) for part in tree)
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(_random_like(part) for part in tree)
     return RNG.standard_normal(np.shape(tree)) if np.ndim(tree) else float(RNG.standard_normal())
 
 
@@ -105,8 +105,8 @@ def _per_argnum(jac, like, k):
     structure (`like`) outside and the argnums tuple at each leaf."""
     if isinstance(like, dict):
         return {key: _per_argnum(jac[key], like[key], k) for key in like}
-    if isinstance(like, tuple):
-        return tuple(_per_argnum(j, part, k) for j, part in zip(jac, like))
+    if isinstance(like, (tuple, list)):
+        return type(like)(_per_argnum(j, part, k) for j, part in zip(jac, like))
     return jac[k]
 
 
@@ -153,3 +153,78 @@ def test_jacrev_of_a_dict_output_inside_transformed_code_names_the_line():
         return np.sum(ad.jacrev(_display)(x, Y)["a"])
     with pytest.raises(ad.UnsupportedSyntaxError, match="returning a dict"):
         ad.grad(outer)(X)
+
+
+# ---------------------------------------------------------------- dicts deeper in the output
+# (session 44): `return a, [b, {"k": c}]` gave the dict a tangent of 0.0 in jvp and linearize
+# and dropped its cotangent in vjp, silently; jacrev and vmap refused it.
+def _dict_in_a_list(x, y):
+    return np.sum(x) * y, [x[0] * y, {"k": np.cos(x) * y, "m": y * y}]
+
+
+def _built_dict_in_a_tuple(x, y):
+    d = {}
+    d["k"] = np.sin(x) * y
+    return x[1] * y, (d, x ** 2)
+
+
+def _passes_a_helpers_output(x, y):
+    return _dict_in_a_list(x, y)
+
+
+NESTED = [_dict_in_a_list, _built_dict_in_a_tuple, _passes_a_helpers_output]
+
+
+def _structure(tree):
+    if isinstance(tree, dict):
+        return {key: _structure(value) for key, value in tree.items()}
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(_structure(part) for part in tree)
+    return np.shape(tree)
+
+
+@pytest.mark.parametrize("f", NESTED, ids=lambda f: f.__name__)
+def test_dicts_inside_lists_and_tuples_of_the_output(f):
+    expected = f(X, Y)
+    v, w = RNG.standard_normal(3), 0.4
+    out, out_dot = ad.jvp(f, (X, Y), (v, w))
+    assert _structure(out) == _structure(expected) == _structure(out_dot)
+    jac_x, jac_y = _fd_jacobian(f, X, Y, 0), _fd_jacobian(f, X, Y, 1)
+    np.testing.assert_allclose(_flat(out_dot), jac_x @ v + jac_y[:, 0] * w, rtol=1e-6,
+                               atol=1e-8)
+    _, linear = ad.linearize(f, X, Y)
+    np.testing.assert_allclose(_flat(linear(v, w)), _flat(out_dot), rtol=1e-12)
+    out, pullback = ad.vjp(f, X, Y)
+    cotangent = _random_like(expected)
+    x_bar, y_bar = pullback(cotangent)
+    np.testing.assert_allclose(x_bar, _flat(cotangent) @ jac_x, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(y_bar, (_flat(cotangent) @ jac_y)[0], rtol=1e-6, atol=1e-8)
+    jac = ad.jacrev(f, argnums=(0, 1))(X, Y)
+    for k in (0, 1):
+        got = _per_argnum(jac, expected, k)
+        rows = np.concatenate([np.reshape(leaf, (-1, 1 if k else 3)) for leaf in _leaves(got)])
+        np.testing.assert_allclose(rows, _fd_jacobian(f, X, Y, k), rtol=1e-6, atol=1e-8)
+    forward = ad.jacfwd(f)(X, Y)
+    assert _structure(forward) == _structure(ad.jacrev(f)(X, Y))
+    np.testing.assert_allclose(_flat(forward).reshape(-1, 3), jac_x, rtol=1e-6, atol=1e-8)
+
+
+def test_vmap_of_a_dict_inside_a_list_of_the_output():
+    xs = RNG.standard_normal((4, 3))
+    got = ad.vmap(_dict_in_a_list, in_axes=(0, None))(xs, Y)
+    for i in range(4):
+        one = _dict_in_a_list(xs[i], Y)
+        assert isinstance(got[1], list) and list(got[1][1]) == ["k", "m"]
+        np.testing.assert_allclose(got[1][1]["k"][i], one[1][1]["k"])
+        np.testing.assert_allclose(got[0][i], one[0])
+
+
+def _reads_a_helpers_nested_dict(x, y):
+    a, b = _dict_in_a_list(x, y)
+    return a + b[0] + np.sum(b[1]["k"] ** 2) * b[1]["m"]
+
+
+def test_grad_reading_a_dict_a_helper_returns_inside_a_list():
+    expected = _fd_jacobian(_reads_a_helpers_nested_dict, X, Y, 0)[0]
+    np.testing.assert_allclose(ad.grad(_reads_a_helpers_nested_dict)(X, Y), expected,
+                               rtol=1e-6)
