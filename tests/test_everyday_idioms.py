@@ -909,3 +909,36 @@ def test_jit_of_grad_through_a_hessian_block():
         gx, gy = g(x, y)
         np.testing.assert_allclose(gx, 2.0 * np.ones(3))
         np.testing.assert_allclose(gy, np.zeros(3), atol=1e-12)
+
+
+# ---------------------------------------------------------------- np.float32(...) and
+# np.float64(...) as casts (session 44: "np.float32 has no derivative rule")
+def _float32_accumulator(x):
+    s = np.float32(0.0)
+    for i in range(3):
+        s = s + x[i] * x[i]
+    return s
+
+
+def _float64_cast_of_an_entry(x):
+    return np.float64(x[0]) * x[1] + np.float32(x[2]) ** 2 + np.sum(np.float64(x))
+
+
+def _cast_gradient(f, x):  # by hand (central differences through float32 are too coarse)
+    if f is _float32_accumulator:
+        return np.array([2.0 * x[0], 2.0 * x[1], 2.0 * x[2]])
+    return np.array([x[1] + 1.0, x[0] + 1.0, 2.0 * x[2] + 1.0])
+
+
+@pytest.mark.parametrize("f", [_float32_accumulator, _float64_cast_of_an_entry])
+def test_numpy_scalar_casts_are_differentiated(f):
+    x = np.array([0.3, 2.0, 1.0])
+    expected = _cast_gradient(f, x)
+    np.testing.assert_allclose(ad.grad(f)(x), expected, rtol=1e-6)
+    np.testing.assert_allclose(ad.jvp(f, (x,), (np.ones(3),))[1], np.sum(expected), rtol=1e-6)
+    xs = np.stack([x, 2.0 * x])
+    np.testing.assert_allclose(ad.vmap(ad.grad(f))(xs)[1], _cast_gradient(f, 2.0 * x),
+                               rtol=1e-6)
+    assert ad.grad(f)(x.astype(np.float32)).dtype == np.float32
+    if f is _float32_accumulator:  # (np.float64 of an array: Numba has no such call)
+        np.testing.assert_allclose(jit(ad.grad(f))(x), expected, rtol=1e-6)

@@ -1087,6 +1087,8 @@ _ELEMENTWISE = tuple(PARTIALS) + tuple(PIECEWISE_CONSTANT) + (
     "logical_xor", "logical_not", "zeros_like", "ones_like", "empty_like")
 _register(_ELEMENTWISE, elementwise)
 _register(("float",), _conversion("float64"))
+_register(("float64",), _conversion("float64"))
+_register(("float32",), _conversion("float32"))
 _register(("int",), _conversion("int64"))
 _register(("sum", "mean", "prod", "max", "min", "var", "std", "median", "ptp", "nansum",
            "nanmean"), reduction)

@@ -887,6 +887,19 @@ register(Rule("asarray", "np.asarray", ("x", "dtype"), {}, ("x",), _infer_same, 
          np.asfortranarray)
 register(Rule("float", "float", ("x",), {}, ("x",), lambda call: T.FLOAT, _identity_vjp,
               _relinear, linear=True), float)
+
+
+def _infer_scalar_type(call):
+    """np.float64(x), np.float32(x): a number of that dtype, or an array of it."""
+    x, dtype = call.types["x"], call.rule.name
+    if x.kind == "array":
+        return T.array(x.dims, dtype) if x.dims is not None else T.AType("array", dtype, None)
+    return T.AType("float", dtype)
+
+
+for _scalar in (np.float64, np.float32):
+    register(Rule(_scalar.__name__, f"np.{_scalar.__name__}", ("x",), {}, ("x",),
+                  _infer_scalar_type, _identity_vjp, _relinear, linear=True), _scalar)
 # Methods with no function twin are written as methods: `x.astype(dtype)`, `x.copy()`.
 register(Rule("astype", None, ("x", "dtype"), {}, ("x",), _infer_same, _identity_vjp,
               lambda call, dots: fill("d.astype(t)", d=dots["x"], t=call.args["dtype"]),
