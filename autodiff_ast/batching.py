@@ -476,7 +476,8 @@ class _Vmapped(_Transformed):
         result = getattr(module, generated.entry)(*flat)
         self._last_call = None if no_mapped or kwargs else (
             leaf_axes, labels, tuple(isinstance(specs[n], Static) for n in names))
-        return _assemble(generated.layout, result)
+        from .jacobians import single_precision_like  # (jacobians imports this module)
+        return single_precision_like(values, _assemble(generated.layout, result))
 
     def _batched_plan(self):
         """For jit's fast path: the last call's work, for arguments of the same types and

@@ -288,16 +288,16 @@ def linearize(fun, *primals):
 
 
 # ---------------------------------------------------------------- Jacobians
-def _all_single_precision(values):
+def all_single_precision(values):
     """Whether every float leaf of `values` is float32 (and there is one)."""
     floats = [np.asarray(v).dtype for v in pytrees.tree_leaves(values)
               if np.issubdtype(np.asarray(v).dtype, np.floating)]
     return bool(floats) and all(d == np.float32 for d in floats)
 
 
-def _single_precision_like(values, tree):
+def single_precision_like(values, tree):
     """float32 inputs give float32 Jacobians and Hessians (JAX's dtype rule)."""
-    if not _all_single_precision(values):
+    if not all_single_precision(values):
         return tree
     return pytrees.tree_map(
         lambda a: a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype == np.float64
@@ -410,7 +410,7 @@ class _JacobianTransform(_Transformed):
         aux = None
         if self.has_aux:
             raw, aux = raw
-        jac = _single_precision_like(values, self.assemble(values, specs, raw))
+        jac = single_precision_like(values, self.assemble(values, specs, raw))
         jac = _with_dicts(jac, generated)  # (a dict output's blocks, per entry)
         return (jac, aux) if self.has_aux else jac
 
@@ -447,7 +447,7 @@ class _JacobianTransform(_Transformed):
             return per_arg[0] if single else tuple(per_arg)
         out = view.outputs(tuple(blocks(p) for p in pieces) if view.n_out > 1
                            else blocks(pieces[0]))
-        return _single_precision_like(view.values, out)
+        return single_precision_like(view.values, out)
 
     def assembles_as_is(self, specs):
         """Whether :meth:`assemble` returns the module's result unchanged for these specs:

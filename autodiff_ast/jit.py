@@ -667,11 +667,11 @@ def _make_plan(jitted, args):
         if jitted.has_aux or any(tree for _, tree, _ in dynamic) or static:
             return None
         _, _, specs = jitted._specs(args, {})
-        if jitted.assembles_as_is(specs) and not jacobians._all_single_precision(args):
+        if jitted.assembles_as_is(specs) and not jacobians.all_single_precision(args):
             def matrix_plan(args):  # (the plan's key fixes the dtypes: no float32 to narrow)
                 return entry(*args)
             return matrix_plan
-        like = jacobians._single_precision_like
+        like = jacobians.single_precision_like
 
         def jacobian_plan(args):  # (array and scalar arguments: the module's layout as is)
             return like(args, jitted.assemble(args, specs, entry(*args)))

@@ -1649,8 +1649,8 @@ _ARRAY_OR_NUMBER = frozenset({"sum_axis_of_products", "sum_axis", "np.sum", "np.
 
 
 def _divide_counts_plainly(tree):
-    """``np.divide(1.0, x.shape[0])`` (how generated modules divide a constant by a count,
-    codegen/emit.py) back as ``1.0 / x.shape[0]``: compiled with error_model='numpy' the
+    """``float(np.divide(1.0, x.shape[0]))`` (how generated modules divide a constant by a
+    count, codegen/emit.py) back as ``1.0 / x.shape[0]``: compiled with error_model='numpy' the
     division gives inf at 0 as np.divide does, and the passes below read the plain form (a
     mean's ``1.0 / X.shape[0]`` in codegen/row_products.py)."""
     names = count_names(tree)
@@ -1658,6 +1658,10 @@ def _divide_counts_plainly(tree):
         for attribute, value in gast.iter_fields(node):
             items = value if isinstance(value, list) else [value]
             for k, item in enumerate(items):
+                if isinstance(item, gast.Call) and dotted_name(item.func) == "float" and \
+                        len(item.args) == 1 and isinstance(item.args[0], gast.Call) and \
+                        dotted_name(item.args[0].func) == "np.divide":
+                    item = item.args[0]  # (emit.py's float(np.divide(1.0, n)))
                 if not (isinstance(item, gast.Call) and dotted_name(item.func) == "np.divide"
                         and len(item.args) == 2 and not item.keywords and
                         isinstance(item.args[0], gast.Constant) and

@@ -164,7 +164,7 @@ def count_names(fn, tree=gast):
 
 class _CountDivisions(ast.NodeTransformer):
     """``1.0 / x.size`` (a constant over an array's size, length or extent, or a name bound
-    to one) as ``np.divide(1.0, x.size)``: the mean of an empty selection
+    to one) as ``float(np.divide(1.0, x.size))``: the mean of an empty selection
     (``np.mean(x[x > c])``) is nan in NumPy, and its adjoint must not raise ZeroDivisionError
     (Python's int and float)."""
 
@@ -180,7 +180,11 @@ class _CountDivisions(ast.NodeTransformer):
             return node
         divide = ast.Attribute(value=ast.Name(id="np", ctx=ast.Load()), attr="divide",
                                ctx=ast.Load())
-        return ast.copy_location(ast.Call(func=divide, args=[left, right], keywords=[]), node)
+        quotient = ast.Call(func=divide, args=[left, right], keywords=[])
+        # (a Python float, as `1.0 / n` is: NumPy's float64 scalar would make float32 arrays
+        # it multiplies float64)
+        return ast.copy_location(ast.Call(func=ast.Name(id="float", ctx=ast.Load()),
+                                          args=[quotient], keywords=[]), node)
 
 
 def render_function(fn, decorator=None):

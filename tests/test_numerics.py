@@ -613,6 +613,32 @@ def test_float32_in_float32_out_everywhere():
     assert ad.grad(lambda x: np.sum(np.sort(x) * x))(F32).dtype == np.float32
 
 
+def _max_times_three(w):
+    return np.max(w) * 3.0
+
+
+def _mean_of_exp(w):
+    return np.mean(np.exp(w) * 0.5 + np.log1p(w * w))
+
+
+@pytest.mark.parametrize("f", [_max_times_three, _mean_of_exp])
+def test_float32_through_vmap_and_in_the_written_source(f):
+    # vmap(grad(f)) of float32 rows gave float64 (`3.0 * (w == m)`, and the mean's
+    # np.divide(1.0, n), a float64 scalar NumPy 2 does not weaken); grad(f) gave float32
+    W = np.array([[0.5, 1.5, -0.2], [1.0, 0.3, 0.7]], dtype=np.float32)
+    per_example = np.stack([ad.grad(f)(w) for w in W])
+    batched = ad.vmap(ad.grad(f))(W)
+    assert per_example.dtype == batched.dtype == np.float32
+    np.testing.assert_allclose(batched, per_example, rtol=1e-6)
+    assert ad.vmap(ad.jacfwd(f))(W).dtype == np.float32
+    assert ad.vmap(lambda x, t: ad.jvp(f, (x,), (t,)))(W, W)[1].dtype == np.float32
+    if f is _mean_of_exp:  # the written module alone (no wrapper casting) keeps float32
+        source = ad.source(ad.grad(f), W[0])
+        namespace = {}
+        exec(compile(source, "<grad>", "exec"), namespace)
+        assert namespace["grad__mean_of_exp"](W[0]).dtype == np.float32
+
+
 def test_float32_gradient_values_match_float64():
     g32 = ad.grad(lambda x: np.sum(np.tanh(x) * x))(F32)
     g64 = ad.grad(lambda x: np.sum(np.tanh(x) * x))(F32.astype(np.float64))
