@@ -51,6 +51,8 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .allocator import keep_large_blocks
 from .blas_threads import calm_blas_threads
 from .helpers import DIALECT_JIT_OPTIONS
@@ -512,6 +514,10 @@ def _inside_numba_compiler(exc):
 
 
 def _writeable(value):
+    # A 0-d array is a number to the generated code (its spec is a number's): passed as one,
+    # since Numba's np.sqrt of a 0-d array is a float, and a loop carrying both cannot unify.
+    if type(value) is np.ndarray and value.ndim == 0 and value.dtype.kind in "biuf":
+        return value[()]
     # Read-only arrays are a separate Numba type: copy them rather than compile again.
     flags = getattr(value, "flags", None)
     if flags is not None and not flags.writeable and hasattr(value, "copy"):

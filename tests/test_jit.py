@@ -1322,3 +1322,35 @@ def test_float32_leaves_of_a_named_tuple_run_as_float64():
     assert isinstance(got, _Float32Params)
     np.testing.assert_allclose(got.w, want.w, rtol=1e-6)
     assert float(got.b) == pytest.approx(float(want.b), rel=1e-6)
+
+
+def _nested_square_roots(a):
+    x = a
+    for _ in range(3):
+        x = np.sqrt(x + a)
+    return x
+
+
+def _fixed_point_of_square_root(a):
+    x = a
+    previous = a * 0.0
+    while abs(x - previous) > 1e-12:
+        previous = x
+        x = np.sqrt(x + a)
+    return x
+
+
+@pytest.mark.numba
+@pytest.mark.parametrize("f", [_nested_square_roots, _fixed_point_of_square_root])
+def test_a_zero_d_array_argument_carried_through_a_loop(f):
+    # Numba's np.sqrt of a 0-d array is a float: a loop carrying both failed to compile
+    # ("Cannot unify array(float64, 0d, C) and float64"); 0-d arrays are passed as numbers.
+    a = np.array(0.5)
+    step = 1e-6
+    expected = (f(0.5 + step) - f(0.5 - step)) / (2 * step)
+    assert jit(f)(a) == pytest.approx(f(a), rel=1e-12)
+    got = jit(ad.grad(f))(a)
+    assert np.shape(got) == () and got == pytest.approx(expected, rel=1e-6)
+    assert got == pytest.approx(ad.grad(f)(a), rel=1e-12)
+    _, tangent = jit(lambda p, t: ad.jvp(f, (p,), (t,)))(0.5, np.array(1.0))
+    assert tangent == pytest.approx(expected, rel=1e-6)
