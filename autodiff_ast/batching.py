@@ -579,7 +579,9 @@ def vmap(fun, in_axes=0, out_axes=0, axis_size=None, axis_name=None, verbose=Fal
     ``{"W": None, "b": 0}``. Keyword arguments are mapped along axis 0. out_axes places the
     batch axis in each output (None: an output that does not vary). axis_size gives the batch
     size when no argument is mapped. axis_name is accepted and reserved for collectives
-    (psum/pmean over the mapped axis). verbose=True prints the generated module.
+    (psum/pmean over the mapped axis). verbose=True prints the generated module. `fun` may
+    be the map :func:`linearize` or :func:`vjp` returns: its tangents (cotangent) are mapped,
+    in_axes giving one entry per tangent.
 
     >>> import numpy as np
     >>> dot = vmap(lambda a, b: np.dot(a, b), in_axes=(0, None))
@@ -588,6 +590,11 @@ def vmap(fun, in_axes=0, out_axes=0, axis_size=None, axis_name=None, verbose=Fal
     >>> vmap(lambda x: x * 2.0, in_axes=1, out_axes=1)(np.ones((2, 3))).shape
     (2, 3)
     """
+    from .bound_maps import vmap_of_bound_map  # a pullback or a linearized map
+    mapped = vmap_of_bound_map(fun, in_axes, out_axes, {
+        "axis_size": axis_size, "axis_name": axis_name, "verbose": verbose})
+    if mapped is not None:
+        return mapped
     return _Vmapped(fun, in_axes, out_axes, axis_size, axis_name, verbose)
 
 

@@ -1,4 +1,4 @@
-"""``jit`` of the maps that :func:`vjp` and :func:`linearize` return.
+"""``jit`` and ``vmap`` of the maps that :func:`vjp` and :func:`linearize` return.
 
 A pullback (``vjp(f, x)[1]``) and a linearized map (``linearize(f, x)[1]``) run generated NumPy
 code bound to their primal point; they are not functions whose source jit could read. JAX
@@ -8,6 +8,8 @@ one computes, as source the front end reads like the user's own:
 - a pullback at ``x`` maps ``ct`` to the gradient of ``np.sum(f(x) * ct)`` (summed per output
   for a tuple of outputs): ``jit(grad(that, argnums=every primal))``, called with the primals;
 - a linearized map at ``x`` maps tangents ``t`` to ``jvp(f, x, t)[1]``: ``jit(that)``.
+
+``vmap`` of either maps that function over the tangents (cotangents), the primals shared.
 
 Both recompute f's forward pass on each call (the compiled code keeps no residuals between
 calls); the values are those of the map itself.
@@ -28,7 +30,7 @@ import numpy as np
 
 from .errors import StaticArgumentError, UnsupportedError
 
-__all__ = ["jit_of_bound_map"]
+__all__ = ["jit_of_bound_map", "vmap_of_bound_map"]
 
 
 def jit_of_bound_map(bound, jit_options, static=()):
@@ -47,23 +49,24 @@ def jit_of_bound_map(bound, jit_options, static=()):
     return None
 
 
-def _refuse(what, why):
+def _refuse(what, why, transform="jit"):
     return UnsupportedError(
-        f"jit of {what}: {why}",
+        f"{transform} of {what}: {why}",
         hint="call it as it is (it runs the generated NumPy code), or jit the function it "
              "computes: for a pullback, jit(grad(g)) of `def g(x, ct): return np.sum(f(x) * "
              "ct)`; for a linearized map, jit(g) of `def g(x, t): return jvp(f, (x,), (t,))[1]`")
 
 
-def _jit_pullback(pullback, jit_options):
-    from .api import grad
-    from .jit import jit
+def _cotangent_map(pullback, what="jit"):
+    """(the function of the primals and the cotangent whose gradient in the primals is the
+    pullback's value, the primals)."""
     fun = getattr(pullback, "fun", None)
     if fun is None or getattr(pullback, "one_tuple", False):
-        raise _refuse("this pullback", "it was made where its function is not known")
+        raise _refuse("this pullback", "it was made where its function is not known", what)
     likes = getattr(pullback, "out_likes", None) or []
     if any(isinstance(o, (dict, list, tuple)) for o in likes):
-        raise _refuse("this pullback", "an output that is itself a pytree is not supported")
+        raise _refuse("this pullback", "an output that is itself a pytree is not supported",
+                      what)
     n = getattr(pullback, "n_primals", len(pullback.values))
     params = [f"x{i}" for i in range(n)]
     out = "fun(" + ", ".join(params) + ")" + ("[0]" if pullback.has_aux else "")
@@ -73,9 +76,31 @@ def _jit_pullback(pullback, jit_options):
         terms = ["np.sum(out * ct)"]
     name = _name("pullback", fun)
     body = [f"out = {out}", f"return {' + '.join(terms)}"]
-    dot = _function(name, params + ["ct"], body, {"fun": fun})
-    compiled = jit(grad(dot, argnums=tuple(range(n))), **jit_options)
-    primals = tuple(pullback.values[:n])
+    return _function(name, params + ["ct"], body, {"fun": fun}), tuple(pullback.values[:n])
+
+
+def _tangent_map(linearized, what="jit"):
+    """(the function of the primals and the tangents giving the linearized map's value, the
+    primals)."""
+    from .jacobians import jvp
+    fun = getattr(linearized, "fun", None)
+    if fun is None or linearized.lists:
+        raise _refuse("this linearized map", "its function returns lists built at run time",
+                      what)
+    n = getattr(linearized, "n_primals", len(linearized.values))
+    params = [f"x{i}" for i in range(n)]
+    tangents = [f"t{i}" for i in range(n)]
+    name = _name("linearized", fun)
+    body = [f"return jvp(fun, ({', '.join(params)},), ({', '.join(tangents)},))[1]"]
+    return _function(name, params + tangents, body, {"fun": fun, "jvp": jvp}), \
+        tuple(linearized.values[:n])
+
+
+def _jit_pullback(pullback, jit_options):
+    from .api import grad
+    from .jit import jit
+    dot, primals = _cotangent_map(pullback)
+    compiled = jit(grad(dot, argnums=tuple(range(len(primals)))), **jit_options)
 
     def jitted_pullback(cotangent):
         return compiled(*primals, cotangent)
@@ -84,24 +109,47 @@ def _jit_pullback(pullback, jit_options):
 
 
 def _jit_linearized(linearized, jit_options):
-    from .jacobians import jvp
     from .jit import jit
-    fun = getattr(linearized, "fun", None)
-    if fun is None or linearized.lists:
-        raise _refuse("this linearized map", "its function returns lists built at run time")
-    n = getattr(linearized, "n_primals", len(linearized.values))
-    params = [f"x{i}" for i in range(n)]
-    tangents = [f"t{i}" for i in range(n)]
-    name = _name("linearized", fun)
-    body = [f"return jvp(fun, ({', '.join(params)},), ({', '.join(tangents)},))[1]"]
-    tangent_map = _function(name, params + tangents, body, {"fun": fun, "jvp": jvp})
+    tangent_map, primals = _tangent_map(linearized)
     compiled = jit(tangent_map, **jit_options)
-    primals = tuple(linearized.values[:n])
 
     def jitted_linearized(*dots):
         return compiled(*primals, *dots)
     jitted_linearized.compiled = compiled
     return jitted_linearized
+
+
+def vmap_of_bound_map(bound, in_axes, out_axes, vmap_options):
+    """vmap of a pullback or a linearized map (JAX's ``vmap(f_jvp)``): the function it computes
+    (as for jit) mapped over the cotangent or tangents, the primals shared; None when `bound`
+    is neither. `in_axes` is the map's own (one per tangent)."""
+    from .api import _Pullback, grad
+    from .batching import vmap
+    from .jacobians import _Linearized
+    if isinstance(bound, _Pullback):
+        dot, primals = _cotangent_map(bound, "vmap")
+        function, count = grad(dot, argnums=tuple(range(len(primals)))), 1
+    elif isinstance(bound, _Linearized):
+        function, primals = _tangent_map(bound, "vmap")
+        count = len(primals)
+    else:
+        return None
+    if isinstance(in_axes, (list, tuple)):
+        if len(in_axes) != count:
+            raise UnsupportedError(
+                f"vmap: in_axes has {len(in_axes)} entries for a map of {count} argument"
+                f"{'s' if count > 1 else ''}",
+                hint="give one axis per tangent (or cotangent), or one int for all")
+        axes = tuple(in_axes)
+    else:
+        axes = (in_axes,) * count
+    mapped = vmap(function, in_axes=(None,) * len(primals) + axes, out_axes=out_axes,
+                  **vmap_options)
+
+    def vmapped_map(*dots):
+        return mapped(*primals, *dots)
+    vmapped_map.vmapped = mapped
+    return vmapped_map
 
 
 def _name(kind, fun):

@@ -691,3 +691,28 @@ def test_grad_of_nested_dicts_inside_transformed_code_is_refused_at_the_users_li
         ad.grad(_nested_gradient_norm)(p)
     assert "test_higher_order.py" in str(info.value)
     assert "g = ad.grad(_nested_loss)(p)" in str(info.value)
+
+
+# ---------------------------------------------------------------- vmap of the maps linearize
+# and vjp return (session 44: refused, "it is not a Python function")
+def _two_input_map(x, y):
+    return np.sin(x) * y + x ** 2
+
+
+def test_vmap_of_a_linearized_map_and_of_a_pullback():
+    x, y = np.array([0.1, 0.5, -0.3]), np.array([1.2, -0.4, 0.8])
+    tx = np.random.default_rng(3).standard_normal((4, 3))
+    ty = np.random.default_rng(4).standard_normal((4, 3))
+    _, linear = ad.linearize(_two_input_map, x, y)
+    jac_x = np.diag(np.cos(x) * y + 2.0 * x)  # by hand
+    jac_y = np.diag(np.sin(x))
+    got = ad.vmap(linear)(tx, ty)
+    np.testing.assert_allclose(got, tx @ jac_x.T + ty @ jac_y.T, rtol=1e-12)
+    shared = ad.vmap(linear, in_axes=(0, None))(tx, ty[0])
+    np.testing.assert_allclose(shared, tx @ jac_x.T + ty[0] @ jac_y.T, rtol=1e-12)
+    _, pullback = ad.vjp(_two_input_map, x, y)
+    x_bars, y_bars = ad.vmap(pullback)(tx)
+    np.testing.assert_allclose(x_bars, tx @ jac_x, rtol=1e-12)
+    np.testing.assert_allclose(y_bars, tx @ jac_y, rtol=1e-12)
+    with pytest.raises(ad.UnsupportedError, match="in_axes has 1 entries for a map of 2"):
+        ad.vmap(linear, in_axes=(0,))
