@@ -129,13 +129,16 @@ def _leaf_types(pname, spec):
     return [] if isinstance(spec, Static) else [spec]
 
 
-def _normalized_axis(axis, rank, what):
+def _normalized_axis(axis, rank, what, where=None):
+    """`axis` of a value of rank `rank` as a non-negative axis (`where`: the error's place,
+    the filename, lineno and code of the user's line)."""
     if axis is None:
         return None
     if not -rank <= axis < rank:
         raise BatchingError(
             f"vmap was asked to map {what} along axis {axis}, but it has rank {rank}",
-            hint=f"use an axis between {-rank} and {rank - 1}, or None to leave it unmapped")
+            hint=f"use an axis between {-rank} and {rank - 1}, or None to leave it unmapped",
+            **(where or {}))
     return axis % rank
 
 
@@ -331,7 +334,9 @@ def _output(expr, typ, flag, axis, k, core, n_batch):
                      "fixed length")
         raise BatchingError(f"vmap: the rank of output {k} of {info.name} is unknown",
                             **where)
-    axis = _normalized_axis(axis, typ.ndim + 1, f"output {k}")
+    axis = _normalized_axis(axis, typ.ndim + 1, f"output {k} of {info.name}", dict(
+        filename=info.filename, lineno=info.file_line(core.return_node),
+        code=info.source_line(core.return_node)))
     if not flag:
         expr = R.broadcast_batch(expr, typ, name(n_batch))
     if axis:

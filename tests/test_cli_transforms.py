@@ -191,6 +191,16 @@ def test_vmap(project, run_isolated):
     """, project)
 
 
+def test_vmap_out_axes_error_names_the_function_and_line(project):
+    # `vmap model.py:loss,predict --out-axes 1` said "map output 0 along axis 1, but it has
+    # rank 1", not which function: loss returns a number (rank 1 batched)
+    run = cli("vmap", "model.py:predict,loss", "--out-axes", "1", "-o", "b.py", cwd=project,
+              check=False)
+    assert run.returncode != 0 and run.stderr.count("\n") == 1, run.stderr
+    assert re.search(r"model.py:\d+: vmap was asked to map output 0 of loss along axis 1",
+                     run.stderr), run.stderr
+
+
 def test_number_defaults_are_kept(project, run_isolated):
     # the entry functions of jacfwd, jacrev, hessian, vjp's forward function and vmap (when
     # the argument is not mapped) kept FUNC's parameters but dropped `scale=2.0`
