@@ -1933,6 +1933,7 @@ class _Builder:
                 reset.value = fill(f"np.zeros_like(t) if {test} else np.zeros_like(b)",
                                    t=t, b=bar)
         self.stale_views = _stale_views(self.core, self.adj.out)
+        self.written_through_others = _written_through_other_names(self.core)
         self.preallocated = self._plan_preallocated_tapes(needed)
         tapes = []
         forward = self._forward_block(self.core.body, needed, tapes, depth=0,
@@ -2249,7 +2250,11 @@ class _Builder:
                         out.append(gast.Assign(targets=[row], value=name(target),
                                                type_comment=None))
                     elif target in needed and (id(stmt), target) not in self.unsaved:
-                        out.append(gast.Expr(value=fill("t.append(v)", t=tape, v=target)))
+                        # (a copy when another name for the array writes into it later:
+                        # `u_held = u` then `un = u_held` in `u, un = un, u`)
+                        value = fill("v.copy()", v=target) if \
+                            target in self.written_through_others else name(target)
+                        out.append(gast.Expr(value=fill("t.append(v)", t=tape, v=value)))
                         if tape not in tapes:
                             tapes.append(tape)
             replacement = self.replacements.get(id(stmt), stmt)
@@ -2656,6 +2661,33 @@ def _stale_views(core, backward):
             any(t in reads for t in _stmt_targets(s)) and writes_into(s.view_of) and
             not _written_only_before_view(core, s, simple, views) and
             not _views_retired_arrays(core, s.view_of, simple, views, written)}
+
+
+def _written_through_other_names(core):
+    """Array names whose array another name, bound to it as a view (``b = a``, through any
+    chain of such bindings), writes into in place somewhere: a tape keeping the array's value
+    for the backward sweep keeps a copy. (The normalizer's shared-memory check lets this
+    through only where the first name no longer holds the array when the write comes: two
+    buffers exchanged each step, ``u, un = un, u``.)"""
+    simple = [s for s in walk_statements(core.body) if not isinstance(s, CONTROL)]
+    written = {s.prim.base for s in simple if s.prim.kind in ("setitem", "add_at")}
+    viewers = {}
+    for s in simple:
+        if getattr(s, "view_of", None):
+            for t in _stmt_targets(s):
+                viewers.setdefault(s.view_of, set()).add(t)
+    out = set()
+    for start in viewers:
+        seen, todo = set(), list(viewers[start])
+        while todo:
+            n = todo.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            todo.extend(viewers.get(n, ()))
+        if (seen - {start}) & written and core.types.get(start, T.UNKNOWN).kind == "array":
+            out.add(start)
+    return out
 
 
 _FRESH_RULES = {"copy", "zeros", "zeros_like", "empty", "empty_like", "ones", "ones_like",

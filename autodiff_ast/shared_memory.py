@@ -7,9 +7,13 @@ name would differentiate the old value: a silently wrong gradient. This module f
 reads and raises :class:`UnsupportedSyntaxError` naming the write.
 
 The analysis is a may-analysis over the structured core program. Each name maps to the set of
-allocations it may hold; an allocation is named by the statement that made it. Branches join
-by union and loops run to a fixed point, so a name rebound in only one branch, or in a loop
-that may run zero times, still counts as sharing afterwards.
+allocations it may hold; an allocation is named by the statement that made it. The state at a
+program point is the set of such maps, one per way of getting there (_Paths): branches join by
+keeping both, loops run to a fixed point, so a name rebound in only one branch, or in a loop
+that may run zero times, still counts as sharing afterwards, while two buffers exchanged each
+step (``u, un = un, u``) never hold the same array on any path. Past _MAX_PATHS maps, or
+_COLLAPSE_AFTER trips of one loop, the maps are merged into one (each name's allocations
+joined): less precise, never unsound.
 
 Example (doctest)::
 
@@ -28,6 +32,7 @@ Example (doctest)::
 """
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass
 
@@ -39,7 +44,8 @@ from .tidy import _names
 
 @dataclass(frozen=True)
 class _State:
-    """What may be true at one program point."""
+    """What may be true at one program point on one path (the maps _Paths keeps), or on
+    all paths merged."""
 
     memory: dict  # name -> frozenset of allocations it may hold
     # (id of a write, written name, other name that must not be read, whether that name may
@@ -51,6 +57,39 @@ class _State:
         for n, allocs in other.memory.items():
             memory[n] = memory.get(n, frozenset()) | allocs
         return _State(memory, self.pending | other.pending)
+
+
+_MAX_PATHS = 32
+_COLLAPSE_AFTER = 12
+
+
+@dataclass(frozen=True)
+class _Paths:
+    """What may be true at one program point: the name -> allocations maps of every path
+    (each a frozenset of (name, allocations) items), and the pending reads (as _State's)."""
+
+    maps: frozenset
+    pending: frozenset
+
+    @staticmethod
+    def of(states):
+        maps = frozenset(frozenset(state.memory.items()) for state in states)
+        pending = frozenset().union(*(state.pending for state in states))
+        return _Paths(maps, pending).capped()
+
+    def states(self):
+        return [_State(dict(items), self.pending) for items in self.maps]
+
+    def join(self, other):
+        return _Paths(self.maps | other.maps, self.pending | other.pending).capped()
+
+    def capped(self, limit=_MAX_PATHS):
+        if len(self.maps) <= limit:
+            return self
+        merged = _State({}, self.pending)
+        for state in self.states():
+            merged = merged.join(state)
+        return _Paths(frozenset({frozenset(merged.memory.items())}), self.pending)
 
 
 def _reads(node):
@@ -127,13 +166,23 @@ class _SharedMemoryCheck:
         """`n` holds a new allocation made by `stmt`; a name still holding the allocation the
         same statement made on an earlier trip round a loop now holds an older one."""
         made = ("made", id(stmt))
-        older = ("older", id(stmt))
-        memory = {k: frozenset(older if a == made else a for a in v)
+        memory = {k: frozenset(_aged(a, {id(stmt)}) if a == made else a for a in v)
                   for k, v in state.memory.items()}
         return self.bind(_State(memory, state.pending), n, frozenset({made}))
 
-    def simple(self, stmt, state):
-        self.read(state, _reads(stmt))
+    def simple(self, stmt, paths):
+        """The paths after `stmt`: each path's map moved on by it."""
+        self.read(paths, _reads(stmt))
+        after = [self.simple_on_one_path(stmt, state) for state in paths.states()]
+        # a write sharing memory on some paths only may share (the message says so)
+        kept = frozenset().union(*(state.pending & paths.pending for state in after))
+        new = [state.pending - paths.pending for state in after]
+        on_every_path = set.intersection(*({p for p in pending if not p[3]} for pending in new))
+        added = {p[:3] + (True,) if not p[3] and p not in on_every_path else p
+                 for pending in new for p in pending}
+        return _Paths(_Paths.of(after).maps, kept | added).capped()
+
+    def simple_on_one_path(self, stmt, state):
         prim = getattr(stmt, "prim", None)
         in_place_of = getattr(stmt, "in_place_of", None)
         if prim is not None and prim.kind == "setitem" and in_place_of is None and \
@@ -213,6 +262,7 @@ class _SharedMemoryCheck:
         return held
 
     def block(self, stmts, state):
+        """`state`: the _Paths before `stmts`; the _Paths after."""
         for stmt in stmts:
             if isinstance(stmt, gast.If):
                 self.read(state, _reads(stmt.test))
@@ -239,22 +289,41 @@ class _SharedMemoryCheck:
         made = {id(s) for s in walk_statements(stmt.body)}
 
         def older(allocs):
-            return frozenset(("older", a[1]) if a[0] == "made" and a[1] in made else a
-                             for a in allocs)
+            return frozenset(_aged(a, made) for a in allocs)
 
         entry = state
-        while True:
-            trip = _State({n: older(allocs) for n, allocs in entry.memory.items()},
-                          entry.pending)
+        for trips in itertools.count(1):
+            starts = []
+            for path in entry.states():
+                trip = _State({n: older(allocs) for n, allocs in path.memory.items()},
+                              path.pending)
+                if isinstance(stmt, gast.For):
+                    for n in _stores(stmt.target):
+                        trip = self.fresh(trip, n, stmt)
+                starts.append(trip)
+            start = _Paths.of(starts)
             if isinstance(stmt, gast.While):
-                self.read(trip, _reads(stmt.test))
-            else:
-                for n in _stores(stmt.target):
-                    trip = self.fresh(trip, n, stmt)
-            after = entry.join(self.block(stmt.body, trip))
+                self.read(start, _reads(stmt.test))
+            after = entry.join(self.block(stmt.body, start))
+            if trips >= _COLLAPSE_AFTER:  # (one merged map: the fixed point comes quickly)
+                after = after.capped(1)
             if after == entry:
                 return entry
             entry = after
+
+
+def _aged(allocation, statements):
+    """`allocation` one trip older if one of `statements` made it: ("made", s) becomes
+    ("older", s, 1), that ("older", s, 2), which stands for every older trip. Two generations
+    tell apart the arrays of two buffers exchanged each step when one of them is a copy made
+    each step (``u_held = u; u = un.copy(); un = u_held``: u holds last step's copy, un the
+    one before); arrays two or more trips old are one, so may share."""
+    kind, stmt = allocation[0], allocation[1]
+    if kind == "made" and stmt in statements:
+        return ("older", stmt, 1)
+    if kind == "older" and stmt in statements:
+        return ("older", stmt, 2)
+    return allocation
 
 
 def _returned_params(callee, seen=None):
@@ -297,4 +366,5 @@ def _returned_params(callee, seen=None):
 def check_view_writes(normalizer):
     """Refuse an in-place write while another name for the same memory is read afterwards."""
     given = {n: frozenset({("given", n)}) for n in normalizer.params}
-    _SharedMemoryCheck(normalizer).block(normalizer.body, _State(given, frozenset()))
+    _SharedMemoryCheck(normalizer).block(normalizer.body,
+                                         _Paths.of([_State(given, frozenset())]))
