@@ -130,6 +130,21 @@ def test_solve_of_a_stack(stack):
         ad.check_grads(f, (a, b), order=1, modes=("fwd", "rev"))
 
 
+@pytest.mark.parametrize("stack", [3, 4])
+def test_one_matrix_against_a_stack_of_right_hand_sides(stack):
+    # jvp wrote np.dot(da, x) for one matrix a whatever b's rank: with b a (k, n, m) stack
+    # that contracts the wrong axes (silently wrong when k == n, a ValueError otherwise),
+    # and hessian (jacfwd of the gradient) inherited it
+    rng = np.random.default_rng(20 + stack)
+    a = well_conditioned(rng, ())
+    b = rng.normal(size=(stack, 3, 2))
+    ad.check_grads(solve_matrix_loss, (a, b), order=2, modes=("fwd", "rev"))
+    direction = rng.normal(size=(3, 3))
+    _, tangent = ad.jvp(lambda m: solve_matrix_loss(m, b), (a,), (direction,))
+    np.testing.assert_allclose(tangent, np.sum(numeric_grad(solve_matrix_loss, (a, b), 0)
+                                               * direction), rtol=1e-6)
+
+
 def test_second_order_through_a_stack():
     rng = np.random.default_rng(5)
     a = well_conditioned(rng, (2,))

@@ -665,9 +665,11 @@ def _solve_jvp(call, dots):
     rhs = dots.get("b")
     column = call.ndim("b") == 1 and not _one_matrix(call)  # a vector against a stack
     if "a" in dots:
+        # (np.dot for one matrix against a vector or a matrix; a stack of right-hand sides,
+        # b of rank 3 and more, takes np.matmul: np.dot would contract another axis)
+        dot = _one_matrix(call) and call.ndim("b") in (1, 2)
         term = fill("np.matmul(da, x[..., None])[..., 0]" if column else
-                    "np.dot(da, x)" if _one_matrix(call) else "np.matmul(da, x)",
-                    da=dots["a"], x=x)
+                    "np.dot(da, x)" if dot else "np.matmul(da, x)", da=dots["a"], x=x)
         rhs = fill("-t", t=term) if rhs is None else fill("r - t", r=rhs, t=term)
     if column:
         return fill("np.linalg.solve(a, r[..., None])[..., 0]", a=a, r=rhs)
