@@ -833,6 +833,12 @@ class _Lower(gast.NodeTransformer):
             value = _call("np.dot", [value, operand])
         return value
 
+    def call_np_linalg_solve(self, node):
+        # Numba's solve takes no stacks: batched code's solves of stacks (solve_stacks)
+        if not self.module.numba_overloads or len(node.args) != 2 or node.keywords:
+            return None
+        return _call(self.helper("solve_stacks"), node.args)
+
     def call_np_tensordot(self, node):
         # Numba has no tensordot: the contracted axes moved last in a and first in b, then one
         # matrix product of the two reshaped (the shapes' slices are constants to Numba)

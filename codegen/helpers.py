@@ -1568,6 +1568,48 @@ def norm_any_rank_numba(x):
         return flat
     return lambda x: np.linalg.norm(x)
 '''
+# Numba's np.linalg.solve takes one matrix and a vector or a matrix; batched code (jacfwd's
+# tangent directions, vmap of a solve against one matrix) solves stacks.
+DIALECT_HELPERS["solve_stacks"] = '''\
+def solve_stacks(a, b):
+    """np.linalg.solve(a, b) (under Numba, stacks of matrices too)."""
+    return np.linalg.solve(a, b)
+'''
+OVERLOAD_FORMS["solve_stacks"] = DIALECT_HELPERS["solve_stacks"] + '''
+
+@numba.extending.overload(solve_stacks, jit_options={'error_model': 'numpy'})
+def solve_stacks_numba(a, b):
+    """How Numba compiles solve_stacks: Numba's solve for a matrix against a vector or a
+    matrix; one matrix against a stack (k, n, m) as one solve with the k * m columns side by
+    side (one factorization); a stack against a stack of one length, matrix by matrix."""
+    if not (isinstance(a, numba.types.Array) and isinstance(b, numba.types.Array)):
+        return lambda a, b: np.linalg.solve(a, b)
+    if a.ndim == 2 and b.ndim == 3:
+        def one_matrix(a, b):
+            k, n, m = b.shape
+            columns = np.empty((n, k * m), dtype=b.dtype)
+            for p in range(k):
+                columns[:, p * m:(p + 1) * m] = b[p]
+            x = np.linalg.solve(a, columns)
+            out = np.empty((k, n, m), dtype=x.dtype)
+            for p in range(k):
+                out[p] = x[:, p * m:(p + 1) * m]
+            return out
+        return one_matrix
+    if a.ndim == 3 and b.ndim in (2, 3):
+        def matrix_by_matrix(a, b):
+            first = np.linalg.solve(np.ascontiguousarray(a[0]), np.ascontiguousarray(
+                b[0] if b.ndim == 3 else b))
+            out = np.empty((a.shape[0],) + first.shape, dtype=first.dtype)
+            for p in range(a.shape[0]):
+                out[p] = np.linalg.solve(np.ascontiguousarray(a[p]), np.ascontiguousarray(
+                    b[p if b.shape[0] > 1 else 0] if b.ndim == 3 else b))
+            return out
+        return matrix_by_matrix
+    return lambda a, b: np.linalg.solve(a, b)
+'''
+
+
 DIALECT_HELPERS["inner_product"] = '''\
 def inner_product(a, b):
     """np.inner(a, b): the sums over the last axes of a and b."""
@@ -1956,6 +1998,7 @@ DIALECT_NOT_COMPILED = frozenset({"batched_outer", "batched_outer_numba", "tanh_
                                   "sum_of_products_numba", "sum_axis", "sum_axis_numba",
                                   "sum_axis_of_products", "sum_axis_of_products_numba",
                                   "small_dot", "small_dot_numba", "dot_of_any_dtype",
+                                  "solve_stacks", "solve_stacks_numba",
                                   "dot_of_any_dtype_numba", "zeros_like_reusing",
                                   "zeros_like_reusing_numba", "add_at_numba",
                                   "subtract_at_numba", "stack_list_numba",

@@ -937,7 +937,8 @@ def test_every_dialect_helper_is_covered():
               "polyval_horner", "number_if_vector", "exp_fast",
               "sum_axis_of_products", "index_array", "first_axis_last", "tile_count",
               "tile_rows_columns", "squeeze_none", "norm_any_rank", "inner_product",
-              "mask_read", "mask_store", "full_like_any", "dot_of_any_dtype"}
+              "mask_read", "mask_store", "full_like_any", "dot_of_any_dtype",
+              "solve_stacks"}
     # (squeeze_none, norm_any_rank, inner_product: tests/test_jit.py, compiled;
     # zeros_like_reusing: tests/test_hoisting.py; message_text: tests/test_raise.py;
     # message_format: tests/test_message_format.py;
