@@ -204,8 +204,8 @@ class CoreFunction:
     # `return loss, {"acc": acc}` returns (loss, (acc,)) and the caller gets a HeldTuple
     tuple_dicts: tuple | None = None
     # the spec (codegen/dict_outputs.py) of dicts it returns deeper inside displays
-    # (`return x, [y, {"k": z}]`): the transformed function returns their values as tuples
-    # and the call rebuilds them; a caller of the user's cannot read them
+    # (`return x, [y, {"k": z}]`): it returns their values as tuples, the call of the
+    # transformed function rebuilds them, and a caller gets nested HeldTuples (held_parts)
     nested_dicts: list | None = None
 
     @property

@@ -50,6 +50,18 @@ def helpers(*names):
     return ns
 
 
+def _with_overload_forms(ns):
+    """`ns` with the helpers a compiled module takes in their overload forms (their Numba
+    implementations registered) where they have one."""
+    import numba
+
+    from codegen.helpers import OVERLOAD_FORMS
+    ns["numba"] = numba
+    for name in [n for n in OVERLOAD_FORMS if n in ns]:
+        exec(OVERLOAD_FORMS[name], ns)
+    return ns
+
+
 def same(got, expected, rtol=1e-12):
     """Equal values, shape and dtype kind (float32 stays float32)."""
     got, expected = np.asarray(got), np.asarray(expected)
@@ -284,7 +296,8 @@ def test_dot_nd_compiled_is_np_dot():
     """Compiled, for each rank pair jit's batched code meets (b's second-to-last axis moved
     first by loops: Numba compiled np.moveaxis there in ~8 s)."""
     import numba
-    compiled = numba.njit(helpers("dot_nd")["dot_nd"])
+    ns = _with_overload_forms(helpers("dot_nd"))  # (dot_of_any_dtype, as Numba compiles it)
+    compiled = numba.njit(ns["dot_nd"])
     rng = np.random.default_rng(4)
     for sa, sb in [((4,), (2, 4, 3)), ((5, 4), (2, 4, 3)), ((2, 5, 4), (4, 3)),
                    ((2, 5, 4), (4,)), ((3, 4), (4, 2)), ((2, 3, 4), (2, 2, 4, 3)),
@@ -1260,7 +1273,7 @@ def test_small_dot_is_np_dot():
     matrix entries (any strides); larger ones, matrix products, other dtypes and mismatched
     shapes go to np.dot (which raises as it always did)."""
     import numba
-    ns = _helper_namespace("small_dot")
+    ns = _with_overload_forms(_helper_namespace("small_dot"))
     plain = ns["small_dot"]
     compiled = numba.njit(lambda a, b: plain(a, b))
     rng = np.random.default_rng(13)
