@@ -42,10 +42,8 @@ def jit_of_bound_map(bound, jit_options, static=()):
     if static and isinstance(bound, (_Pullback, _Linearized)):
         raise StaticArgumentError("jit of a pullback or a linearized map takes no static "
                                   "arguments", hint="leave out static_argnums/static_argnames")
-    if isinstance(bound, _Pullback):
-        return _jit_pullback(bound, jit_options)
-    if isinstance(bound, _Linearized):
-        return _jit_linearized(bound, jit_options)
+    if isinstance(bound, (_Pullback, _Linearized)):
+        return _jit_computed(bound, jit_options)
     return None
 
 
@@ -96,44 +94,41 @@ def _tangent_map(linearized, what="jit"):
         tuple(linearized.values[:n])
 
 
-def _jit_pullback(pullback, jit_options):
-    from .api import grad
+def _computed_function(bound, what):
+    """(the function a pullback or linearized map computes, of the primals then the
+    cotangent or tangents; the primals; how many cotangents or tangents it takes), or None
+    when `bound` is neither."""
+    from .api import _Pullback, grad
+    from .jacobians import _Linearized
+    if isinstance(bound, _Pullback):
+        dot, primals = _cotangent_map(bound, what)
+        return grad(dot, argnums=tuple(range(len(primals)))), primals, 1
+    if isinstance(bound, _Linearized):
+        function, primals = _tangent_map(bound, what)
+        return function, primals, len(primals)
+    return None
+
+
+def _jit_computed(bound, jit_options):
     from .jit import jit
-    dot, primals = _cotangent_map(pullback)
-    compiled = jit(grad(dot, argnums=tuple(range(len(primals)))), **jit_options)
+    function, primals, _ = _computed_function(bound, "jit")
+    compiled = jit(function, **jit_options)
 
-    def jitted_pullback(cotangent):
-        return compiled(*primals, cotangent)
-    jitted_pullback.compiled = compiled
-    return jitted_pullback
-
-
-def _jit_linearized(linearized, jit_options):
-    from .jit import jit
-    tangent_map, primals = _tangent_map(linearized)
-    compiled = jit(tangent_map, **jit_options)
-
-    def jitted_linearized(*dots):
+    def jitted_map(*dots):
         return compiled(*primals, *dots)
-    jitted_linearized.compiled = compiled
-    return jitted_linearized
+    jitted_map.compiled = compiled
+    return jitted_map
 
 
 def vmap_of_bound_map(bound, in_axes, out_axes, vmap_options):
     """vmap of a pullback or a linearized map (JAX's ``vmap(f_jvp)``): the function it computes
     (as for jit) mapped over the cotangent or tangents, the primals shared; None when `bound`
     is neither. `in_axes` is the map's own (one per tangent)."""
-    from .api import _Pullback, grad
     from .batching import vmap
-    from .jacobians import _Linearized
-    if isinstance(bound, _Pullback):
-        dot, primals = _cotangent_map(bound, "vmap")
-        function, count = grad(dot, argnums=tuple(range(len(primals)))), 1
-    elif isinstance(bound, _Linearized):
-        function, primals = _tangent_map(bound, "vmap")
-        count = len(primals)
-    else:
+    computed = _computed_function(bound, "vmap")
+    if computed is None:
         return None
+    function, primals, count = computed
     if isinstance(in_axes, (list, tuple)):
         if len(in_axes) != count:
             raise UnsupportedError(
