@@ -60,6 +60,7 @@ class _State:
 
 
 _MAX_PATHS = 32
+_NUMBER_KINDS = ("float", "int", "bool", "none", "str")
 _COLLAPSE_AFTER = 12
 
 
@@ -109,6 +110,10 @@ class _SharedMemoryCheck:
         # id of an entry -> (callee, its parameter's user name, its write), one entry per
         # parameter a call writes into (kept here, so the ids stay unique)
         self.calls = {}
+        # names that only ever hold numbers (a loop's counter, a running sum): no memory to
+        # share, so left out of the maps (fewer and smaller maps: one per path and trip)
+        self.numbers = {n for n, t in normalizer.types.items()
+                        if t.kind in _NUMBER_KINDS and n not in normalizer.zero_dim}
 
     def allocations(self, state, n):
         return state.memory.get(n, frozenset({("given", n)}))
@@ -157,6 +162,8 @@ class _SharedMemoryCheck:
 
     def bind(self, state, n, allocs):
         """`n` now holds `allocs`; other names keep what they held."""
+        if n in self.numbers:
+            return state
         memory = dict(state.memory)
         memory[n] = allocs
         pending = frozenset(p for p in state.pending if p[2] != n)
@@ -165,9 +172,16 @@ class _SharedMemoryCheck:
     def fresh(self, state, n, stmt):
         """`n` holds a new allocation made by `stmt`; a name still holding the allocation the
         same statement made on an earlier trip round a loop now holds an older one."""
+        if n in self.numbers:
+            return state
         made = ("made", id(stmt))
-        memory = {k: frozenset(_aged(a, {id(stmt)}) if a == made else a for a in v)
-                  for k, v in state.memory.items()}
+        memory = state.memory
+        holding = [k for k, allocs in memory.items() if made in allocs]
+        if holding:  # (most statements run once per trip: nothing to age)
+            memory = dict(memory)
+            older = ("older", id(stmt), 1)
+            for k in holding:
+                memory[k] = frozenset(older if a == made else a for a in memory[k])
         return self.bind(_State(memory, state.pending), n, frozenset({made}))
 
     def simple(self, stmt, paths):
