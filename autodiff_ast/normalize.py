@@ -47,6 +47,7 @@ from .comprehensions import (
 )
 from .errors import MissingRuleError, TypeInferenceError, UnsupportedSyntaxError
 from .frontend import FunctionInfo, parse_function
+from .hidden_indices import loops_with_hidden_index
 from .lowering import lower_loop_exits
 from .naming import Namer, sanitize
 from .nesting import code_to_transform
@@ -302,6 +303,7 @@ class Normalizer:
         # Float-typed names that hold a 0-d NumPy array at run time (np.where of scalars,
         # np.copy, np.asarray, np.array): `b = a` shares it, `a += c` writes it in place.
         self.zero_dim = set()
+        self.hidden_indices = set()  # ids of for statements (autodiff_ast/hidden_indices.py)
         # core name -> (statement, user name) where a size-one axis met a longer one (join)
         self.merged_axes = {}
         self.written_params = {}  # see CoreFunction.written_params
@@ -346,6 +348,7 @@ class Normalizer:
         body = lower_loop_exits(copy.deepcopy(node.body), self.namer,
                                 lambda msg, n, hint: self.unsupported(msg, n, hint))
         body = lower_returns(body, self)  # lowering rewrites the (copied) tree
+        self.hidden_indices = loops_with_hidden_index(body)  # (see range_loop)
         self.copy_params_written_in_place(body)
         for stmt in body:
             self.origin = stmt
@@ -2643,8 +2646,13 @@ class Normalizer:
             if t.kind not in ("int", "unknown"):
                 raise self.unsupported("range() bounds must be integers", stmt,
                                        "convert with int(...)")
+        hidden = not raw_index and id(stmt) in self.hidden_indices
         if raw_index:
             index = target.id
+        elif hidden:
+            # the user's name is read after the loop or rebound in it: bound from a hidden
+            # index at each step, a value the reverse sweep restores (hidden_indices.py)
+            index = self.namer.temp(f"{target.id}_index")
         else:
             current = self.env.get(target.id)
             index = self.define(target.id)
@@ -2663,6 +2671,8 @@ class Normalizer:
             self.depth += 1
             saved, self.body = self.body, []
             try:
+                if hidden:
+                    self.bind_value(target, name(index))
                 for element_target, seq in elements:
                     item = self.subscript_value(seq, name(index), stmt)
                     if isinstance(element_target, (gast.Tuple, gast.List)):
