@@ -1227,6 +1227,14 @@ class Normalizer:
             raise self.unsupported("reading a dict returned by a call is not supported (a "
                                    "dict made where it is read, d = {...}, is)", node,
                                    "return the values themselves, or build the dict here")
+        if typ.kind == "list" and isinstance(index, (gast.Slice, gast.Tuple)):
+            shown = unparse(node.value)
+            raise self.unsupported(
+                f"slicing the list {shown} ({unparse(node)}) is not supported: a list's "
+                "entries are read one index at a time", node,
+                f"make it an array first (np.stack({shown})[...], np.array({shown})[...]), or "
+                f"loop over the indices you want (for i in range(1, len({shown})): "
+                f"{shown}[i])")
         out = _element_type(typ) if typ.kind == "list" else index_type(typ, index, self.types)
         value = gast.Subscript(value=base, slice=index, ctx=gast.Load())
         call = PrimCall(rules.by_name("getitem"), {"x": base, "index": index},

@@ -268,6 +268,11 @@ def where_indices(x):
     return np.sum(x[i] ** 2)
 
 
+def sliced_list(x):
+    t = [a * a for a in x]
+    return np.sum(np.array(t[1:]))  # HERE
+
+
 def plain(x):
     return np.sum(x * x)
 
@@ -310,6 +315,7 @@ SOURCE_ERRORS = [
     ("where_indices", X, E.UnsupportedSyntaxError,
      "np.where(condition) with one argument (the indices where it holds) is not supported"),
     ("try_except", 0.4, E.UnsupportedSyntaxError, "try/except"),
+    ("sliced_list", X, E.UnsupportedSyntaxError, "slicing the list t (t[1:]) is not supported"),
     ("generator", 0.4, E.UnsupportedSyntaxError, "yield is not supported"),
     ("yield_from", 0.4, E.UnsupportedSyntaxError, "yield from is not supported"),
     ("uses_global", 0.4, E.UnsupportedSyntaxError, "global declarations"),
