@@ -111,9 +111,20 @@ def any_and_all(x):  # branches on any()/all() of a generator, a comprehension, 
     return s
 
 
+def list_of_iterators(x):  # list(zip(...)), list(enumerate(...)), list(range(...)), list(x)
+    pairs = list(zip(x, x[1:]))
+    rows = list(x)
+    s = 0.0
+    for a, b in pairs:
+        s = s + a * b
+    for i, v in list(enumerate(x)):
+        s = s + v * rows[i] * (i + 1.0)
+    return s + sum(x[k] ** 3 for k in list(range(2)))
+
+
 PROGRAMS = [pairs_then_stack, shadowing, outer_products, folds, in_a_loop, sum_of_an_array,
             indexed_list_made_in_each_step, enumerate_zip, zip_of_unequal_lengths,
-            matrix_from_nested, joined_lists, numpy_of_lists, any_and_all]
+            matrix_from_nested, joined_lists, numpy_of_lists, any_and_all, list_of_iterators]
 
 
 def _x():
@@ -143,7 +154,8 @@ def test_vmap_of_grad(f):
 @pytest.mark.numba
 @pytest.mark.parametrize("f", [shadowing, in_a_loop, indexed_list_made_in_each_step,
                                sum_of_an_array, zip_of_unequal_lengths, matrix_from_nested,
-                               numpy_of_lists, any_and_all], ids=lambda f: f.__name__)
+                               numpy_of_lists, any_and_all, list_of_iterators],
+                         ids=lambda f: f.__name__)
 def test_jit_gradient(f):
     from autodiff_ast.jit import jit
     np.testing.assert_allclose(jit(ad.grad(f))(_x()), numeric_grad(f, _x()), rtol=1e-5,
