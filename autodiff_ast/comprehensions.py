@@ -69,6 +69,26 @@ def _target_names(target):
     return [n.id for n in gast.walk(target) if isinstance(n, gast.Name)]
 
 
+def comprehension_of(norm, seq):
+    """``[v for v in seq]`` with fresh names, a tuple of them for ``zip`` and ``enumerate``:
+    what ``list(seq)`` stands for."""
+    from .normalize import Static
+    count = 1
+    if isinstance(seq, gast.Call) and isinstance(seq.func, (gast.Name, gast.Attribute)):
+        callee = norm.expr(seq.func)
+        if isinstance(callee, Static) and callee.value is zip:
+            count = len(seq.args)
+        elif isinstance(callee, Static) and callee.value is enumerate:
+            count = 2
+    names = [norm.namer.temp("entry") for _ in range(count)]
+
+    def names_in(ctx):
+        named = [gast.Name(id=n, ctx=ctx(), annotation=None, type_comment=None) for n in names]
+        return named[0] if count == 1 else gast.Tuple(elts=named, ctx=ctx())
+    loop = gast.comprehension(target=names_in(gast.Store), iter=seq, ifs=[], is_async=0)
+    return gast.copy_location(gast.ListComp(elt=names_in(gast.Load), generators=[loop]), seq)
+
+
 def lower_comprehension(norm, node, target=None):
     """The list a list comprehension (or a folded generator expression) builds: normalized
     as ``items = []``, then nested for loops whose innermost body appends the element."""

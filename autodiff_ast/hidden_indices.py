@@ -55,17 +55,21 @@ def loops_with_hidden_index(body):
     order = {}  # id of a node -> (first, last) positions of it and its descendants
     parents = {}
     loads = []  # (position, node) of every Load of a name
+    stores = []  # (position, name) of every other use of a name (bindings and del)
     loops = []
 
     def visit(node, parent, position):
         start = position
         parents[id(node)] = parent
-        if isinstance(node, gast.Name) and isinstance(node.ctx, gast.Load):
-            loads.append((position, node))
+        if isinstance(node, gast.Name):
+            if isinstance(node.ctx, gast.Load):
+                loads.append((position, node))
+            else:
+                stores.append((position, node.id))
         if isinstance(node, gast.For):
             loops.append(node)
         position += 1
-        if not isinstance(node, (gast.FunctionDef, gast.Lambda)) or parent is None:
+        if not isinstance(node, (gast.FunctionDef, gast.Lambda)):
             for child in gast.iter_child_nodes(node):
                 position = visit(child, node, position)
         order[id(node)] = (start, position - 1)
@@ -85,8 +89,10 @@ def loops_with_hidden_index(body):
     found = set()
     for loop in loops:
         names = _loop_names(loop)
-        if _rebinds(loop.body, names):
-            found.add(id(loop))
+        body_first = order[id(loop.body[0])][0] if loop.body else 0
+        body_last = order[id(loop.body[-1])][1] if loop.body else -1
+        if any(body_first <= position <= body_last and n in names for position, n in stores):
+            found.add(id(loop))  # bound again inside the loop
             continue
         first, last = order[id(loop)]
         around = [a for a in ancestors(loop) if isinstance(a, (gast.For, gast.While))]
@@ -117,17 +123,3 @@ def _rebound_by_another_loop(load, loop, load_ancestors, order):
             return True
     return False
 
-
-def _rebinds(stmts, names):
-    """Whether `stmts` bind one of `names` (assignments, loops, ``with ... as``; not in nested
-    function definitions)."""
-    todo = list(stmts)
-    while todo:
-        node = todo.pop()
-        if isinstance(node, (gast.FunctionDef, gast.Lambda)):
-            continue
-        if isinstance(node, gast.Name) and isinstance(node.ctx, (gast.Store, gast.Del)) and \
-                node.id in names:
-            return True
-        todo.extend(gast.iter_child_nodes(node))
-    return False

@@ -40,6 +40,7 @@ from . import types as T
 from .comprehensions import (
     FOLDS,
     MAKERS,
+    comprehension_of,
     fold_builtin,
     has_rows,
     lower_comprehension,
@@ -913,24 +914,6 @@ class Normalizer:
         return name(out)
 
     # -- names
-    def comprehension_of(self, seq):
-        """``[v for v in seq]`` (fresh names; a tuple of them for zip and enumerate)."""
-        count = 1
-        if isinstance(seq, gast.Call) and isinstance(seq.func, (gast.Name, gast.Attribute)):
-            callee = self.expr(seq.func)
-            if isinstance(callee, Static) and callee.value is zip:
-                count = len(seq.args)
-            elif isinstance(callee, Static) and callee.value is enumerate:
-                count = 2
-        names = [self.namer.temp("entry") for _ in range(count)]
-
-        def names_in(ctx):
-            loaded = [gast.Name(id=n, ctx=ctx(), annotation=None, type_comment=None)
-                      for n in names]
-            return loaded[0] if count == 1 else gast.Tuple(elts=loaded, ctx=ctx())
-        loop = gast.comprehension(target=names_in(gast.Store), iter=seq, ifs=[], is_async=0)
-        return gast.copy_location(gast.ListComp(elt=names_in(gast.Load), generators=[loop]), seq)
-
     def define(self, user_name, typ=None):
         """The core name for a new value of `user_name`: itself the first time, then versions.
 
@@ -1464,7 +1447,7 @@ class Normalizer:
         elif fn is list and len(node.args) == 1 and not node.keywords:
             # list(zip(a, b)), list(enumerate(x)), list(range(n)), list(xs): the comprehension
             # [v for v in ...] it stands for (zip and enumerate give tuples)
-            return lower_comprehension(self, self.comprehension_of(node.args[0]), target)
+            return lower_comprehension(self, comprehension_of(self, node.args[0]), target)
         elif fn is isinstance and len(node.args) == 2 and not node.keywords and \
                 (decided := self.is_array_test(node)) is not None:
             return Static(decided)  # a branch on it is decided here

@@ -179,7 +179,7 @@ class _SharedMemoryCheck:
         holding = [k for k, allocs in memory.items() if made in allocs]
         if holding:  # (most statements run once per trip: nothing to age)
             memory = dict(memory)
-            older = ("older", id(stmt), 1)
+            older = _aged(made, {id(stmt)})
             for k in holding:
                 memory[k] = frozenset(older if a == made else a for a in memory[k])
         return self.bind(_State(memory, state.pending), n, frozenset({made}))

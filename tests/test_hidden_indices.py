@@ -94,8 +94,10 @@ def test_gradient_matches_differences(f):
 def test_explicit_values():
     # d/dx of 3 * (x0 + x1) + 3 * x1**2 at x = (1, 2): (3, 3 + 12)
     np.testing.assert_allclose(ad.grad(read_after_inner)(np.array([1.0, 2.0])), [3.0, 15.0])
-    # shadowed at x = (1, 2, 4, c): 7 + 30 * x1 + the 0 * ... terms
-    assert shadowed(np.array([1.0, 2.0, 4.0, 0.0])) == pytest.approx(1 + 4 + 16 + 3 * 8)
+    # shadowed is x0**2 + x1**2 + x2**2 + 3 * (x0 + x1) * x3 + 3 * x1**3 (i is 1 after the
+    # inner loop): at (1, 2, 4, 0) its gradient is (2, 4 + 36, 8, 9)
+    np.testing.assert_allclose(ad.grad(shadowed)(np.array([1.0, 2.0, 4.0, 0.0])),
+                               [2.0, 40.0, 8.0, 9.0])
 
 
 @pytest.mark.parametrize("f", [read_after_inner, shadowed, rebound],
