@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 
 import gast
 
+from .allocation_spelling import one_allocation_spelling
 from .branch_selects import SELECT_HELPERS, SELECT_UNCOMPILED, select_small_branches
 from .buffer_reuse import reuse_buffers
 from .column_layout import COLUMN_HELPERS, lay_out_columns
@@ -1982,6 +1983,7 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
         callees = set(sources) | {fn.name for fn in functions}
         for fn in functions:
             widen_int_starts(fn, callees)
+            one_allocation_spelling(fn)  # np.empty(n), not also np.empty((n,), np.float64)
     for name in sorted(sources):
         helper_defs += gast.parse(sources[name]).body
     names = [fn.name for fn in helper_defs + functions
