@@ -74,15 +74,24 @@ def axis_index(axis_name):
 
 
 # ---------------------------------------------------------------- rules
-def _same(call):
+def _one_array(call):
     x = call.types["x"]
+    if x.kind in ("tuple", "list", "dict"):
+        raise ValueError(f"{call.rule.name} takes arrays, or a tuple, list or dict of them "
+                         f"written in the function or passed in; this operand is a {x.kind} "
+                         "whose entries are known only at run time: reduce each array")
+    return x
+
+
+def _same(call):
+    x = _one_array(call)
     if x.kind == "int":
         return T.FLOAT
     return x
 
 
 def _gathered(call):
-    x = call.types["x"]
+    x = _one_array(call)
     dims = x.dims if x.kind == "array" else ()
     if dims is None:
         return T.AType("array", x.dtype or "float64", None)

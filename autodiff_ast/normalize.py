@@ -37,6 +37,7 @@ from codegen.helpers import helper_names
 
 from . import rules
 from . import types as T
+from .collective_leaves import PER_LEAF, spread_collective
 from .comprehensions import (
     FOLDS,
     MAKERS,
@@ -1463,6 +1464,9 @@ class Normalizer:
                                    "max(), min(), any(), all(), list() or tuple() takes", node,
                                    "build a list instead: [... for ...]")
         rule = rules.lookup(fn) or rules.helper_rule(fn)
+        if rule is not None and rule.name in PER_LEAF and \
+                (spread := spread_collective(self, node)) is not None:
+            return self.spread_display(spread, target, rule.name)  # psum((a, b), 'i')
         if rule is not None:
             return self.call_rule(rule, node.args, node.keywords, node, target)
         if isinstance(fn, LocalFunction):
@@ -1520,6 +1524,15 @@ class Normalizer:
             return None
         kind = atom_type(value, self.types).kind
         return True if kind == "array" else False if kind in ("float", "int", "bool") else None
+
+    def spread_display(self, display, target, base):
+        """A display of calls made in place of one call (a collective of a pytree): a dict
+        display becomes a LocalDict (read entry by entry), a tuple or list a display."""
+        if isinstance(display, gast.Dict):
+            held = target or self.namer.temp(base)
+            self.local_dict(held, display)
+            return self.env[held]
+        return self.expr(display, target)
 
     def fixed_tuple(self, node):
         """Whether the name `node` holds a tuple of known length (a display bound to it,

@@ -192,3 +192,49 @@ def test_psum_of_a_tuple_reduces_each_leaf(jit):
     X, Y = np.arange(6.0).reshape(2, 3), np.ones((2, 3))
     got = pmap(_sum_of_pair, axis_name="i", jit=jit)(X, Y)
     np.testing.assert_allclose(got, np.tile(X.sum(0) + Y.sum(0), (2, 1)))
+
+
+# ---------------------------------------------------------------- session 48: collectives of
+# pytrees reduce each leaf (vmap summed the tuple's entries into one array; pmap raised
+# KeyError 'mul' on an operand computed in the call)
+def _pair_total(x):
+    a, b = psum((x, 10 * x), "i")
+    return a + b
+
+
+def _dict_product(x):
+    s = psum({"a": x, "b": x * x}, "i")
+    return s["a"] * s["b"]
+
+
+def _mean_of_params(p, x):
+    s = pmean(p, "i")
+    return s["w"] * x + s["b"][0]
+
+
+def _tuple_name_loss(x):
+    t = (x, x * x)
+    a, b = psum(t, "i")
+    return a * b
+
+
+@pytest.mark.parametrize("mapper", ["vmap", "pmap"])
+def test_psum_of_a_computed_tuple_reduces_each_leaf(mapper):
+    x = np.arange(3.0)
+    mapped = (vmap if mapper == "vmap" else pmap)(_pair_total, axis_name="i")
+    np.testing.assert_allclose(mapped(x), np.full(3, 33.0))
+
+
+def test_psum_of_dict_display_and_pmean_of_dict_argument():
+    x = np.arange(3.0)
+    np.testing.assert_allclose(vmap(_dict_product, axis_name="i")(x), np.full(3, 15.0))
+    p = {"w": np.arange(3.0), "b": [np.full(3, 2.0)]}
+    np.testing.assert_allclose(vmap(_mean_of_params, axis_name="i")(p, x), x + 2.0)
+
+
+def test_grad_through_psum_of_a_tuple_name():
+    """Every example's loss is psum(x) * psum(x**2); psum's adjoint is psum, so example j's
+    gradient is n * (sum(x**2) + 2 * x_j * sum(x))."""
+    x = np.array([0.5, -1.0, 2.0])
+    want = 3 * (np.sum(x * x) + 2 * x * np.sum(x))
+    np.testing.assert_allclose(vmap(grad(_tuple_name_loss), axis_name="i")(x), want)
