@@ -73,12 +73,23 @@ def _sequences_like(axes, tree):
     list where the value has a tuple, or none, is read as a tuple)."""
     if isinstance(axes, (list, tuple)):
         if isinstance(tree, (list, tuple)) and len(tree) == len(axes):
-            return type(tree)(_sequences_like(a, t) for a, t in zip(axes, tree))
+            return _sequence_of(type(tree), [_sequences_like(a, t) for a, t in zip(axes, tree)])
         return tuple(_sequences_like(a, None) for a in axes)
     if isinstance(axes, dict):
         return {k: _sequences_like(a, tree.get(k) if isinstance(tree, dict) else None)
                 for k, a in axes.items()}
     return axes
+
+
+def _sequence_of(kind, items):
+    """A sequence of type `kind` (list, tuple or NamedTuple) holding `items`: a NamedTuple
+    takes its fields as separate arguments, ``P(*items)``, not one iterable.
+
+    >>> from collections import namedtuple
+    >>> _sequence_of(namedtuple("P", "w b"), [0, None])
+    P(w=0, b=None)
+    """
+    return kind(*items) if hasattr(kind, "_fields") else kind(items)
 
 
 def _axes_leaves(axes, tree, what):
