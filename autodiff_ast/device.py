@@ -239,7 +239,6 @@ class _FunctionLowering:
         self.view_defs = {}  # name -> number of assignments that are views
         self.lists = {}  # list name -> (element shape or None, dtype)
         self.capacity = {}  # list name -> number of appends (None: unknown)
-        self.accessor = {}  # transposed views: name -> (base, axis order)
         self.callees = {}  # id(stmt) -> DeviceFunction
         self.used = set(_all_names(core))
         self.lines = []
@@ -582,6 +581,8 @@ class _FunctionLowering:
                         self.kinds[elt.id] = "buffer"
 
     def _is_view(self, stmt):
+        """Whether `stmt` binds a view of another array: an indexing (`a[1:]`, `a[i]`) or a
+        transpose (`a.T`, of any rank, and of a view as well: Numba makes it on the device)."""
         prim = getattr(stmt, "prim", None)
         value = stmt.value
         if prim is None:
@@ -589,10 +590,8 @@ class _FunctionLowering:
         rule = _rule_name(prim)
         if rule == "getitem" or (isinstance(value, gast.Subscript) and prim.kind == "nondiff"):
             return True
-        if rule in ("transpose", "T") and isinstance(value, gast.Attribute) and \
-                isinstance(value.value, gast.Name) and value.value.id in self.shape:
-            return len(self.shape[value.value.id]) == 2
-        return False
+        return isinstance(value, gast.Attribute) and value.attr == "T" and \
+            isinstance(value.value, gast.Name) and value.value.id in self.shape
 
     # -- statements
     def _emit_block(self, stmts, depth, comments=False):
@@ -703,8 +702,7 @@ class _FunctionLowering:
         return lines, idx, pad + "    " * len(shape)
 
     def _at(self, name_, idx, out_shape=None):
-        """The element of array `name_` at output indices `idx` (broadcasting size-one axes
-        and reading transposed views through their base)."""
+        """The element of array `name_` at output indices `idx` (broadcasting size-one axes)."""
         shape = self.shape[name_]
         out_shape = out_shape if out_shape is not None else shape
         lead = len(out_shape) - len(shape)
@@ -714,10 +712,7 @@ class _FunctionLowering:
                 parts.append("0")
             else:
                 parts.append(idx[lead + k])
-        base, order = self.accessor.get(name_, (name_, None))
-        if order is not None:
-            parts = [parts[a] for a in order]
-        return f"{base}[{', '.join(parts)}]"
+        return f"{name_}[{', '.join(parts)}]"
 
     def _elementwise_expr(self, value, idx, out_shape):
         class Sub(gast.NodeTransformer):
@@ -785,13 +780,7 @@ class _FunctionLowering:
         src_shape = self.shape[src]
         parts = [f"(k // {st}) % {size}" for st, size in zip(_strides(src_shape), src_shape)]
         return loops + [f"{inner}k = {flat}",
-                        f"{inner}{out}[{', '.join(idx)}] = {self._at_parts(src, parts)}"]
-
-    def _at_parts(self, name_, parts):
-        base, order = self.accessor.get(name_, (name_, None))
-        if order is not None:
-            parts = [parts[a] for a in order]
-        return f"{base}[{', '.join(parts)}]"
+                        f"{inner}{out}[{', '.join(idx)}] = {src}[{', '.join(parts)}]"]
 
     def _copy_loop(self, out, src, shape, depth, relative=False):
         loops, idx, inner = self._loops(shape, 0 if relative else depth)
@@ -803,15 +792,9 @@ class _FunctionLowering:
             f"{inner}{out}[{', '.join(idx)}] = {out}_view[{', '.join(idx)}]"]
 
     def _view(self, out, stmt):
-        value = stmt.value
-        if isinstance(value, gast.Attribute) and value.attr == "T":
-            self.accessor[out] = (value.value.id, [1, 0])
-            return []
-        prim = stmt.prim
-        if prim.kind == "rule" and getattr(prim.rule, "name", "") in ("transpose",):
-            self.accessor[out] = (prim.call.args["x"].id, [1, 0])
-            return []
-        return [f"{out} = {self._scalar(value)}"]
+        """A view (`a[1:]`, `a[i]`, `a.T`) bound as the Numba view it is on the device: a later
+        line may index it, view it again or pass it to a device function, as NumPy would."""
+        return [f"{out} = {self._scalar(stmt.value)}"]
 
     def _reduce_all(self, out, how, src, depth):
         shape = self.shape[src]
