@@ -1947,39 +1947,57 @@ class Normalizer:
         return self.call_core(callee, flat_args, target, f"{local.name}_out")
 
     def transform_of_local(self, make, args, kwargs, node):
-        """``grad(lambda q: loss(q, x))`` (or vmap, jacfwd... of a nested def) written in
-        transformed code: the transform of the function lifted with its free variables as
-        parameters after its own (:meth:`lifted`), kept with the atoms passed for them. The
-        free variables are constants of the transform: no argnums names them, and vmap maps
-        none of them (in_axes None)."""
+        """``grad(lambda q: loss(q, x))`` (or vmap, pmap, value_and_grad... of a nested def)
+        written in transformed code: the transform of the function lifted with its free
+        variables as parameters after its own (:meth:`lifted`), kept with the atoms passed for
+        them. The free variables are constants of the transform: no argnums names them, and
+        vmap or pmap maps none of them (in_axes None)."""
         local = args[0].value
         lifted, free = self.lifted(local, node)
-        values = [_static_value(a) for a in args[1:]]
+        bound = self.bound_options(make, lifted, args[1:], kwargs, node)
+        n = len(local.node.args.args)
+        if "in_axes" in bound.signature.parameters:  # vmap, pmap
+            bound.arguments["in_axes"] = self.lifted_in_axes(
+                make, bound.arguments["in_axes"], local, len(free), node)
+        elif "argnums" in bound.signature.parameters:  # grad, value_and_grad
+            bound.arguments["argnums"] = self.nonnegative_argnums(bound.arguments["argnums"], n)
+        return Static(BoundTransform(make(*bound.args, **bound.kwargs), tuple(free)))
+
+    def bound_options(self, make, lifted, args, kwargs, node):
+        """``make(lifted, *args, **kwargs)``'s arguments bound to make's parameters by name,
+        defaults applied (pmap's second parameter is axis_name, vmap's in_axes): each must be
+        known when the code is transformed."""
+        values = [_static_value(a) for a in args]
         options = {k: _static_value(v) for k, v in kwargs.items()}
         if any(v is _NOT_STATIC for v in values + list(options.values())):
             raise self.unsupported(f"{make.__name__}(...) inside transformed code needs "
                                    "arguments known when the code is transformed", node)
+        try:
+            bound = inspect.signature(make).bind(lifted, *values, **options)
+        except TypeError as exc:
+            raise self.unsupported(f"bad call to {make.__name__}: {exc}", node) from None
+        bound.apply_defaults()
+        return bound
+
+    def lifted_in_axes(self, make, given, local, n_free, node):
+        """vmap's or pmap's in_axes for `local` as one entry per parameter of the lifted
+        function: the given axes, then None (not mapped) for each of its free variables."""
         n = len(local.node.args.args)
-        key = "in_axes" if make.__name__ == "vmap" else "argnums"
-        if key in options or values:
-            given = options[key] if key in options else values[0]
-        else:
-            given = 0
-        if key == "in_axes":
-            given = tuple(given) if isinstance(given, (tuple, list)) else (given,) * n
-            if len(given) != n:
-                raise self.unsupported(f"vmap's in_axes has {len(given)} entries for "
-                                       f"{local.name}'s {n} parameters", node)
-            given = given + (None,) * len(free)
-        elif isinstance(given, int):
-            given = given % n if -n <= given < 0 else given
-        elif isinstance(given, tuple):
-            given = tuple(i % n if isinstance(i, int) and -n <= i < 0 else i for i in given)
-        if key in options or not values:
-            options[key] = given
-        else:
-            values[0] = given
-        return Static(BoundTransform(make(lifted, *values, **options), tuple(free)))
+        given = tuple(given) if isinstance(given, (tuple, list)) else (given,) * n
+        if len(given) != n:
+            raise self.unsupported(f"{make.__name__}'s in_axes has {len(given)} entries for "
+                                   f"{local.name}'s {n} parameters", node)
+        return given + (None,) * n_free
+
+    @staticmethod
+    def nonnegative_argnums(argnums, n):
+        """argnums of a function of `n` parameters with negative positions counted from its own
+        last parameter (so that parameters appended after them, a lifted function's free
+        variables, do not shift what they name)."""
+        def position(i):
+            return i % n if isinstance(i, int) and -n <= i < 0 else i
+        return tuple(position(i) for i in argnums) if isinstance(argnums, tuple) else \
+            position(argnums)
 
     def call_transformed(self, fn, node, target, extra=()):
         """A call to grad(f)/jvp(f)/... inside differentiated code: the transformed function's
