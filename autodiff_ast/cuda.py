@@ -41,6 +41,7 @@ from . import pytrees
 from .api import _as_python_function, _bind, _Transformed
 from .batching import BatchingError, _per_example_spec, _placeholder, _target_for, _Vmapped
 from .device import NUMBA_DTYPES, DeviceCodeError, lower_for_device
+from .jit import _float_dtypes, _grads_like
 from .naming import sanitize
 from .normalize import Static, TreeSpec, spec_of
 
@@ -113,8 +114,11 @@ class CudaJitted:
                 self.vmapped.axis_size is not None else 1
         return names, values, axes, shapes, per_specs, likes, batch
 
-    def _build(self, names, axes, shapes, per_specs, likes):
-        key = (tuple((n, per_specs[n], shapes[n]) for n in names), tuple(axes), self.options)
+    def _build(self, names, axes, shapes, per_specs, likes, floats):
+        """The kernel for these per-example arguments; `floats` says which float dtypes the
+        call mixes, and so those of its float results (:func:`_call_floats`)."""
+        key = (tuple((n, per_specs[n], shapes[n]) for n in names), tuple(axes), self.options,
+               floats)
         if key in self._kernels:
             self._last = self._kernels[key]
             return self._last
@@ -134,19 +138,20 @@ class CudaJitted:
         except DeviceCodeError as exc:
             raise _on_user_line(exc, self.fun) from None
         entry = device.entry
+        out_dtypes = [_result_dtype(d, floats) for d in entry.out_dtypes]
         mapped = [a is not None for a in axes]
         from codegen.numba_cuda import KernelSpec, kernel_module_source, load_kernel_module
         spec = KernelSpec(entry.name, params, mapped, entry.out_shapes,
                           [NUMBA_DTYPES.get(d, "float64") for d, s in
-                           zip(entry.out_dtypes, entry.out_shapes) if s is not None],
+                           zip(out_dtypes, entry.out_shapes) if s is not None],
                           self.options.reduce or "none")
         dtypes = spec.out_dtypes
-        doc = _docstring(self, fn, params, mapped, shapes, names, entry)
+        doc = _docstring(self, fn, params, mapped, shapes, names, entry, per_specs)
         source = kernel_module_source(doc, [f.text for f in device.functions], spec, dtypes)
         module = load_kernel_module(source, sanitize(f"cuda_{entry.name}"))
         kernel_name = source.split("@cuda.jit\ndef ")[-1].split("(")[0]
         built = _Kernel(source, getattr(module, kernel_name), entry, spec, target.structure,
-                        device.tuple_out)
+                        device.tuple_out, out_dtypes)
         self._kernels[key] = built
         self._last = built
         return built
@@ -157,7 +162,8 @@ class CudaJitted:
 
         from codegen.numba_cuda import is_device_array, launch
         names, values, axes, shapes, per_specs, likes, batch = self._plan(args)
-        built = self._build(names, axes, shapes, per_specs, likes)
+        floats = _call_floats(values)
+        built = self._build(names, axes, shapes, per_specs, likes, floats)
         on_device = any(is_device_array(v) for v in values)
         kernel_args = []
         for value, axis in zip(values, axes):
@@ -174,7 +180,7 @@ class CudaJitted:
                     array = np.moveaxis(array, axis, 0)
                 kernel_args.append(cuda.to_device(np.ascontiguousarray(array)))
         outs = []
-        for shape, dtype in zip(built.entry.out_shapes, built.entry.out_dtypes):
+        for shape, dtype in zip(built.entry.out_shapes, built.out_dtypes):
             if self.options.reduce == "sum":
                 host = np.zeros(shape if shape is not None else (1,), dtype=dtype)
                 outs.append(cuda.to_device(host))
@@ -192,6 +198,8 @@ class CudaJitted:
             axis = self.vmapped.out_axes
             results = [np.moveaxis(r, 0, axis) if isinstance(axis, int) else r
                        for r in results]
+        if floats == "mixed":  # (as the CPU target: gradients in their arguments' dtypes)
+            return _grads_like(self.fun, args, _assemble(built, results))
         return _assemble(built, results)
 
     # -- inspection
@@ -209,7 +217,7 @@ class CudaJitted:
 
     def _build_for(self, args):
         names, values, axes, shapes, per_specs, likes, batch = self._plan(args)
-        return self._build(names, axes, shapes, per_specs, likes)
+        return self._build(names, axes, shapes, per_specs, likes, _call_floats(values))
 
     def ptx(self, *args, cc=(8, 0)):
         """PTX for the kernel at these example arguments: type-checks the device code with
@@ -218,7 +226,7 @@ class CudaJitted:
 
         from codegen.numba_cuda import compile_ptx
         names, values, axes, shapes, per_specs, likes, batch = self._plan(args)
-        built = self._build(names, axes, shapes, per_specs, likes)
+        built = self._build(names, axes, shapes, per_specs, likes, _call_floats(values))
         argtypes = []
         for value, axis in zip(values, axes):
             if np.ndim(value) == 0:
@@ -228,7 +236,7 @@ class CudaJitted:
                 if axis:
                     array = np.moveaxis(array, axis, 0)
                 argtypes.append(numba.typeof(np.ascontiguousarray(array)))
-        for shape, dtype in zip(built.entry.out_shapes, built.entry.out_dtypes):
+        for shape, dtype in zip(built.entry.out_shapes, built.out_dtypes):
             rank = (len(shape) if shape is not None else 0) + (
                 0 if self.options.reduce == "sum" and shape is not None else 1)
             argtypes.append(numba.types.Array(numba.from_dtype(np.dtype(dtype)), rank, "C"))
@@ -244,6 +252,7 @@ class _Kernel:
     spec: object
     structure: object
     tuple_out: bool
+    out_dtypes: list  # of the results (the entry's, float32 for a float32 call)
 
 
 def _spec(value):
@@ -251,6 +260,31 @@ def _spec(value):
     if not isinstance(value, np.ndarray) and is_device_array(value):
         return spec_of(np.empty(value.shape, dtype=value.dtype))
     return spec_of(value)
+
+
+def _call_floats(values):
+    """Which float dtypes a call's arguments hold, for the dtypes of its results as the CPU
+    jit gives them (autodiff_ast.jit: JAX's rule): 'float32' when its floats are all
+    float32 (float32 in, float32 out), 'mixed' when it mixes float32 and float64 (the CPU
+    target runs it in float64), None otherwise. Its float arrays (host or device) and NumPy
+    float numbers count; Python floats do not."""
+    from codegen.numba_cuda import is_device_array
+    hosts = [np.empty(0, v.dtype) if is_device_array(v) and not isinstance(v, np.ndarray)
+             else v for v in values]
+    dtypes = set(_float_dtypes(hosts))
+    if np.dtype(np.float32) not in dtypes:
+        return None
+    return "float32" if len(dtypes) == 1 else "mixed"
+
+
+def _result_dtype(dtype, floats):
+    """A float result's dtype in a call whose arguments' floats are `floats`: float32 in a
+    float32 call, float64 in a mixed one; any other dtype as it is."""
+    if floats == "float32" and dtype == "float64":
+        return "float32"
+    if floats == "mixed" and dtype == "float32":
+        return "float64"
+    return dtype
 
 
 def _assemble(built, results):
@@ -263,12 +297,12 @@ def _assemble(built, results):
     return results[0]
 
 
-def _docstring(jitted, fn, params, mapped, shapes, names, entry):
+def _docstring(jitted, fn, params, mapped, shapes, names, entry, per_specs):
     what = _label(jitted.fun)
     parts = []
     for p, m, n in zip(params, mapped, names):
         shape = shapes[n]
-        desc = f"float64{list(shape)}" if shape else "scalar"
+        desc = f"{per_specs[n].dtype or 'float64'}{list(shape)}" if shape else "scalar"
         parts.append(f"{p}: {desc}" + (" (one per thread)" if m else " (shared)"))
     code = getattr(fn, "__code__", None)
     where = os.path.basename(code.co_filename) if code is not None else "?"

@@ -10,8 +10,9 @@ the per-example shapes of the arguments, so every array has a constant shape:
   copies); arrays that index or transpose another are views;
 - elementwise NumPy expressions become loops over the elements, with scalar ``math.*``
   functions (``np.tanh`` -> ``math.tanh``, ``np.where`` -> a conditional expression) and size-one
-  axes broadcast by index; reductions (sum, mean, max, min, prod), ``dot``/``@`` and ``outer``
-  become accumulation loops;
+  axes broadcast by index; reductions (sum, mean, max, min, prod), np.prod's derivative (the
+  helper ``prod_others``), ``dot``/``@`` and ``outer`` become accumulation loops; a write to a
+  slice (``y[1:3] = 0.0``, ``y[0, :] = row``) loops over the view it picks;
 - list tapes (``t = []``, ``t.append(v)``, ``v = t.pop()``) become a local array with a
   counter, sized from the trip counts of the loops around the append, or from the ``tape_size``
   option when a trip count is not known before the kernel runs;
@@ -111,6 +112,20 @@ _ELEMENTWISE = set(PARTIALS) | set(PIECEWISE_CONSTANT) | {
 _CREATORS = {"zeros": "0.0", "ones": "1.0", "empty": None, "zeros_like": "0.0",
              "ones_like": "1.0", "empty_like": None}
 _REDUCERS = ("sum", "mean", "prod", "max", "min")
+_RUNTIME_SLICE_HINT = (
+    "a kernel's local arrays have sizes fixed when it is compiled: write the line as a loop "
+    "over the elements, e.g. `for i in range(k): y[i] = v` for `y[:k] = v`")
+_TAPE_SIZE_HINT = (
+    "a kernel's local arrays have sizes fixed when it is compiled: pass jit(..., "
+    "target='cuda', tape_size=N) with N at least the number of values the loop saves per "
+    "example (its iterations, times those of the loops around it), or bound the loop with a "
+    "count known before the kernel runs: `for _ in range(N):` around `if <condition>:` and the "
+    "loop's body")
+#: helpers generated code calls (codegen/helpers.py) -> (a NumPy function giving the shape and
+#: dtype of the result from stand-ins, the _FunctionLowering method writing its device loops)
+_HELPERS = {"prod_others": (np.ones_like, "_prod_others")}
+#: other calls whose result _FunctionLowering writes with a method of its own (out, prim)
+_WRITERS = {"moveaxis": "_moveaxis", **{n: method for n, (_, method) in _HELPERS.items()}}
 _RESHAPES = ("expand_dims", "reshape", "ravel", "squeeze", "atleast_1d", "atleast_2d")
 
 
@@ -190,11 +205,22 @@ def _dummy_for(typ, shape):
     if typ.kind == "array":
         dtype = typ.dtype or "float64"
         return np.ones(shape, dtype=dtype)
-    if typ.kind == "int":
+    return _stand_in((), {"int": "int64", "bool": "bool"}.get(typ.kind, typ.dtype))
+
+
+def _stand_in(shape, dtype):
+    """A stand-in value of this shape and dtype: an array of ones, or for shape () a scalar
+    of the dtype's kind (1, True, 0.5), so that NumPy computes the dtypes and shapes of what
+    is derived from it (a popped loop counter stays an integer and can index an array). A
+    float32 scalar is NumPy's float32: float32 arithmetic with it stays float32."""
+    if shape:
+        return np.ones(shape, dtype=dtype)
+    kind = np.dtype(dtype or "float64").kind
+    if kind in "iu":
         return 1
-    if typ.kind == "bool":
+    if kind == "b":
         return True
-    return 0.5
+    return np.float32(0.5) if dtype == "float32" else 0.5
 
 
 # ---------------------------------------------------------------- the lowering
@@ -364,7 +390,7 @@ class _FunctionLowering:
             base = prim.base
             elem = self.lists.get(base)
             shape, dtype = elem if elem else ((), "float64")
-            self._bind(target.id, np.ones(shape, dtype=dtype) if shape else 0.5)
+            self._bind(target.id, _stand_in(shape, dtype))
             self.known[target.id] = _UNKNOWN
             return
         if kind == "user":
@@ -378,15 +404,8 @@ class _FunctionLowering:
                 for part in (node.lower, node.upper, node.step):
                     if part is not None and self._const(part) is _UNKNOWN:
                         self.fail("a slice whose bounds are only known at run time",
-                                  hint="index element by element in a loop")
-        names = _names(value)
-        local = {n: self.env[n] for n in names if n in self.env}
-        try:
-            result = eval(compile(ast.Expression(gast.gast_to_ast(_clone(value))), "<shape>",
-                                  "eval"), {"np": np, "math": math, "numpy": np,
-                                            "__builtins__": __builtins__}, local)
-        except Exception as exc:  # noqa: BLE001
-            self.fail(f"`{unparse(value)}` ({type(exc).__name__}: {exc})")
+                                  hint=_RUNTIME_SLICE_HINT)
+        result = self._stand_in_value(value)
         if isinstance(target, gast.Tuple):
             for elt, v in zip(target.elts, result):
                 self._bind(elt.id, v)
@@ -402,6 +421,19 @@ class _FunctionLowering:
             self.known[target.id] = const
         else:
             self.known[target.id] = _UNKNOWN
+
+    def _stand_in_value(self, value):
+        """`value` computed by NumPy from the stand-ins of the names it reads (so its shape and
+        dtype are those device code will have)."""
+        names = _names(value)
+        local = {n: self.env[n] for n in names if n in self.env}
+        scope = {"np": np, "math": math, "numpy": np, "__builtins__": __builtins__}
+        scope.update((n, like) for n, (like, _) in _HELPERS.items())
+        try:
+            return eval(compile(ast.Expression(gast.gast_to_ast(_clone(value))), "<shape>",
+                                "eval"), scope, local)
+        except Exception as exc:  # noqa: BLE001
+            self.fail(f"`{unparse(value)}` ({type(exc).__name__}: {exc})")
 
     def _shape_only(self, value):
         """Whether `value` reads arrays only through their shapes (so it is a constant)."""
@@ -436,7 +468,7 @@ class _FunctionLowering:
         shape = self.shape.get(value.id, ()) if isinstance(value, gast.Name) else ()
         if typ.kind == "tuple":
             self.fail("a tape of tuples")
-        dtype = str(v.dtype) if isinstance(v, np.ndarray) else (
+        dtype = str(v.dtype) if isinstance(v, (np.ndarray, np.generic)) else (
             "int64" if typ.kind == "int" else "bool" if typ.kind == "bool" else "float64")
         self.lists[base] = (tuple(shape), dtype)
         if trips is None or self.capacity.get(base) is None:
@@ -459,11 +491,12 @@ class _FunctionLowering:
             if any(shape is not None for shape, _ in outs):
                 self.fail(f"a call to {callee.info.name} whose tuple result (holding arrays) "
                           "is kept whole", hint="unpack the tuple where you call the function")
-            self.env[target.id] = tuple(0.5 for _ in outs)
+            self.env[target.id] = tuple(_stand_in((), dtype) for _, dtype in outs)
             self.known[target.id] = _UNKNOWN
             return
         for t, (shape, dtype) in zip(targets, outs):
-            self._bind(t.id, np.ones(shape, dtype=dtype) if shape is not None else 0.5)
+            self._bind(t.id, np.ones(shape, dtype=dtype) if shape is not None else
+                       _stand_in((), dtype))
             self.known[t.id] = _UNKNOWN
 
     # -- emission
@@ -497,15 +530,15 @@ class _FunctionLowering:
                 if self.kinds.get(r.id) == "buffer" and r.id not in bound_outs:
                     bound_outs[r.id] = pname
                 out_names.append((r.id, pname))
+            elif isinstance(r, gast.Name) and self.lists.get(r.id):
+                self._fail_returned_tape(r.id)
             elif isinstance(r, gast.Name) and self.types.get(r.id, T.UNKNOWN).kind in (
                     "tuple", "list"):
                 self.fail(f"returning {T.describe(self.types[r.id])} `{r.id}`",
                           core.return_node, "return scalars and arrays")
             else:
                 out_shapes.append(None)
-                v = self.env.get(r.id) if isinstance(r, gast.Name) else None
-                out_dtypes.append("int64" if isinstance(v, (int, np.integer)) and
-                                  not isinstance(v, bool) else "float64")
+                out_dtypes.append(self._scalar_dtype(r))
         self.bound_outs = bound_outs
         body = []
         for n in sorted(self.kinds, key=_order_key(core)):
@@ -520,9 +553,7 @@ class _FunctionLowering:
                 cap = self.parent.options.get("tape_size")
                 if cap is None:
                     self.fail(f"the tape `{n}` (its loop's trip count is only known at run "
-                              "time)", self._list_origin(n),
-                              "pass jit(..., target='cuda', tape_size=N) with N at least the "
-                              "number of iterations")
+                              "time)", self._tape_origin(n), _TAPE_SIZE_HINT)
             shape, dtype = elem
             body.append(f"{n} = cuda.local.array({(max(int(cap), 1),) + tuple(shape)!r}, "
                         f"{NUMBA_DTYPES.get(dtype, 'float64')})")
@@ -554,11 +585,37 @@ class _FunctionLowering:
         fn.tuple_out = tuple_out
         return fn
 
-    def _list_origin(self, name_):
-        for stmt in _walk_stmts(self.core.body):
-            prim = getattr(stmt, "prim", None)
-            if prim is not None and prim.kind == "append" and prim.base == name_:
-                return getattr(stmt, "origin", None)
+    def _scalar_dtype(self, node):
+        """The dtype of a returned scalar, as NumPy computes it from the stand-ins (a float32
+        sum of float32 arrays is float32, as on the CPU target); bool, int64 for an integer,
+        float64 when nothing says otherwise."""
+        v = self._stand_in_value(node) if _names(node) <= set(self.env) else None
+        if isinstance(v, (bool, np.bool_)):
+            return "bool"
+        if isinstance(v, (int, np.integer)):
+            return "int64"
+        return "float32" if isinstance(v, np.float32) else "float64"
+
+    def _fail_returned_tape(self, name_):
+        """Refuses a tape a function hands to its caller: the forward half of a called
+        function whose loop the gradient replays, passing its saved values to the backward
+        half (device functions have no lists to pass)."""
+        self.fail(f"the tape `{name_}` that {self.fname} hands to its backward pass (the "
+                  "saved steps of a loop inside a called function, differentiated)",
+                  self._tape_origin(name_),
+                  "CUDA device functions cannot pass a tape to one another: write the loop "
+                  "in the function you differentiate rather than in a function it calls (a "
+                  "while loop there takes jit(..., target='cuda', tape_size=N))")
+
+    def _tape_origin(self, name_):
+        """Where an error about tape `name_` points: the loop around its pops (a backward
+        sweep, which the generated code heads with the user's loop line), else its append."""
+        for kind in ("pop", "append"):
+            for stmt, loops in _walk_in_loops(self.core.body):
+                prim = getattr(stmt, "prim", None)
+                if prim is not None and prim.kind == kind and prim.base == name_:
+                    node = loops[-1] if kind == "pop" and loops else stmt
+                    return getattr(node, "origin", None)
         return None
 
     def _classify(self, stmts):
@@ -751,6 +808,8 @@ class _FunctionLowering:
             return loops + [f"{inner}{out}[{', '.join(idx)}] = {expr}"]
         if name_ in _REDUCERS:
             return self._reduce_axis(out, name_, prim)
+        if name_ in _WRITERS:
+            return getattr(self, _WRITERS[name_])(out, prim)
         if name_ in _RESHAPES:
             src = prim.call.args.get("x", prim.call.args.get("a"))
             if isinstance(src, gast.Name) and src.id in self.shape and \
@@ -767,9 +826,7 @@ class _FunctionLowering:
         if name_ in ("transpose", "T"):
             src = _names(value) & set(self.shape)
             if len(src) == 1 and len(shape) == 2:
-                (s,) = src
-                return [f"for e0 in range({shape[0]}):", f"    for e1 in range({shape[1]}):",
-                        f"        {out}[e0, e1] = {self._at(s, ['e1', 'e0'])}"]
+                return self._permuted_copy(out, src.pop(), [1, 0])
         self.fail(f"`{unparse(value)}`")
 
     def _reshape_copy(self, out, src, shape):
@@ -853,6 +910,46 @@ class _FunctionLowering:
         self.used |= {"acc", "r"}
         return lines
 
+    def _permuted_copy(self, out, src, order):
+        """`out` = `src` with its axes in `order` (out's axis k is src's axis order[k])."""
+        loops, idx, inner = self._loops(self.shape[out], 0)
+        at = [None] * len(order)
+        for k, axis in enumerate(order):
+            at[axis] = idx[k]
+        return loops + [f"{inner}{out}[{', '.join(idx)}] = {self._at(src, at)}"]
+
+    def _moveaxis(self, out, prim):
+        """np.moveaxis(x, source, destination) copied into a local array of the moved shape."""
+        src = prim.call.args.get("x")
+        moves = [prim.call.const("source"), prim.call.const("destination")]
+        if not isinstance(src, gast.Name) or src.id not in self.shape or \
+                not all(isinstance(m, (int, tuple)) for m in moves):
+            self.fail("np.moveaxis of a non-array or with axes known only at run time")
+        rank = len(self.shape[src.id])
+        source, destination = ([a % rank for a in np.atleast_1d(m)] for m in moves)
+        order = [a for a in range(rank) if a not in source]
+        for dest, axis in sorted(zip(destination, source)):
+            order.insert(dest, axis)
+        return self._permuted_copy(out, src.id, order)
+
+    def _prod_others(self, out, prim):
+        """The helper prod_others (np.prod's derivative) along the last axis: each entry the
+        product of the entries before it, times the product of those after it (no division,
+        so exact where x has zeros)."""
+        src = prim.call.args.get("x")
+        if not isinstance(src, gast.Name) or src.id not in self.shape:
+            self.fail("np.prod's derivative of a non-array")
+        shape = self.shape[src.id]
+        loops, idx, inner = self._loops(shape[:-1], 0)
+        acc, r = self.fresh("acc"), self.fresh("r")
+        row = idx + [r]
+        at, elem = f"{out}[{', '.join(row)}]", self._at(src.id, row)
+        return loops + [f"{inner}{acc} = 1.0", f"{inner}for {r} in range({shape[-1]}):",
+                        f"{inner}    {at} = {acc}", f"{inner}    {acc} *= {elem}",
+                        f"{inner}{acc} = 1.0",
+                        f"{inner}for {r} in range({shape[-1] - 1}, -1, -1):",
+                        f"{inner}    {at} *= {acc}", f"{inner}    {acc} *= {elem}"]
+
     def _dot(self, out, a, b, depth):
         sa, sb = self.shape[a], self.shape[b]
         if len(sa) == 1 and len(sb) == 1:
@@ -881,18 +978,24 @@ class _FunctionLowering:
         base = target.value.id if isinstance(target.value, gast.Name) else None
         if base is None or base not in self.shape:
             self.fail(f"the write `{unparse(stmt).strip()}`")
-        if isinstance(value, gast.Name) and value.id in self.shape:
-            # a row (or block) written from an array: element by element
-            view = self.fresh(f"{base}_part")
-            shape = self.shape[value.id]
-            loops, idx, inner = self._loops(shape, 0)
-            return [f"{view} = {self._scalar(target)}"] + loops + [
-                f"{inner}{view}[{', '.join(idx)}] = {self._at(value.id, idx)}"]
-        for node in gast.walk(target.slice):
-            if isinstance(node, gast.Slice):
-                self.fail(f"the slice write `{unparse(stmt).strip()}`",
-                          hint="write the elements in a loop")
+        if isinstance(value, gast.Name) and value.id in self.shape or \
+                any(isinstance(node, gast.Slice) for node in gast.walk(target.slice)):
+            return self._write_view(base, target, value)
         return [f"{self._scalar(target)} = {self._scalar(value)}"]
+
+    def _write_view(self, base, target, value):
+        """A write through the view `target` picks (`y[1:3] = 0.0`, `y[0, :] = row`, an
+        adjoint zeroing what a slice read): element by element over the view's own shape (the
+        slice's bounds may be known only when the kernel runs), an array value broadcast."""
+        shape = np.shape(self._stand_in_value(target))
+        view = self.fresh(f"{base}_part")
+        loops, idx, inner = self._loops([f"{view}.shape[{k}]" for k in range(len(shape))], 0)
+        if isinstance(value, gast.Name) and value.id in self.shape:
+            element = self._at(value.id, idx, shape)
+        else:
+            element = self._scalar(value)
+        return [f"{view} = {self._scalar(target)}"] + loops + [
+            f"{inner}{view}[{', '.join(idx)}] = {element}"]
 
     def _append(self, prim, depth):
         base = prim.base
@@ -994,6 +1097,16 @@ def _walk_stmts(stmts):
         if isinstance(stmt, (gast.For, gast.While, gast.If)):
             yield from _walk_stmts(stmt.body)
             yield from _walk_stmts(stmt.orelse)
+
+
+def _walk_in_loops(stmts, loops=()):
+    """(statement, the for/while loops around it, outermost first) for every statement."""
+    for stmt in stmts:
+        yield stmt, loops
+        if isinstance(stmt, (gast.For, gast.While, gast.If)):
+            inner = loops + (stmt,) if not isinstance(stmt, gast.If) else loops
+            yield from _walk_in_loops(stmt.body, inner)
+            yield from _walk_in_loops(stmt.orelse, inner)
 
 
 def _all_names(core):
