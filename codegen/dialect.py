@@ -1988,7 +1988,8 @@ def lower_source(source, entries=(), injected=(), general_dot=False,
         helper_defs += gast.parse(sources[name]).body
     names = [fn.name for fn in helper_defs + functions
              if fn.name not in DIALECT_NOT_COMPILED and fn.name not in overloaded and
-             fn.name not in module.uncompiled]
+             fn.name not in module.uncompiled and not fn.decorator_list]  # (a helper's own
+    # @numba.njit, message_format's shared _format_ functions, compiles as it says)
     # (an exception class stays a global: Numba raises only a class it knows when compiling)
     raised = {_raised_class(node) for fn in functions for node in gast.walk(fn)
               if isinstance(node, gast.Raise)}

@@ -1772,197 +1772,347 @@ def message_format(v, spec):
     return format(v, spec)
 
 
+
+@numba.njit
+def _format_times_small(limbs, used, factor):
+    # limbs[:used] * factor (factor <= 10**9), in place; the new count of limbs
+    carry = 0
+    for i in range(used):
+        cur = limbs[i] * factor + carry
+        limbs[i] = cur % 1000000000
+        carry = cur // 1000000000
+    while carry > 0:
+        limbs[used] = carry % 1000000000
+        carry //= 1000000000
+        used += 1
+    return used
+
+
+@numba.njit
+def _format_divide_small(limbs, used, divisor):
+    # limbs[:used] // divisor (divisor <= 10**9), in place; whether a remainder was left
+    rest = 0
+    for i in range(used - 1, -1, -1):
+        cur = rest * 1000000000 + limbs[i]
+        limbs[i] = cur // divisor
+        rest = cur % divisor
+    return rest != 0
+
+
+@numba.njit
+def _format_binary_parts(a):
+    # (m, e) with a == m * 2**e exactly, m an integer below 2**53 (a >= 0, finite)
+    if a == 0.0:
+        return 0, 0
+    e = max(int(np.floor(np.log2(a))) - 52, -1074)
+    while _format_unscaled(a, e) >= 9007199254740992.0:
+        e += 1
+    while e > -1074 and _format_unscaled(a, e) < 4503599627370496.0:
+        e -= 1
+    return int(_format_unscaled(a, e)), e
+
+
+@numba.njit
+def _format_unscaled(a, e):
+    # a / 2**e, exact (2.0 ** e itself is not below 2**-1000)
+    if e < -1000:
+        return (a * 2.0 ** 200) / 2.0 ** (e + 200)
+    return a / 2.0 ** e
+
+
+@numba.njit
+def _format_exact_digits(a, k):
+    # round(a * 10**k) (half to even) in decimal digits, a >= 0 finite, k any integer
+    m, e = _format_binary_parts(a)  # a == m * 2**e exactly
+    size = (40 + max(e, 0) * 30103 // 100000 + max(k, 0)) // 9 + 4
+    limbs = np.zeros(size, dtype=np.int64)
+    limbs[0], used = m % 1000000000, 1
+    rest_of_m = m // 1000000000
+    while rest_of_m > 0:
+        limbs[used] = rest_of_m % 1000000000
+        rest_of_m //= 1000000000
+        used += 1
+    used = _format_times_small(limbs, used, 2)  # 2 * a * 10**k: its last bit is "half or more"
+    for _ in range(max(k, 0) // 9):
+        used = _format_times_small(limbs, used, 1000000000)
+    used = _format_times_small(limbs, used, 10 ** (max(k, 0) % 9))
+    for _ in range(max(e, 0) // 29):
+        used = _format_times_small(limbs, used, 536870912)
+    used = _format_times_small(limbs, used, 2 ** (max(e, 0) % 29))
+    inexact = False
+    for _ in range(max(-e, 0) // 29):
+        inexact |= _format_divide_small(limbs, used, 536870912)
+    inexact |= _format_divide_small(limbs, used, 2 ** (max(-e, 0) % 29))
+    for _ in range(max(-k, 0) // 9):
+        inexact |= _format_divide_small(limbs, used, 1000000000)
+    inexact |= _format_divide_small(limbs, used, 10 ** (max(-k, 0) % 9))
+    half = limbs[0] % 2 == 1
+    _format_divide_small(limbs, used, 2)
+    if half and (inexact or limbs[0] % 2 == 1):  # above the half, or a tie to even
+        i = 0
+        limbs[0] += 1
+        while limbs[i] == 1000000000:
+            limbs[i] = 0
+            limbs[i + 1] += 1
+            i += 1
+        used = max(used, i + 1)
+    while used > 1 and limbs[used - 1] == 0:
+        used -= 1
+    out = str(limbs[used - 1])
+    for i in range(used - 2, -1, -1):
+        piece = str(limbs[i])
+        out += "0" * (9 - len(piece)) + piece
+    return out
+
+
+@numba.njit
+def _format_split(a, p):
+    # a > 0, finite: (p + 1 significant digits, decimal exponent)
+    e = int(np.floor(np.log10(a)))
+    digits = _format_exact_digits(a, p - e)
+    if len(digits) < p + 1:
+        e -= 1
+        digits = _format_exact_digits(a, p - e)
+    if len(digits) > p + 1:
+        e += 1
+        digits = _format_exact_digits(a, p - e)
+    return digits, e
+
+
+@numba.njit
+def _format_all_zeros(text):
+    for c in text:
+        if c in "123456789":
+            return False
+    return True
+
+
+@numba.njit
+def _format_fixed(a, p, alternate):
+    # a >= 0, finite: p digits after the point
+    digits = _format_exact_digits(a, p)
+    if p == 0:
+        return digits + ("." if alternate else "")
+    if len(digits) <= p:
+        digits = "0" * (p + 1 - len(digits)) + digits
+    return digits[:len(digits) - p] + "." + digits[len(digits) - p:]
+
+
+@numba.njit
+def _format_scientific(a, p, alternate):
+    if a == 0.0:
+        digits, e = "0" * (p + 1), 0
+    else:
+        digits, e = _format_split(a, p)
+    mantissa = digits[0] + ("." + digits[1:] if p > 0 or alternate else "")
+    return mantissa + ("e-" if e < 0 else "e+") + ("0" if abs(e) < 10 else "") + str(abs(e))
+
+
+@numba.njit
+def _format_trimmed(text, alternate):
+    # trailing zeros after the point dropped, and the point if nothing follows it
+    if alternate or "." not in text:
+        return text
+    while text[-1] == "0":
+        text = text[:-1]
+    return text[:-1] if text[-1] == "." else text
+
+
+@numba.njit
+def _format_general(a, p, point, alternate):
+    p = max(p, 1)
+    e = 0 if a == 0.0 else _format_split(a, p - 1)[1]
+    if -4 <= e < (p - 1 if point else p):  # (no type: scientific from p - 1 on)
+        out = _format_trimmed(_format_fixed(a, p - 1 - e, alternate), alternate)
+        if point and "." not in out:
+            out = out + ".0"
+        return out
+    out = _format_scientific(a, p - 1, alternate)
+    cut = out.index("e")
+    return _format_trimmed(out[:cut], alternate) + out[cut:]
+
+
+@numba.njit
+def _format_float_digits(a, kind, p, alternate):
+    # a >= 0, finite (multiplied by 100 already for %)
+    if kind == "f":
+        return _format_fixed(a, p, alternate)
+    if kind == "%":
+        return _format_fixed(a, p, alternate) + "%"
+    if kind == "e":
+        return _format_scientific(a, p, alternate)
+    if kind == "g":
+        return _format_general(a, p, False, alternate)
+    if p >= 0:  # no type, a precision: as g, with a digit after the point
+        return _format_general(a, p, True, alternate)
+    return message_text(a)
+
+
+@numba.njit
+def _format_in_base(n, base, upper):
+    # n >= 0 in base 2, 8, 10 or 16
+    if base == 10:
+        return str(n)
+    symbols = "0123456789ABCDEF" if upper else "0123456789abcdef"
+    out = ""
+    while True:
+        out = symbols[n % base] + out
+        n //= base
+        if n == 0:
+            return out
+
+
+@numba.njit
+def _format_grouped(digits, least, separator, size):
+    # digits with a separator every `size` from the right, zero-padded on the left to at
+    # least `least` characters (as Python pads a grouped number with zeros)
+    out = ""
+    count = 0
+    i = len(digits)
+    while i > 0 or len(out) < least:
+        if count == size:  # (then a digit: never a separator first)
+            out = separator + out
+            count = 0
+        out = (digits[i - 1] if i > 0 else "0") + out
+        i -= 1
+        count += 1
+    return out
+
+
+@numba.njit
+def _format_padded(sign_text, prefix, text, width, fill, align, separator, base):
+    # sign, prefix (0x) and text, grouped and padded to width as the spec says
+    if separator != "":
+        end = 0
+        digit_symbols = "0123456789" if base == 10 else "0123456789abcdefABCDEF"
+        while end < len(text) and text[end] in digit_symbols:
+            end += 1
+        if end > 0:  # (inf, nan: no digits to group)
+            least = width - len(sign_text) - len(prefix) - (len(text) - end) \
+                if align == "=" and fill == "0" else 0
+            text = _format_grouped(text[:end], least, separator,
+                                   3 if base == 10 else 4) + text[end:]
+    out = sign_text + prefix + text
+    missing = width - len(out)
+    if missing <= 0:
+        return out
+    if align == "=":
+        return sign_text + prefix + fill * missing + text
+    if align == "<":
+        return out + fill * missing
+    if align == "^":
+        return fill * (missing // 2) + out + fill * (missing - missing // 2)
+    return fill * missing + out
+
+
+@numba.njit
+def _format_case(text, upper):
+    return text.upper() if upper else text
+
+
+@numba.njit
+def _format_float_sign(x, text, sign, no_minus_zero):
+    # the sign written before float x's text (z: none for a zero after rounding)
+    negative = x < 0 or (x == 0 and np.signbit(x))
+    if no_minus_zero and negative and x - x == 0.0 and _format_all_zeros(text.split("e")[0]):
+        negative = False
+    return _format_sign(negative, sign)
+
+
+@numba.njit
+def _format_sign(negative, sign):
+    if negative:
+        return "-"
+    return sign if sign in "+ " else ""
+
+
 @numba.extending.overload(message_format)
 def message_format_numba(v, spec):
     \"\"\"How Numba writes format(v, spec) (Numba has no format()): the spec, a constant, is
-    read while compiling; fill, alignment, sign, zero padding, width, precision and the
-    types f, F, e, E, g, G, %, d, s (and none) are applied as Python applies them (the last
-    digit can differ where Python rounds a decimal tie of the exact binary value). A spec
-    with grouping (`,` `_`), `#`, `z` or `=` alignment writes v as message_text does.\"\"\"
+    read while compiling; fill, alignment (< > ^ =), sign, z, #, zero padding, width,
+    grouping (, _), precision and the types f F e E g G % d n b o x X c s (and none) are
+    applied as Python applies them, the digits exact (decimal digits of the binary value,
+    rounded half to even, worked out in base-10**9 limbs). A float with no type and no
+    precision is written as message_text writes it (six significant digits, where Python
+    writes the shortest repr). A spec Python would refuse is not compiled. The work is done
+    by the _format_ functions above, compiled once for every spec.\"\"\"
     import re
     text = getattr(spec, "literal_value", None)
     if not isinstance(text, str):
         return None
-    parts = re.fullmatch(r"(?:(.)?([<>^]))?([-+ ])?(0)?(\\d+)?(?:\\.(\\d+))?([fFeEgG%dsn]?)", text)
-    number = isinstance(v, (numba.types.Float, numba.types.Integer, numba.types.Boolean))
-    if parts is None or not (number or isinstance(v, (numba.types.UnicodeType,
-                                                      numba.types.StringLiteral))):
-        return lambda v, spec: message_text(v)
-    fill, align, sign, zero, width, precision, kind = parts.groups()
-    fill = fill or ("0" if zero and not align else " ")
+    if text == "":
+        return lambda v, spec: message_text(v)  # (format(True, "") is "True", as str writes)
+    parts = re.fullmatch(r"(?:(.)?([<>=^]))?([-+ ])?(z)?(#)?(0)?(\\d+)?([,_])?(?:\\.(\\d+))?"
+                         r"([bcdeEfFgGnosxX%]?)", text)
+    is_float = isinstance(v, numba.types.Float)
+    is_int = isinstance(v, (numba.types.Integer, numba.types.Boolean))
+    is_text = isinstance(v, (numba.types.UnicodeType, numba.types.StringLiteral))
+    if parts is None or not (is_float or is_int or is_text):
+        return None
+    fill, align, sign, no_minus_zero, alternate, zero, width, grouping, precision, kind = \
+        parts.groups()
+    number = is_float or is_int
+    if kind == "n":
+        if grouping:
+            return None  # (Python: cannot specify ',' with 'n')
+        kind = "g" if is_float else "d"
+    if zero and not align:
+        fill, align = "0", "="  # 08.3f: zeros after the sign
+    fill = fill or " "
     align = align or (">" if number else "<")
-    zeros_after_sign = bool(zero) and parts.group(2) is None and number
     width = int(width or 0)
     sign = sign or "-"
-    if kind == "n":
-        kind = "g" if isinstance(v, numba.types.Float) else "d"
-    upper = kind in ("F", "E", "G")
-    kind = kind.lower()
-    as_float = kind in ("f", "e", "g", "%") or (
-        kind == "" and isinstance(v, numba.types.Float))
-    if kind == "s" and number or kind == "d" and not isinstance(v, (numba.types.Integer,
-                                                                  numba.types.Boolean)):
+    upper = kind in ("F", "E", "G", "X")
+    kind = kind.lower() if kind != "X" else "x"
+    base = {"b": 2, "o": 8, "x": 16}.get(kind, 10)
+    as_float = kind in ("f", "e", "g", "%") or (kind == "" and is_float)
+    if is_text and (kind not in ("", "s") or sign != "-" or alternate or grouping or
+                    align == "=" or no_minus_zero) or \
+            number and kind == "s" or \
+            is_float and kind in ("d", "b", "o", "x", "c") or \
+            kind == "c" and (sign != "-" or alternate or grouping or precision is not None) or \
+            precision is not None and is_int and not as_float or \
+            grouping == "," and base != 10 or no_minus_zero and not as_float:
         return None  # (Python raises ValueError for these)
     p = int(precision) if precision is not None else (6 if kind in ("f", "e", "g", "%")
                                                       else -1)
+    prefix = ("0" + ("X" if upper else kind)) if alternate and base != 10 else ""
+    alternate = bool(alternate)
+    no_minus_zero = bool(no_minus_zero)
+    separator = grouping or ""
+    scale = 100.0 if kind == "%" else 1.0
+    suffix = "%" if kind == "%" else ""
 
-    @numba.njit
-    def two_product(a, b):
-        # a * b == hi + lo exactly (Dekker; compiled without contraction)
-        hi = a * b
-        c = 134217729.0 * a
-        a_hi = c - (c - a)
-        a_lo = a - a_hi
-        c = 134217729.0 * b
-        b_hi = c - (c - b)
-        b_lo = b - b_hi
-        return hi, ((a_hi * b_hi - hi) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo
-
-    @numba.njit
-    def scaled_round(a, k):
-        # a * 10**k rounded to an integer as Python rounds the exact binary value (half to
-        # even), for 0 <= k <= 22 and results below 2**52; approximately beyond
-        if k < 0 or k > 22:
-            return int(np.round(a * 10.0 ** k))
-        hi, lo = two_product(a, 10.0 ** k)
-        if hi >= 4503599627370496.0:  # hi is a whole number: round what lo adds
-            low = np.floor(lo)
-            m = int(hi) + int(low)
-            rest = lo - low
-            if rest > 0.5 or (rest == 0.5 and m % 2 == 1):
-                m += 1
-            return m
-        whole = np.round(hi)
-        m = int(whole)
-        half = hi - whole  # exact, within [-0.5, 0.5]: lo decides a tie of hi
-        if half == 0.5 and (lo > 0.0 or (lo == 0.0 and m % 2 == 1)):
-            return m + 1
-        if half == -0.5 and (lo < 0.0 or (lo == 0.0 and m % 2 == 1)):
-            return m - 1
-        return m
-
-    @numba.njit
-    def fixed(a, p):
-        # a >= 0, finite: p digits after the point (beyond 9e18 or 18 digits: as e)
-        if a >= 9.0e18 or p > 18:
-            return scientific(a, 16)
-        step = 10 ** p
-        if a * 10.0 ** p < 9.0e18:
-            m = scaled_round(a, p)
-            whole, part = m // step, m % step
-        else:  # (p >= 1 here) the whole part and the fraction's digits apart
-            low = np.floor(a)
-            whole, part = int(low), scaled_round(a - low, p)
-            if part >= step:
-                whole, part = whole + 1, part - step
-        if p == 0:
-            return str(whole)
-        text = str(part)
-        return str(whole) + "." + "0" * (p - len(text)) + text
-
-    @numba.njit
-    def split(a, p):
-        # a > 0, finite: (p + 1 significant digits as an int, decimal exponent)
-        e = int(np.floor(np.log10(a)))
-        m = scaled_round(a, p - e) if p - e < 300 else \
-            int(np.round((a * 10.0 ** 300) * 10.0 ** (p - e - 300)))
-        if m < 10 ** p:
-            e -= 1
-            m = scaled_round(a, p - e)
-        if m >= 10 ** (p + 1):
-            e += 1
-            m = scaled_round(a, p - e)
-        return m, e
-
-    @numba.njit
-    def scientific(a, p):
-        if a == 0.0:
-            m, e = 0, 0
-        else:
-            m, e = split(a, p)
-        digits = str(m)
-        digits = "0" * (p + 1 - len(digits)) + digits
-        mantissa = digits[0] + ("." + digits[1:] if p > 0 else "")
-        return mantissa + ("e-" if e < 0 else "e+") + ("0" if abs(e) < 10 else "") + str(abs(e))
-
-    @numba.njit
-    def general(a, p, point):
-        p = max(p, 1)
-        e = 0 if a == 0.0 else split(a, p - 1)[1]
-        if -4 <= e < (p - 1 if point else p):  # (no type: scientific from p - 1 on)
-            out = fixed(a, p - 1 - e)
-            if "." in out:
-                while out[-1] == "0":
-                    out = out[:-1]
-                if out[-1] == ".":
-                    out = out + "0" if point else out[:-1]
-            elif point:
-                out = out + ".0"
-            return out
-        out = scientific(a, p - 1)
-        mantissa, exponent = out[:out.index("e")], out[out.index("e"):]
-        if "." in mantissa:
-            while mantissa[-1] == "0":
-                mantissa = mantissa[:-1]
-            if mantissa[-1] == ".":
-                mantissa = mantissa[:-1]
-        return mantissa + exponent
-
-    @numba.njit
-    def body(a):
-        if kind == "f":
-            return fixed(a, p)
-        if kind == "%":
-            return fixed(a * 100.0, p) + "%"
-        if kind == "e":
-            return scientific(a, p)
-        if kind == "g":
-            return general(a, p, False)
-        if p >= 0:  # no type, a precision: as g, with a digit after the point
-            return general(a, p, True)
-        return message_text(a)
-
-    @numba.njit
-    def padded(sign_text, text):
-        out = sign_text + text
-        missing = width - len(out)
-        if missing <= 0:
-            return out
-        if zeros_after_sign:
-            return sign_text + "0" * missing + text
-        if align == "<":
-            return out + fill * missing
-        if align == "^":
-            return fill * (missing // 2) + out + fill * (missing - missing // 2)
-        return fill * missing + out
-
-    @numba.njit
-    def sign_of(negative):
-        if negative:
-            return "-"
-        return "+" if sign == "+" else (" " if sign == " " else "")
-
+    # The spec's fields reach the shared functions as run-time values (p + 0 is an int64, a
+    # constant p a Literal[int]): compiled once, not again for every spec's constants.
     if as_float:
         def float_format(v, spec):
-            x = float(v)
+            x = float(v) * scale  # (% multiplies first, as Python does: 1e308 is inf%)
             if x != x:
-                text = "nan" + ("%" if kind == "%" else "")
+                text = "nan" + suffix
             elif x == np.inf or x == -np.inf:
-                text = "inf" + ("%" if kind == "%" else "")
+                text = "inf" + suffix
             else:
-                text = body(abs(x))
-            if upper:
-                text = text.upper()
-            return padded(sign_of(x < 0 or (x == 0 and np.signbit(x))), text)
+                text = _format_float_digits(abs(x), kind + "", p + 0, alternate == True)
+            return _format_padded(_format_float_sign(x, text, sign + "", no_minus_zero == True),
+                                  prefix + "", _format_case(text, upper == True), width + 0,
+                                  fill + "", align + "", separator + "", base + 0)
         return float_format
-    if number:
+    if is_int and kind == "c":
+        def char_format(v, spec):
+            return _format_padded("", "", chr(int(v)), width + 0, fill + "", align + "", "", 10)
+        return char_format
+    if is_int:
         def int_format(v, spec):
             n = int(v)
-            return padded(sign_of(n < 0), str(abs(n)))
+            return _format_padded(_format_sign(n < 0, sign + ""), prefix + "",
+                                  _format_in_base(abs(n), base + 0, upper == True),
+                                  width + 0, fill + "", align + "", separator + "", base + 0)
         return int_format
 
     def text_format(v, spec):
-        return padded("", v if p < 0 else v[:p])
+        return _format_padded("", "", v if p < 0 else v[:p], width + 0, fill + "", align + "",
+                              "", 10)
     return text_format
 '''
 DIALECT_HELPERS["diagonal_of"] = '''\

@@ -62,7 +62,30 @@ def test_text_as_python_writes_it():
         assert formats(value) == tuple(format(value, spec) for spec in TEXT_SPECS)
 
 
-def test_grouping_falls_back_to_the_plain_value():
-    """Specs with grouping are not applied under jit: the value as message_text writes it."""
-    exec("@numba.njit\ndef grouped(v):\n    return message_format(v, ',.2f')\n", _NS)
-    assert _NS["grouped"](1234.5) == "1234.5"
+# ---------------------------------------------------------------- session 48: specs that were
+# written wrongly (x, o, b, c, grouping, #, z, = as the plain decimal value; .20f and values
+# from 9e18 on in scientific notation; decimal ties beyond 10**22 approximately)
+MORE_FLOAT_SPECS = (".20f", ",.2f", "012,.2f", "z.2f", "#.0f", "#g", "=+10.2f", ".25e", "_.1%",
+                    ".30g")
+MORE_INT_SPECS = ("x", "#X", "#o", "b", "c", "_d", "010_x", "=+8d", "#012_b", "08,d")
+WIDE_FLOATS = [1e20, -9.3e18, 1e300, 1e-300, 5e-324, 1.7976931348623157e308, 0.1, -0.0001,
+               -0.004, 2.675, 1234567.891, 123456789012345678.0, 0.5, 2.5, float("nan"),
+               -float("inf")]
+
+
+def test_more_float_specs_and_wide_values():
+    formats = _all(MORE_FLOAT_SPECS)
+    rng = np.random.default_rng(2)
+    values = WIDE_FLOATS + list(10.0 ** rng.uniform(-320, 308, 60) * rng.choice([-1.0, 1.0], 60))
+    for value in values:
+        assert formats(value) == tuple(format(value, spec) for spec in MORE_FLOAT_SPECS), value
+
+
+def test_integer_bases_characters_and_grouping():
+    formats = _all(MORE_INT_SPECS)
+    for value in (0, 65, 255, 4660):
+        assert formats(value) == tuple(format(value, spec) for spec in MORE_INT_SPECS), value
+    beyond_characters = _all(tuple(spec for spec in MORE_INT_SPECS if spec != "c"))
+    for value in (-1, -4095, 1234567, 2 ** 62):
+        assert beyond_characters(value) == tuple(format(value, spec) for spec in MORE_INT_SPECS
+                                        if spec != "c"), value
