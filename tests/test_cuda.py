@@ -138,14 +138,21 @@ def test_error_names_the_line():
         assert "np.cumsum" in err.code and "cannot become CUDA device code" in err.message
 
 
-def test_ptx_compiles_without_a_gpu():
-    """The kernels type-check with Numba's CUDA compiler (no simulator, no driver)."""
+def assert_ptx_compiles(module, function, marker="'.entry' in ptx"):
+    """`module.function()`'s PTX texts (one per kernel) compiled in a new process by Numba's
+    CUDA compiler, with no simulator and no driver, each satisfying `marker`."""
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
     code = (f"import sys; sys.path.insert(0, {str(HERE)!r})\n"
-            "from cuda_programs import ptx_of_kernels\n"
-            "for ptx in ptx_of_kernels():\n"
-            "    assert '.entry' in ptx and '.target sm_80' in ptx, ptx[:200]\n"
+            f"from {module} import {function}\n"
+            f"for ptx in {function}():\n"
+            f"    assert {marker}, ptx[:200]\n"
             "print('ok')\n")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
+
+
+def test_ptx_compiles_without_a_gpu():
+    """The kernels type-check with Numba's CUDA compiler (no simulator, no driver)."""
+    assert_ptx_compiles("cuda_programs", "ptx_of_kernels",
+                        "'.entry' in ptx and '.target sm_80' in ptx")

@@ -7,8 +7,6 @@ with grad on the CPU; the kernels are also compiled to PTX without the simulator
 types the views as it would on a GPU.
 """
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,7 +17,7 @@ from autodiff_ast import grad, jvp, vmap
 from autodiff_ast.jit import jit
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_cuda import central  # noqa: E402  (central differences)
+from test_cuda import assert_ptx_compiles, central  # noqa: E402  (central differences)
 
 HERE = Path(__file__).parent
 
@@ -157,12 +155,4 @@ def ptx_of_kernels():
 
 def test_ptx_compiles_without_a_gpu():
     """The transposed views type-check with Numba's CUDA compiler (no simulator, no driver)."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
-    code = (f"import sys; sys.path.insert(0, {str(HERE)!r})\n"
-            "from test_cuda_transposes import ptx_of_kernels\n"
-            "for ptx in ptx_of_kernels():\n"
-            "    assert '.entry' in ptx, ptx[:200]\n"
-            "print('ok')\n")
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
+    assert_ptx_compiles("test_cuda_transposes", "ptx_of_kernels")

@@ -11,10 +11,16 @@ differences of the plain functions, and the same function written with vmap(axis
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from autodiff_ast import grad, jit, pmap, pmean, psum, value_and_grad, vmap
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_pmap import central  # noqa: E402  (central differences)
 
 X = np.array([[1.0, 2.0], [0.5, 3.0], [2.0, -1.0]])
 
@@ -59,16 +65,6 @@ def _lambda_mapped(x):
 
 CASES = [_cubed_shares, _scaled_by_a_closure, _positional_axis_name_and_closure,
          _mapped_and_shared_arguments, _lambda_mapped]
-
-
-def central(f, x, eps=1e-6):
-    """The gradient of the scalar function `f` at `x` by central differences."""
-    g = np.zeros_like(x)
-    for idx in np.ndindex(x.shape):
-        e = np.zeros_like(x)
-        e[idx] = eps
-        g[idx] = (f(x + e) - f(x - e)) / (2 * eps)
-    return g
 
 
 @pytest.mark.parametrize("f", CASES, ids=lambda f: f.__name__.strip("_"))
