@@ -2259,6 +2259,8 @@ class Normalizer:
                 issubclass(cls.value, Exception)):
             raise self.unsupported("raise takes an exception class here (ValueError, or a "
                                    "class of your own defined at module level)", stmt)
+        if args:
+            self.refuse_chosen_text(args[0])
         pieces = _message_pieces(args[0]) if args else []
         if self.depth == 0:
             raise self.static_raise(cls.value, pieces, stmt)
@@ -2296,8 +2298,9 @@ class Normalizer:
                                    "print(f'{a} {b}')")
         atoms, args = [], []
         for arg in call.args:
+            self.refuse_chosen_text(arg)
             pieces = _message_pieces(arg)
-            if isinstance(arg, gast.Constant) or any(isinstance(p, str) for p in pieces):
+            if isinstance(arg, gast.Constant) or pieces != [arg]:
                 args.append(self.text(pieces, atoms))  # a string: text and str() of values
             else:
                 atom = self.atom(arg)
@@ -2306,6 +2309,18 @@ class Normalizer:
                 args.append(atom)
         self.append(gast.Expr(value=gast.Call(func=name("print"), args=args, keywords=[])),
                     Prim("print", args=atoms))
+
+    def refuse_chosen_text(self, node):
+        """A message chosen by a conditional expression (``f"a {x}" if c else f"b {y}"``) is
+        refused here, with what to write (an f-string is text only where it is printed or
+        raised)."""
+        if isinstance(node, gast.IfExp) and any(
+                isinstance(branch, gast.JoinedStr) or any(
+                    isinstance(p, str) for p in _message_pieces(branch))
+                for branch in (node.body, node.orelse)):
+            raise self.unsupported("a message chosen by a conditional expression is not "
+                                   "supported", node, "choose with an if statement: "
+                                   "if c: print(f'...') else: print(f'...')")
 
     def exception_class(self, cls, node):
         """The expression naming exception class `cls` in generated code."""
@@ -3093,6 +3108,10 @@ def _message_pieces(node):
     value shown with str(). A value with a format spec (`{v:.3f}`) is the pair (v, spec)."""
     if isinstance(node, gast.Constant) and isinstance(node.value, str):
         return [node.value]
+    if isinstance(node, gast.BinOp) and isinstance(node.op, gast.Mult) and all(
+            isinstance(side, gast.Constant) for side in (node.left, node.right)) and \
+            {type(node.left.value), type(node.right.value)} == {str, int}:
+        return [node.left.value * node.right.value]  # "-" * 30: a rule line
     if isinstance(node, gast.BinOp) and isinstance(node.op, gast.Add):
         left, right = _message_pieces(node.left), _message_pieces(node.right)
         if any(isinstance(p, str) for p in left + right):

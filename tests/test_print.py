@@ -174,3 +174,35 @@ def test_a_checkpointed_loop_prints_each_step_once(capfd):
     expected = np.cos(np.sin(np.sin(x))) * np.cos(np.sin(x)) * np.cos(x)
     np.testing.assert_allclose(ad.grad(checkpointed_steps)(x), expected, rtol=1e-14)
     assert capfd.readouterr().out == by_function == "step 0\nstep 1\nstep 2\n"
+
+
+# ---------------------------------------------------------------- session 48: str(n) and
+# "-" * k as printed values ("str has no derivative rule"); a message chosen by a conditional
+# expression ("an f-string is not supported")
+def ruled(x):
+    s = np.sum(x * x)
+    print("-" * 3, str(x.shape[0]), f"{x.shape[0]:#x}")
+    return s
+
+
+def chosen_message(x):
+    s = np.sum(x * x)
+    print(f"big {s:.2f}" if s > 1 else f"small {s:.3f}")
+    return s
+
+
+def test_str_and_repeated_text_print_as_in_the_function(capfd):
+    x = np.array([1.0, 2.0])
+    ruled(x)
+    by_function = capfd.readouterr().out
+    assert by_function == "--- 2 0x2\n"
+    np.testing.assert_allclose(ad.grad(ruled)(x), 2.0 * x)
+    assert capfd.readouterr().out == by_function
+    np.testing.assert_allclose(jit(ad.grad(ruled))(x), 2.0 * x)
+    assert capfd.readouterr().out == by_function
+
+
+def test_a_message_chosen_by_a_conditional_is_refused_with_what_to_write():
+    with pytest.raises(UnsupportedSyntaxError, match="chosen by a conditional") as info:
+        ad.grad(chosen_message)(X)
+    assert "test_print.py" in str(info.value) and "if statement" in str(info.value)
