@@ -87,14 +87,12 @@ def _structure(norm, expr):
     if isinstance(bound, HeldTuple):
         return None  # (a tuple holding dicts: refused by the rule's type check)
     if isinstance(bound, str):
-        typ = norm.types.get(bound, T.UNKNOWN)
-        if typ.kind == "tuple" and typ.elts is not None:
-            return "tuple", list(range(len(typ.elts))), [
-                _type_structure(t) for t in typ.elts]
+        return _type_structure(norm.types.get(bound, T.UNKNOWN))
     return None
 
 
 def _type_structure(typ):
+    """A tuple of known length's structure (nested tuples too); None for anything else."""
     if typ.kind == "tuple" and typ.elts is not None:
         return "tuple", list(range(len(typ.elts))), [_type_structure(t) for t in typ.elts]
     return None
