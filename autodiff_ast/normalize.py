@@ -22,13 +22,15 @@ Each core statement carries ``stmt.prim`` (what it computes, for the rules) and
 
 from __future__ import annotations
 
+import collections
 import copy
 import inspect
 import math
 import operator
 import sys
 import types as pytypes
-from dataclasses import dataclass, field
+import typing
+from dataclasses import dataclass, field, replace
 
 import gast
 import numpy as np
@@ -101,6 +103,15 @@ def _lambda_def(fname, node):
                             decorator_list=[], returns=None, type_comment=None,
                             type_params=[])
     return gast.copy_location(fdef, node)
+
+
+def _is_namedtuple_class(value):
+    """Whether `value` is a NamedTuple class (typing.NamedTuple or collections.namedtuple)."""
+    return isinstance(value, type) and issubclass(value, tuple) and hasattr(value, "_fields")
+
+
+# calls that define a NamedTuple class (refused inside transformed code)
+_NAMEDTUPLE_MAKERS = (collections.namedtuple, typing.NamedTuple)
 
 
 class LocalFunction:
@@ -218,7 +229,8 @@ class CoreFunction:
             return T.UNKNOWN
         if isinstance(self.returns, gast.Tuple):
             return T.AType("tuple", elts=tuple(atom_type(e, self.types)
-                                               for e in self.returns.elts))
+                                               for e in self.returns.elts),
+                           record=getattr(self.returns, "record", None))
         return atom_type(self.returns, self.types)
 
 
@@ -258,7 +270,8 @@ def atom_type(atom, types):
         elts = tuple(atom_type(e, types) for e in atom.elts)
         values = tuple(e.value for e in elts)
         const = values if all(v is not None for v in values) else None
-        return T.AType("tuple", elts=elts, value=const)
+        # (a NamedTuple's entries, returned by a function: Normalizer.output_entries)
+        return T.AType("tuple", elts=elts, value=const, record=getattr(atom, "record", None))
     if isinstance(atom, gast.UnaryOp):
         value = atom_type(atom.operand, types)
         if value.value is not None and isinstance(value.value, (int, float)):
@@ -446,6 +459,12 @@ class Normalizer:
             return  # `del y`: the name is not read again in a program that runs
         elif isinstance(stmt, gast.FunctionDef):
             self.define_local_function(stmt.name, stmt)
+        elif isinstance(stmt, gast.ClassDef) and any(
+                unparse(b).split(".")[-1] == "NamedTuple" for b in stmt.bases):
+            raise self.unsupported(f"a NamedTuple class defined inside the function ({stmt.name}) "
+                                   "is not supported", stmt,
+                                   f"define {stmt.name} at module level; building its values "
+                                   f"inside the function ({stmt.name}(...)) is supported")
         else:
             what = type(stmt).__name__
             readable = {"If": "if statements", "For": "for loops", "While": "while loops",
@@ -890,12 +909,17 @@ class Normalizer:
             return atom
         display = self.bound_display(atom.id)
         if display is not None:  # `t = (a, b)` just before: its entries, with no unpacking
-            return self.output_entries(display)
-        out = [self.namer.temp("returned") for _ in typ.elts]
-        for n, t in zip(out, typ.elts):
-            self.types[n] = t
-        self.append(assign(out, atom), Prim("unpack", args=[atom]))
-        return gast.Tuple(elts=[self.output_entries(name(n)) for n in out], ctx=gast.Load())
+            entries = self.output_entries(display)
+        else:
+            out = [self.namer.temp("returned") for _ in typ.elts]
+            for n, t in zip(out, typ.elts):
+                self.types[n] = t
+            self.append(assign(out, atom), Prim("unpack", args=[atom]))
+            entries = gast.Tuple(elts=[self.output_entries(name(n)) for n in out],
+                                 ctx=gast.Load())
+        if typ.record is not None:
+            entries.record = typ.record  # (a NamedTuple: the caller reads its fields)
+        return entries
 
     def expr_Dict(self, node, target):
         """A dict display with string keys (``return loss, {"acc": acc}``, has_aux's aux
@@ -1138,6 +1162,8 @@ class Normalizer:
         if isinstance(base, TreeRef):
             return self.tree_child(base, node.attr, node)
         typ = atom_type(base, self.types)
+        if typ.kind == "tuple" and typ.record is not None:
+            return self.namedtuple_field(base, typ, node, target)
         if node.attr == "T":
             return self.apply_rule(rules.by_name("T"), {"x": base}, node, target,
                                    value=gast.Attribute(value=base, attr="T", ctx=gast.Load()))
@@ -1155,6 +1181,12 @@ class Normalizer:
             return self.emit(value, out, Prim("nondiff", args=[base]), target, node.attr)
         if node.attr == "real" and typ.is_float:
             return base
+        if typ.kind == "tuple":
+            raise self.unsupported(
+                f"{unparse(node)}: {unparse(node.value)} is a plain tuple here, which has no "
+                f"attribute .{node.attr}", node,
+                "index it (t[0]); a NamedTuple built in the function keeps its fields where "
+                "every value the name may hold is built from the same class")
         raise self.unsupported(f"the attribute .{node.attr} is not supported", node)
 
     def tree_child(self, ref, key, node):
@@ -1219,12 +1251,7 @@ class Normalizer:
                         f"{unparse(node)} is out of range: {unparse(node.value)} has "
                         f"{len(typ.elts)} entries", node,
                         "check the index (a number's .shape is the empty tuple)")
-                out = typ.elts[index.value]
-            else:
-                out = T.UNKNOWN
-            value = gast.Subscript(value=base, slice=index, ctx=gast.Load())
-            kind = "tuple_get" if out.is_float or T.carries_derivative(out) else "nondiff"
-            return self.emit(value, out, Prim(kind, args=[base], rule=index), target, "item")
+            return self.tuple_item(base, typ, index, target)
         if typ == T.DICT:
             raise self.unsupported("reading a dict returned by a call is not supported (a "
                                    "dict made where it is read, d = {...}, is)", node,
@@ -1243,6 +1270,74 @@ class Normalizer:
                         {"x": typ, "index": atom_type(index, self.types)}, None, out)
         return self.emit(value, out, Prim("rule", rules.by_name("getitem"), call,
                                           args=[base]), target, "item")
+
+    def tuple_item(self, base, typ, index, target):
+        """`t[k]` of a name holding a tuple: the entry, bound to `target` or a temporary."""
+        if isinstance(index, gast.Constant) and typ.elts is not None:
+            out = typ.elts[index.value]
+        else:
+            out = T.UNKNOWN
+        value = gast.Subscript(value=base, slice=index, ctx=gast.Load())
+        kind = "tuple_get" if out.is_float or T.carries_derivative(out) else "nondiff"
+        return self.emit(value, out, Prim(kind, args=[base], rule=index), target, "item")
+
+    def namedtuple_field(self, base, typ, node, target):
+        """`p.a` of a NamedTuple built in the function (a tuple in generated code): its
+        entry by the field's position."""
+        cls = typ.record
+        if node.attr in cls._fields and typ.elts is not None:
+            index = gast.Constant(value=cls._fields.index(node.attr), kind=None)
+            return self.tuple_item(base, typ, index, target)
+        if node.attr.startswith("_") and hasattr(cls, node.attr):
+            raise self.unsupported(
+                f"{unparse(node)}: {cls.__name__}'s {node.attr} is not supported on a "
+                "NamedTuple built in the function (it is a plain tuple in the generated code)",
+                node, f"build a new value instead: {cls.__name__}(...) with the fields you "
+                "want (p._replace(a=v) is P(v, p.b))")
+        raise self.unsupported(f"{unparse(node)}: {cls.__name__} has no field {node.attr!r} "
+                               f"(its fields: {', '.join(cls._fields)})", node)
+
+    def build_namedtuple(self, cls, node, target):
+        """`P(a, b)`, `P(a=u, b=v)` of a NamedTuple class: a tuple of its fields in order
+        (defaults filled in), typed as `cls` so that `p.a` reads its entry. The function's
+        results rebuild the class (autodiff_ast/output_lists.py)."""
+        fields = cls._fields
+        defaults = getattr(cls, "_field_defaults", {})
+        if len(node.args) > len(fields):
+            raise self.unsupported(f"{cls.__name__} takes {len(fields)} fields "
+                                   f"({', '.join(fields)}), not {len(node.args)}", node)
+        given = {}
+        for key, arg in zip(fields, node.args):  # (in the order Python evaluates them)
+            given[key] = self.atom(arg)
+        for kw in node.keywords:
+            if kw.arg not in fields:
+                raise self.unsupported(f"{cls.__name__} has no field {kw.arg!r} (its fields: "
+                                       f"{', '.join(fields)})", node)
+            if kw.arg in given:
+                raise self.unsupported(f"{cls.__name__}(...) got field {kw.arg!r} twice", node)
+            given[kw.arg] = self.atom(kw.value)
+        elts = []
+        for key in fields:
+            if key in given:
+                atom = given[key]
+            elif key in defaults:
+                atom = self.static(defaults[key], node, sanitize(f"{cls.__name__}_{key}"))
+                if isinstance(atom, Static):
+                    raise self.unsupported(
+                        f"the default of {cls.__name__}.{key} "
+                        f"({type(defaults[key]).__name__}) cannot be used in transformed "
+                        "code", node, f"pass {key}= explicitly")
+            else:
+                raise self.unsupported(f"{cls.__name__}(...) is missing the field {key!r}",
+                                       node, f"pass every field: {cls.__name__}("
+                                       f"{', '.join(fields)})")
+            elts.append(self.bind_display(atom) if isinstance(atom, (gast.Tuple, gast.List))
+                        else atom)
+        display = gast.Tuple(elts=elts, ctx=gast.Load())
+        typ = replace(atom_type(display, self.types), record=cls)
+        kind = "tuple" if any(T.carries_derivative(t) for t in typ.elts) else "nondiff"
+        return self.emit(display, typ, Prim(kind, args=list(elts)), target,
+                         sanitize(cls.__name__.lower()))
 
     def index(self, node):
         if isinstance(node, gast.Slice):
@@ -1425,6 +1520,18 @@ class Normalizer:
         fn = callee.value
         if (value := self.constant_call(fn, node)) is not None:
             return value  # `k.startswith("W")` of a dict key: decided here
+        if _is_namedtuple_class(fn):
+            return self.build_namedtuple(fn, node, target)
+        if isinstance(getattr(fn, "__self__", None), type) and \
+                _is_namedtuple_class(fn.__self__):  # P._make(values)
+            cls = fn.__self__.__name__
+            raise self.unsupported(f"{cls}.{fn.__name__}(...) is not supported in transformed "
+                                   "code", node, f"call {cls}(...) with the fields instead")
+        if any(fn is maker for maker in _NAMEDTUPLE_MAKERS):
+            raise self.unsupported("defining a NamedTuple class inside transformed code is not "
+                                   "supported", node, "define the class at module level; "
+                                   "building one of its values inside the function is "
+                                   "supported")
         from .custom import route  # custom_jvp/custom_vjp, registered rules, jvp(...) calls
         routed = route(self, fn, node, target)
         if routed is not None:
@@ -1500,10 +1607,6 @@ class Normalizer:
                     "argnums=(0, 1)")
         if inspect.isfunction(fn) or inspect.ismethod(fn):
             return self.call_user(fn, node, target)
-        if isinstance(fn, type) and issubclass(fn, tuple) and hasattr(fn, "_fields"):
-            raise self.unsupported(f"building a NamedTuple ({fn.__name__}) inside transformed "
-                                   "code is not supported (one passed in as an argument is)",
-                                   node, "return a plain tuple or a dict of its fields")
         error = self.info.error(
             MissingRuleError, f"{_callable_name(fn)} has no derivative rule", node,
             "write it with supported NumPy functions, or register a rule for it "
@@ -1607,6 +1710,18 @@ class Normalizer:
         return Static(result)
 
     def method_call(self, receiver, attr, node, target):
+        cls = atom_type(receiver, self.types).record
+        if cls is not None:  # p._replace(a=v) of a NamedTuple built in the function
+            hint = {"_replace": f"build a new value: {cls.__name__}(...) with every field "
+                                f"(p._replace({cls._fields[0]}=v) is {cls.__name__}("
+                                f"{', '.join(['v'] + ['p.' + f for f in cls._fields[1:]])}))",
+                    "_asdict": "build the dict yourself: {" + ", ".join(
+                        f'"{f}": p.{f}' for f in cls._fields) + "}"}.get(
+                attr, "read its fields (p.name, p[0]) and compute with them")
+            raise self.unsupported(f"{unparse(node.func)}(...): the methods of a NamedTuple "
+                                   f"({cls.__name__}) built in the function are not "
+                                   "supported (it is a plain tuple in the generated code)",
+                                   node, hint)
         if attr == "pop" and atom_type(receiver, self.types).kind == "list":
             return self.list_pop(node, target, receiver)
         if attr == "astype":
@@ -2150,7 +2265,8 @@ class Normalizer:
                     elts.append(self.join(core_name, b))
             finally:
                 self.types[core_name] = saved
-            return T.AType("tuple", elts=tuple(elts))
+            return T.AType("tuple", elts=tuple(elts),
+                           record=old.record if old.record is typ.record else None)
         if "unknown" in (old.kind, typ.kind):
             # Optimistic: the known side (a recursive call is typed before its result is).
             return typ if old.kind == "unknown" else old
@@ -2964,11 +3080,15 @@ class Normalizer:
         saved, self.body = self.body, []
         try:
             a = self.atom(node.body)
+            if isinstance(a, (gast.Tuple, gast.List)):  # (a display's copy kept no derivative)
+                a = self.bind_display(a)
         finally:
             body, self.body = self.body, saved
         saved, self.body = self.body, []
         try:
             b = self.atom(node.orelse)
+            if isinstance(b, (gast.Tuple, gast.List)):
+                b = self.bind_display(b)
         finally:
             orelse, self.body = self.body, saved
             self.depth -= 1
@@ -2977,7 +3097,20 @@ class Normalizer:
         result = out if out is not None else tmp
         if out is not None:
             result = self.define(out)
-        typ = ta if ta == tb else T.broadcast(ta, tb) if ta.kind != "unknown" else tb
+        if ta.kind == tb.kind == "tuple" and ta != tb:
+            # two tuples (NamedTuples): joined entry by entry, as a name bound in two
+            # branches (broadcasting them typed the result unknown: its derivative was lost)
+            saved = self.types.get(result)
+            self.types[result] = ta
+            try:
+                typ = self.join(result, tb)
+            finally:
+                if saved is None:
+                    del self.types[result]
+                else:
+                    self.types[result] = saved
+        else:
+            typ = ta if ta == tb else T.broadcast(ta, tb) if ta.kind != "unknown" else tb
         self.types[result] = self.join(result, typ) if result in self.types else typ
         body.append(self.copy_stmt(result, a))
         orelse.append(self.copy_stmt(result, b))

@@ -7,10 +7,12 @@ list), and so does this library: each transformation knows the *list spec* of it
 read from the user's source, and the call rebuilds the lists from the tuples.
 
 A spec is ``None`` (leave the value as it is), ``("list", children)``, ``("tuple",
-children)`` or ``("dict", ((key, child), ...))``; only specs with a list somewhere inside are
-kept (anything else is None). The source is read statically: a list display returned
-directly, through a name bound once to it, through a conditional expression, or from a
-helper function of the user's that returns one. A list grown at run time (``out.append``)
+children)``, ``(cls, children)`` for a NamedTuple class ``cls`` built in the function
+(``P(a, b)``: generated code holds a plain tuple) or ``("dict", ((key, child), ...))``; only
+specs with a list or a NamedTuple somewhere inside are kept (anything else is None). The
+source is read statically: a list display (or a NamedTuple call) returned directly, through
+a name bound once to it, through a conditional expression, or from a helper function of the
+user's that returns one. A list grown at run time (``out.append``)
 is returned as a list already and needs no spec.
 
 >>> def f(x):
@@ -86,6 +88,8 @@ def restore_lists(value, spec):
     if type(value) not in (tuple, list) or len(value) != len(children):
         return value
     items = [restore_lists(v, s) for v, s in zip(value, children)]
+    if isinstance(kind, type):  # a NamedTuple built in the function
+        return kind(*items)
     return items if kind == "list" else tuple(items)
 
 
@@ -237,7 +241,29 @@ class _Reader:
                                  gast.Tuple(elts=expr.args[0].elts, ctx=gast.Load()))
             if inspect.isfunction(callee):
                 return returned_lists(callee)
+            if _is_namedtuple(callee):
+                return self.namedtuple_spec(callee, expr)
         return None
+
+    def namedtuple_spec(self, cls, call):
+        """The spec of ``P(a, b)`` or ``P(a=u, b=v)`` (fields in the class's order; a default
+        holds no list), or None when the call does not name each field once."""
+        fields = cls._fields
+        given = dict(zip(fields, call.args))
+        if len(call.args) > len(fields):
+            return None
+        for kw in call.keywords:
+            if kw.arg not in fields or kw.arg in given:
+                return None
+            given[kw.arg] = kw.value
+        defaults = getattr(cls, "_field_defaults", {})
+        if any(f not in given and f not in defaults for f in fields):
+            return None
+        return (cls, tuple(self.spec(given[f]) if f in given else None for f in fields))
+
+
+def _is_namedtuple(value):
+    return isinstance(value, type) and issubclass(value, tuple) and hasattr(value, "_fields")
 
 
 def _merged(a, b):
@@ -252,7 +278,7 @@ def _merged(a, b):
 
 
 def _pruned(spec):
-    """`spec` with every part holding no list replaced by None."""
+    """`spec` with every part holding no list or NamedTuple replaced by None."""
     if spec is None:
         return None
     kind, children = spec
@@ -260,6 +286,6 @@ def _pruned(spec):
         kept = tuple((k, _pruned(c)) for k, c in children)
         return ("dict", kept) if any(c is not None for _, c in kept) else None
     kept = tuple(_pruned(c) for c in children)
-    if kind == "list" or any(c is not None for c in kept):
+    if kind == "list" or isinstance(kind, type) or any(c is not None for c in kept):
         return (kind, kept)
     return None

@@ -34,6 +34,9 @@ class AType:
     dims: tuple | None = None  # arrays: one entry per axis, 1 or N; None when the rank is unknown
     elts: tuple | None = None  # tuples: the element types
     value: object = None  # compile-time constant value, when known (ints, strings, tuples of ints)
+    # tuples: the NamedTuple class it was built as in the function (``P(a, b)``), so that
+    # ``p.a`` reads an entry by its field; generated code holds a plain tuple
+    record: type | None = None
 
     @property
     def ndim(self):
