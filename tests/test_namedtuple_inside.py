@@ -201,3 +201,16 @@ def test_what_stays_refused_says_what_to_do(f, message, hint):
         ad.grad(f)(_x())
     if hint is not None:
         assert hint in info.value.hint
+
+
+def _plain_tuple_by_condition(x):
+    t = (x, 1.0) if x[0] > 0 else (x * 2, 2.0)
+    return np.sum(t[0] ** 2) * t[1]
+
+
+def test_plain_tuple_chosen_by_a_condition_keeps_its_derivative():
+    # a tuple chosen by a conditional expression was typed unknown, and grad was silently 0
+    x = _x()
+    assert np.allclose(ad.grad(_plain_tuple_by_condition)(x), 2 * x)
+    assert np.allclose(ad.grad(_plain_tuple_by_condition)(-x), 2 * 2 * 4 * -x)
+    ad.check_grads(_plain_tuple_by_condition, (x,), order=2)
