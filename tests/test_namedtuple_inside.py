@@ -208,6 +208,16 @@ def _plain_tuple_by_condition(x):
     return np.sum(t[0] ** 2) * t[1]
 
 
+def _list_by_condition(x):
+    t = [x, x * 3] if x[0] > 0 else [x * 2, x]
+    return np.sum(t[0] ** 2 + t[1])
+
+
+def test_list_chosen_by_a_condition_keeps_its_derivative():
+    for x in (_x(), -_x()):
+        ad.check_grads(_list_by_condition, (x,), modes=("rev", "fwd"))
+
+
 def test_plain_tuple_chosen_by_a_condition_keeps_its_derivative():
     # a tuple chosen by a conditional expression was typed unknown, and grad was silently 0
     x = _x()
