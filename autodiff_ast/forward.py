@@ -928,7 +928,8 @@ def _forward_rule(stmt, tan, core):
     if call.unknown_option() is not None:
         raise runtime_option_error(stmt, core, rule, call.unknown_option())
     if expr is None:
-        raise missing_rule(stmt, core, rule, "for these argument ranks or options")
+        raise missing_rule(stmt, core, rule, "for these argument ranks or options",
+                           call.refusal)
     tan.helpers |= _helpers_called(expr if isinstance(expr, (list, tuple)) else [expr])
     out_t = tan.type_of(targets[0])
     if out_t.kind == "tuple" and len(targets) == 1:
@@ -957,9 +958,12 @@ def _like_terms(expr):
     return _LikeTerms().visit(expr)
 
 
-def missing_rule(stmt, core, rule, detail=""):
-    """The error for a primitive with no forward-mode rule, naming the user's line."""
+def missing_rule(stmt, core, rule, detail="", refusal=None):
+    """The error for a primitive with no forward-mode rule, naming the user's line (in the
+    rule's own words when it gave them: PrimCall.refuse)."""
     info = getattr(stmt, "info", None) or core.info
+    if refusal is not None:
+        return info.error(MissingRuleError, refusal[0], stmt.origin, refusal[1])
     if rule.name.endswith("@custom_vjp"):  # (as in JAX: a custom_vjp has no forward rule)
         fn = rule.name[:-len("@custom_vjp")]
         return info.error(

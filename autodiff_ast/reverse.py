@@ -3773,7 +3773,7 @@ def _reverse_rule(stmt, adj, active, core):
     if call.unknown_option() is not None:
         raise runtime_option_error(stmt, core, rule, call.unknown_option())
     if result is None:
-        raise _missing(stmt, core, rule, "for these argument ranks or options")
+        raise _missing(stmt, core, rule, "for these argument ranks or options", call.refusal)
     if rule.name in _ELEMENTWISE_OK and _lazy_undercounts(adj, call, target[0], result, active):
         result = rule.vjp(call, adj.materialized(target[0]))
     result, renames = _lets_apart(rule, call, g, result, core)
@@ -3914,8 +3914,10 @@ def runtime_option_error(stmt, core, rule, param):
     return core.info.error(MissingRuleError, message, stmt.origin, hint)
 
 
-def _missing(stmt, core, rule, detail=""):
+def _missing(stmt, core, rule, detail="", refusal=None):
     what = rule.emit or rule.name
+    if refusal is not None:  # (the rule's own words: PrimCall.refuse)
+        return core.info.error(MissingRuleError, refusal[0], stmt.origin, refusal[1])
     call = stmt.prim.call
     types_ = [] if call is None else [e for t in call.types.values()
                                       for e in (t.elts if t.kind == "tuple" and t.elts else [t])]

@@ -840,6 +840,15 @@ class _Lower(gast.NodeTransformer):
             return None
         return _call(self.helper("solve_stacks"), node.args)
 
+    def call_np_linalg_svd(self, node):
+        # Numba's svd takes no compute_uv: the singular values are the second of its outputs
+        args = _bind(node, ("a", "full_matrices", "compute_uv", "hermitian"))
+        if args is None or "hermitian" in args or "compute_uv" not in args:
+            return None
+        if _const(args["compute_uv"]) is not False:
+            return None
+        return _expr(f"np.linalg.svd({text_of(args['a'])}, False)[1]")
+
     def call_np_tensordot(self, node):
         # Numba has no tensordot: the contracted axes moved last in a and first in b, then one
         # matrix product of the two reshaped (the shapes' slices are constants to Numba)
@@ -871,6 +880,9 @@ class _Lower(gast.NodeTransformer):
             if not self.module.numba_overloads:
                 return _call("np.linalg.norm", [args["x"]]) if order == "fro" else None
             return _call(self.helper("norm_any_rank"), [args["x"]])
+        if order == "nuc" and "axis" not in args and "keepdims" not in args:
+            # the sum of the singular values (Numba's norm takes no string order)
+            return _expr(f"np.sum(np.linalg.svd({text_of(args['x'])}, False)[1])")
         if not isinstance(args["x"], gast.Name) or "axis" not in args and not (
                 "keepdims" in args and order in (None, "fro")):
             return None  # (keepdims without an axis: the 2-norm of every entry, kept)
@@ -882,6 +894,11 @@ class _Lower(gast.NodeTransformer):
             return _call("np.sqrt", [self.reduction(total, "np.sum")])
         func = {1: "np.sum", float("inf"): "np.max", -float("inf"): "np.min"}.get(order) \
             if isinstance(order, (int, float)) else None
+        if func is None and isinstance(order, (int, float)) and order not in (0, True, False):
+            # another p-norm: the p-th root of the sum of |x|^p
+            total = _expr(f"np.sum(np.abs({x}) ** {float(order)!r})")
+            total.keywords = keywords
+            return _call("np.power", [self.reduction(total, "np.sum"), _num(1.0 / order)])
         if func is None:
             return None
         return self.reduction(_call(func, [_expr(f"np.abs({x})")], keywords), func)

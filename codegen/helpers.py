@@ -306,6 +306,65 @@ def eigvalsh_tangent(a, d):
     return np.sum(v * np.dot(d, v), axis=0)
 '''
 
+HELPERS["matrix_power_tangent"] = '''\
+def matrix_power_tangent(a, d, n):
+    """The tangent of np.linalg.matrix_power(a, n), n >= 1, for the input tangent d: the sum
+    over k < n of a^k d a^(n-1-k), built as t = t a + a^j d for j = 1, ..., n - 1 from
+    t = d. The same sum of a's transpose and the output's adjoint is a's adjoint."""
+    t = d
+    p = a
+    for j in range(1, n):
+        t = t @ a + p @ d
+        p = p @ a
+    return t
+'''
+
+HELPERS["singular_value_tangents"] = '''\
+def singular_value_tangents(a, d):
+    """The tangent of np.linalg.svd(a, compute_uv=False) for the input tangent d: entry k is
+    u_k . d v_k, u_k and v_k the k-th left and right singular vectors."""
+    u, s, vh = np.linalg.svd(a, full_matrices=False)
+    return np.sum(u * np.dot(d, vh.T), axis=0)
+'''
+
+HELPERS["singular_norm_slope"] = '''\
+def singular_norm_slope(x, order):
+    """The derivative of np.linalg.norm(x, order) of a matrix x for order 2 (its largest
+    singular value), -2 (its smallest) or 0, standing for 'nuc' (their sum): u diag(w) vh of
+    the reduced SVD x = u diag(s) vh, w being 1 for 'nuc' and, for 2 and -2, an equal share
+    1/k to each of k tied singular values (as np.max and np.min share)."""
+    u, s, vh = np.linalg.svd(x, full_matrices=False)
+    w = np.ones(s.shape[0])
+    if order == 2:
+        w = 1.0 * (s == np.max(s))
+    if order == -2:
+        w = 1.0 * (s == np.min(s))
+    if order != 0:
+        w = w / np.sum(w)
+    return np.dot(u * w, vh)
+'''
+
+HELPERS["svd_tangents"] = '''\
+def svd_tangents(u, s, vh, d):
+    """The tangents (u_dot, s_dot, vh_dot) of the reduced SVD (u, s, vh) =
+    np.linalg.svd(a, full_matrices=False) for the input tangent d. With p = u^T d v and
+    f[i, j] = 1 / (s[j]^2 - s[i]^2) (0 where two singular values are equal, as in JAX):
+    s_dot = diag(p), u_dot = u (f * (p s + s p^T)) + (1 - u u^T) d v / s,
+    vh_dot = -(f * (s p + p^T s)) vh + u^T d (1 - v v^T) / s (1 / s taken as 0 at 0)."""
+    dv = np.dot(d, vh.T)
+    p = np.dot(u.T, dv)
+    squares = s * s  # (apart: a multiply-add would leave the diagonal's gaps nonzero)
+    gaps = squares - squares[:, None]
+    same = 1.0 * (gaps == 0.0)
+    f = 1.0 / (gaps + same) - same
+    zero = 1.0 * (s == 0.0)
+    s_inv = 1.0 / (s + zero) - zero
+    u_dot = np.dot(u, f * (p * s + s[:, None] * p.T)) + (dv - np.dot(u, p)) * s_inv
+    twist = f * (s[:, None] * p + p.T * s)
+    vh_dot = s_inv[:, None] * (np.dot(u.T, d) - np.dot(p, vh)) - np.dot(twist, vh)
+    return u_dot, np.diag(p), vh_dot
+'''
+
 #: Helpers that a helper calls (emitted with it).
 HELPERS["diagonal_adjoint"] = '''\
 def diagonal_adjoint(g, like):

@@ -262,7 +262,7 @@ def test_refused_options_of_the_newer_rules(fn, line_text):
 
 def test_missing_rule_for_an_unsupported_norm():
     def norm_ord(x):
-        return np.linalg.norm(x, ord="nuc")
+        return np.linalg.norm(x, ord="nuc", axis=(0, 1))  # (a pair of axes: no template)
     err = raised(MissingRuleError, norm_ord, np.ones((3, 3)))
     assert_located(err, norm_ord, "np.linalg.norm")
     assert "these argument ranks or options" in err.message

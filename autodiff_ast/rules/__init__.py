@@ -54,7 +54,8 @@ class Rule:
 # exponent of `x ** n`.)
 OPTIONS = frozenset({"axis", "axes", "axis1", "axis2", "source", "destination", "keepdims",
                      "k", "ord", "ddof", "n", "reps", "returned", "subscripts", "offset",
-                     "indices_or_sections", "rowvar", "bias", "mode"})
+                     "indices_or_sections", "rowvar", "bias", "mode", "full_matrices",
+                     "compute_uv", "hermitian"})
 
 
 def runtime_option_message(rule, param):
@@ -80,6 +81,15 @@ class PrimCall:
         # argument passed as axis=k): const gives None, which the template would read as the
         # default; whoever applies the template refuses instead (see unknown_option)
         self.runtime_consts = []
+        # (message, hint) of a rule that refuses this call with its own words (ord=0 of a
+        # norm: no derivative to give) rather than "no rule for these ranks or options"
+        self.refusal = None
+
+    def refuse(self, message, hint=None):
+        """Refuse the call with `message` (and `hint`) at the user's line; returns None, what
+        a vjp or jvp returns for a call it has no template for."""
+        self.refusal = (message, hint)
+        return None
 
     def const(self, param, default=None):
         """The compile-time value of a parameter (a constant or a constant tuple)."""

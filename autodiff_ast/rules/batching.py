@@ -854,11 +854,14 @@ def _diagflat(bc):
 
 
 def _norm(bc):
-    from .linalg import norm_kind
-    if norm_kind(bc.call) is None:
-        raise NoBatchingRule("norm with this ord (a matrix norm other than the Frobenius one)")
+    from .linalg import MATRIX_NORMS, norm_kind
+    kind = norm_kind(bc.call)
+    if kind is None:
+        raise NoBatchingRule("norm with this ord and axis (a pair of axes, a stack)")
     rank = _rank_or_fail(bc, "x")
     axis = bc.axis()
+    if kind in MATRIX_NORMS.values():  # each example's matrix: the two axes after the batch's
+        return bc.emit(keywords=("axis",), axis=to_expr((1, 2)))
     if axis is None and rank > 1:  # the Frobenius norm of the whole example
         axes = tuple(range(rank))
         keep = ", keepdims=True" if bc.call.const("keepdims", False) else ""
@@ -889,7 +892,8 @@ def _solve(bc):
 
 
 def _stacked(bc):
-    """inv/det/slogdet/cholesky: NumPy's linalg already maps over leading axes."""
+    """inv/det/slogdet/cholesky/svd/pinv/matrix_power...: NumPy's linalg already maps over
+    leading axes."""
     return bc.value
 
 
@@ -1153,7 +1157,8 @@ _register(("diag", "diagonal"), _diag)
 _register(("diagflat",), _diagflat)
 _register(("norm",), _norm)
 _register(("solve",), _solve)
-_register(("inv", "det", "slogdet", "cholesky", "eigh", "eigvalsh"), _stacked)
+_register(("inv", "det", "slogdet", "cholesky", "eigh", "eigvalsh", "svd", "pinv",
+           "matrix_power"), _stacked)
 _register(("polyval",), _polyval)
 _register(("cov",), _cov)
 _register(("corrcoef",), _corrcoef)

@@ -1,5 +1,5 @@
 """Linear algebra primitives: products (dot, matmul, outer, inner, kron, einsum), trace, diag,
-and ``np.linalg`` (norm, solve, inv, det, slogdet).
+and ``np.linalg`` (norm, solve, inv, det, slogdet, cholesky, eigh, matrix_power, svd, pinv).
 
 Products are bilinear: the forward rule is ``f(a_dot, b) + f(a, b_dot)``; the reverse rules
 depend on the operands' ranks, which static inference knows.
@@ -546,19 +546,29 @@ def _kept(call, value):
     return _unreduced(call, value)
 
 
+#: The matrix norms of np.linalg.norm(x, ord) of one matrix (no axis), by ord.
+MATRIX_NORMS = {"nuc": "nuclear", 2: "largest", -2: "smallest", 1: "max_column",
+                -1: "min_column", np.inf: "max_row", -np.inf: "min_row"}
+
+
 def norm_kind(call):
-    """Which norm a call computes: "two" (a vector's 2-norm or the Frobenius norm), "one",
-    "max" or "min" (ord=1, inf, -inf of vectors, or along one axis), or None: no template
-    (other orders, matrix norms other than the Frobenius one, a pair of axes)."""
+    """Which norm a call computes: of vectors, or along one axis, "two" (the 2-norm, also the
+    Frobenius norm of a matrix), "one", "max", "min" (ord=1, inf, -inf), "power" (any other
+    number p: the p-norm) or "zero" (ord=0, a count: no derivative); of one matrix (no axis),
+    a value of MATRIX_NORMS; or None: no template (a pair of axes, a matrix norm of a stack,
+    an order NumPy refuses)."""
     order, rank, axis = call.const("ord"), call.ndim("x"), call.axis()
     if isinstance(axis, tuple):
         return None
     if order is None or (order == "fro" and rank == 2 and axis is None):
         return "two"
+    number = isinstance(order, (int, float)) and not isinstance(order, bool)
     if axis is None and rank != 1:
-        return None  # a matrix (or unknown rank): ord= picks a matrix norm
-    return {2: "two", 1: "one", np.inf: "max", -np.inf: "min"}.get(order) \
-        if isinstance(order, (int, float)) else None
+        # a matrix (or unknown rank): ord= picks a matrix norm
+        return MATRIX_NORMS.get(order) if rank == 2 and (number or order == "nuc") else None
+    if not number or order != order:
+        return None
+    return {2: "two", 1: "one", np.inf: "max", -np.inf: "min", 0: "zero"}.get(order, "power")
 
 
 def _signs(x):
@@ -566,7 +576,26 @@ def _signs(x):
     return fill("np.where(x >= 0.0, 1.0, -1.0)", x=x)
 
 
-def _norm_slope(call):
+def _abs_sums_slope(call, lets=None):
+    """d norm / dx of the matrix norms ord=1, -1 (the largest or smallest sum of |x| down a
+    column), inf, -inf (along a row): |x|'s slope times an equal share of the tied sums (as
+    np.max and np.min share). With `lets` (a list), the sums and ties are bound there."""
+    kind, x = norm_kind(call), call.args["x"]
+    rows = kind.endswith("row")
+    sums = fill(f"np.sum(np.abs(x), axis={1 if rows else 0})", x=x)
+    pick = "np.max" if kind.startswith("max") else "np.min"
+    if lets is not None:
+        lets.append(("norm_sums", sums))
+        sums = fill("norm_sums")
+    ties = fill(f"1.0 * (c == {pick}(c))", c=sums)
+    if lets is not None:
+        lets.append(("norm_ties", ties))
+        ties = fill("norm_ties")
+    shares = fill("t / np.sum(t)", t=ties)
+    return fill("s * w[:, None]" if rows else "s * w", s=_signs(x), w=shares)
+
+
+def _norm_slope(call, lets=None):
     """d norm / dx, shaped like x (the reduced norm put back along its axis)."""
     from .structural import _unreduced
     x, kind, axis = call.args["x"], norm_kind(call), call.axis()
@@ -575,21 +604,46 @@ def _norm_slope(call):
         return fill("x / y", x=x, y=y)
     if kind == "one":
         return _signs(x)
+    if kind == "power":  # |x|^(p-1) y^(1-p), as a ratio: no overflow for a large p
+        power = float(call.const("ord")) - 1.0
+        return fill(f"s * (np.abs(x) / y) ** {power!r}", s=_signs(x), x=x, y=y)
+    if kind in ("nuclear", "largest", "smallest"):
+        order = {"nuclear": 0, "largest": 2, "smallest": -2}[kind]
+        return fill(f"singular_norm_slope(x, {order})", x=x)
+    if kind in ("max_column", "min_column", "max_row", "min_row"):
+        return _abs_sums_slope(call, lets)
     mask = fill("np.abs(x) == y", x=x, y=y)
     count = fill("np.sum(m)", m=mask) if axis is None else \
         _unreduced(call, fill("np.sum(m, axis=a)", m=mask, a=axis))
     return fill("s * m / c", s=_signs(x), m=mask, c=count)
 
 
+def _norm_refused(call):
+    """None (what a vjp or jvp returns for a call it has no template for) when the norm has
+    none: ord=0, refused in words of its own, a pair of axes, a matrix norm of a stack."""
+    kind = norm_kind(call)
+    if kind == "zero":
+        return call.refuse(
+            "np.linalg.norm with ord=0 counts the nonzero entries: a piecewise constant "
+            "function, with no derivative to give", "count them with np.count_nonzero "
+            "(no derivative), or pick another ord")
+    return kind
+
+
 def _norm_vjp(call, g):
-    if norm_kind(call) is None:
+    if _norm_refused(call) is None:
         return None
-    return {"x": (fill("g * s", g=_kept(call, g), s=_norm_slope(call)), call.types["x"])}
+    lets = []
+    result = {"x": (fill("g * s", g=_kept(call, g), s=_norm_slope(call, lets)),
+                    call.types["x"])}
+    if lets:
+        result["__let__"] = lets
+    return result
 
 
 def _norm_jvp(call, dots):
     from .structural import reduce_sum
-    if norm_kind(call) is None:
+    if _norm_refused(call) is None:
         return None  # no template (as in reverse mode)
     return reduce_sum(call, fill("d * s", d=dots["x"], s=_norm_slope(call)))
 
@@ -837,3 +891,213 @@ def _eigh_jvp(call, dots):
 register(Rule("eigh", "np.linalg.eigh", ("a", "UPLO"), {}, ("a",),
               lambda call: T.AType("tuple", elts=(_infer_eigvalsh(call), call.types["a"])),
               _eigh_vjp, _eigh_jvp), np.linalg.eigh)
+
+
+# matrix_power(a, n) = a^n for an int n written in the code. Its tangent is the sum over
+# k < n of a^k da a^(n-1-k) (the emitted matrix_power_tangent, a loop of products, for n > 2),
+# and a's adjoint is the same sum of a^T and g. For n = -m < 0, y = inv(a^m): dy = -y d(a^m) y.
+# The products map over a stack's leading axes, as NumPy's matrix_power does.
+def _power_tangent(call, a, d, m):
+    """The sum over k < m of a^k d a^(m-1-k), m >= 1."""
+    if m == 1:
+        return to_expr(d)
+    if m == 2:
+        return fill("p + q", p=_mm(call, a, d), q=_mm(call, d, a))
+    return fill(f"matrix_power_tangent(a, d, {m})", a=a, d=d)
+
+
+def _matrix_power_n(call):
+    n = call.const("n")
+    return n if isinstance(n, int) and not isinstance(n, bool) else None
+
+
+def _matrix_power_vjp(call, g):
+    n = _matrix_power_n(call)
+    if n is None:
+        return None
+    if n == 0:
+        return {}  # the identity: no derivative
+    lets = []
+    if n < 0:  # the adjoint of a^m, m = -n: -y^T g y^T
+        y_t = _mT(call, call.out)
+        lets.append(("power_bar", fill("-m", m=_mm(call, _mm(call, y_t, g), y_t))))
+        g = "power_bar"
+    result = {"a": (_power_tangent(call, _mT(call, call.args["a"]), g, abs(n)),
+                    call.types["a"])}
+    if lets:
+        result["__let__"] = lets
+    return result
+
+
+def _matrix_power_jvp(call, dots):
+    n = _matrix_power_n(call)
+    if n is None:
+        return None
+    y = call.out
+    if n == 0:
+        return fill("np.zeros_like(y)", y=y)
+    tangent = _power_tangent(call, call.args["a"], dots["a"], abs(n))
+    if n < 0:
+        tangent = fill("-m", m=_mm(call, _mm(call, y, tangent), y))
+    return tangent
+
+
+register(Rule("matrix_power", "np.linalg.matrix_power", ("a", "n"), {}, ("a",),
+              lambda call: call.types["a"], _matrix_power_vjp, _matrix_power_jvp),
+         np.linalg.matrix_power)
+
+
+# svd(a) = (u, s, vh) of one matrix, a = u diag(s) vh, singular values descending. With
+# compute_uv=False only s: s_dot[k] = u_k . da v_k, so a_bar = u diag(g) vh. The reduced
+# decomposition (full_matrices=False): with p = u^T da v and f[i, j] = 1 / (s[j]^2 - s[i]^2)
+# (0 where two singular values are equal, as JAX's F), u_dot = u (f * (p s + s p^T)) +
+# (1 - u u^T) da v / s and v_dot = v (f * (s p + p^T s)) + (1 - v v^T) da^T u / s (the emitted
+# svd_tangents); transposed, a_bar = u (diag(gs) + (f * (j - j^T)) s + s (f * (k - k^T))) vh
+# + (gu - u j) / s vh + u / s (gvh - k^T vh) with j = u^T gu, k = vh gvh^T (Townsend 2016,
+# "Differentiating the singular value decomposition"). full_matrices=True (NumPy's default)
+# only for s: the extra columns of u or rows of vh of a non-square matrix are not unique.
+def _infer_svd(call):
+    a = call.types["a"]
+    uv, full = call.const("compute_uv", True), call.const("full_matrices", True)
+    if uv is None:
+        return T.AType("tuple")  # (compute_uv known at run time: refused where normalized)
+    if a.dims is None or len(a.dims) < 2:
+        s_t = T.AType("array", "float64", None)
+        return T.AType("tuple", elts=(s_t, s_t, s_t)) if uv else s_t
+    lead, m, n = tuple(a.dims[:-2]), a.dims[-2], a.dims[-1]
+    k = 1 if 1 in (m, n) else T.N
+    s_t = T.array(lead + (k,), "float64")
+    if not uv:
+        return s_t
+    u_t = T.array(lead + ((m, m) if full else (m, k)), "float64")
+    return T.AType("tuple", elts=(u_t, s_t, T.array(lead + ((n, n) if full else (k, n)),
+                                                    "float64")))
+
+
+def _svd_refused(call, cotangents=True):
+    """None (with the reason, PrimCall.refuse) unless the call has a template: one matrix,
+    hermitian=False, and full_matrices=False when u or vh have `cotangents`."""
+    if call.ndim("a") is None:
+        return None
+    if call.ndim("a") != 2:
+        return call.refuse("np.linalg.svd has derivative rules for one matrix, not for a "
+                           "stack of matrices", "take the SVD of each matrix in a loop")
+    if call.const("hermitian", False):
+        return call.refuse("np.linalg.svd with hermitian=True has no derivative rule",
+                           "leave hermitian=False (the same singular values)")
+    if call.const("compute_uv", True) and call.const("full_matrices", True) and cotangents:
+        return call.refuse(
+            "np.linalg.svd with full_matrices=True (NumPy's default) has no derivative for u "
+            "and vh: their extra singular vectors of a non-square matrix are not unique",
+            "write np.linalg.svd(a, full_matrices=False) (the same for a square matrix), or "
+            "compute_uv=False for the singular values alone")
+    return True
+
+
+def _svd_vjp(call, g):
+    a = call.args["a"]
+    if not call.const("compute_uv", True):
+        if _svd_refused(call) is None:
+            return None
+        return {"__let__": [("svd_a", fill("np.linalg.svd(a, full_matrices=False)", a=a))],
+                "a": (fill("np.dot(svd_a[0] * g, svd_a[2])", g=g), call.types["a"])}
+    gu, gs, gvh = g
+    if _svd_refused(call, gu is not None or gvh is not None) is None:
+        return None
+    u, s, vh = (fill(f"y[{k}]", y=call.out) for k in range(3))
+    if gu is None and gvh is None:
+        if gs is None:
+            return {}
+        # (full matrices: the first len(s) columns of u and rows of vh are the reduced ones)
+        if call.const("full_matrices", True):
+            u, vh = fill("u[:, :s.shape[0]]", u=u, s=s), fill("v[:s.shape[0]]", v=vh, s=s)
+        return {"a": (fill("np.dot(u * g, vh)", u=u, g=gs, vh=vh), call.types["a"])}
+    # (the squares bound apart: compiled with multiply-adds, s * s - (s * s)[:, None] leaves
+    # the rounding error of s * s on the diagonal, where f must be 0)
+    lets = [("svd_squares", fill("s * s", s=s)),
+            ("svd_gaps", fill("svd_squares - svd_squares[:, None]")),
+            ("svd_same", fill("1.0 * (svd_gaps == 0.0)")),
+            ("svd_f", fill("1.0 / (svd_gaps + svd_same) - svd_same")),
+            ("svd_zero", fill("1.0 * (s == 0.0)", s=s)),
+            ("svd_s_inv", fill("1.0 / (s + svd_zero) - svd_zero", s=s))]
+    core = [fill("np.diag(g)", g=gs)] if gs is not None else []
+    rest = []
+    if gu is not None:
+        lets.append(("svd_j", fill("np.dot(u.T, g)", u=u, g=gu)))
+        core.append(fill("(svd_f * (svd_j - svd_j.T)) * s", s=s))
+        rest.append(fill("np.dot((g - np.dot(u, svd_j)) * svd_s_inv, vh)", g=gu, u=u, vh=vh))
+    if gvh is not None:
+        lets.append(("svd_k", fill("np.dot(vh, g.T)", vh=vh, g=gvh)))
+        core.append(fill("s[:, None] * (svd_f * (svd_k - svd_k.T))", s=s))
+        rest.append(fill("np.dot(u * svd_s_inv, g - np.dot(svd_k.T, vh))", g=gvh, u=u, vh=vh))
+    inner = core[0]
+    for term in core[1:]:
+        inner = fill("p + q", p=inner, q=term)
+    total = fill("np.dot(u, np.dot(c, vh))", u=u, c=inner, vh=vh)
+    for term in rest:
+        total = fill("p + q", p=total, q=term)
+    return {"__let__": lets, "a": (total, call.types["a"])}
+
+
+def _svd_jvp(call, dots):
+    a, d = call.args["a"], dots["a"]
+    if not call.const("compute_uv", True):
+        if _svd_refused(call) is None:
+            return None
+        return fill("singular_value_tangents(a, d)", a=a, d=d)
+    if _svd_refused(call) is None:
+        return None
+    return fill("svd_tangents(y[0], y[1], y[2], d)", y=call.out, d=d)
+
+
+register(Rule("svd", "np.linalg.svd", ("a", "full_matrices", "compute_uv", "hermitian"),
+              {"full_matrices": True, "compute_uv": True, "hermitian": False}, ("a",),
+              _infer_svd, _svd_vjp, _svd_jvp), np.linalg.svd)
+
+
+# pinv(a) of a matrix of full rank (or a stack of them), y = a^+. Golub & Pereyra (1973):
+# dy = -y da y + y y^T da^T (1 - a y) + (1 - y a) da^T y^T y, so
+# a_bar = -y^T g y^T + (1 - a y) g^T y y^T + y^T y g^T (1 - y a). Where the rank drops, the
+# pseudo-inverse jumps: no derivative there (JAX's rule is this one too).
+def _infer_pinv(call):
+    a = call.types["a"]
+    if a.dims is None or len(a.dims) < 2:
+        return T.AType("array", "float64", None)
+    return T.array(tuple(a.dims[:-2]) + (a.dims[-1], a.dims[-2]), "float64")
+
+
+def _pinv_refused(call):
+    if call.const("hermitian", False):
+        return call.refuse("np.linalg.pinv with hermitian=True has no derivative rule",
+                           "leave hermitian=False")
+    return True
+
+
+def _pinv_vjp(call, g):
+    if _pinv_refused(call) is None:
+        return None
+    a, y = call.args["a"], call.out
+    y_t, g_t = _mT(call, y), _mT(call, g)
+    lets = [("pinv_h", _mm(call, _mm(call, g_t, y), y_t)),   # g^T y y^T
+            ("pinv_k", _mm(call, _mm(call, y_t, y), g_t))]   # y^T y g^T
+    total = fill("-m + h - ayh + k - kya", m=_mm(call, _mm(call, y_t, g), y_t), h="pinv_h",
+                 ayh=_mm(call, a, _mm(call, y, "pinv_h")), k="pinv_k",
+                 kya=_mm(call, _mm(call, "pinv_k", y), a))
+    return {"__let__": lets, "a": (total, call.types["a"])}
+
+
+def _pinv_jvp(call, dots):
+    if _pinv_refused(call) is None:
+        return None
+    a, y, d = call.args["a"], call.out, dots["a"]
+    d_t, y_t = _mT(call, d), _mT(call, y)
+    rows, cols = (fill(f"a.shape[{k}]", a=a) for k in (-2, -1))
+    left = fill("np.eye(m) - ay", m=rows, ay=_mm(call, a, y))     # 1 - a y
+    right = fill("np.eye(n) - ya", n=cols, ya=_mm(call, y, a))    # 1 - y a
+    return fill("-p + q + r", p=_mm(call, _mm(call, y, d), y),
+                q=_mm(call, _mm(call, y, y_t), _mm(call, d_t, left)),
+                r=_mm(call, _mm(call, right, d_t), _mm(call, y_t, y)))
+
+
+register(Rule("pinv", "np.linalg.pinv", ("a", "rcond", "hermitian", "rtol"), {}, ("a",),
+              _infer_pinv, _pinv_vjp, _pinv_jvp), np.linalg.pinv)
