@@ -105,6 +105,13 @@ def _lambda_def(fname, node):
     return gast.copy_location(fdef, node)
 
 
+def _assign_node(target, value):
+    """The statement `target = value` (a fresh Store name), located where `value` is."""
+    stmt = gast.Assign(targets=[gast.Name(id=target.id, ctx=gast.Store(), annotation=None,
+                                          type_comment=None)], value=value, type_comment=None)
+    return gast.copy_location(stmt, value)
+
+
 def _is_namedtuple_class(value):
     """Whether `value` is a NamedTuple class (typing.NamedTuple or collections.namedtuple)."""
     return isinstance(value, type) and issubclass(value, tuple) and hasattr(value, "_fields")
@@ -486,6 +493,14 @@ class Normalizer:
                 all(isinstance(k, gast.Constant) and isinstance(k.value, str)
                     for k in value.keys):
             self.local_dict(target.id, value)
+            return
+        if isinstance(target, gast.Name) and isinstance(value, gast.IfExp) and any(
+                isinstance(side, gast.Dict) for side in (value.body, value.orelse)):
+            # `d = {..} if c else {..}`: the if statement it means, whose branches bind d's
+            # entries as a dict built where it is read does
+            branch = gast.If(test=value.test, body=[_assign_node(target, value.body)],
+                             orelse=[_assign_node(target, value.orelse)])
+            self.visit_stmt(gast.copy_location(branch, value))
             return
         if isinstance(target, gast.Name):
             resolved = self.expr(value, target=target.id)

@@ -324,3 +324,17 @@ def test_a_dict_output_inside_transformed_code_is_refused_not_returned_as_a_tupl
     _, f_jvp = ad.linearize(_stats, w)
     with pytest.raises(UnsupportedSyntaxError, match="jvp of a function returning a dict"):
         jit(f_jvp)(np.ones(3))
+
+
+def _dict_by_condition(x):
+    d = {"a": x, "b": 2.0} if x[0] > 0 else {"a": x * 2, "b": 3.0}
+    return np.sum(d["a"] ** 2) * d["b"]
+
+
+def test_dict_chosen_by_a_conditional_expression():
+    # read as the if statement it means (was refused: "reading a dict returned by a call")
+    x = np.array([0.3, 1.2, 0.7])
+    np.testing.assert_allclose(ad.grad(_dict_by_condition)(x), 4.0 * x)
+    np.testing.assert_allclose(ad.grad(_dict_by_condition)(-x), 24.0 * -x)
+    for point in (x, -x):
+        ad.check_grads(_dict_by_condition, (point,), modes=("rev", "fwd"), order=1)
