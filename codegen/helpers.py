@@ -265,6 +265,73 @@ def prod_others(x):
     return out.reshape(x.shape)
 '''
 
+HELPERS["prod_others_tangent"] = '''\
+def prod_others_tangent(x, d):
+    """The tangent of prod_others(x) for the input tangent d (x and d of one shape), exact
+    where x has zeros: with P and S the products before and after entry j, the tangent is
+    dP * S + P * dS, both carried along the last axis. Also prod_others' cotangent map: the
+    second derivatives of a product are symmetric."""
+    n = x.shape[-1]
+    rows = np.ascontiguousarray(x).reshape((-1, n))
+    d_rows = np.ascontiguousarray(d).reshape((-1, n))
+    out = np.empty(rows.shape)
+    before_rows = np.empty(n)
+    for r in range(rows.shape[0]):
+        before = 1.0
+        before_dot = 0.0
+        for j in range(n):
+            out[r, j] = before_dot
+            before_rows[j] = before
+            before_dot = before_dot * rows[r, j] + before * d_rows[r, j]
+            before *= rows[r, j]
+        after = 1.0
+        after_dot = 0.0
+        for j in range(n - 1, -1, -1):
+            out[r, j] = out[r, j] * after + before_rows[j] * after_dot
+            after_dot = after_dot * rows[r, j] + after * d_rows[r, j]
+            after *= rows[r, j]
+    return out.reshape(x.shape)
+'''
+
+HELPERS["prod_others_second"] = '''\
+def prod_others_second(x, d, e):
+    """The second-order term of prod_others(x + s d + t e), the coefficient of s t (the
+    tangent of prod_others_tangent(x, d) along e), exact where x has zeros: the products
+    before and after entry j carried as value, d-part, e-part and d-e part."""
+    n = x.shape[-1]
+    rows = np.ascontiguousarray(x).reshape((-1, n))
+    d_rows = np.ascontiguousarray(d).reshape((-1, n))
+    e_rows = np.ascontiguousarray(e).reshape((-1, n))
+    out = np.empty(rows.shape)
+    kept = np.empty((4, n))
+    for r in range(rows.shape[0]):
+        p = 1.0
+        p_d = 0.0
+        p_e = 0.0
+        p_de = 0.0
+        for j in range(n):
+            kept[0, j] = p
+            kept[1, j] = p_d
+            kept[2, j] = p_e
+            kept[3, j] = p_de
+            p_de = p_de * rows[r, j] + p_d * e_rows[r, j] + p_e * d_rows[r, j]
+            p_d = p_d * rows[r, j] + p * d_rows[r, j]
+            p_e = p_e * rows[r, j] + p * e_rows[r, j]
+            p = p * rows[r, j]
+        s = 1.0
+        s_d = 0.0
+        s_e = 0.0
+        s_de = 0.0
+        for j in range(n - 1, -1, -1):
+            out[r, j] = kept[3, j] * s + kept[1, j] * s_e + kept[2, j] * s_d + \\
+                kept[0, j] * s_de
+            s_de = s_de * rows[r, j] + s_d * e_rows[r, j] + s_e * d_rows[r, j]
+            s_d = s_d * rows[r, j] + s * d_rows[r, j]
+            s_e = s_e * rows[r, j] + s * e_rows[r, j]
+            s = s * rows[r, j]
+    return out.reshape(x.shape)
+'''
+
 HELPERS["cumprod_tangent"] = '''\
 def cumprod_tangent(x, d):
     """The tangent of np.cumprod(x, axis=-1) for the input tangent d, exact where x has

@@ -298,6 +298,39 @@ def test_prod_along_axes_at_zeros_and_its_hessian():
     np.testing.assert_allclose(ad.hessian(np.prod)(x), want, rtol=1e-13)
 
 
+def _products_of_the_others(x, order):
+    """d^order prod(x) / dx_i dx_j ...: the product of the entries other than those indices
+    (all distinct), 0 where an index repeats."""
+    from itertools import product
+    out = np.zeros((len(x),) * order)
+    for index in product(range(len(x)), repeat=order):
+        if len(set(index)) == order:
+            out[index] = np.prod([v for i, v in enumerate(x) if i not in index])
+    return out
+
+
+def _prod(x):
+    return np.prod(x)
+
+
+@pytest.mark.parametrize("x", [[1.5, 0.0, -0.7, 2.0], [0.0, 0.0, 3.0, 0.5], [0.3, 1.2, 0.7]])
+def test_higher_derivatives_of_prod_at_zeros_are_exact(x):
+    """Second and third derivatives of np.prod with zeros in x: no division by x (they were
+    nan), in forward, reverse and mixed modes, batched and compiled."""
+    from autodiff_ast.jit import jit
+    x = np.array(x)
+    second, third = _products_of_the_others(x, 2), _products_of_the_others(x, 3)
+    for hess in (ad.hessian(_prod), ad.jacrev(ad.jacrev(_prod)), ad.jacfwd(ad.jacfwd(_prod))):
+        np.testing.assert_allclose(hess(x), second, rtol=1e-14, atol=0)
+    for third_order in (ad.jacfwd(ad.hessian(_prod)), ad.jacrev(ad.jacrev(ad.jacrev(_prod))),
+                        ad.jacrev(ad.jacfwd(ad.jacrev(_prod)))):
+        np.testing.assert_allclose(third_order(x), third, rtol=1e-14, atol=0)
+    np.testing.assert_allclose(ad.vmap(ad.hessian(_prod))(np.stack([x, x[::-1]])),
+                               [second, _products_of_the_others(x[::-1], 2)], rtol=1e-14)
+    if len(x) == 4:
+        np.testing.assert_allclose(jit(ad.hessian(_prod))(x), second, rtol=1e-14)
+
+
 @pytest.mark.parametrize("x, expected", [
     ([2.0, 1.0, 2.0], [1.0, 0.0, 0.0]),  # the first 2 is the middle of a stable sort
     ([1.0, 2.0, 2.0, 3.0], [0.0, 0.5, 0.5, 0.0]),

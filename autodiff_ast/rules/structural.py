@@ -255,14 +255,38 @@ register(Rule("mean", "np.mean", _REDUCTION, {"axis": None, "keepdims": False}, 
 register(Rule("prod", "np.prod", _REDUCTION, {"axis": None, "keepdims": False}, ("x",),
               _infer_reduction, _prod_vjp, _prod_jvp), np.prod)
 # prod_others(x) (the helper the rule above emits) differentiated again, for hessian(np.prod):
-# d o_j / d x_k = o_j / x_k for k != j, so these second derivatives divide by x (not right
-# where x has zeros: the first derivative is).
+# d o_j / d x_k is the product of the entries other than j and k, symmetric in j and k, so one
+# helper (prod_others_tangent, no division by x: right where x has zeros) gives both the
+# tangent and the cotangent. Its own derivative in x (third derivatives of np.prod, fully
+# symmetric too) is prod_others_second, whose loops are differentiated as written beyond that.
 register_helper(Rule(
     "prod_others", "prod_others", ("x",), {}, ("x",), lambda call: call.types["x"],
-    lambda call, g: {"x": (fill("(np.sum(g * o, axis=-1, keepdims=True) - g * o) / x", g=g,
-                                o=call.out, x=call.args["x"]), call.types["x"])},
-    lambda call, dots: fill("o * (np.sum(d / x, axis=-1, keepdims=True) - d / x)",
-                            o=call.out, d=dots["x"], x=call.args["x"])), "prod_others")
+    lambda call, g: {"x": (fill("prod_others_tangent(x, g)", g=g, x=call.args["x"]),
+                           call.types["x"])},
+    lambda call, dots: fill("prod_others_tangent(x, d)", d=dots["x"], x=call.args["x"])),
+    "prod_others")
+
+
+def _prod_others_tangent_vjp(call, g):
+    x, d = call.args["x"], call.args["d"]
+    return {"x": (fill("prod_others_second(x, g, d)", x=x, g=g, d=d), call.types["x"]),
+            "d": (fill("prod_others_tangent(x, g)", x=x, g=g), call.types["d"])}
+
+
+def _prod_others_tangent_jvp(call, dots):
+    x, d = call.args["x"], call.args["d"]
+    terms = []
+    if "d" in dots:
+        terms.append(fill("prod_others_tangent(x, t)", x=x, t=dots["d"]))
+    if "x" in dots:
+        terms.append(fill("prod_others_second(x, d, t)", x=x, d=d, t=dots["x"]))
+    return terms[0] if len(terms) == 1 else fill("a + b", a=terms[0], b=terms[1])
+
+
+register_helper(Rule(
+    "prod_others_tangent", "prod_others_tangent", ("x", "d"), {}, ("x", "d"),
+    lambda call: call.types["x"], _prod_others_tangent_vjp, _prod_others_tangent_jvp),
+    "prod_others_tangent")
 _CHOOSER = ("x", "axis", "out", "keepdims")
 register(Rule("max", "np.max", _CHOOSER, {"axis": None, "keepdims": False}, ("x",),
               _infer_reduction, _chooser_vjp, _chooser_jvp), np.max, np.amax)
