@@ -91,8 +91,12 @@ def _size(var, typ):
 class _Basis:
     """Lines that build one identity basis and slice it into per-leaf directions."""
 
-    def __init__(self, lines):
+    def __init__(self, lines, namer):
         self.lines = lines
+        # the basis's own names (its length, the identity), named apart from the wrapper's
+        # other names: a residual of the vjp module called `n` (a loop bound of an emitted
+        # helper differentiated as code) was read after `n = out.size` rebound it
+        self.namer = namer
 
     def write(self, leaves, name_of, value_of):
         """Bind `name_of(leaf)` to the basis directions of each (leaf, type); returns the
@@ -106,28 +110,31 @@ class _Basis:
             elif t.ndim == 1:
                 lines.append(f"{name_of(leaf)} = np.eye({var}.shape[0])")
             else:
-                lines.append(f"n = {var}.size")
-                shape = _shape(["n"] + _dims(var, t))
-                lines.append(f"{name_of(leaf)} = np.eye(n).reshape({shape})")
+                n = self.namer.fresh("n")
+                lines.append(f"{n} = {var}.size")
+                shape = _shape([n] + _dims(var, t))
+                lines.append(f"{name_of(leaf)} = np.eye({n}).reshape({shape})")
             return [(None, _size(var, t))]
         sizes, blocks, offset = [], [], "0"
         for leaf, t in leaves:
             size = _size(value_of(leaf), t)
             if size != "1":
-                lines.append(f"n_{leaf} = {size}")
-                size = f"n_{leaf}"
+                size_name = self.namer.fresh(f"n_{leaf}")
+                lines.append(f"{size_name} = {size}")
+                size = size_name
             blocks.append((offset, size))
             sizes.append(size)
             offset = size if offset == "0" else f"{offset} + {size}"
-        lines.append(f"n = {' + '.join(sizes)}")
-        lines.append("basis = np.eye(n)")
+        n, basis = self.namer.fresh("n"), self.namer.fresh("basis")
+        lines.append(f"{n} = {' + '.join(sizes)}")
+        lines.append(f"{basis} = np.eye({n})")
         for (leaf, t), (start, size) in zip(leaves, blocks):
             if not t.ndim:
-                lines.append(f"{name_of(leaf)} = basis[:, {start}]")
+                lines.append(f"{name_of(leaf)} = {basis}[:, {start}]")
                 continue
-            cols = f"basis[:, {_slice(start, size)}]"
+            cols = f"{basis}[:, {_slice(start, size)}]"
             if t.ndim > 1:
-                cols += f".reshape({_shape(['n'] + _dims(value_of(leaf), t))})"
+                cols += f".reshape({_shape([n] + _dims(value_of(leaf), t))})"
             lines.append(f"{name_of(leaf)} = {cols}")
         return blocks
 
@@ -236,12 +243,12 @@ def build_jacfwd(fn, specs, argnums, has_aux=False, label=None):
     lines = []
     in_order = [leaf for g in layout["groups"] for leaf in g]  # parameter order
     dot_of = dict(zip(in_order, dots))
-    blocks = _Basis(lines).write(active, lambda leaf: dot_of[leaf], lambda leaf: leaf)
+    # (named apart from the arguments, which the blocks' shapes read after this call)
+    namer = Namer({leaf for leaf, _ in flat} | set(dots))
+    blocks = _Basis(lines, namer).write(active, lambda leaf: dot_of[leaf], lambda leaf: leaf)
     call = f"{vmapped.__name__}({', '.join([leaf for leaf, _ in flat] + dots)})"
     # The batched function returns the leaves of (out, out_dot[, aux]) one by one.
     roles = ["out", "out_dot", "aux"]
-    # (named apart from the arguments, which the blocks' shapes read after this call)
-    namer = Namer({leaf for leaf, _ in flat} | set(dots))
     stems = {role: namer.fresh(role) for role in roles}
     leaf_names = {}
     for role, part in zip(roles, structure):
@@ -452,7 +459,9 @@ def build_jacrev(fn, specs, argnums, has_aux=False, label=None):
                   out_name for path, _ in outs]
     seed_leaves = [(s, t) for s, (_, t) in zip(seeds, outs)]
     value_of = dict(zip(seeds, out_values))
-    blocks = _Basis(lines).write(seed_leaves, lambda s: s, lambda s: value_of[s])
+    for bar in bars:
+        taken.reserve(bar)
+    blocks = _Basis(lines, taken).write(seed_leaves, lambda s: s, lambda s: value_of[s])
     args = layout["bwd_params"] + res_names + seeds
     lines.append(f"{', '.join(bars)} = {vmapped.__name__}({', '.join(args)})")
     exprs = {}

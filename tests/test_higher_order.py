@@ -321,6 +321,44 @@ def test_reverse_over_reverse_through_loops():
     assert np.allclose(h, numeric_hessian(accumulates, x), atol=1e-5)
 
 
+
+def _sum_of_cumprod(x):
+    return np.sum(np.cumprod(x))
+
+
+def _descending_products(x):
+    # a loop bound `n` and a descending range, as in the cumprod_adjoint helper
+    n = x.shape[0]
+    out = np.empty(n)
+    acc = 1.0
+    for j in range(n - 1, -1, -1):
+        acc = acc * x[j]
+        out[j] = acc
+    return np.sum(out)
+
+
+@pytest.mark.parametrize("fun, orders", [
+    (_sum_of_cumprod, ("rrr", "rfr")),
+    (_descending_products, ("rfr",)),
+], ids=["cumprod", "descending_loop"])
+def test_third_order_reverse_of_a_loop_bound_n(fun, orders):
+    """jacrev's wrapper named its basis size `n` (`n = out.size`), and a residual of the vjp
+    module called `n` (the loop bound of cumprod's adjoint helper, differentiated as code at
+    third order, or of a user's loop) was passed after it: the backward loops ran to
+    out.size (IndexError: index 4 is out of bounds)."""
+    x = np.array([0.3, 0.0, 0.7, 2.0])
+    want = ad.jacfwd(ad.jacfwd(ad.jacfwd(fun)))(x)
+    numeric = numeric_jacobian(ad.hessian(fun), x)
+    assert np.allclose(want, numeric, atol=1e-6)
+    composed = {"rrr": ad.jacrev(ad.jacrev(ad.jacrev(fun))),
+                "rfr": ad.jacrev(ad.jacfwd(ad.jacrev(fun)))}
+    for order in orders:
+        got = composed[order](x)
+        assert got.shape == (4, 4, 4)
+        assert np.allclose(got, want, atol=1e-12), order
+        assert np.allclose(got, numeric, atol=1e-6), order
+
+
 # ---------------------------------------------------------------- second order with pytrees
 def _dict_loss(p, x):
     return np.sum(np.tanh(p["W"] @ x + p["b"]) ** 2) + p["s"] * np.sum(x ** 2)

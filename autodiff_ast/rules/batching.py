@@ -1110,6 +1110,16 @@ def _along_last_axis(bc):
 
 
 _register(("prod_others",), _along_last_axis)
+
+
+def _along_last_axis_together(bc):
+    """A helper of x and tangents shaped like x, along the last axis (prod_others_tangent):
+    every argument given the batch axis, so their rows pair up."""
+    _rank_or_fail(bc, "x")
+    return bc.emit(**{param: bc.full(param) for param in bc.call.args})
+
+
+_register(("prod_others_tangent",), _along_last_axis_together)
 _register(("average",), _average)
 _register(("take",), _gather_like("indices"))
 _register(("add_taken",), _added_back("indices"))
