@@ -55,6 +55,7 @@ from .hidden_indices import loops_with_hidden_index
 from .lowering import lower_loop_exits
 from .naming import Namer, sanitize
 from .nesting import code_to_transform
+from .pytrees import bind_namedtuple_fields, is_namedtuple_class
 from .rules import PrimCall
 from .shared_memory import check_view_writes
 from .specs import Static, TreeSpec, spec_of  # noqa: F401  (re-exported: older imports)
@@ -110,11 +111,6 @@ def _assign_node(target, value):
     stmt = gast.Assign(targets=[gast.Name(id=target.id, ctx=gast.Store(), annotation=None,
                                           type_comment=None)], value=value, type_comment=None)
     return gast.copy_location(stmt, value)
-
-
-def _is_namedtuple_class(value):
-    """Whether `value` is a NamedTuple class (typing.NamedTuple or collections.namedtuple)."""
-    return isinstance(value, type) and issubclass(value, tuple) and hasattr(value, "_fields")
 
 
 # calls that define a NamedTuple class (refused inside transformed code)
@@ -1318,19 +1314,11 @@ class Normalizer:
         results rebuild the class (autodiff_ast/output_lists.py)."""
         fields = cls._fields
         defaults = getattr(cls, "_field_defaults", {})
-        if len(node.args) > len(fields):
-            raise self.unsupported(f"{cls.__name__} takes {len(fields)} fields "
-                                   f"({', '.join(fields)}), not {len(node.args)}", node)
-        given = {}
-        for key, arg in zip(fields, node.args):  # (in the order Python evaluates them)
-            given[key] = self.atom(arg)
-        for kw in node.keywords:
-            if kw.arg not in fields:
-                raise self.unsupported(f"{cls.__name__} has no field {kw.arg!r} (its fields: "
-                                       f"{', '.join(fields)})", node)
-            if kw.arg in given:
-                raise self.unsupported(f"{cls.__name__}(...) got field {kw.arg!r} twice", node)
-            given[kw.arg] = self.atom(kw.value)
+        given, problem = bind_namedtuple_fields(cls, node.args,
+                                                [(kw.arg, kw.value) for kw in node.keywords])
+        if problem is not None:
+            raise self.unsupported(problem, node)
+        given = {key: self.atom(value) for key, value in given.items()}  # (Python's order)
         elts = []
         for key in fields:
             if key in given:
@@ -1535,10 +1523,10 @@ class Normalizer:
         fn = callee.value
         if (value := self.constant_call(fn, node)) is not None:
             return value  # `k.startswith("W")` of a dict key: decided here
-        if _is_namedtuple_class(fn):
+        if is_namedtuple_class(fn):
             return self.build_namedtuple(fn, node, target)
         if isinstance(getattr(fn, "__self__", None), type) and \
-                _is_namedtuple_class(fn.__self__):  # P._make(values)
+                is_namedtuple_class(fn.__self__):  # P._make(values)
             cls = fn.__self__.__name__
             raise self.unsupported(f"{cls}.{fn.__name__}(...) is not supported in transformed "
                                    "code", node, f"call {cls}(...) with the fields instead")

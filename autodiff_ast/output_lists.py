@@ -30,6 +30,8 @@ from __future__ import annotations
 import builtins
 import inspect
 
+from .pytrees import bind_namedtuple_fields, is_namedtuple_class
+
 __all__ = ["lists_of", "restore_lists", "result_lists", "returned_lists", "split_aux",
            "tuple_spec"]
 
@@ -241,7 +243,7 @@ class _Reader:
                                  gast.Tuple(elts=expr.args[0].elts, ctx=gast.Load()))
             if inspect.isfunction(callee):
                 return returned_lists(callee)
-            if _is_namedtuple(callee):
+            if is_namedtuple_class(callee):
                 return self.namedtuple_spec(callee, expr)
         return None
 
@@ -249,21 +251,14 @@ class _Reader:
         """The spec of ``P(a, b)`` or ``P(a=u, b=v)`` (fields in the class's order; a default
         holds no list), or None when the call does not name each field once."""
         fields = cls._fields
-        given = dict(zip(fields, call.args))
-        if len(call.args) > len(fields):
+        given, problem = bind_namedtuple_fields(cls, call.args,
+                                                [(kw.arg, kw.value) for kw in call.keywords])
+        if problem is not None:
             return None
-        for kw in call.keywords:
-            if kw.arg not in fields or kw.arg in given:
-                return None
-            given[kw.arg] = kw.value
         defaults = getattr(cls, "_field_defaults", {})
         if any(f not in given and f not in defaults for f in fields):
             return None
         return (cls, tuple(self.spec(given[f]) if f in given else None for f in fields))
-
-
-def _is_namedtuple(value):
-    return isinstance(value, type) and issubclass(value, tuple) and hasattr(value, "_fields")
 
 
 def _merged(a, b):

@@ -88,6 +88,39 @@ class _Node(NamedTuple):
     children: list[Any]
 
 
+def is_namedtuple_class(value: Any) -> bool:
+    """Whether `value` is a NamedTuple class (typing.NamedTuple or collections.namedtuple).
+
+    >>> is_namedtuple_class(_Node), is_namedtuple_class(tuple)
+    (True, False)
+    """
+    return isinstance(value, type) and issubclass(value, tuple) and hasattr(value, "_fields")
+
+
+def bind_namedtuple_fields(cls: type, args: list, keywords: list) -> tuple[dict, str | None]:
+    """The fields a call ``cls(*args, **keywords)`` gives, by name, in the order Python
+    evaluates them (`keywords`: (name, value) pairs), and what is wrong with the call, or None:
+    too many values, an unknown or a repeated field (fields left to their defaults, or
+    missing, are not in the dict).
+
+    >>> bind_namedtuple_fields(_Registration, [1], [("unflatten", 2)])
+    ({'flatten': 1, 'unflatten': 2}, None)
+    >>> bind_namedtuple_fields(_Registration, [1], [("flatten", 2)])[1]
+    "_Registration(...) got field 'flatten' twice"
+    """
+    fields, name = cls._fields, cls.__name__
+    if len(args) > len(fields):
+        return {}, f"{name} takes {len(fields)} fields ({', '.join(fields)}), not {len(args)}"
+    given = dict(zip(fields, args))
+    for key, value in keywords:
+        if key not in fields:
+            return given, f"{name} has no field {key!r} (its fields: {', '.join(fields)})"
+        if key in given:
+            return given, f"{name}(...) got field {key!r} twice"
+        given[key] = value
+    return given, None
+
+
 def _sorted_keys(mapping: dict) -> tuple:
     try:
         return tuple(sorted(mapping))
@@ -128,7 +161,7 @@ def _open_node(obj: Any) -> _Node | None:
         return _Node(_LIST, cls, None, tuple(range(len(obj))), list(obj))
     if cls is tuple:
         return _Node(_TUPLE, cls, None, tuple(range(len(obj))), list(obj))
-    if isinstance(obj, tuple) and hasattr(cls, "_fields"):
+    if is_namedtuple_class(cls):
         return _Node(_NAMED_TUPLE, cls, None, tuple(cls._fields), list(obj))
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         names = tuple(field.name for field in dataclasses.fields(obj))
