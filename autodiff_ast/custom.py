@@ -43,7 +43,7 @@ from . import types as T
 from .errors import ArgnumsError, AutodiffError, MissingRuleError, ShapeMismatchError
 from .rules import Rule
 from .specs import Static, TreeSpec
-from .templates import assign, fill, name, to_expr, unparse
+from .templates import assign, fill, name, summed, to_expr, unparse
 
 _ROUTES = {}  # callable -> handler(normalizer, fn, node, target)
 _REGISTERED = {}  # callable -> _Registration (register_rule)
@@ -284,10 +284,7 @@ class _Registration:
                 terms.append(fill(f"({self.partials[p]}) * d", d=dot, **subs))
             else:
                 return None
-        total = terms[0]
-        for term in terms[1:]:
-            total = fill("a + b", a=total, b=term)
-        return total
+        return summed(terms)
 
     def route(self, normalizer, node, target):
         what = getattr(self.fn, "__name__", repr(self.fn))

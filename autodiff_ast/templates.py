@@ -99,6 +99,19 @@ def fill(template, **subs):
     return simplify(tree)
 
 
+def summed(terms):
+    """The expressions `terms` (at least one) added left to right: ``t0 + t1 + ...``.
+
+    >>> import ast
+    >>> ast.unparse(gast.gast_to_ast(summed([fill("a"), fill("2 * b"), fill("c")])))
+    'a + 2 * b + c'
+    """
+    total = terms[0]
+    for term in terms[1:]:
+        total = fill("a + b", a=total, b=term)
+    return total
+
+
 def name(identifier, store=False):
     """A gast Name node."""
     return gast.Name(id=identifier, ctx=gast.Store() if store else gast.Load(),

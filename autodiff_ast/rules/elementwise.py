@@ -18,7 +18,7 @@ import gast
 import numpy as np
 
 from .. import types as T
-from ..templates import const_value, fill
+from ..templates import const_value, fill, summed
 from . import PrimCall, Rule, register
 
 # name: (parameters, partial derivative of y with respect to each parameter)
@@ -196,10 +196,7 @@ def _make_jvp(partials):
         subs = _partial_subs(call)
         terms = [fill("d * t", t=dots[p], d=scalar_safe(call, fill(partial, **subs)))
                  for p, partial in zip(call.rule.params, partials) if p in dots]
-        total = terms[0]
-        for term in terms[1:]:
-            total = fill("a + b", a=total, b=term)
-        return total
+        return summed(terms)
     return jvp
 
 
@@ -342,10 +339,7 @@ def _clip_vjp(call, g):
 def _clip_jvp(call, dots):
     terms = [fill("(d) * t", d=d, t=dots[p]) for p, d in _clip_partials(call).items()
              if p in dots]
-    total = terms[0]
-    for term in terms[1:]:
-        total = fill("a + b", a=total, b=term)
-    return total
+    return summed(terms)
 
 
 def _infer_clip(call):

@@ -18,7 +18,7 @@ import numpy as np
 from codegen.dialect import parse_subscripts
 
 from .. import types as T
-from ..templates import fill, to_expr
+from ..templates import fill, summed, to_expr
 from . import Rule, register
 from .structural import emit_call
 
@@ -106,9 +106,7 @@ def _bilinear_jvp(call, dots):
             args = dict(call.args)
             args[param] = dots[param]
             terms.append(emit_call(call.rule, args, call.keywords))
-    if not terms:
-        return None
-    return terms[0] if len(terms) == 1 else fill("p + q", p=terms[0], q=terms[1])
+    return summed(terms) if terms else None
 
 
 register(Rule("dot", "np.dot", ("a", "b"), {}, ("a", "b"), _infer_dot, _dot_vjp, _bilinear_jvp),
@@ -1030,23 +1028,16 @@ def _svd_vjp(call, g):
         lets.append(("svd_k", fill("np.dot(vh, g.T)", vh=vh, g=gvh)))
         core.append(fill("s[:, None] * (svd_f * (svd_k - svd_k.T))", s=s))
         rest.append(fill("np.dot(u * svd_s_inv, g - np.dot(svd_k.T, vh))", g=gvh, u=u, vh=vh))
-    inner = core[0]
-    for term in core[1:]:
-        inner = fill("p + q", p=inner, q=term)
-    total = fill("np.dot(u, np.dot(c, vh))", u=u, c=inner, vh=vh)
-    for term in rest:
-        total = fill("p + q", p=total, q=term)
+    total = summed([fill("np.dot(u, np.dot(c, vh))", u=u, c=summed(core), vh=vh)] + rest)
     return {"__let__": lets, "a": (total, call.types["a"])}
 
 
 def _svd_jvp(call, dots):
     a, d = call.args["a"], dots["a"]
-    if not call.const("compute_uv", True):
-        if _svd_refused(call) is None:
-            return None
-        return fill("singular_value_tangents(a, d)", a=a, d=d)
     if _svd_refused(call) is None:
         return None
+    if not call.const("compute_uv", True):
+        return fill("singular_value_tangents(a, d)", a=a, d=d)
     return fill("svd_tangents(y[0], y[1], y[2], d)", y=call.out, d=d)
 
 

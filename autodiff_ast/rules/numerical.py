@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import types as T
-from ..templates import fill
+from ..templates import fill, summed
 from . import Rule, register
 from .structural import _relinear
 
@@ -386,10 +386,7 @@ def _trapezoid_jvp(call, dots):
         terms.append(fill("np.sum(w * s, axis=a)", w=widths, s=s, a=axis))
     if "dx" in dots:
         terms.append(fill("d * np.sum(s, axis=a)", d=dots["dx"], s=s, a=axis))
-    out = terms[0]
-    for term in terms[1:]:
-        out = fill("a + b", a=out, b=term)
-    return out
+    return summed(terms)
 
 
 def _infer_trapezoid(call):

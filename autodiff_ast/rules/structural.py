@@ -13,7 +13,7 @@ import copy
 import numpy as np
 
 from .. import types as T
-from ..templates import fill, to_expr
+from ..templates import fill, summed, to_expr
 from . import Rule, all_rules, register, register_helper
 
 
@@ -280,7 +280,7 @@ def _prod_others_tangent_jvp(call, dots):
         terms.append(fill("prod_others_tangent(x, t)", x=x, t=dots["d"]))
     if "x" in dots:
         terms.append(fill("prod_others_second(x, d, t)", x=x, d=d, t=dots["x"]))
-    return terms[0] if len(terms) == 1 else fill("a + b", a=terms[0], b=terms[1])
+    return summed(terms)
 
 
 register_helper(Rule(
